@@ -1,0 +1,21 @@
+"""adaptcq: an adaptive continuous-query engine for multi-way stream joins.
+
+>>> import adaptcq
+>>> result = adaptcq.run(sql, sources={"R": "r.parquet", "S": "s.parquet"}, timestamp="ts")
+>>> result.table, result.stats
+"""
+
+from adaptcq.errors import AdaptcqError, InputError, QueryError
+
+__version__ = "0.1.0"
+
+
+def run(sql, sources, timestamp="ts", executor="mjoin", mode="append", **options):
+    """Run a continuous query over finite inputs in this process; see
+    ``adaptcq.runtime.local.run``. Returns a RunResult (``.table``, ``.stats``,
+    ``.rejected``)."""
+    from adaptcq.runtime.local import run as _run
+    return _run(sql, sources, timestamp=timestamp, executor=executor, mode=mode, **options)
+
+
+__all__ = ["AdaptcqError", "InputError", "QueryError", "__version__", "run"]

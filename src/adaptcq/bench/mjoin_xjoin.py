@@ -1,0 +1,151 @@
+"""Benchmark: MJoin and XJoin on a-caching.txt §7.2's default 3-way join.
+
+R(A) ⋈_A S(A,B) ⋈_B T(B), multiplicity 1 in R and S and r = 5 in T, ΔT five times as fast
+as ΔR and ΔS, sliding windows, retract mode. Each run is a fresh process (``--single``)
+that reads the Parquet inputs, runs the query and reports its own CPU time, so the figure
+is whole-process: interpreter start-up, imports, reading and merging input, the join,
+and building the output table. Reported: input updates (ΔR insertions and deletions) per
+CPU-second, median of ``--runs`` runs, and the engine-only figure beside it.
+
+    python -m adaptcq.bench.mjoin_xjoin [--arrivals 600000] [--runs 5] [--out results/mjoin_xjoin]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def single(executor: str, folder: str, mode: str) -> dict:
+    """One run in this process; CPU time from getrusage covers the whole process."""
+    import resource
+
+    from adaptcq.runtime.local import run
+    from adaptcq.stream.workloads import read_workload
+
+    wl = read_workload(folder)
+    t0 = time.perf_counter()
+    res = run(wl.sql, wl.tables, timestamp=wl.timestamp, executor=executor, mode=mode)
+    wall = time.perf_counter() - t0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = ru.ru_utime + ru.ru_stime
+    s = res.stats
+    return {"executor": executor, "mode": mode, "arrivals": s["arrivals"],
+            "updates": s["updates"], "results": s["results"],
+            "process_cpu_s": cpu, "engine_cpu_s": s["cpu_seconds"], "wall_s": wall,
+            "updates_per_cpu_s": s["updates"] / cpu,
+            "engine_updates_per_cpu_s": s["throughput"],
+            "peak_state_tuples": s["peak_state_tuples"], "peak_state_bytes": s["peak_state_bytes"],
+            "max_rss_kib": ru.ru_maxrss}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m adaptcq.bench.mjoin_xjoin", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arrivals", type=int, default=600_000, help="input rows over all streams")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--r", type=int, default=5, help="multiplicity of T (paper default 5)")
+    p.add_argument("--mode", default="retract", choices=["append", "retract"])
+    p.add_argument("--executors", default="mjoin,xjoin")
+    p.add_argument("--out", default="results/mjoin_xjoin")
+    p.add_argument("--single", help=argparse.SUPPRESS)
+    p.add_argument("--input", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.single:
+        print(json.dumps(single(args.single, args.input, args.mode)))
+        return 0
+
+    from adaptcq.stream.workloads import three_way, write_workload
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = out / "input"
+    wl = three_way(n_updates=args.arrivals, r=args.r, seed=0)
+    write_workload(wl, data)
+    print(f"workload: {wl.sql}\n  {args.arrivals:,} arrivals, r = {args.r}; inputs in {data}")
+    rows = []
+    executors = args.executors.split(",")
+    for run_no in range(args.runs):
+        for ex in executors:  # interleaved, so drift hits both alike
+            cmd = [sys.executable, "-m", "adaptcq.bench.mjoin_xjoin", "--single", ex,
+                   "--input", str(data), "--mode", args.mode]
+            env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+            res = subprocess.run(["taskset", "-c", "0", *cmd] if _has_taskset() else cmd,
+                                 capture_output=True, text=True, env=env, check=False)
+            if res.returncode != 0:
+                print(res.stderr, file=sys.stderr)
+                return 1
+            row = json.loads(res.stdout.strip().splitlines()[-1])
+            row["run"] = run_no
+            rows.append(row)
+            print(f"  run {run_no + 1}/{args.runs} {ex:6s} "
+                  f"{row['updates_per_cpu_s']:>10,.0f} updates/CPU-s whole process "
+                  f"({row['engine_updates_per_cpu_s']:,.0f} engine only)")
+    with open(out / "runs.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    summary = {}
+    for ex in executors:
+        mine = [r for r in rows if r["executor"] == ex]
+        summary[ex] = {k: statistics.median(r[k] for r in mine) for k in
+                       ("updates_per_cpu_s", "engine_updates_per_cpu_s", "process_cpu_s",
+                        "peak_state_tuples", "peak_state_bytes")}
+        summary[ex]["updates"] = mine[0]["updates"]
+        summary[ex]["results"] = mine[0]["results"]
+    with open(out / "summary.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["executor", "updates", "results", "median_updates_per_cpu_s",
+                    "median_engine_updates_per_cpu_s", "median_peak_state_tuples",
+                    "median_peak_state_bytes"])
+        for ex, s in summary.items():
+            w.writerow([ex, s["updates"], s["results"], round(s["updates_per_cpu_s"]),
+                        round(s["engine_updates_per_cpu_s"]), s["peak_state_tuples"],
+                        s["peak_state_bytes"]])
+    _plot(summary, out / "throughput.png", args)
+    print(f"\nmedian of {args.runs} runs, {args.mode} mode, one core (taskset), whole process:")
+    for ex, s in summary.items():
+        print(f"  {ex:6s} {s['updates_per_cpu_s']:>10,.0f} input updates per CPU-second "
+              f"(engine only {s['engine_updates_per_cpu_s']:,.0f}); {s['updates']:,} updates, "
+              f"{s['results']:,} results, peak state {s['peak_state_tuples']:,} tuples")
+    if "mjoin" in summary and "xjoin" in summary:
+        ratio = summary["mjoin"]["updates_per_cpu_s"] / summary["xjoin"]["updates_per_cpu_s"]
+        print(f"  MJoin / XJoin throughput ratio: {ratio:.2f}")
+    if "mjoin" in summary:
+        target = 150_000
+        got = summary["mjoin"]["updates_per_cpu_s"]
+        print(f"  target for MJoin: {target:,} per CPU-second -> "
+              f"{'MET' if got >= target else 'NOT MET'} ({got / target:.2f}x)")
+    print(f"wrote {out / 'runs.csv'}, {out / 'summary.csv'}, {out / 'throughput.png'}")
+    return 0
+
+
+def _has_taskset() -> bool:
+    from shutil import which
+    return which("taskset") is not None
+
+
+def _plot(summary: dict, path: Path, args) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    names = list(summary)
+    ax.bar(names, [summary[n]["updates_per_cpu_s"] for n in names], color=["#4472c4", "#ed7d31"])
+    ax.set_ylabel("input updates per CPU-second")
+    ax.set_title(f"3-way join R⋈S⋈T, r={args.r}, {args.mode}\n(median of {args.runs}, whole process)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""One running continuous query: window operators, selections and a join executor.
+
+Drivers (the local runtime, a Spark partition group) hand it arrivals in batches, in
+timestamp order (ARCHITECTURE.md "Batches at the boundary"). Inside, every update is
+processed to completion before the next (a-caching.txt §3.1): first the time-window
+deletions due before the arrival, then the arrival's own count-window deletion, then the
+arrival. Each processed update gets the next global sequence number.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from adaptcq.query.logical import LogicalQuery
+from adaptcq.stream.windows import CountWindow, ExpiryClock
+
+EXECUTORS = ("mjoin", "xjoin")
+MODES = ("append", "retract")
+
+
+@dataclass
+class Counters:
+    arrivals: int = 0          # input rows accepted
+    insertions: int = 0        # ΔR insertions processed (rows that passed their selection)
+    deletions: int = 0         # ΔR deletions processed (expiries and explicit deletions)
+    filtered: int = 0          # arrivals dropped by their stream's selection
+    results: int = 0           # output rows emitted
+    rejected: int = 0          # explicit deletions of rows that were not there
+    samples: list = field(default_factory=list)  # (updates, ts, state tuples, state bytes)
+
+    @property
+    def updates(self) -> int:
+        """Updates processed: insertions and deletions of all ΔR (the papers' load)."""
+        return self.insertions + self.deletions
+
+
+def make_executor(query: LogicalQuery, executor: str, mode: str, out: list, **options):
+    if executor == "mjoin":
+        from adaptcq.engine.mjoin import MJoin
+        return MJoin(query, mode, orders=options.get("orders"), out=out)
+    if executor == "xjoin":
+        from adaptcq.engine.xjoin import XJoin
+        return XJoin(query, mode, tree=options.get("tree"), out=out)
+    raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+
+
+class ContinuousQuery:
+    """Windows + selections + executor for one logical query.
+
+    ``process`` takes parallel sequences (stream index, sign, timestamp, row) and returns
+    the output rows ``(*select values, sign, ts)`` it produced. Explicit deletions
+    (sign -1) are allowed on unbounded streams only; one that matches no earlier row is
+    rejected and reported through ``rejected_rows``.
+    """
+
+    def __init__(self, query: LogicalQuery, executor: str = "mjoin", mode: str = "append",
+                 trace: bool = False, sample_every: int = 20_000, **options):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose append or retract")
+        from adaptcq.query.expr import compile_predicate
+
+        self.query = query
+        self.mode = mode
+        self.out: list = []
+        self.executor = make_executor(query, executor, mode, self.out, **options)
+        self.selections = [
+            compile_predicate(query.selections[a], query.columns[a], a, query.types)
+            if query.selections.get(a) is not None else None
+            for a in query.aliases]
+        self.ranges = [s.window.size if s.window.kind == "range" else None for s in query.streams]
+        self.counts = [CountWindow(int(s.window.size)) if s.window.kind == "rows" else None
+                       for s in query.streams]
+        self.clock = ExpiryClock()
+        self.values: list[dict | None] = [
+            {} if s.window.kind == "unbounded" else None for s in query.streams]
+        self.stats = Counters()
+        self.next_rid = 0
+        self.now = float("-inf")
+        self.sample_every = sample_every
+        self._next_sample = sample_every
+        self.rejected_rows: list[tuple[int, float, tuple, str]] = []
+        self.trace: list | None = [] if trace else None
+
+    # ----- the update loop -------------------------------------------------------------
+    def process(self, streams: Sequence[int], signs: Sequence[int] | None,
+                timestamps: Sequence[float], rows: Sequence[tuple]) -> list:
+        ex, clock, st = self.executor, self.clock, self.stats
+        insert, delete = ex.insert, ex.delete
+        ranges, counts, sels = self.ranges, self.counts, self.selections
+        trace = self.trace
+        heap, heappush = clock.heap, heapq.heappush
+        rid = self.next_rid
+        for k in range(len(rows)):
+            i, ts, row = streams[k], timestamps[k], rows[k]
+            if heap and heap[0][0] < ts:
+                self.next_rid = rid
+                self.advance_to(ts)
+            sign = signs[k] if signs is not None else 1
+            st.arrivals += 1
+            if sign < 0:
+                self._explicit_delete(i, ts, row)
+                continue
+            rid += 1
+            sel = sels[i]
+            passed = sel is None or sel(row)
+            cw = counts[i]
+            if cw is not None:
+                gone = cw.admit(rid if passed else None)
+                if gone:
+                    st.deletions += 1
+                    if trace is not None:
+                        trace.append((i, -1, ts, ex.stems[i].rows[gone], self.emitted()))
+                    delete(i, gone, ts)
+            if not passed:
+                st.filtered += 1
+                if self.values[i] is not None:
+                    self.values[i].setdefault(row, []).append(None)
+                continue
+            st.insertions += 1
+            if trace is not None:
+                trace.append((i, 1, ts, row, self.emitted()))
+            insert(i, rid, row, ts)
+            w = ranges[i]
+            if w is not None:
+                heappush(heap, (ts + w, rid, i, rid))
+            elif self.values[i] is not None:
+                self.values[i].setdefault(row, []).append(rid)
+            if st.insertions + st.deletions >= self._next_sample:
+                self.sample(ts)
+        self.next_rid = rid
+        self.now = timestamps[-1] if len(timestamps) else self.now
+        return self.drain()
+
+    def advance_to(self, now: float) -> None:
+        """Process every time-window deletion due before ``now`` (see stream.windows)."""
+        ex, st, trace = self.executor, self.stats, self.trace
+        for expires_at, _, i, rid in self.clock.due(now):
+            st.deletions += 1
+            if trace is not None:
+                trace.append((i, -1, expires_at, ex.stems[i].rows[rid], self.emitted()))
+            ex.delete(i, rid, expires_at)
+
+    def _explicit_delete(self, i: int, ts: float, row: tuple) -> None:
+        store = self.values[i]
+        alias = self.query.aliases[i]
+        if store is None:
+            raise ValueError(f"stream {alias} has a window; explicit deletions are allowed "
+                             "on unbounded streams only")
+        rids = store.get(row)
+        if not rids:
+            self.stats.rejected += 1
+            self.rejected_rows.append((i, ts, row, f"deletion of a row not in {alias}"))
+            return
+        rid = rids.pop(0)
+        if not rids:
+            del store[row]
+        if rid is None:  # the row never passed the selection: nothing to delete
+            return
+        self.stats.deletions += 1
+        if self.trace is not None:
+            self.trace.append((i, -1, ts, row, self.emitted()))
+        self.executor.delete(i, rid, ts)
+
+    def emitted(self) -> int:
+        """Output rows produced so far (drained or not): a position in the output."""
+        return self.stats.results + len(self.out)
+
+    def drain(self) -> list:
+        out = self.out[:]
+        self.stats.results += len(out)
+        self.out.clear()
+        return out
+
+    # ----- statistics ------------------------------------------------------------------
+    def sample(self, ts: float) -> None:
+        st = self.stats
+        st.samples.append((st.updates, ts, self.executor.state_tuples(),
+                           self.executor.state_bytes()))
+        self._next_sample = st.updates + self.sample_every
+
+    def peak_state(self) -> tuple[int, int]:
+        if not self.stats.samples:
+            return self.executor.state_tuples(), self.executor.state_bytes()
+        return (max(s[2] for s in self.stats.samples), max(s[3] for s in self.stats.samples))

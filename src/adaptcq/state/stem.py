@@ -1,0 +1,135 @@
+"""SteM: the state of one stream (cacq.txt §3.3; a-caching.txt §3.1's relation R_i).
+
+A SteM holds the current window contents of one stream as rows (tuples in the logical
+query's column order for that stream) under a row id, and hash indexes on the column sets
+that joins probe. Every executor builds on SteMs; join subresults and caches hold
+references to these row objects, never copies.
+
+An index on columns (c1, ..., ck) maps a key to a bucket ``{rid: row}``. The key is the
+bare value for one column and a tuple for several. Rows with a NULL in any key column are
+left out of that index: NULL never joins.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+
+Index = dict  # key -> {rid: row}
+
+
+def key_function(positions: tuple[int, ...]):
+    """Return a function row -> key (None when a key column is NULL)."""
+    if len(positions) == 1:
+        (p,) = positions
+        return lambda row: row[p]
+    if not positions:
+        return lambda row: ()
+
+    def key(row, _ps=positions):
+        k = tuple(row[p] for p in _ps)
+        return None if None in k else k
+
+    return key
+
+
+class SteM:
+    """Window contents of one stream with hash indexes.
+
+    ``rows`` maps rid -> row for every tuple now in the window (that passed the stream's
+    selection). ``index(positions)`` returns (creating on demand, built from the current
+    contents) the hash index on those column positions.
+    """
+
+    __slots__ = ("name", "columns", "rows", "_indexes", "_keyfns", "peak_tuples")
+
+    def __init__(self, name: str, columns: tuple[str, ...]):
+        self.name = name
+        self.columns = columns
+        self.rows: dict[int, tuple] = {}
+        self._indexes: dict[tuple[int, ...], Index] = {}
+        self._keyfns: list[tuple[object, Index]] = []
+        self.peak_tuples = 0
+
+    # ----- indexes ---------------------------------------------------------------------
+    def index(self, positions: tuple[int, ...]) -> Index:
+        idx = self._indexes.get(positions)
+        if idx is None:
+            idx = {}
+            keyfn = key_function(positions)
+            for rid, row in self.rows.items():
+                k = keyfn(row)
+                if k is not None:
+                    b = idx.get(k)
+                    if b is None:
+                        idx[k] = {rid: row}
+                    else:
+                        b[rid] = row
+            self._indexes[positions] = idx
+            self._keyfns.append((keyfn, idx))
+        return idx
+
+    def drop_index(self, positions: tuple[int, ...]) -> None:
+        idx = self._indexes.pop(positions, None)
+        if idx is not None:
+            self._keyfns = [(f, i) for f, i in self._keyfns if i is not idx]
+
+    @property
+    def indexed(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(self._indexes)
+
+    # ----- updates ---------------------------------------------------------------------
+    def insert(self, rid: int, row: tuple) -> None:
+        self.rows[rid] = row
+        for keyfn, idx in self._keyfns:
+            k = keyfn(row)
+            if k is not None:
+                b = idx.get(k)
+                if b is None:
+                    idx[k] = {rid: row}
+                else:
+                    b[rid] = row
+        n = len(self.rows)
+        if n > self.peak_tuples:
+            self.peak_tuples = n
+
+    def delete(self, rid: int) -> tuple:
+        row = self.rows.pop(rid)
+        for keyfn, idx in self._keyfns:
+            k = keyfn(row)
+            if k is not None:
+                b = idx[k]
+                del b[rid]
+                if not b:
+                    del idx[k]
+        return row
+
+    # ----- probes ----------------------------------------------------------------------
+    def probe(self, positions: tuple[int, ...], key) -> Iterable[tuple]:
+        """Rows whose columns at ``positions`` equal ``key`` (none for a NULL key)."""
+        if key is None:
+            return ()
+        b = self.index(positions).get(key)
+        return b.values() if b else ()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    # ----- size ------------------------------------------------------------------------
+    def size_bytes(self, sample: int = 64) -> int:
+        """Honest estimate of the memory this SteM holds: the row dict and the index
+        dicts measured exactly, rows and buckets estimated from a sample of ``sample``."""
+        n = len(self.rows)
+        total = sys.getsizeof(self.rows)
+        if n:
+            it = iter(self.rows.values())
+            rows = [next(it) for _ in range(min(sample, n))]
+            per_row = sum(sys.getsizeof(r) + sum(sys.getsizeof(v) for v in r) for r in rows)
+            total += per_row * n // len(rows)
+        for idx in self._indexes.values():
+            total += sys.getsizeof(idx)
+            if idx:
+                it = iter(idx.values())
+                buckets = [next(it) for _ in range(min(sample, len(idx)))]
+                total += sum(sys.getsizeof(b) for b in buckets) * len(idx) // len(buckets)
+        return total

@@ -1,0 +1,127 @@
+"""The brute-force oracle: recompute the join of the windows' contents after every update.
+
+Deliberately simple and independent of the engine: window contents are a plain list of the
+live rows, membership is decided from the window definitions directly, and the join is a
+nested loop over the live rows checking every equality. After each update the full join is
+recomputed and the difference from the previous one is that update's output.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from adaptcq.query.expr import compile_predicate, to_python
+from adaptcq.query.logical import LogicalQuery
+
+
+class Oracle:
+    def __init__(self, query: LogicalQuery, mode: str):
+        self.q = query
+        self.mode = mode
+        self.sel = [compile_predicate(query.selections[a], query.columns[a], a, query.types)
+                    if query.selections.get(a) is not None else (lambda row: True)
+                    for a in query.aliases]
+        src = ", ".join(to_python(o.expr, self._resolve, query.types) for o in query.outputs)
+        self.project = eval(f"lambda b: ({src},)", {"datetime": __import__("datetime")})
+        # The equalities as (stream i, col pos, stream j, col pos).
+        idx = {a: k for k, a in enumerate(query.aliases)}
+        self.eqs = [(idx[x.stream], query.columns[x.stream].index(x.column),
+                     idx[y.stream], query.columns[y.stream].index(y.column))
+                    for x, y in query.equalities()]
+
+    def _resolve(self, ref):
+        return f"b[{self.q.aliases.index(ref.stream)}][{self.q.columns[ref.stream].index(ref.column)}]"
+
+    # ----- the join ----------------------------------------------------------------------
+    def join(self, live: list[tuple[int, int, tuple]]) -> Counter:
+        n = len(self.q.aliases)
+        per = [[row for (s, _, row) in live if s == i] for i in range(n)]
+        result: Counter = Counter()
+        bound: list = [None] * n
+
+        def ok(i: int) -> bool:
+            for a, pa_, b, pb in self.eqs:
+                if (a == i and b < i) or (b == i and a < i):
+                    va, vb = bound[a][pa_], bound[b][pb]
+                    if va is None or vb is None or va != vb:
+                        return False
+            return True
+
+        def rec(i: int):
+            if i == n:
+                result[self.project(bound)] += 1
+                return
+            for row in per[i]:
+                bound[i] = row
+                if ok(i):
+                    rec(i + 1)
+            bound[i] = None
+
+        rec(0)
+        return result
+
+    # ----- the updates -------------------------------------------------------------------
+    def run(self, streams, signs, timestamps, rows):
+        """Return (events, outputs): events are (stream, sign, ts, row) in processing order,
+        outputs[k] the Counter of (*values, sign, ts) emitted by event k."""
+        q = self.q
+        live: list[tuple[int, int, tuple]] = []   # (stream, arrival number, row)
+        arrived_ts: dict[int, float] = {}
+        per_stream_arrivals: dict[int, list[int]] = {i: [] for i in range(len(q.aliases))}
+        events, outputs = [], []
+        current = Counter()
+
+        def step(stream, sign, ts, row, emit: bool):
+            nonlocal current
+            new = self.join(live)
+            events.append((stream, sign, ts, row))
+            out = Counter()
+            if emit:
+                for r, c in (new - current).items():
+                    out[(*r, 1, ts)] += c
+                if self.mode == "retract":
+                    for r, c in (current - new).items():
+                        out[(*r, -1, ts)] += c
+            outputs.append(out)
+            current = new
+
+        for k, (i, ts, row) in enumerate(zip(streams, timestamps, rows)):
+            sign = 1 if signs is None else signs[k]
+            # Time-window deletions due before this arrival, in (t + w, arrival) order.
+            due = []
+            for s, j, r in live:
+                w = q.streams[s].window
+                if w.kind == "range" and arrived_ts[j] + w.size < ts:
+                    due.append((arrived_ts[j] + w.size, j, s, r))
+            for exp_at, j, s, r in sorted(due, key=lambda d: (d[0], d[1])):
+                live.remove((s, j, r))
+                step(s, -1, exp_at, r, self.mode == "retract")
+            if sign < 0:
+                match = next((x for x in live if x[0] == i and x[2] == row), None)
+                if match is not None:
+                    live.remove(match)
+                    step(i, -1, ts, row, self.mode == "retract")
+                continue
+            arrived_ts[k] = ts
+            w = q.streams[i].window
+            per_stream_arrivals[i].append(k)
+            if w.kind == "rows" and len(per_stream_arrivals[i]) > w.size:
+                gone = per_stream_arrivals[i][-w.size - 1]
+                old = next((x for x in live if x[1] == gone), None)
+                if old is not None:
+                    live.remove(old)
+                    step(i, -1, ts, old[2], self.mode == "retract")
+            if self.sel[i](row):
+                live.append((i, k, row))
+                step(i, 1, ts, row, True)
+        return events, outputs
+
+
+def engine_outputs(trace, out):
+    """Split an engine's output by update, using its trace: (events, Counters)."""
+    events, outputs = [], []
+    bounds = [t[4] for t in trace] + [len(out)]
+    for k, (i, sign, ts, row, _) in enumerate(trace):
+        events.append((i, sign, ts, row))
+        outputs.append(Counter(out[bounds[k]:bounds[k + 1]]))
+    return events, outputs
