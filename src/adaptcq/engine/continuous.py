@@ -86,21 +86,27 @@ class ContinuousQuery:
     # ----- the update loop -------------------------------------------------------------
     def process(self, streams: Sequence[int], signs: Sequence[int] | None,
                 timestamps: Sequence[float], rows: Sequence[tuple]) -> list:
-        ex, clock, st = self.executor, self.clock, self.stats
+        ex, st = self.executor, self.stats
         insert, delete = ex.insert, ex.delete
-        ranges, counts, sels = self.ranges, self.counts, self.selections
+        ranges, counts, sels, values = self.ranges, self.counts, self.selections, self.values
         trace = self.trace
-        heap, heappush = clock.heap, heapq.heappush
+        heap, heappush, heappop = self.clock.heap, heapq.heappush, heapq.heappop
         rid = self.next_rid
+        n_ins = n_del = n_filtered = 0
+        next_sample = self._next_sample - st.updates
         for k in range(len(rows)):
             i, ts, row = streams[k], timestamps[k], rows[k]
-            if heap and heap[0][0] < ts:
-                self.next_rid = rid
-                self.advance_to(ts)
-            sign = signs[k] if signs is not None else 1
-            st.arrivals += 1
-            if sign < 0:
-                self._explicit_delete(i, ts, row)
+            # Time-window deletions due before this arrival (stream.windows), inlined: this
+            # loop is the hot path of every executor.
+            while heap and heap[0][0] < ts:
+                expires_at, _, j, old = heappop(heap)
+                n_del += 1
+                if trace is not None:
+                    trace.append((j, -1, expires_at, ex.stems[j].rows[old], self.emitted()))
+                delete(j, old, expires_at)
+            if signs is not None and signs[k] < 0:
+                st.arrivals += 1
+                n_del += self._explicit_delete(i, ts, row)
                 continue
             rid += 1
             sel = sels[i]
@@ -109,29 +115,40 @@ class ContinuousQuery:
             if cw is not None:
                 gone = cw.admit(rid if passed else None)
                 if gone:
-                    st.deletions += 1
+                    n_del += 1
                     if trace is not None:
                         trace.append((i, -1, ts, ex.stems[i].rows[gone], self.emitted()))
                     delete(i, gone, ts)
             if not passed:
-                st.filtered += 1
-                if self.values[i] is not None:
-                    self.values[i].setdefault(row, []).append(None)
+                n_filtered += 1
+                if values[i] is not None:
+                    values[i].setdefault(row, []).append(None)
                 continue
-            st.insertions += 1
+            n_ins += 1
             if trace is not None:
                 trace.append((i, 1, ts, row, self.emitted()))
             insert(i, rid, row, ts)
             w = ranges[i]
             if w is not None:
                 heappush(heap, (ts + w, rid, i, rid))
-            elif self.values[i] is not None:
-                self.values[i].setdefault(row, []).append(rid)
-            if st.insertions + st.deletions >= self._next_sample:
+            elif values[i] is not None:
+                values[i].setdefault(row, []).append(rid)
+            if n_ins + n_del >= next_sample:
+                self._add_counts(len(rows), n_ins, n_del, n_filtered)
+                n_ins = n_del = n_filtered = 0
                 self.sample(ts)
+                next_sample = self._next_sample - st.updates
+        self._add_counts(len(rows), n_ins, n_del, n_filtered)
         self.next_rid = rid
         self.now = timestamps[-1] if len(timestamps) else self.now
         return self.drain()
+
+    def _add_counts(self, _n: int, n_ins: int, n_del: int, n_filtered: int) -> None:
+        st = self.stats
+        st.insertions += n_ins
+        st.deletions += n_del
+        st.filtered += n_filtered
+        st.arrivals += n_ins + n_filtered
 
     def advance_to(self, now: float) -> None:
         """Process every time-window deletion due before ``now`` (see stream.windows)."""
@@ -142,7 +159,7 @@ class ContinuousQuery:
                 trace.append((i, -1, expires_at, ex.stems[i].rows[rid], self.emitted()))
             ex.delete(i, rid, expires_at)
 
-    def _explicit_delete(self, i: int, ts: float, row: tuple) -> None:
+    def _explicit_delete(self, i: int, ts: float, row: tuple) -> int:
         store = self.values[i]
         alias = self.query.aliases[i]
         if store is None:
@@ -152,16 +169,16 @@ class ContinuousQuery:
         if not rids:
             self.stats.rejected += 1
             self.rejected_rows.append((i, ts, row, f"deletion of a row not in {alias}"))
-            return
+            return 0
         rid = rids.pop(0)
         if not rids:
             del store[row]
         if rid is None:  # the row never passed the selection: nothing to delete
-            return
-        self.stats.deletions += 1
+            return 0
         if self.trace is not None:
             self.trace.append((i, -1, ts, row, self.emitted()))
         self.executor.delete(i, rid, ts)
+        return 1
 
     def emitted(self) -> int:
         """Output rows produced so far (drained or not): a position in the output."""

@@ -67,8 +67,17 @@ def tree_str(tree: Tree) -> str:
 
 
 class _Node:
-    __slots__ = ("streams", "parent", "left", "right", "stem", "store", "indexes",
-                 "keyfns", "up")
+    __slots__ = (
+        "indexes",
+        "keyfns",
+        "left",
+        "parent",
+        "right",
+        "stem",
+        "store",
+        "streams",
+        "up",
+    )
 
     def __init__(self, streams: tuple[str, ...]):
         self.streams = streams

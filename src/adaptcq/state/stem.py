@@ -41,15 +41,14 @@ class SteM:
     contents) the hash index on those column positions.
     """
 
-    __slots__ = ("name", "columns", "rows", "_indexes", "_keyfns", "peak_tuples")
+    __slots__ = ("_indexes", "columns", "delete", "insert", "name", "rows")
 
     def __init__(self, name: str, columns: tuple[str, ...]):
         self.name = name
         self.columns = columns
         self.rows: dict[int, tuple] = {}
         self._indexes: dict[tuple[int, ...], Index] = {}
-        self._keyfns: list[tuple[object, Index]] = []
-        self.peak_tuples = 0
+        self._compile()
 
     # ----- indexes ---------------------------------------------------------------------
     def index(self, positions: tuple[int, ...]) -> Index:
@@ -66,43 +65,41 @@ class SteM:
                     else:
                         b[rid] = row
             self._indexes[positions] = idx
-            self._keyfns.append((keyfn, idx))
+            self._compile()
         return idx
 
     def drop_index(self, positions: tuple[int, ...]) -> None:
-        idx = self._indexes.pop(positions, None)
-        if idx is not None:
-            self._keyfns = [(f, i) for f, i in self._keyfns if i is not idx]
+        if self._indexes.pop(positions, None) is not None:
+            self._compile()
 
     @property
     def indexed(self) -> tuple[tuple[int, ...], ...]:
         return tuple(self._indexes)
 
     # ----- updates ---------------------------------------------------------------------
-    def insert(self, rid: int, row: tuple) -> None:
-        self.rows[rid] = row
-        for keyfn, idx in self._keyfns:
-            k = keyfn(row)
-            if k is not None:
-                b = idx.get(k)
-                if b is None:
-                    idx[k] = {rid: row}
-                else:
-                    b[rid] = row
-        n = len(self.rows)
-        if n > self.peak_tuples:
-            self.peak_tuples = n
-
-    def delete(self, rid: int) -> tuple:
-        row = self.rows.pop(rid)
-        for keyfn, idx in self._keyfns:
-            k = keyfn(row)
-            if k is not None:
-                b = idx[k]
-                del b[rid]
-                if not b:
-                    del idx[k]
-        return row
+    # ``insert(rid, row)`` and ``delete(rid) -> row`` are compiled for the current index set
+    # (straight-line code, one block per index): they are the hottest code in every
+    # executor. They are instance attributes, replaced whenever an index is added or dropped.
+    def _compile(self) -> None:
+        ins = ["def insert(rid, row):", "    rows[rid] = row"]
+        dele = ["def delete(rid):", "    row = rows.pop(rid)"]
+        ns: dict = {"rows": self.rows}
+        for n, (positions, idx) in enumerate(self._indexes.items()):
+            ns[f"I{n}"] = idx
+            if len(positions) == 1:
+                key, null = f"row[{positions[0]}]", "k is not None"
+            else:
+                key = "(" + "".join(f"row[{p}], " for p in positions) + ")"
+                null = "None not in k" if positions else "True"
+            ins += [f"    k = {key}", f"    if {null}:", f"        b = I{n}.get(k)",
+                    "        if b is None:", f"            I{n}[k] = {{rid: row}}",
+                    "        else:", "            b[rid] = row"]
+            dele += [f"    k = {key}", f"    if {null}:", f"        b = I{n}[k]",
+                     "        del b[rid]", "        if not b:", f"            del I{n}[k]"]
+        dele.append("    return row")
+        code = compile("\n".join(ins) + "\n" + "\n".join(dele), f"<SteM {self.name}>", "exec")
+        exec(code, ns)  # noqa: S102 - generated from column positions only
+        self.insert, self.delete = ns["insert"], ns["delete"]
 
     # ----- probes ----------------------------------------------------------------------
     def probe(self, positions: tuple[int, ...], key) -> Iterable[tuple]:

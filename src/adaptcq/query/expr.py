@@ -1,0 +1,413 @@
+"""Compile the scalar SQL of a continuous query (selections, SELECT items) to Python source.
+
+The accepted expressions are those the CQL front end lets through (``adaptcq.query.cql``):
+columns, literals, ``+ - * /``, unary minus, the comparisons ``= <> != < <= > >=``,
+``BETWEEN``, ``IN (...)``, ``IS [NOT] NULL``, ``NOT``, ``AND``, ``OR`` and
+``TIMESTAMP '...'`` / ``DATE '...'`` literals. STREAM evaluates these per tuple of a window
+(a-caching.txt §7.1; CQL), so the generated code is kept lean: no helper calls at all.
+
+SQL's three-valued logic is compiled by duality rather than by helpers. Every boolean
+expression ``e`` gets two Python sources, ``T(e)`` (true exactly when ``e`` is TRUE) and
+``F(e)`` (true exactly when ``e`` is FALSE); UNKNOWN is neither. Then
+``T(NOT e) = F(e)``, ``T(a AND b) = T(a) and T(b)``, ``F(a AND b) = F(a) or F(b)`` and so
+on, each node appearing once in each source. A WHERE clause passes a row when its condition is
+TRUE, so a predicate is just ``T``; ``R.x > 5`` becomes ``(r[1] is not None and r[1] > 5)``.
+The three-valued value of a condition (for a SELECT item) is
+``(True if T else False if F else None)``.
+
+A scalar value is a plain Python expression plus *guards*, the conditions under which it is
+NULL: a NULL operand (``x is None``), or a zero divisor (SQL engines disagree on ``x / 0``;
+here it is NULL, as in SQLite, so that one bad tuple cannot stop a continuous query).
+Division is Python's true division, as in Spark SQL. Timestamps are naive-UTC
+``datetime.datetime`` values; a string literal compared with a timestamp column is parsed at
+compile time with ``datetime.fromisoformat``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import sqlglot.expressions as exp
+
+from adaptcq.query.logical import ColumnRef
+
+Resolve = Callable[[ColumnRef], str]
+Types = dict[str, dict[str, str]]
+
+_COMPARISONS: dict[type, str] = {
+    exp.EQ: "==", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=",
+}
+_ARITHMETIC: dict[type, str] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
+_TEMPORAL_TYPES = {
+    exp.DataType.Type.DATE, exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMP,
+    exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.TIMESTAMPTZ,
+    exp.DataType.Type.TIMESTAMPLTZ,
+}
+_BOOLEAN_NODES = (exp.And, exp.Or, exp.Not, exp.Between, exp.In, exp.Is, exp.Boolean,
+                  *_COMPARISONS)
+
+
+class ExprError(ValueError):
+    """An expression that cannot be compiled; ``node`` is the offending sqlglot node."""
+
+    def __init__(self, message: str, node: exp.Expression | None = None):
+        super().__init__(message)
+        self.node = node
+
+
+def eval_namespace() -> dict[str, object]:
+    """The globals that code from :func:`to_python` / :func:`compile_projection` needs."""
+    return {"datetime": datetime}
+
+
+def parse_timestamp(text: str) -> datetime.datetime:
+    """A timestamp literal as a naive-UTC datetime (ISO 8601; a date alone means midnight)."""
+    value = datetime.datetime.fromisoformat(text.strip())
+    if value.tzinfo is not None:
+        value = value.astimezone(datetime.UTC).replace(tzinfo=None)
+    return value
+
+
+def is_temporal_cast(node: exp.Expression) -> bool:
+    """``TIMESTAMP '...'``, ``DATE '...'`` or ``CAST('...' AS TIMESTAMP)``: a string literal
+    cast to a date/time type, the only cast the front end accepts."""
+    return (isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal)
+            and node.this.is_string and node.to.this in _TEMPORAL_TYPES)
+
+
+def to_python(expr: exp.Expression, resolve: Resolve, types: Types | None = None) -> str:
+    """Python source of ``expr``'s value under SQL three-valued logic (None is NULL).
+
+    ``resolve`` gives the source of a column's value (e.g. ``"r[2]"``); the code needs only
+    builtins and :func:`eval_namespace`.
+    """
+    return _Compiler(resolve, types).value3(expr)
+
+
+def compile_projection(exprs: Iterable[exp.Expression], resolve: Resolve,
+                       types: Types | None = None) -> str:
+    """Source of a tuple holding the values of ``exprs`` (or of ``OutputColumn``s' exprs)."""
+    compiler = _Compiler(resolve, types)
+    items = [compiler.value3(getattr(e, "expr", e)) for e in exprs]
+    return "(" + "".join(item + ", " for item in items).rstrip(" ") + ")"
+
+
+def compile_predicate(expr: exp.Expression | None, columns: Sequence[str], stream: str,
+                      types: Types | None = None) -> Callable[[tuple], bool]:
+    """A function ``row -> bool`` that is True exactly when ``expr`` is TRUE for ``row``.
+
+    ``row`` is a tuple of ``stream``'s values in ``columns`` order; columns of ``expr`` must
+    be of ``stream`` (or unqualified). NULL/UNKNOWN does not pass, as in a SQL WHERE clause.
+    The generated source is kept on the function as ``source``. ``expr=None`` passes all.
+    """
+    index = {name: i for i, name in enumerate(columns)}
+
+    def resolve(ref: ColumnRef) -> str:
+        if ref.stream not in ("", stream):
+            raise ExprError(f"column {ref} is not a column of stream {stream!r}")
+        if ref.column not in index:
+            raise ExprError(f"column {ref.column!r} is not among the columns of stream "
+                            f"{stream!r}: {', '.join(columns)}")
+        return f"r[{index[ref.column]}]"
+
+    consts: dict[str, object] = {}
+    source = "True" if expr is None else _Compiler(resolve, types, consts, stream).true(expr)
+    fn = eval(f"lambda r: {source}", {**eval_namespace(), **consts})
+    fn.source = source
+    return fn
+
+
+@dataclass(frozen=True)
+class _Val:
+    """A compiled scalar: ``src`` is its value when no guard holds; each guard is a pair
+    (source true when the value is NULL, source true when it is not); ``null`` marks a value
+    that is always NULL."""
+
+    src: str
+    guards: tuple[tuple[str, str], ...] = ()
+    null: bool = False
+
+    def not_null(self, *more: str) -> str:
+        """Source true when the value is non-NULL and every one of ``more`` holds."""
+        return _all([g[1] for g in self.guards] + list(more))
+
+    def is_null(self) -> str:
+        if self.null:
+            return "True"
+        return _any([g[0] for g in self.guards])
+
+
+def _all(parts: list[str]) -> str:
+    parts = [p for p in parts if p != "True"]
+    if "False" in parts:
+        return "False"
+    if not parts:
+        return "True"
+    return parts[0] if len(parts) == 1 else "(" + " and ".join(parts) + ")"
+
+
+def _any(parts: list[str]) -> str:
+    parts = [p for p in parts if p != "False"]
+    if "True" in parts:
+        return "True"
+    if not parts:
+        return "False"
+    return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+
+
+def _merge(*vals: _Val) -> tuple[tuple[str, str], ...]:
+    guards: list[tuple[str, str]] = []
+    for v in vals:
+        guards.extend(g for g in v.guards if g not in guards)
+    return tuple(guards)
+
+
+def _strip(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _is_boolean(node: exp.Expression) -> bool:
+    node = _strip(node)
+    return isinstance(node, _BOOLEAN_NODES)
+
+
+class _Compiler:
+    """Compiles one expression tree. ``consts`` (optional) collects constants that would be
+    costly to rebuild per tuple (datetimes, IN-sets of them) under names ``_k0, _k1, ...``;
+    without it they are written inline. ``stream`` is the stream of unqualified columns."""
+
+    def __init__(self, resolve: Resolve, types: Types | None,
+                 consts: dict[str, object] | None = None, stream: str = ""):
+        self.resolve = resolve
+        self.types = types or {}
+        self.consts = consts
+        self.stream = stream
+
+    # ----- three-valued value ---------------------------------------------------------
+    def value3(self, node: exp.Expression) -> str:
+        if _is_boolean(node):
+            t, f = self.true(node), self.false(node)
+            if {t, f} == {"True", "False"}:
+                return t
+            if f == "False":
+                return f"(True if {t} else None)"
+            return f"(True if {t} else False if {f} else None)"
+        val = self.value(node)
+        if val.null:
+            return "None"
+        if not val.guards:
+            return val.src
+        return f"(None if {val.is_null()} else {val.src})"
+
+    # ----- TRUE / FALSE sources -------------------------------------------------------
+    def true(self, node: exp.Expression) -> str:
+        return self._truth(node, True)
+
+    def false(self, node: exp.Expression) -> str:
+        return self._truth(node, False)
+
+    def _truth(self, node: exp.Expression, want: bool) -> str:
+        node = _strip(node)
+        if isinstance(node, exp.Not):
+            return self._truth(node.this, not want)
+        if isinstance(node, (exp.And, exp.Or)):
+            parts = [self._truth(node.this, want), self._truth(node.expression, want)]
+            conjunctive = isinstance(node, exp.And) == want
+            return _all(parts) if conjunctive else _any(parts)
+        if isinstance(node, exp.Boolean):
+            return str(node.this == want)
+        for kind, method in self._PREDICATES:
+            if isinstance(node, kind):
+                return method(self, node, want)
+        return self._truth_of_value(node, want)
+
+    def _truth_of_value(self, node: exp.Expression, want: bool) -> str:
+        val = self.value(node)
+        if val.null:
+            return "False"
+        return val.not_null(f"bool({val.src})" if want else f"not {val.src}")
+
+    def _comparison(self, node: exp.Binary, want: bool) -> str:
+        self._check_comparable(node, [node.this, node.expression])
+        temporal = self._temporal(node.this) or self._temporal(node.expression)
+        left = self.value(node.this, temporal)
+        right = self.value(node.expression, temporal)
+        return _compare(left, _COMPARISONS[type(node)], right, want)
+
+    def _between(self, node: exp.Between, want: bool) -> str:
+        self._check_comparable(node, [node.this, node.args["low"], node.args["high"]])
+        temporal = self._temporal(node.this)
+        x = self.value(node.this, temporal)
+        low = self.value(node.args["low"], temporal)
+        high = self.value(node.args["high"], temporal)
+        if not want:  # x < low OR x > high, each UNKNOWN when a side is NULL
+            return _any([_compare(x, "<", low, True), _compare(x, ">", high, True)])
+        if x.null or low.null or high.null:
+            return "False"
+        test = f"{low.src} <= {x.src} <= {high.src}"
+        return _Val("", _merge(x, low, high)).not_null(test)
+
+    def _in(self, node: exp.In, want: bool) -> str:
+        if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
+            raise ExprError("IN with a subquery is not supported", node)
+        self._check_comparable(node, [node.this, *node.expressions])
+        temporal = self._temporal(node.this)
+        x = self.value(node.this, temporal)
+        items = [self.value(e, temporal) for e in node.expressions]
+        if not items or any(i.guards or i.null for i in items):  # x = a OR x = b ...
+            tests = [_compare(x, "==", item, want) for item in items]
+            return _any(tests) if want else _all(tests)
+        if x.null:
+            return "False"
+        test = f"{x.src} {'in' if want else 'not in'} {self._set_source(node)}"
+        return x.not_null(test)
+
+    def _set_source(self, node: exp.In) -> str:
+        """The constant collection of an ``IN`` list: a set display of numbers and strings
+        (CPython folds it into a frozenset constant), a hoisted frozenset of datetimes when
+        constants are collected, else a tuple of datetimes."""
+        if not self._temporal(node.this):
+            sources = [self.value(e).src for e in node.expressions]
+            return "{" + ", ".join(dict.fromkeys(sources)) + "}"
+        values = [self._timestamp(_literal_of(e)) for e in node.expressions]
+        if self.consts is not None:
+            return self._constant(frozenset(values))
+        return "(" + "".join(repr(v) + ", " for v in dict.fromkeys(values)) + ")"
+
+    def _is(self, node: exp.Is, want: bool) -> str:
+        if not isinstance(node.expression, exp.Null):
+            raise ExprError(f"IS {node.expression.sql()} is not supported (only IS [NOT] NULL)",
+                            node)
+        if _is_boolean(node.this):
+            t, f = self.true(node.this), self.false(node.this)
+            known = _any([t, f])
+            return _negate(known) if want else known
+        val = self.value(node.this)
+        null = val.is_null()
+        return null if want else _negate(null)
+
+    _PREDICATES: tuple = (
+        (tuple(_COMPARISONS), _comparison),
+        (exp.Between, _between),
+        (exp.In, _in),
+        (exp.Is, _is),
+    )
+
+    # ----- scalar values --------------------------------------------------------------
+    def value(self, node: exp.Expression, temporal: bool = False) -> _Val:
+        node = _strip(node)
+        if isinstance(node, exp.Column):
+            return self._column(node)
+        if isinstance(node, exp.Literal):
+            return self._literal(node, temporal)
+        if isinstance(node, exp.Null):
+            return _Val("None", null=True)
+        if isinstance(node, exp.Boolean):
+            if temporal:
+                raise ExprError(f"cannot compare a timestamp with {node.sql()}", node)
+            return _Val(repr(bool(node.this)))
+        if is_temporal_cast(node):
+            return _Val(self._constant(self._timestamp(node.this)))
+        if isinstance(node, exp.Neg):
+            inner = self.value(node.this)
+            return _Val(f"(-{inner.src})", inner.guards, inner.null)
+        if type(node) in _ARITHMETIC:
+            return self._arithmetic(node)
+        if _is_boolean(node):
+            t, f = self.true(node), self.false(node)
+            known = _any([t, f])
+            return _Val(f"({t})", ((_negate(known), known),))
+        raise ExprError(f"unsupported expression {node.sql()!r}", node)
+
+    def _column(self, node: exp.Column) -> _Val:
+        if isinstance(node.this, exp.Star):
+            raise ExprError(f"'{node.sql()}' is not a value", node)
+        src = self.resolve(ColumnRef(node.table, node.name))
+        return _Val(src, ((f"{src} is None", f"{src} is not None"),))
+
+    def _literal(self, node: exp.Literal, temporal: bool) -> _Val:
+        if node.is_string:
+            if temporal:
+                return _Val(self._constant(self._timestamp(node)))
+            return _Val(repr(node.this))
+        if temporal:
+            raise ExprError(f"cannot compare a timestamp with the number {node.this}", node)
+        text = node.this
+        try:
+            return _Val(repr(int(text)))
+        except ValueError:
+            return _Val(repr(float(text)))
+
+    def _arithmetic(self, node: exp.Binary) -> _Val:
+        left, right = self.value(node.this), self.value(node.expression)
+        src = f"({left.src} {_ARITHMETIC[type(node)]} {right.src})"
+        guards = _merge(left, right)
+        if isinstance(node, exp.Div):
+            zero = (f"{right.src} == 0", f"{right.src} != 0")
+            guards = guards + ((zero,) if zero not in guards else ())
+        return _Val(src, guards, left.null or right.null)
+
+    # ----- timestamps and constants ---------------------------------------------------
+    def _temporal(self, node: exp.Expression) -> bool:
+        node = _strip(node)
+        return is_temporal_cast(node) or self._kind(node) == "timestamp"
+
+    def _kind(self, node: exp.Expression) -> str | None:
+        """The schema kind of a column, "number"/"string" for a literal, else None."""
+        node = _strip(node)
+        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+            return self.types.get(node.table or self.stream, {}).get(node.name)
+        if isinstance(node, exp.Literal):
+            return "string" if node.is_string else "number"
+        return None
+
+    def _check_comparable(self, node: exp.Expression, operands: list[exp.Expression]) -> None:
+        """Reject comparing a number with a string where the kinds are known."""
+        kinds = {self._kind(o) for o in operands} & {"number", "string"}
+        if len(kinds) == 2:
+            raise ExprError(f"cannot compare a number with a string in '{node.sql()}'", node)
+
+    @staticmethod
+    def _timestamp(node: exp.Literal) -> datetime.datetime:
+        try:
+            return parse_timestamp(node.this)
+        except ValueError:
+            raise ExprError(f"invalid timestamp literal '{node.this}' (expected ISO 8601, "
+                            "e.g. '2024-01-01 00:00:00')", node) from None
+
+    def _constant(self, value: object) -> str:
+        if self.consts is None:
+            return repr(value)
+        for name, known in self.consts.items():
+            if known == value and type(known) is type(value):
+                return name
+        name = f"_k{len(self.consts)}"
+        self.consts[name] = value
+        return name
+
+
+def _literal_of(node: exp.Expression) -> exp.Literal:
+    """The string literal of a timestamp item (``'...'`` or ``TIMESTAMP '...'``)."""
+    node = _strip(node)
+    literal = node.this if is_temporal_cast(node) else node
+    if not (isinstance(literal, exp.Literal) and literal.is_string):
+        raise ExprError(f"cannot compare a timestamp with {node.sql()}", node)
+    return literal
+
+
+def _compare(left: _Val, op: str, right: _Val, want: bool) -> str:
+    """T (``want``) or F of ``left op right``: UNKNOWN when either side is NULL."""
+    if left.null or right.null:
+        return "False"
+    test = f"{left.src} {op} {right.src}"
+    return _Val("", _merge(left, right)).not_null(test if want else f"not {test}")
+
+
+def _negate(src: str) -> str:
+    if src in ("True", "False"):
+        return str(src == "False")
+    return f"not {src}"

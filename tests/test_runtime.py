@@ -1,0 +1,239 @@
+"""The local runtime and the command line: sources, ordering, lateness, output, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import adaptcq
+from adaptcq.cli import main
+from adaptcq.errors import InputError, QueryError
+from adaptcq.runtime.local import prepare
+from adaptcq.stream.sources import arrival_order
+from oracle import Oracle
+
+SQL3 = ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R [RANGE 2 SECONDS], "
+        "S [RANGE 2 SECONDS], T [RANGE 2 SECONDS] WHERE R.a = S.a AND S.b = T.b")
+
+
+def frames(seed=0, n=60):
+    rng = np.random.default_rng(seed)
+    mk = lambda cols: pd.DataFrame(
+        {"ts": np.sort(rng.integers(0, 20, n)).astype(float), "id": np.arange(n),
+         **{c: rng.integers(0, 4, n) for c in cols}})
+    return {"R": mk("a"), "S": mk("ab"), "T": mk("b")}
+
+
+def rows_of(table: pa.Table) -> Counter:
+    return Counter(zip(*[table.column(c).to_pylist() for c in table.column_names]))
+
+
+def oracle_rows(sql, sources, mode, **kw) -> Counter:
+    p = prepare(sql, sources, "ts", **kw)
+    _, outs = Oracle(p.query, mode).run(p.streams.tolist(), None if p.signs is None else
+                                        p.signs.tolist(), p.timestamps.tolist(), p.rows)
+    return sum(outs, Counter())
+
+
+@pytest.mark.parametrize("mode", ["append", "retract"])
+@pytest.mark.parametrize("executor", ["mjoin", "xjoin"])
+def test_run_equals_oracle_on_dataframes(mode, executor):
+    src = frames()
+    res = adaptcq.run(SQL3, src, timestamp="ts", executor=executor, mode=mode)
+    assert res.table.column_names == ["rid", "sid", "tid", "_sign", "_ts"]
+    assert res.table.schema.field("_sign").type == pa.int8()
+    assert rows_of(res.table) == oracle_rows(SQL3, src, mode)
+    assert res.stats["results"] == res.table.num_rows > 0
+    assert res.stats["updates"] == res.stats["insertions"] + res.stats["deletions"]
+
+
+def test_sources_of_every_kind_give_the_same_output(tmp_path):
+    src = frames(1)
+    pq.write_table(pa.Table.from_pandas(src["R"]), tmp_path / "r.parquet")
+    src["S"].to_csv(tmp_path / "s.csv", index=False)
+    kinds = {"R": str(tmp_path / "r.parquet"), "S": tmp_path / "s.csv",
+             "T": src["T"].to_dict("records")}
+    a = adaptcq.run(SQL3, src, mode="retract")
+    b = adaptcq.run(SQL3, kinds, mode="retract")
+    assert rows_of(a.table) == rows_of(b.table)
+
+
+def test_timestamp_columns_and_timestamp_selections():
+    base = dt.datetime(2024, 1, 1)
+    r = pa.table({"ts": pa.array([base + dt.timedelta(seconds=s) for s in (0, 1, 5)],
+                                 pa.timestamp("us", tz="UTC")), "a": [1, 1, 1], "id": [0, 1, 2]})
+    s = pa.table({"ts": pa.array([base + dt.timedelta(seconds=s) for s in (1, 2)],
+                                 pa.timestamp("us", tz="UTC")), "a": [1, 1], "id": [10, 11]})
+    sql = ("SELECT R.id AS rid, S.id AS sid FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] "
+           "WHERE R.a = S.a AND R.ts >= '2024-01-01 00:00:01'")
+    res = adaptcq.run(sql, {"R": r, "S": s}, mode="append")
+    # R0 is filtered out; R1 (t=1) joins S0 (t=1) and S1 (t=2, |Δ| = 1 s, inclusive).
+    assert sorted(res.table.column("sid").to_pylist()) == [10, 11]
+    assert pa.types.is_timestamp(res.table.schema.field("_ts").type)
+    assert res.table.column("_ts").to_pylist()[0].replace(tzinfo=None) == base + \
+        dt.timedelta(seconds=1)
+
+
+def test_window_boundary_is_inclusive():
+    """|Δts| = w joins; |Δts| > w does not (Window docstring)."""
+    r = pd.DataFrame({"ts": [0.0, 0.0], "a": [1, 2], "id": [0, 1]})
+    s = pd.DataFrame({"ts": [10.0, 10.5], "a": [1, 2], "id": [0, 1]})
+    sql = "SELECT R.id AS r, S.id AS s FROM R [RANGE 10 SECONDS], S [RANGE 10 SECONDS] " \
+          "WHERE R.a = S.a"
+    res = adaptcq.run(sql, {"R": r, "S": s})
+    assert res.table.column("r").to_pylist() == [0]
+
+
+def test_self_join_shares_input_rows():
+    r = pd.DataFrame({"ts": [0.0, 1.0, 2.0], "a": [1, 1, 2], "id": [0, 1, 2]})
+    sql = "SELECT x.id AS i, y.id AS j FROM R [ROWS 2] AS x, R [ROWS 2] y WHERE x.a = y.a"
+    for mode in ("append", "retract"):
+        res = adaptcq.run(sql, {"R": r}, mode=mode)
+        assert rows_of(res.table) == oracle_rows(sql, {"R": r}, mode)
+    pairs = Counter(zip(res.table.column("i").to_pylist(), res.table.column("j").to_pylist()))
+    assert pairs[(0, 1)] >= 1 and pairs[(1, 0)] >= 1 and pairs[(2, 2)] == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(ts=st.lists(st.integers(0, 30), min_size=0, max_size=40), lateness=st.integers(0, 5))
+def test_arrival_order_rejects_exactly_the_late_rows(ts, lateness):
+    arr = np.array(ts, dtype=float)
+    o = arrival_order(arr, lateness)
+    assert sorted(o.accepted.tolist() + o.late.tolist()) == list(range(len(ts)))
+    assert list(arr[o.accepted]) == sorted(arr[o.accepted])
+    seen = -np.inf
+    for k, t in enumerate(ts):  # the definition, row by row
+        assert (k in set(o.late.tolist())) == (t < seen - lateness)
+        seen = max(seen, t)
+
+
+def test_late_rows_are_counted_and_written(tmp_path):
+    r = pd.DataFrame({"ts": [0.0, 5.0, 1.0, 4.5], "a": [1, 1, 1, 1], "id": [0, 1, 2, 3]})
+    s = pd.DataFrame({"ts": [6.0], "a": [1], "id": [0]})
+    sql = "SELECT R.id AS r FROM R [RANGE 10 SECONDS], S [RANGE 10 SECONDS] WHERE R.a = S.a"
+    res = adaptcq.run(sql, {"R": r, "S": s}, allowed_lateness=1.0)
+    assert res.stats["rejected"] == 1
+    assert res.rejected.to_pylist() == [
+        {"stream": "R", "row": 2, "ts": 1.0, "reason": "late by more than the allowed lateness (1 s)"}]
+    assert sorted(res.table.column("r").to_pylist()) == [0, 1, 3]
+    pq.write_table(pa.Table.from_pandas(r), tmp_path / "r.parquet")
+    pq.write_table(pa.Table.from_pandas(s), tmp_path / "s.parquet")
+    out = tmp_path / "out.parquet"
+    assert main(["run", "--sql", sql, "--input", f"R={tmp_path / 'r.parquet'}", "--input",
+                 f"S={tmp_path / 's.parquet'}", "--allowed-lateness", "1", "--output", str(out),
+                 "--no-progress"]) == 0
+    assert pq.read_table(tmp_path / "out.rejected.parquet").num_rows == 1
+
+
+def test_explicit_deletions_on_unbounded_streams():
+    r = pd.DataFrame({"ts": [0.0, 1.0, 2.0, 3.0], "a": [1, 1, 1, 7], "id": [0, 1, 0, 9],
+                      "op": [1, 1, -1, -1]})
+    s = pd.DataFrame({"ts": [0.5], "a": [1], "id": [5], "op": [1]})
+    sql = "SELECT R.id AS r, S.id AS s FROM R, S WHERE R.a = S.a"
+    res = adaptcq.run(sql, {"R": r, "S": s}, mode="retract", sign="op")
+    got = list(zip(res.table.column("r").to_pylist(), res.table.column("_sign").to_pylist()))
+    assert got == [(0, 1), (1, 1), (0, -1)]
+    assert res.stats["rejected"] == 1  # the deletion of (7, 9), which was never inserted
+    assert rows_of(res.table) == oracle_rows(sql, {"R": r, "S": s}, "retract", sign="op")
+    with pytest.raises(InputError, match="unbounded"):
+        adaptcq.run("SELECT R.id FROM R [ROWS 3], S WHERE R.a = S.a", {"R": r, "S": s},
+                    sign="op")
+
+
+def test_select_star_names_columns_by_alias():
+    src = frames(2, 10)
+    res = adaptcq.run("SELECT * FROM R [ROWS 3] AS x, S [ROWS 3] WHERE x.a = S.a",
+                      {"R": src["R"], "S": src["S"]})
+    assert res.table.column_names == ["x_ts", "x_id", "x_a", "S_ts", "S_id", "S_a", "S_b",
+                                      "_sign", "_ts"]
+
+
+@pytest.mark.parametrize("sources, kwargs, message", [
+    ({"R": "/nonexistent/r.parquet"}, {}, "stream R: input file '/nonexistent/r.parquet' does not exist"),
+    ({"R": pd.DataFrame({"t": [1.0], "a": [1]})}, {}, "stream R: no timestamp column 'ts'"),
+    ({"R": pd.DataFrame({"ts": ["x"], "a": [1]})}, {}, "must be a timestamp or numeric"),
+    ({"R": pd.DataFrame({"ts": [1.0, None], "a": [1, 2]})}, {}, "row 1 has no timestamp"),
+    ({"R": pd.DataFrame({"ts": [1.0], "a": [1]}), "S": pd.DataFrame({"ts": [1.0], "b": [1]})},
+     {}, "unknown column"),
+    ({"R": pd.DataFrame({"ts": [1.0], "a": [1]})}, {}, "unknown stream 'S' \\(known streams: R\\)"),
+])
+def test_bad_input_names_the_stream(sources, kwargs, message):
+    with pytest.raises((InputError, QueryError), match=message):
+        adaptcq.run("SELECT R.a FROM R, S WHERE R.a = S.a", sources, **kwargs)
+
+
+def test_join_columns_of_different_types_are_an_error():
+    r = pd.DataFrame({"ts": [1.0], "a": ["1"]})
+    s = pd.DataFrame({"ts": [1.0], "a": [1]})
+    with pytest.raises(QueryError, match="R.a is string, S.a is number"):
+        adaptcq.run("SELECT R.a FROM R, S WHERE R.a = S.a", {"R": r, "S": s})
+
+
+def test_bad_sign_values_name_the_row():
+    r = pd.DataFrame({"ts": [1.0, 2.0], "a": [1, 1], "op": [1, 0]})
+    with pytest.raises(InputError, match="stream R: row 1 has sign 0"):
+        adaptcq.run("SELECT R.a FROM R, R AS q WHERE R.a = q.a", {"R": r}, sign="op")
+
+
+def test_bad_orders_and_trees_are_errors():
+    src = frames(3, 5)
+    with pytest.raises(ValueError, match="must list each of S, T once"):
+        adaptcq.run(SQL3, src, orders={"R": ["S"]})
+    with pytest.raises(ValueError, match="exactly once"):
+        adaptcq.run(SQL3, src, executor="xjoin", tree=(("R", "S"), "R"))
+
+
+# ----- command line --------------------------------------------------------------------------
+def test_cli_runs_a_query_over_files(tmp_path, capsys):
+    src = frames(4)
+    for name, df in src.items():
+        pq.write_table(pa.Table.from_pandas(df), tmp_path / f"{name}.parquet")
+    (tmp_path / "q.sql").write_text(SQL3)
+    out = tmp_path / "res.parquet"
+    args = ["run", "--sql", f"@{tmp_path / 'q.sql'}", "--timestamp", "ts", "--mode", "retract",
+            "--executor", "xjoin", "--tree", "(R, (S, T))", "--output", str(out), "--no-progress"]
+    for name in src:
+        args += ["--input", f"{name}={tmp_path / f'{name}.parquet'}"]
+    assert main(args) == 0
+    assert rows_of(pq.read_table(out)) == oracle_rows(SQL3, src, "retract")
+    text = capsys.readouterr().out
+    assert "throughput (updates per CPU-second)" in text and "XJoin (R ⋈ (S ⋈ T))" in text
+    mj = [a for a in args if a not in ("--tree", "(R, (S, T))")] + ["--order", "T:S,R"]
+    mj[mj.index("xjoin")] = "mjoin"
+    assert main(mj) == 0
+    assert "ΔR T: S ⋈ R" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--sql", "SELECT R.a FROM R"], "--sql needs an --input"),
+    (["run", "--sql", "SELECT R.a FROM R", "--input", "R"], "expected NAME=PATH"),
+    (["run", "--sql", "SELECT R.a FROM R", "--input", "R=/no/such.parquet"], "does not exist"),
+    (["run", "--sql", "@/no/such.sql"], "query file '/no/such.sql' does not exist"),
+    (["run", "--sql", "SELECT R.a FROM R, S", "--input", "R=x", "--input", "R=y"], "twice"),
+    (["run", "--order", "R:S", "--executor", "xjoin"], "--order sets MJoin pipelines"),
+    (["workload", "nope", "--out", "/tmp/x"], "unknown workload"),
+])
+def test_cli_errors_are_clear(args, message, capsys):
+    assert main(args) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_cli_unknown_option_exits_nonzero(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--frobnicate"])
+    assert e.value.code == 2
+    assert "unrecognized arguments: --frobnicate" in capsys.readouterr().err
+
+
+def test_cli_writes_workloads(tmp_path, capsys):
+    assert main(["workload", "three-way", "--out", str(tmp_path), "--n-updates", "700"]) == 0
+    assert {p.name for p in tmp_path.iterdir()} >= {"R.parquet", "S.parquet", "T.parquet",
+                                                    "query.sql"}
