@@ -164,3 +164,24 @@ def test_worked_example_3_1():
         cq = ContinuousQuery(q, ex, "append")
         out = cq.process(streams, None, [0.0] * 6, rows)
         assert out == [(1, 1, 2, 2, 1, 0.0)]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), mode=st.sampled_from(["append", "retract"]),
+       executor=st.sampled_from(["mjoin", "xjoin"]), seed=st.integers(0, 10**6))
+def test_snapshot_and_restore_continue_exactly(data, mode, executor, seed):
+    """A query checkpointed at any point and restored gives the output of an
+    uninterrupted run (what the Spark runtime's state store relies on)."""
+    q = data.draw(queries(max_streams=4))
+    streams, ts, rows = data.draw(arrivals(len(q.aliases)))
+    rows = as_tuples(q, streams, rows)
+    uninterrupted = ContinuousQuery(q, executor, mode)
+    whole = uninterrupted.process(streams, None, ts, rows)
+    cut = random.Random(seed).randint(0, len(rows))
+    first = ContinuousQuery(q, executor, mode)
+    out = first.process(streams[:cut], None, ts[:cut], rows[:cut]) if cut else []
+    second = ContinuousQuery.restore(q, first.snapshot(), mode)
+    out += second.process(streams[cut:], None, ts[cut:], rows[cut:]) if cut < len(rows) else []
+    assert sorted(map(repr, out)) == sorted(map(repr, whole))
+    assert second.stats.updates == uninterrupted.stats.updates
+    assert second.stats.arrivals == uninterrupted.stats.arrivals

@@ -124,6 +124,16 @@ class MJoin:
         if self.retract:
             self._pipelines[i](row, -1, ts, self._emit)
 
+    # ----- checkpoints -----------------------------------------------------------------
+    def plan_state(self) -> dict:
+        return {"orders": {a: list(o) for a, o in self.orders.items()}}
+
+    def load(self, i: int, rows: dict) -> None:
+        """Restore stream i's window contents (rid -> row) without producing output."""
+        stem = self.stems[i]
+        for rid, row in rows.items():
+            stem.insert(rid, row)
+
     # ----- introspection ---------------------------------------------------------------
     def state_tuples(self) -> int:
         return sum(len(s) for s in self.stems)

@@ -176,7 +176,8 @@ class XJoin:
         row = self.stems[i].delete(rid)
         self._propagate(self.query.aliases[i], rid, row, -1, ts)
 
-    def _propagate(self, stream: str, rid: int, row: tuple, sign: int, ts) -> None:
+    def _propagate(self, stream: str, rid: int, row: tuple, sign: int, ts,
+                   emit: bool = True) -> None:
         node = self._leaves[stream]
         delta = [((rid,), (row,))]
         while node.parent is not None and delta:
@@ -201,8 +202,20 @@ class XJoin:
             node, delta = node.parent, joined
             if node.store is not None:
                 (_store_insert if sign > 0 else _store_delete)(node, delta)
-        if node.parent is None and delta and (sign > 0 or self.retract):
+        if emit and node.parent is None and delta and (sign > 0 or self.retract):
             self._project([c for _, c in delta], sign, ts, self.out.append)
+
+    # ----- checkpoints -----------------------------------------------------------------
+    def plan_state(self) -> dict:
+        return {"tree": self.tree}
+
+    def load(self, i: int, rows: dict) -> None:
+        """Restore stream i's window contents (rid -> row) and the subresults they take
+        part in, without producing output (symmetric joins: load order does not matter)."""
+        alias = self.query.aliases[i]
+        for rid, row in rows.items():
+            self._propagate(alias, rid, row, 1, 0.0, emit=False)
+            self.stems[i].insert(rid, row)
 
     # ----- introspection ---------------------------------------------------------------
     def subresults(self) -> dict[str, int]:
