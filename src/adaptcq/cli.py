@@ -63,6 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--allowed-lateness", type=float, default=0.0, metavar="SECONDS",
                    help="rows later than this behind their stream's newest row are rejected")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--optimizer", choices=["dmjoin", "fgreedy", "treeopt", "fab", "qaware"],
+                   help="choose the MJoin's plan with this ordering algorithm "
+                   "(join-ordering.txt) once online statistics are warm")
+    r.add_argument("--reorder", choices=["agreedy", "off"], default="off",
+                   help="adaptive re-ordering at run time: A-Greedy (a-caching.txt §4, [5])")
+    r.add_argument("--engine", default="local", choices=["local", "spark"],
+                   help="local: this process; spark: a partitioned Structured Streaming job")
+    r.add_argument("--master", default="local[*]", help="Spark master (with --engine spark)")
+    r.add_argument("--partitions", type=int, default=None,
+                   help="number of partition groups P (with --engine spark; default: cores)")
+    r.add_argument("--checkpoint", help="Spark checkpoint folder: a restarted run continues "
+                   "exactly from it (with --engine spark)")
 
     w = sub.add_parser("workload", help="write one of the papers' synthetic workloads to Parquet")
     w.add_argument("name", help="three-way, nway, table2 or default")
@@ -71,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--n-updates", type=int, help="number of arrivals over all streams")
     w.add_argument("--point", default="D1", help="Table 2 point for `table2` (D1..D8)")
     w.add_argument("--r", type=int, help="multiplicity r of T for `three-way`")
+
+    e = sub.add_parser("explain", help="show the join graph, each ordering algorithm's "
+                       "pipelines and costs, and Q-Aware's choice")
+    from adaptcq.explain import add_arguments as add_explain_arguments
+    add_explain_arguments(e)
 
     b = sub.add_parser("bench", help="benchmarks (write CSV/PNG, print figures)")
     b.add_argument("name", help="mjoin-xjoin")
@@ -89,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_workload(args)
         if args.command == "bench":
             return cmd_bench(args)
+        if args.command == "explain":
+            from adaptcq.explain import main as explain_main
+            return explain_main(args)
     except AdaptcqError as e:
         print(f"adaptcq: error: {e}", file=sys.stderr)
         return 1
@@ -107,6 +127,12 @@ def cmd_run(args) -> int:
         if args.executor != "mjoin":
             raise AdaptcqError("--order sets MJoin pipelines; use --tree with --executor xjoin")
         options["orders"] = _orders(args.order)
+    if args.optimizer or args.reorder != "off":
+        if args.executor != "mjoin":
+            raise AdaptcqError("--optimizer and --reorder order MJoin pipelines; "
+                               "use them with --executor mjoin")
+        from adaptcq.adapt.reorder import make_policies
+        options["policies"] = make_policies(optimizer=args.optimizer, reorder=args.reorder)
     if args.tree:
         if args.executor != "xjoin":
             raise AdaptcqError("--tree is for --executor xjoin")
@@ -127,6 +153,11 @@ def cmd_run(args) -> int:
         if not sources:
             raise AdaptcqError("--sql needs an --input NAME=PATH for each stream")
     console.print(f"query: {' '.join(sql.split())}")
+    if args.engine == "spark":
+        from adaptcq.runtime.spark import run_cli
+        return run_cli(args, sql, sources, timestamp, options, console)
+    if args.checkpoint or args.partitions:
+        raise AdaptcqError("--checkpoint and --partitions need --engine spark")
     prepared = prepare(sql, sources, timestamp, args.sign, args.allowed_lateness)
     try:
         result = _execute_with_progress(execute, prepared, args, options, console)

@@ -20,6 +20,15 @@ from adaptcq.query.logical import LogicalQuery
 from adaptcq.stream.windows import CountWindow, ExpiryClock
 
 EXECUTORS = ("mjoin", "xjoin")
+
+
+def _log(x: float) -> float:
+    import math
+    return math.log(x) if x > 0 else -745.0
+
+
+def policy_seed(policy) -> int:
+    return int(getattr(policy, "seed", 0))
 MODES = ("append", "retract")
 
 
@@ -85,6 +94,55 @@ class ContinuousQuery:
         self._next_sample = sample_every
         self.rejected_rows: list[tuple[int, float, tuple, str]] = []
         self.trace: list | None = [] if trace else None
+        self.per_stream = [0] * len(query.streams)  # arrivals per stream (rates)
+        self.policies: list = []
+        self._next_event = float("inf")  # row id of the next profiling or policy tick
+        self._next_profile = float("inf")
+        self._next_tick = float("inf")
+        self._rng = None
+
+    # ----- policies ----------------------------------------------------------------------
+    def attach(self, policy) -> None:
+        """Attach an adaptive policy (adapt/): it is shown a sample of profiled insertions
+        (``policy.sample_probability``, ``policy.on_profile(cq, observation, ts)``) and
+        ticked every ``policy.interval`` arrivals (``policy.on_interval(cq, ts)``). A policy
+        changes the plan only through the executor's narrow interface (``set_order``...)."""
+        import random
+        if not hasattr(self.executor, "profile_insert"):
+            raise ValueError(f"the {self.executor.name} executor cannot be profiled; "
+                             "adaptive policies need --executor mjoin")
+        self.policies.append(policy)
+        self._rng = self._rng or random.Random(policy_seed(policy))
+        self._schedule()
+
+    def _schedule(self) -> None:
+        p = max((pol.sample_probability for pol in self.policies), default=0.0)
+        if p > 0 and self._next_profile <= self.next_rid:
+            # Geometric gaps: each insertion is profiled with probability p, independently.
+            gap = 1 if p >= 1 else 1 + int(_log(1.0 - self._rng.random()) / _log(1.0 - p))
+            self._next_profile = self.next_rid + gap
+        elif p <= 0:
+            self._next_profile = float("inf")
+        intervals = [pol.interval for pol in self.policies if pol.interval]
+        if intervals and (self._next_tick <= self.next_rid or self._next_tick == float("inf")):
+            self._next_tick = self.next_rid + min(intervals)
+        self._next_event = min(self._next_profile, self._next_tick)
+
+    def _event(self, i: int, rid: int, row: tuple, ts: float) -> bool:
+        """A profiling or policy tick is due at this arrival. Returns True when the
+        arrival was processed here (profiled) and must not be inserted again."""
+        self.next_rid = rid
+        done = False
+        if rid >= self._next_profile:
+            obs = self.executor.profile_insert(i, rid, row, ts)
+            for pol in self.policies:
+                pol.on_profile(self, obs, ts)
+            done = True
+        if rid >= self._next_tick:
+            for pol in self.policies:
+                pol.on_interval(self, ts)
+        self._schedule()
+        return done
 
     # ----- the update loop -------------------------------------------------------------
     def process(self, streams: Sequence[int], signs: Sequence[int] | None,
@@ -92,7 +150,7 @@ class ContinuousQuery:
         ex, st = self.executor, self.stats
         insert, delete = ex.insert, ex.delete
         ranges, counts, sels, values = self.ranges, self.counts, self.selections, self.values
-        trace = self.trace
+        trace, per_stream = self.trace, self.per_stream
         heap, heappush, heappop = self.clock.heap, heapq.heappush, heapq.heappop
         rid = self.next_rid
         n_ins = n_del = n_filtered = 0
@@ -128,9 +186,11 @@ class ContinuousQuery:
                     values[i].setdefault(row, []).append(None)
                 continue
             n_ins += 1
+            per_stream[i] += 1
             if trace is not None:
                 trace.append((i, 1, ts, row, self.emitted()))
-            insert(i, rid, row, ts)
+            if rid < self._next_event or not self._event(i, rid, row, ts):
+                insert(i, rid, row, ts)
             w = ranges[i]
             if w is not None:
                 heappush(heap, (ts + w, rid, i, rid))
@@ -219,7 +279,7 @@ class ContinuousQuery:
                 **options) -> ContinuousQuery:
         """Rebuild a query from ``snapshot()``; it then behaves exactly as the original
         would have (same outputs for the same further input)."""
-        state = pickle.loads(blob)  # noqa: S301 - our own checkpoint
+        state = pickle.loads(blob)
         if state.get("version") != 1:
             raise ValueError(f"unknown checkpoint version {state.get('version')!r}")
         cq = cls(query, state["executor"], mode, **{**options, **state["plan"]})

@@ -11,6 +11,8 @@ effect on results.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from time import perf_counter
 
 from adaptcq.engine.compile import compile_function, key_source, probe_plan, projection_source
 from adaptcq.query.logical import ColumnRef, LogicalQuery
@@ -38,6 +40,25 @@ def check_order(query: LogicalQuery, start: str, order: Sequence[str]) -> list[s
     return list(order)
 
 
+@dataclass
+class Observation:
+    """One profiled tuple's trip through its pipeline (a-caching.txt Appendix A).
+
+    ``delta[j]`` is the number of tuples operator j (0-based) processed for it, ``tau[j]``
+    the seconds spent there, and ``fanout[j]`` maps every stream not yet joined before
+    operator j (the one joined there included) to the number of its tuples that match the
+    ``delta[j]`` tuples reaching operator j: the conditional selectivities that A-Greedy's
+    greedy invariant is checked against ([5]; join-ordering.txt §3.2).
+    """
+
+    stream: str
+    order: tuple[str, ...]
+    delta: list[int]
+    tau: list[float]
+    fanout: list[dict[str, int]]
+    results: int
+
+
 class MJoin:
     """The MJoin executor over one SteM per stream.
 
@@ -57,6 +78,7 @@ class MJoin:
         self._emit = self.out.append
         self.orders: dict[str, list[str]] = {}
         self._pipelines: list = [None] * len(self.stems)
+        self._profile_cache: dict = {}
         for a in query.aliases:
             self.set_order(a, (orders or {}).get(a) or connected_order(query, a))
 
@@ -64,6 +86,7 @@ class MJoin:
     def set_order(self, stream: str, order: Sequence[str]) -> None:
         """Re-order ``stream``'s pipeline; valid between any two updates."""
         self.orders[stream] = check_order(self.query, stream, order)
+        self._profile_cache.clear()  # it holds index dicts that a re-order may drop
         i = self.query.aliases.index(stream)
         self._pipelines[i] = self._compile(stream, self.orders[stream])
         self._drop_unused_indexes()
@@ -124,6 +147,96 @@ class MJoin:
         if self.retract:
             self._pipelines[i](row, -1, ts, self._emit)
 
+    # ----- profiling (the mechanism; statistics and policies live in stats/ and adapt/) --
+    def profile_insert(self, i: int, rid: int, row: tuple, ts, fanouts: bool = True) -> Observation:
+        """Process an insertion fully, breadth-first, measuring each operator.
+
+        Gives the same output as ``insert``; slower, so drivers use it for a sample of
+        tuples only (a-caching.txt App. A: profile with probability p_i, no caches used)."""
+        obs = self._profiled(i, row, 1, ts, fanouts)
+        self.stems[i].insert(rid, row)
+        return obs
+
+    def _profiled(self, i: int, row: tuple, sign: int, ts, fanouts: bool) -> Observation:
+        q = self.query
+        start = q.aliases[i]
+        order = self.orders[start]
+        steps, project = self._profile_plan(start)
+        level = [(row,)]
+        delta, tau, fan = [], [], []
+        remaining = list(order)
+        for k, (stem, idx, keyfn) in enumerate(steps):
+            if fanouts:
+                fan.append(self._fanouts(level, start, order[:k], remaining))
+            t0 = perf_counter()
+            nxt = []
+            if idx is None:
+                rows = stem.rows.values()
+                for comp in level:
+                    nxt.extend([comp + (v,) for v in rows])
+            else:
+                for comp in level:
+                    key = keyfn(comp)
+                    b = idx.get(key) if key is not None else None
+                    if b:
+                        nxt.extend([comp + (v,) for v in b.values()])
+            tau.append(perf_counter() - t0)
+            delta.append(len(level))
+            remaining.pop(0)
+            level = nxt
+        for comp in level:
+            project(comp, sign, ts, self._emit)
+        return Observation(start, tuple(order), delta, tau, fan, len(level))
+
+    def _profile_plan(self, start: str):
+        """Per operator: (SteM, index or None for a cartesian step, key of a composite),
+        and the projection of a full composite (in pipeline order)."""
+        cached = self._profile_cache.get(start)
+        order = tuple(self.orders[start])
+        if cached is not None and cached[0] == order:
+            return cached[1], cached[2]
+        q = self.query
+        prefix = [start]
+        steps = []
+        for s in order:
+            positions, refs = probe_plan(q, s, prefix)
+            stem = self.stems[q.aliases.index(s)]
+            slots = [(prefix.index(r.stream), q.columns[r.stream].index(r.column)) for r in refs]
+            steps.append((stem, stem.index(positions) if positions else None, _comp_key(slots)))
+            prefix.append(s)
+
+        def resolve(ref: ColumnRef) -> str:
+            return f"c[{prefix.index(ref.stream)}][{q.columns[ref.stream].index(ref.column)}]"
+
+        project = compile_function("project", [
+            "def project(c, sign, ts, emit):",
+            f"    emit(({projection_source(q, resolve)} sign, ts))"], {})
+        self._profile_cache[start] = (order, steps, project)
+        return steps, project
+
+    def _fanouts(self, level, start, joined, remaining) -> dict[str, int]:
+        """Matches of each remaining stream for the tuples at this point of the pipeline."""
+        q = self.query
+        prefix = [start, *joined]
+        out = {}
+        for s in remaining:
+            positions, refs = probe_plan(q, s, prefix)
+            stem = self.stems[q.aliases.index(s)]
+            if not positions:
+                out[s] = len(stem) * len(level)
+                continue
+            idx = stem.index(positions)
+            keyfn = _comp_key([(prefix.index(r.stream), q.columns[r.stream].index(r.column))
+                               for r in refs])
+            n = 0
+            for comp in level:
+                key = keyfn(comp)
+                b = idx.get(key) if key is not None else None
+                if b:
+                    n += len(b)
+            out[s] = n
+        return out
+
     # ----- checkpoints -----------------------------------------------------------------
     def plan_state(self) -> dict:
         return {"orders": {a: list(o) for a, o in self.orders.items()}}
@@ -143,3 +256,15 @@ class MJoin:
 
     def describe(self) -> str:
         return "\n".join(f"ΔR {s}: " + " ⋈ ".join(o) for s, o in self.orders.items())
+
+
+def _comp_key(slots: list[tuple[int, int]]):
+    """Key of a composite tuple (rows in pipeline order) from (slot, column) pairs."""
+    if len(slots) == 1:
+        (a, c), = slots
+        return lambda comp: comp[a][c]
+
+    def key(comp, _slots=tuple(slots)):
+        k = tuple(comp[a][c] for a, c in _slots)
+        return None if None in k else k
+    return key

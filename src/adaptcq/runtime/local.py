@@ -142,7 +142,10 @@ def execute(prepared: PreparedInput, executor: str = "mjoin", mode: str = "appen
             progress: Callable[[int, int], None] | None = None, **options) -> RunResult:
     """Run a prepared input through one ContinuousQuery and collect the output."""
     q = prepared.query
+    policies = options.pop("policies", None) or []
     cq = ContinuousQuery(q, executor, mode, **options)
+    for policy in policies:
+        cq.attach(policy)
     out: list = []
     n = len(prepared.rows)
     t0 = time.process_time()
@@ -170,6 +173,9 @@ def execute(prepared: PreparedInput, executor: str = "mjoin", mode: str = "appen
         "throughput": st.updates / cpu if cpu > 0 else float("inf"),
         "peak_state_tuples": peak_t, "peak_state_bytes": peak_b,
     }
+    for policy in policies:
+        if hasattr(policy, "report"):
+            stats.update(policy.report())
     return RunResult(table, stats, rejected_table(rejected), st.samples, q,
                      cq.executor.describe())
 

@@ -1,0 +1,120 @@
+"""Online estimators with one tiny interface: ``update(...)`` and ``get()``.
+
+a-caching.txt Table 1 and Appendix A: "our online estimate of any statistic is the average
+of its W most recent measurements" (default W = 10, §7.1). Each estimator here is one such
+statistic; ``ready`` says whether W observations have been seen (§4.5 step 2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+W_DEFAULT = 10  # a-caching.txt §7.1: default window W for statistics
+
+
+class WindowAverage:
+    """The average of the W most recent observations (a-caching.txt Table 1)."""
+
+    __slots__ = ("W", "_values", "n")
+
+    def __init__(self, W: int = W_DEFAULT):
+        if W < 1:
+            raise ValueError("W must be at least 1")
+        self.W = W
+        self._values: deque[float] = deque(maxlen=W)
+        self.n = 0  # observations ever seen
+
+    def update(self, x: float) -> WindowAverage:
+        self._values.append(x)
+        self.n += 1
+        return self
+
+    def get(self) -> float:
+        # fsum over at most W values: exact enough, and no drift over a long run.
+        if not self._values:
+            return 0.0
+        return math.fsum(self._values) / len(self._values)
+
+    def sum(self) -> float:
+        return math.fsum(self._values)
+
+    @property
+    def ready(self) -> bool:
+        return len(self._values) >= self.W
+
+    def reset(self) -> None:
+        self._values.clear()
+
+
+class Rate:
+    """Tuples per unit time of one stream: the average of the W most recent
+    (count, elapsed) measurements, as count / elapsed over them (Appendix A's rate(R_i))."""
+
+    __slots__ = ("W", "_last", "_obs")
+
+    def __init__(self, W: int = W_DEFAULT):
+        self.W = W
+        self._obs: deque[tuple[float, float]] = deque(maxlen=W)
+        self._last: tuple[float, float] | None = None
+
+    def update(self, count: float, ts: float) -> Rate:
+        """``count``: tuples of the stream processed so far (cumulative); ``ts``: now."""
+        if self._last is not None and ts > self._last[1]:
+            self._obs.append((count - self._last[0], ts - self._last[1]))
+        if self._last is None or ts > self._last[1]:
+            self._last = (count, ts)
+        return self
+
+    def get(self) -> float:
+        elapsed = sum(e for _, e in self._obs)
+        return sum(c for c, _ in self._obs) / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def ready(self) -> bool:
+        return len(self._obs) >= self.W
+
+
+class BloomMissRate:
+    """Estimated miss probability of a cache that is not in use (a-caching.txt §4.3, App. A).
+
+    The stream of probe keys is cut into nonoverlapping windows of ``W_d`` keys; each window
+    hashes its keys into a Bloom filter of ``alpha * W_d`` bits (alpha >= 1). With b bits set
+    at the end of a window, b distinct keys were probed and each missed once: the window's
+    observation is b / W_d. The estimate is the average of the W most recent observations.
+    """
+
+    __slots__ = ("W_d", "_filter", "_seen", "_set", "avg", "bits")
+
+    def __init__(self, W_d: int = 100, alpha: float = 4.0, W: int = W_DEFAULT):
+        if alpha < 1:
+            raise ValueError("alpha must be at least 1 (App. A: alpha * W_d bits, alpha >= 1)")
+        self.W_d = W_d
+        self.bits = max(1, int(alpha * W_d))
+        self._filter = bytearray(self.bits)
+        self._seen = 0
+        self._set = 0
+        self.avg = WindowAverage(W)
+
+    def update(self, key) -> BloomMissRate:
+        h = hash(key) % self.bits
+        if not self._filter[h]:
+            self._filter[h] = 1
+            self._set += 1
+        self._seen += 1
+        if self._seen == self.W_d:
+            self.avg.update(self._set / self.W_d)
+            self._filter = bytearray(self.bits)
+            self._seen = self._set = 0
+        return self
+
+    def distinct(self) -> float:
+        """Estimated distinct keys per window of W_d probes (for cache memory needs)."""
+        return self.avg.get() * self.W_d
+
+    def get(self) -> float:
+        return self.avg.get()
+
+    @property
+    def ready(self) -> bool:
+        return self.avg.ready
