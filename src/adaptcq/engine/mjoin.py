@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
 
+from adaptcq.engine.cache import JoinCache
 from adaptcq.engine.compile import compile_function, key_source, probe_plan, projection_source
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.state.stem import SteM
@@ -77,22 +78,64 @@ class MJoin:
         self.out = [] if out is None else out
         self._emit = self.out.append
         self.orders: dict[str, list[str]] = {}
-        self._pipelines: list = [None] * len(self.stems)
+        self._pipelines: list = [None] * len(self.stems)     # insertions (with CacheUpdates)
+        self._del_pipelines: list = [None] * len(self.stems)  # deletions (retract mode)
         self._profile_cache: dict = {}
+        # Caches (a-caching.txt §3.2): placements per pipeline, the shared cache objects,
+        # and for each stream the caches holding its rows (evicted on its deletions).
+        self.placements: dict[str, list[tuple[int, int, JoinCache]]] = {
+            a: [] for a in query.aliases}
+        self.caches: dict[tuple, JoinCache] = {}
+        self._member_caches: list[list[JoinCache]] = [[] for _ in query.aliases]
         for a in query.aliases:
-            self.set_order(a, (orders or {}).get(a) or connected_order(query, a))
+            self.orders[a] = check_order(query, a, (orders or {}).get(a)
+                                         or connected_order(query, a))
+        self._rebuild()
 
     # ----- plan ------------------------------------------------------------------------
     def set_order(self, stream: str, order: Sequence[str]) -> None:
-        """Re-order ``stream``'s pipeline; valid between any two updates."""
+        """Re-order ``stream``'s pipeline; valid between any two updates. The caches used
+        in that pipeline are removed, and so is any cache elsewhere whose prefix invariant
+        the new order breaks (a-caching.txt §4.5 step 5)."""
         self.orders[stream] = check_order(self.query, stream, order)
+        self.placements[stream] = []
+        for pipeline, placed in self.placements.items():
+            self.placements[pipeline] = [
+                (j, k, c) for j, k, c in placed
+                if prefix_invariant(self.orders, c.members + tuple(sorted(c.extra)))]
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Recompile every pipeline for the current orders and caches; drop indexes and
+        caches no longer used."""
         self._profile_cache.clear()  # it holds index dicts that a re-order may drop
-        i = self.query.aliases.index(stream)
-        self._pipelines[i] = self._compile(stream, self.orders[stream])
+        used = {c for placed in self.placements.values() for _, _, c in placed}
+        for key in [k for k, c in self.caches.items() if c not in used]:
+            self.caches.pop(key).clear()
+        for c in self.caches.values():
+            c.users = {p for p, placed in self.placements.items()
+                       if any(x is c for _, _, x in placed)}
+        self._member_caches = [[c for c in self.caches.values() if a in c.members]
+                               for a in self.query.aliases]
+        for i, a in enumerate(self.query.aliases):
+            self._pipelines[i] = self._compile(a, self.orders[a], updates=True)
+            self._del_pipelines[i] = (self._compile(a, self.orders[a], updates=False)
+                                      if self.retract else None)
         self._drop_unused_indexes()
 
-    def _compile(self, start: str, order: list[str]):
-        """Nested loops over index buckets (see ``engine.compile``)."""
+    def _updates_in(self, start: str) -> dict[int, list[JoinCache]]:
+        """CacheUpdate operators of ``start``'s pipeline: for each used cache whose
+        Z = X ∪ Y holds ``start``, one after the first |Z| - 1 joins (§3.2, §6)."""
+        ups: dict[int, list[JoinCache]] = {}
+        for c in self.caches.values():
+            z = set(c.members) | c.extra
+            if start in z:
+                ups.setdefault(len(z) - 1, []).append(c)
+        return ups
+
+    def _compile(self, start: str, order: list[str], updates: bool):
+        """Nested loops over index buckets (see ``engine.compile``), with CacheLookup
+        before each cached segment and CacheUpdate operators where the caches need them."""
         q = self.query
         var = {start: "v0"}
 
@@ -103,7 +146,18 @@ class MJoin:
         lines = ["def pipeline(v0, sign, ts, emit):"]
         ind = "    "
         prefix = [start]
-        for k, s in enumerate(order, start=1):
+        ups = self._updates_in(start) if updates else {}
+        segments = {j: (k, c) for j, k, c in self.placements[start]}
+
+        def cache_updates(position: int, ind: str) -> None:
+            for c in ups.get(position, ()):
+                name = f"C{id(c)}"
+                ns[name] = c
+                lines.append(f"{ind}{name}.add({_key_src(c.key, resolve)}, "
+                             f"({''.join(f'id({var[m]}), ' for m in c.members)}), "
+                             f"({''.join(f'{var[m]}, ' for m in c.members)}))")
+
+        def probe_loop(k: int, s: str, ind: str) -> str:
             stem = self.stems[q.aliases.index(s)]
             positions, refs = probe_plan(q, s, prefix)
             if positions:
@@ -115,15 +169,38 @@ class MJoin:
             else:  # cartesian product step: only when forced by a given order
                 ns[f"R{k}"] = stem.rows
                 lines.append(f"{ind}for v{k} in R{k}.values():")
-            ind += "    "
             var[s] = f"v{k}"
             prefix.append(s)
+            return ind + "    "
+
+        cache_updates(0, ind)
+        k = 1
+        while k <= len(order):
+            if k in segments:  # CacheLookup, the segment on a miss, CacheUpdate of create
+                end, c = segments[k]
+                name = f"C{id(c)}"
+                ns[name] = c
+                probe = _key_src(c.key, lambda ref: resolve(_probe_ref(q, ref, prefix)))
+                lines += [f"{ind}seg = {name}.lookup({probe})", f"{ind}if seg is None:",
+                          f"{ind}    seg = {{}}", f"{ind}    u = {probe}"]
+                inner = ind + "    "
+                for pos in range(k, end + 1):
+                    inner = probe_loop(pos, order[pos - 1], inner)
+                members = [var[m] for m in c.members]
+                lines.append(f"{inner}seg[({''.join(f'id({v}), ' for v in members)})] = "
+                             f"({''.join(f'{v}, ' for v in members)})")
+                lines.append(f"{ind}    {name}.create(u, seg)")
+                lines.append(f"{ind}for {''.join(f'{v}, ' for v in members)} in seg.values():")
+                ind += "    "
+                k = end + 1
+            else:
+                ind = probe_loop(k, order[k - 1], ind)
+                k += 1
+            cache_updates(k - 1, ind)
         lines.append(f"{ind}emit(({projection_source(q, resolve)} sign, ts))")
         return compile_function("pipeline", lines, ns)
 
     def _drop_unused_indexes(self) -> None:
-        if any(p is None for p in self._pipelines):
-            return
         used: dict[str, set] = {a: set() for a in self.query.aliases}
         for start, order in self.orders.items():
             prefix = [start]
@@ -137,6 +214,66 @@ class MJoin:
                 if positions not in used[stem.name]:
                     stem.drop_index(positions)
 
+    # ----- caches (the mechanism; choosing them is adapt/caching's job) -------------------
+    def place_cache(self, pipeline: str, start: int, end: int,
+                    extra: frozenset[str] | set[str] = frozenset(),
+                    buckets: int = 1024) -> JoinCache:
+        """Use a cache over operators ``start``..``end`` (1-based) of ``pipeline``'s order:
+        a prefix-invariant cache (Def. 3.2) or, with ``extra`` = Y, a globally-consistent
+        X ⋈ Y cache (§6, Def. 6.1). A cache with the same segment, key and Y already in use
+        in another pipeline is shared (Def. 4.1). It starts empty and fills on misses;
+        results are unaffected. Raises ValueError when the invariant does not hold, or the
+        placement overlaps a cache or a CacheUpdate operator of this pipeline."""
+        q, order = self.query, self.orders[pipeline]
+        if not 1 <= start <= end <= len(order):
+            raise ValueError(f"cache segment {start}..{end} is outside {pipeline}'s pipeline "
+                             f"of {len(order)} joins")
+        segment = order[start - 1:end]
+        extra = frozenset(extra)
+        prefix = [pipeline, *order[:start - 1]]
+        if extra & (set(segment) | {pipeline}):
+            raise ValueError(f"Y = {sorted(extra)} must not hold {pipeline} or the segment")
+        z = tuple(segment) + tuple(sorted(extra))
+        if not prefix_invariant(self.orders, z):
+            what = "prefix invariant (Def. 3.2)" if not extra else                 "prefix invariant of X ∪ Y (§6)"
+            raise ValueError(f"a cache of {'⋈'.join(segment)} in {pipeline}'s pipeline breaks "
+                             f"the {what} for the current orders")
+        members = tuple(a for a in q.aliases if a in segment)
+        key = cache_key(q, prefix, members)
+        if not key:
+            raise ValueError(f"no join attribute links {', '.join(prefix)} to "
+                             f"{'⋈'.join(segment)}: a cache would hold a cartesian product")
+        for j, k, _ in self.placements[pipeline]:
+            if not (end < j or k < start):
+                raise ValueError(f"the segment {start}..{end} overlaps a cache at {j}..{k}")
+        ident = (members, extra, key)
+        cache = self.caches.get(ident) or JoinCache(
+            members, extra, key, buckets, {m: _row_key(q, key, m) for m in members})
+        # CacheUpdate operators must not sit inside a cached segment of the same pipeline.
+        trial = dict(self.caches)
+        trial[ident] = cache
+        for p, placed in self.placements.items():
+            segs = placed + ([(start, end, cache)] if p == pipeline else [])
+            for c in trial.values():
+                zc = set(c.members) | c.extra
+                pos = len(zc) - 1
+                if p in zc and any(j <= pos < k for j, k, _ in segs):
+                    raise ValueError(f"the CacheUpdate of {c.name} in {p}'s pipeline would "
+                                     "sit inside a cached segment")
+        self.caches[ident] = cache
+        self.placements[pipeline] = sorted(self.placements[pipeline] + [(start, end, cache)],
+                                           key=lambda t: t[0])
+        self._rebuild()
+        return cache
+
+    def drop_cache(self, pipeline: str, cache: JoinCache) -> None:
+        """Stop using ``cache`` in ``pipeline`` (dropped entirely when no pipeline uses it)."""
+        self.placements[pipeline] = [t for t in self.placements[pipeline] if t[2] is not cache]
+        self._rebuild()
+
+    def cache_bytes(self) -> int:
+        return sum(c.size_bytes() for c in self.caches.values())
+
     # ----- updates ---------------------------------------------------------------------
     def insert(self, i: int, rid: int, row: tuple, ts) -> None:
         self._pipelines[i](row, 1, ts, self._emit)
@@ -144,8 +281,10 @@ class MJoin:
 
     def delete(self, i: int, rid: int, ts) -> None:
         row = self.stems[i].delete(rid)
+        for c in self._member_caches[i]:
+            c.evict_row(self.query.aliases[i], row)
         if self.retract:
-            self._pipelines[i](row, -1, ts, self._emit)
+            self._del_pipelines[i](row, -1, ts, self._emit)
 
     # ----- profiling (the mechanism; statistics and policies live in stats/ and adapt/) --
     def profile_insert(self, i: int, rid: int, row: tuple, ts, fanouts: bool = True) -> Observation:
@@ -161,10 +300,12 @@ class MJoin:
         q = self.query
         start = q.aliases[i]
         order = self.orders[start]
-        steps, project = self._profile_plan(start)
+        steps, project, ups = self._profile_plan(start)
         level = [(row,)]
         delta, tau, fan = [], [], []
         remaining = list(order)
+        if sign > 0:
+            _apply_updates(ups.get(0, ()), level)
         for k, (stem, idx, keyfn) in enumerate(steps):
             if fanouts:
                 fan.append(self._fanouts(level, start, order[:k], remaining))
@@ -184,6 +325,8 @@ class MJoin:
             delta.append(len(level))
             remaining.pop(0)
             level = nxt
+            if sign > 0:
+                _apply_updates(ups.get(k + 1, ()), level)
         for comp in level:
             project(comp, sign, ts, self._emit)
         return Observation(start, tuple(order), delta, tau, fan, len(level))
@@ -194,7 +337,7 @@ class MJoin:
         cached = self._profile_cache.get(start)
         order = tuple(self.orders[start])
         if cached is not None and cached[0] == order:
-            return cached[1], cached[2]
+            return cached[1:]
         q = self.query
         prefix = [start]
         steps = []
@@ -211,8 +354,13 @@ class MJoin:
         project = compile_function("project", [
             "def project(c, sign, ts, emit):",
             f"    emit(({projection_source(q, resolve)} sign, ts))"], {})
-        self._profile_cache[start] = (order, steps, project)
-        return steps, project
+        # CacheUpdate operators at each position: (cache, key of a composite, member slots)
+        ups = {pos: [(c, _comp_key([(prefix.index(r.stream), q.columns[r.stream].index(r.column))
+                                    for r in c.key]),
+                      tuple(prefix.index(m) for m in c.members)) for c in caches]
+               for pos, caches in self._updates_in(start).items()}
+        self._profile_cache[start] = (order, steps, project, ups)
+        return steps, project, ups
 
     def _fanouts(self, level, start, joined, remaining) -> dict[str, int]:
         """Matches of each remaining stream for the tuples at this point of the pipeline."""
@@ -268,3 +416,64 @@ def _comp_key(slots: list[tuple[int, int]]):
         k = tuple(comp[a][c] for a, c in _slots)
         return None if None in k else k
     return key
+
+
+def prefix_invariant(orders: dict[str, list[str]], z: Sequence[str]) -> bool:
+    """Def. 3.2: for each R_l in Z, the first |Z| - 1 joins of ΔR_l's pipeline are with the
+    other relations of Z (for a global cache, Z = X ∪ Y: §6)."""
+    zs = set(z)
+    return all(set(orders[s][:len(zs) - 1]) == zs - {s} for s in zs)
+
+
+def cache_key(query: LogicalQuery, prefix: Sequence[str], members: Sequence[str]):
+    """K: the join attributes between the relations before the segment and those in it,
+    as segment-side columns, one per attribute class (equal within a segment tuple)."""
+    key = []
+    for cls in query.classes:
+        if any(c.stream in prefix for c in cls):
+            mine = sorted((c for c in cls if c.stream in members),
+                          key=lambda c: (query.aliases.index(c.stream),
+                                         query.columns[c.stream].index(c.column)))
+            if mine:
+                key.append(mine[0])
+    return tuple(sorted(key, key=lambda c: (query.aliases.index(c.stream), c.column)))
+
+
+def _probe_ref(query: LogicalQuery, ref: ColumnRef, prefix: Sequence[str]) -> ColumnRef:
+    """A prefix column equated to key column ``ref`` (same attribute class)."""
+    for cls in query.classes:
+        if ref in cls:
+            return min((c for c in cls if c.stream in prefix),
+                       key=lambda c: (list(prefix).index(c.stream), c.column))
+    raise ValueError(f"{ref} is not a join attribute")
+
+
+def _key_src(key: Sequence[ColumnRef], resolve) -> str:
+    if len(key) == 1:
+        return resolve(key[0])
+    return "(" + "".join(resolve(r) + ", " for r in key) + ")"
+
+
+def _row_key(query: LogicalQuery, key: Sequence[ColumnRef], stream: str):
+    """row -> cache key when ``stream``'s row alone determines it (each key column's class
+    has a column of ``stream``), else None."""
+    cols = query.columns[stream]
+    positions = []
+    for ref in key:
+        cls = next(c for c in query.classes if ref in c)
+        mine = [c for c in cls if c.stream == stream]
+        if not mine:
+            return None
+        positions.append(cols.index(mine[0].column))
+    if len(positions) == 1:
+        (p,) = positions
+        return lambda row: row[p]
+    return lambda row, _ps=tuple(positions): tuple(row[p] for p in _ps)
+
+
+def _apply_updates(ups, level) -> None:
+    """CacheUpdate for composites of the profiled (breadth-first) path."""
+    for cache, keyfn, slots in ups:
+        for comp in level:
+            part = tuple(comp[p] for p in slots)
+            cache.add(keyfn(comp), tuple(map(id, part)), part)
