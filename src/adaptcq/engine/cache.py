@@ -47,10 +47,13 @@ class JoinCache:
         # row, or None when the row alone does not determine it (then: reverse map).
         self.row_keys = row_keys
         self.rev: dict[int, set] = {}
+        # Only globally-consistent caches evict by row; prefix-invariant ones are maintained
+        # by CacheUpdates on deletions too (§3.2), so they need no reverse map.
+        self.rev_positions = [members.index(s) for s in members
+                              if extra and row_keys.get(s) is None]
         self.entries = 0
-        self.tuples = 0
-        self.probes = 0
-        self.hits = 0
+        # [hits, misses]: compiled pipelines count hits inline, ``create`` counts misses.
+        self.counts = [0, 0]
         self.users: set[str] = set()    # pipelines using it now
 
     @property
@@ -65,39 +68,40 @@ class JoinCache:
             f" | {key}]"
 
     # ----- CacheLookup ---------------------------------------------------------------------
+    # (Compiled pipelines inline the hit path of lookup and the whole of add; these
+    # methods are the reference versions, used by the profiled path and the tests.)
     def lookup(self, u):
         """probe(u): the entry's tuples on a hit, None on a miss; a key with a NULL joins
         nothing, so it is an empty hit."""
         if u is None or (type(u) is tuple and None in u):
             return EMPTY
-        self.probes += 1
         e = self.table[hash(u) % self.buckets]
         if e is not None and e[0] == u:
-            self.hits += 1
+            self.counts[0] += 1
             return e[1]
         return None
 
     def create(self, u, v: dict) -> None:
         """create(u, v) after a miss: direct-mapped, replacing whatever held the slot."""
+        self.counts[1] += 1
+        if u is None or (type(u) is tuple and None in u):
+            return
         slot = hash(u) % self.buckets
-        old = self.table[slot]
-        if old is None:
+        if self.table[slot] is None:
             self.entries += 1
-        else:
-            self.tuples -= len(old[1])
         self.table[slot] = (u, v)
-        self.tuples += len(v)
-        self._remember(u, v.values())
+        if self.rev_positions:
+            self._remember(u, v.values())
 
     # ----- CacheUpdate -----------------------------------------------------------------------
     def add(self, u, ids: tuple, comp: tuple) -> None:
         """insert(u, r): add segment tuple r if the cache holds key u (idempotent: a global
         cache sees a segment tuple again for each new Y partner)."""
         e = self.table[hash(u) % self.buckets] if u is not None else None
-        if e is not None and e[0] == u and ids not in e[1]:
-            e[1][ids] = comp
-            self.tuples += 1
-            self._remember(u, (comp,))
+        if e is not None and e[0] == u:
+            e[1][ids] = comp  # assigning again is a no-op: idempotent for global caches
+            if self.rev_positions:
+                self._remember(u, (comp,))
 
     def evict_row(self, stream: str, row: tuple) -> None:
         """delete: drop every cached segment tuple that holds base row ``row``."""
@@ -114,14 +118,10 @@ class JoinCache:
             e = self.table[hash(u) % self.buckets]
             if e is not None and e[0] == u:
                 v = e[1]
-                gone = [ids for ids in v if ids[p] == rid]
-                for ids in gone:
+                for ids in [ids for ids in v if ids[p] == rid]:
                     del v[ids]
-                self.tuples -= len(gone)
 
     def _remember(self, u, comps) -> None:
-        if not self.rev_streams:
-            return
         rev = self.rev
         for comp in comps:
             for p in self.rev_positions:
@@ -132,12 +132,17 @@ class JoinCache:
                     s.add(u)
 
     @property
-    def rev_streams(self) -> list[str]:
-        return [s for s in self.members if self.row_keys.get(s) is None]
+    def tuples(self) -> int:
+        """Segment tuples cached now (counted on demand: O(buckets))."""
+        return sum(len(e[1]) for e in self.table if e is not None)
 
     @property
-    def rev_positions(self) -> list[int]:
-        return [self.members.index(s) for s in self.rev_streams]
+    def probes(self) -> int:
+        return self.counts[0] + self.counts[1]
+
+    @property
+    def hits(self) -> int:
+        return self.counts[0]
 
     # ----- memory (§5) -----------------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -149,19 +154,23 @@ class JoinCache:
         return sys.getsizeof(self.table) + self.entries * per_entry + self.tuples * per_tuple
 
     def resize(self, buckets: int) -> None:
-        """Change the bucket count; entries whose slots collide are dropped (allowed)."""
+        """Change the bucket count; entries whose slots collide are dropped (allowed).
+        The executor recompiles its pipelines after this (they inline the bucket count)."""
         old = [e for e in self.table if e is not None]
         self.buckets = max(1, int(buckets))
         self.table = [None] * self.buckets
-        self.entries = self.tuples = 0
+        self.entries = 0
         self.rev.clear()
+        hits, misses = self.counts
         for u, v in old:
             self.create(u, v)
+        self.counts[:] = [hits, misses]
 
     def clear(self) -> None:
-        self.table = [None] * self.buckets
+        """Empty the cache in place (compiled code keeps its reference to the table)."""
+        self.table[:] = [None] * self.buckets
         self.rev.clear()
-        self.entries = self.tuples = 0
+        self.entries = 0
 
     @property
     def miss_rate(self) -> float:

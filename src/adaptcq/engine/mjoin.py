@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
 
-from adaptcq.engine.cache import JoinCache
+from adaptcq.engine.cache import EMPTY, JoinCache
 from adaptcq.engine.compile import compile_function, key_source, probe_plan, projection_source
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.state.stem import SteM
@@ -73,6 +73,7 @@ class MJoin:
     def __init__(self, query: LogicalQuery, mode: str = "append",
                  orders: dict[str, Sequence[str]] | None = None, out: list | None = None):
         self.query = query
+        self._aliases = query.aliases
         self.retract = mode == "retract"
         self.stems = [SteM(a, query.columns[a]) for a in query.aliases]
         self.out = [] if out is None else out
@@ -115,28 +116,39 @@ class MJoin:
         for c in self.caches.values():
             c.users = {p for p, placed in self.placements.items()
                        if any(x is c for _, _, x in placed)}
-        self._member_caches = [[c for c in self.caches.values() if a in c.members]
+        # Globally-consistent caches drop deleted rows by identity (Def. 6.1 allows extra
+        # tuples, so their CacheUpdates cannot find every tuple a deletion ends).
+        self._member_caches = [[c for c in self.caches.values() if a in c.members and c.extra]
                                for a in self.query.aliases]
         for i, a in enumerate(self.query.aliases):
-            self._pipelines[i] = self._compile(a, self.orders[a], updates=True)
-            self._del_pipelines[i] = (self._compile(a, self.orders[a], updates=False)
-                                      if self.retract else None)
+            self._pipelines[i] = self._compile(a, self.orders[a], "insert")
+            self._del_pipelines[i] = self._compile(
+                a, self.orders[a], "delete" if self.retract else "maintain")
         self._drop_unused_indexes()
 
-    def _updates_in(self, start: str) -> dict[int, list[JoinCache]]:
+    def _updates_in(self, start: str, prefix_only: bool = False) -> dict[int, list[JoinCache]]:
         """CacheUpdate operators of ``start``'s pipeline: for each used cache whose
         Z = X ∪ Y holds ``start``, one after the first |Z| - 1 joins (§3.2, §6)."""
         ups: dict[int, list[JoinCache]] = {}
         for c in self.caches.values():
             z = set(c.members) | c.extra
-            if start in z:
+            if start in z and not (prefix_only and c.extra):
                 ups.setdefault(len(z) - 1, []).append(c)
         return ups
 
-    def _compile(self, start: str, order: list[str], updates: bool):
+    def _compile(self, start: str, order: list[str], kind: str):
         """Nested loops over index buckets (see ``engine.compile``), with CacheLookup
-        before each cached segment and CacheUpdate operators where the caches need them."""
+        before each cached segment and CacheUpdate operators where the caches need them.
+
+        ``kind``: "insert" (CacheUpdates insert), "delete" (retract mode: CacheUpdates of
+        prefix-invariant caches delete), "maintain" (append mode: a deletion emits nothing,
+        so only the joins up to the last CacheUpdate run; None when there is none)."""
         q = self.query
+        ups = self._updates_in(start, prefix_only=kind != "insert")
+        if kind == "maintain":
+            if not ups:
+                return None
+            order = order[:max(ups)]
         var = {start: "v0"}
 
         def resolve(ref: ColumnRef) -> str:
@@ -146,16 +158,26 @@ class MJoin:
         lines = ["def pipeline(v0, sign, ts, emit):"]
         ind = "    "
         prefix = [start]
-        ups = self._updates_in(start) if updates else {}
-        segments = {j: (k, c) for j, k, c in self.placements[start]}
+        segments = {} if kind == "maintain" else {j: (k, c) for j, k, c in self.placements[start]}
 
         def cache_updates(position: int, ind: str) -> None:
             for c in ups.get(position, ()):
                 name = f"C{id(c)}"
-                ns[name] = c
-                lines.append(f"{ind}{name}.add({_key_src(c.key, resolve)}, "
-                             f"({''.join(f'id({var[m]}), ' for m in c.members)}), "
-                             f"({''.join(f'{var[m]}, ' for m in c.members)}))")
+                ns[name], ns[name + "T"] = c, c.table
+                ids = "(" + "".join(f"id({var[m]}), " for m in c.members) + ")"
+                comp = "(" + "".join(f"{var[m]}, " for m in c.members) + ")"
+                if kind != "insert":  # delete(u, r), inlined (prefix-invariant caches)
+                    lines.extend([f"{ind}u = {_key_src(c.key, resolve)}",
+                                  f"{ind}e = {name}T[hash(u) % {c.buckets}]",
+                                  f"{ind}if e is not None and e[0] == u:",
+                                  f"{ind}    e[1].pop({ids}, None)"])
+                elif c.rev_positions:  # rows that need the reverse map: the method does it
+                    lines.append(f"{ind}{name}.add({_key_src(c.key, resolve)}, {ids}, {comp})")
+                else:  # insert(u, r), inlined: only if the cache holds key u (§3.2)
+                    lines.extend([f"{ind}u = {_key_src(c.key, resolve)}",
+                                  f"{ind}e = {name}T[hash(u) % {c.buckets}]",
+                                  f"{ind}if e is not None and e[0] == u:",
+                                  f"{ind}    e[1][{ids}] = {comp}"])
 
         def probe_loop(k: int, s: str, ind: str) -> str:
             stem = self.stems[q.aliases.index(s)]
@@ -179,10 +201,21 @@ class MJoin:
             if k in segments:  # CacheLookup, the segment on a miss, CacheUpdate of create
                 end, c = segments[k]
                 name = f"C{id(c)}"
-                ns[name] = c
+                ns[name], ns[name + "T"], ns[name + "N"] = c, c.table, c.counts
+                ns["EMPTY"] = EMPTY
                 probe = _key_src(c.key, lambda ref: resolve(_probe_ref(q, ref, prefix)))
-                lines += [f"{ind}seg = {name}.lookup({probe})", f"{ind}if seg is None:",
-                          f"{ind}    seg = {{}}", f"{ind}    u = {probe}"]
+                null = "u is None" if len(c.key) == 1 else "None in u"
+                # probe(u), inlined; a NULL key joins nothing (an empty hit)
+                lines += [f"{ind}u = {probe}",
+                          f"{ind}if {null}:", f"{ind}    seg = EMPTY",
+                          f"{ind}else:",
+                          f"{ind}    e = {name}T[hash(u) % {c.buckets}]",
+                          f"{ind}    if e is not None and e[0] == u:",
+                          f"{ind}        seg = e[1]",
+                          f"{ind}        {name}N[0] += 1",
+                          f"{ind}    else:",
+                          f"{ind}        seg = None",
+                          f"{ind}if seg is None:", f"{ind}    seg = {{}}"]
                 inner = ind + "    "
                 for pos in range(k, end + 1):
                     inner = probe_loop(pos, order[pos - 1], inner)
@@ -197,7 +230,10 @@ class MJoin:
                 ind = probe_loop(k, order[k - 1], ind)
                 k += 1
             cache_updates(k - 1, ind)
-        lines.append(f"{ind}emit(({projection_source(q, resolve)} sign, ts))")
+        if kind == "maintain":
+            lines.append(f"{ind}pass")
+        else:
+            lines.append(f"{ind}emit(({projection_source(q, resolve)} sign, ts))")
         return compile_function("pipeline", lines, ns)
 
     def _drop_unused_indexes(self) -> None:
@@ -271,6 +307,11 @@ class MJoin:
         self.placements[pipeline] = [t for t in self.placements[pipeline] if t[2] is not cache]
         self._rebuild()
 
+    def resize_cache(self, cache: JoinCache, buckets: int) -> None:
+        """Change a cache's bucket count (§3.3: chosen from its estimated size; §5)."""
+        cache.resize(buckets)
+        self._rebuild()
+
     def cache_bytes(self) -> int:
         return sum(c.size_bytes() for c in self.caches.values())
 
@@ -282,9 +323,10 @@ class MJoin:
     def delete(self, i: int, rid: int, ts) -> None:
         row = self.stems[i].delete(rid)
         for c in self._member_caches[i]:
-            c.evict_row(self.query.aliases[i], row)
-        if self.retract:
-            self._del_pipelines[i](row, -1, ts, self._emit)
+            c.evict_row(self._aliases[i], row)
+        pipeline = self._del_pipelines[i]
+        if pipeline is not None:
+            pipeline(row, -1, ts, self._emit)
 
     # ----- profiling (the mechanism; statistics and policies live in stats/ and adapt/) --
     def profile_insert(self, i: int, rid: int, row: tuple, ts, fanouts: bool = True) -> Observation:
