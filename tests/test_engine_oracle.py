@@ -199,7 +199,7 @@ def random_cache_moves(cq, rnd: random.Random, tries: int = 6) -> None:
             continue
         j = rnd.randint(1, len(order))
         k = rnd.randint(j, len(order))
-        rest = [a for a in ex.query.aliases if a != pipeline and a not in order[j - 1:k]]
+        rest = [a for a in ex.query.aliases if a not in order[j - 1:k]]
         extra = frozenset(rnd.sample(rest, rnd.randint(0, len(rest)))) \
             if rest and rnd.random() < 0.4 else frozenset()
         try:

@@ -1,11 +1,31 @@
 """``adaptcq explain``: the join graph, each ordering algorithm's plan and cost.
 
-(Being written: issue 4. The arguments below are the contract with cli.py.)
+For a query and statistics — given (``--stats FILE``) or measured by running the query over
+a prefix of its inputs with the Profiler (``stats.profiler``, a-caching.txt App. A) — print
+the join graph's shape (join-ordering.txt §1.2), its edges with σ, every algorithm's
+pipelines (one line per start stream) and plan cost (Eq. 1–3, ``optimizer.plan_cost``),
+which algorithm Q-Aware chose (§6) and the optimum (DMJoin, §3.1) where it is tractable,
+with each algorithm's ratio to it.
+
+The statistics file is JSON::
+
+    {"rates": {"R": 10, "S": 20, "T": 5},          # λ per stream (tuples per second)
+     "selectivities": {"R,S": 0.1, "S,T": 0.5},    # σ per joined pair, keyed "A,B"
+     "window": 2,                                  # W in seconds (optional with equal
+                                                   #   [RANGE w] windows: w is used)
+     "costs": {"insert": 1, "delete": 1, "join": 1}}  # optional unit costs (Table 1)
+
+Every stream of the query needs a rate, every joined pair (an edge of the query's join
+graph) a selectivity; names are the query's stream aliases.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+
+from adaptcq.errors import AdaptcqError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,7 +37,220 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="JSON statistics: {rates: {S: λ}, selectivities: {'R,S': σ}, window: W}")
     p.add_argument("--prefix", type=int, default=200_000,
                    help="measure statistics over at most this many input rows")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+# ----- statistics ----------------------------------------------------------------------------
+def graph_from_json(query, data) -> object:
+    """The ``JoinGraph`` of a statistics file's parsed JSON, checked against ``query``."""
+    from adaptcq.optimizer import JoinGraph
+    from adaptcq.stats.profiler import common_range
+
+    if not isinstance(data, dict):
+        raise AdaptcqError("statistics must be a JSON object with 'rates' and "
+                           "'selectivities'")
+    unknown_keys = sorted(set(data) - {"rates", "selectivities", "window", "costs"})
+    if unknown_keys:
+        raise AdaptcqError(f"statistics: unknown key(s) {', '.join(unknown_keys)}; expected "
+                           "rates, selectivities, window, costs")
+    aliases = list(query.aliases)
+    rates = data.get("rates")
+    if not isinstance(rates, dict):
+        raise AdaptcqError("statistics: 'rates' must map each stream to its rate λ")
+    for s in rates:
+        if s not in aliases:
+            raise AdaptcqError(f"statistics: rates name stream {s!r}, which is not in the "
+                               f"query (streams: {', '.join(aliases)})")
+    missing = [a for a in aliases if a not in rates]
+    if missing:
+        raise AdaptcqError(f"statistics: no rate for stream {', '.join(missing)}")
+    sels = data.get("selectivities", {})
+    if not isinstance(sels, dict):
+        raise AdaptcqError("statistics: 'selectivities' must map \"A,B\" to σ")
+    edges = {frozenset(e) for e in query.join_graph.edges()}
+    sel = {}
+    for key, sigma in sels.items():
+        parts = [x.strip() for x in str(key).split(",")]
+        if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+            raise AdaptcqError(f"statistics: selectivity key {key!r} must name two "
+                               "different streams as \"A,B\"")
+        for s in parts:
+            if s not in aliases:
+                raise AdaptcqError(f"statistics: selectivity {key!r} names stream {s!r}, "
+                                   f"which is not in the query (streams: {', '.join(aliases)})")
+        pair = frozenset(parts)
+        if pair not in edges:
+            raise AdaptcqError(f"statistics: the query has no join predicate between "
+                               f"{parts[0]} and {parts[1]}, so {key!r} has no selectivity")
+        if pair in sel:
+            raise AdaptcqError(f"statistics: the selectivity of {parts[0]},{parts[1]} is "
+                               "given twice")
+        sel[pair] = sigma
+    for e in sorted(edges, key=sorted):
+        if e not in sel:
+            a, b = sorted(e)
+            raise AdaptcqError(f"statistics: no selectivity for the join of {a} and {b}; "
+                               f"give \"{a},{b}\"")
+    window = data.get("window")
+    if window is None:
+        window = common_range(query)
+        if window is None:
+            raise AdaptcqError("statistics: give 'window' (W, seconds): the query's streams "
+                               "do not all have the same [RANGE w] window")
+    costs = data.get("costs", {})
+    if not isinstance(costs, dict) or set(costs) - {"insert", "delete", "join"}:
+        raise AdaptcqError("statistics: 'costs' may give insert, delete and join unit costs")
+    return JoinGraph(rates, sel, window=window,
+                     **{f"c_{k}": v for k, v in costs.items()})
+
+
+def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | None = None):
+    """Run the query over at most ``prefix`` input rows with the Profiler attached and
+    return (query, join graph from the measured statistics, profiler, rows used)."""
+    from adaptcq.engine.continuous import ContinuousQuery
+    from adaptcq.runtime.local import prepare
+    from adaptcq.stats.profiler import Profiler, join_graph_from_stats
+
+    prepared = prepare(sql, sources, timestamp)
+    n = min(len(prepared.rows), max(0, prefix))
+    if n == 0:
+        raise AdaptcqError("no input rows to measure statistics on")
+    # Profile about 2,000 tuples whatever the prefix (at least 1 in 50).
+    profiler = Profiler(p=p if p is not None else min(1.0, max(0.02, 2000 / n)),
+                        interval=max(1, n // 200))
+    cq = ContinuousQuery(prepared.query, "mjoin", "append")
+    cq.attach(profiler)
+    cq.process(prepared.streams[:n].tolist(), None, prepared.timestamps[:n].tolist(),
+               prepared.rows[:n])
+    cq.drain()
+    starved = [a for a, k in profiler.observations_at_start().items() if k == 0]
+    if profiler.query is None or starved:
+        raise AdaptcqError("too few profiled tuples to measure statistics"
+                           + (f" of {', '.join(starved)}" if starved else "")
+                           + f" in the first {n:,} input rows; give a larger --prefix "
+                           "or --stats FILE")
+    if not any(r.get() > 0 for r in profiler.rates.values()):
+        raise AdaptcqError("cannot measure stream rates: the input's timestamps do not "
+                           "advance over the prefix; give --stats FILE")
+    return prepared.query, join_graph_from_stats(prepared.query, profiler), profiler, n
+
+
+# ----- the report ----------------------------------------------------------------------------
+def explain_graph(graph) -> dict:
+    """Every algorithm's plan and cost on ``graph``, Q-Aware's choice and the optimum."""
+    from adaptcq.optimizer import (
+        ALGORITHMS,
+        DMJOIN_MAX_STREAMS,
+        pipeline_cost,
+        plan,
+        plan_cost,
+        qaware_algorithm,
+    )
+
+    tractable = len(graph) <= DMJOIN_MAX_STREAMS
+    algorithms = {}
+    for name in ALGORITHMS:
+        if name == "dmjoin" and not tractable:
+            continue
+        pl = plan(graph, name)
+        algorithms[name] = {
+            "plan": pl, "cost": plan_cost(graph, pl),
+            "pipeline_costs": {s: pipeline_cost(graph, s, o) for s, o in pl.items()}}
+    optimum = algorithms["dmjoin"]["cost"] if tractable else None
+    for info in algorithms.values():
+        info["ratio"] = (info["cost"] / optimum if optimum else
+                         (1.0 if optimum == 0 and info["cost"] == 0 else None))
+    return {
+        "shape": graph.shape, "has_cycle": graph.has_cycle, "connected": graph.is_connected,
+        "rates": dict(graph.rates), "window": graph.window,
+        "edges": [{"streams": [a, b], "sigma": s} for a, b, s in graph.edges()],
+        "algorithms": algorithms, "qaware_chose": qaware_algorithm(graph),
+        "optimum": optimum, "dmjoin_tractable": tractable,
+    }
+
+
+def _print(report: dict, query, source: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if Console().is_terminal else 140)
+    console.print(f"[bold]query[/]: {' '.join(query.sql.split())}")
+    console.print(f"[bold]statistics[/]: {source}")
+    shape = report["shape"]
+    if not report["connected"]:
+        shape = ("disconnected (pipelines take cartesian products between its "
+                 "components)")
+    console.print(f"[bold]join graph shape[/]: {shape}; window W = {report['window']:g}")
+    t = Table()
+    t.add_column("stream")
+    t.add_column("λ (tuples/s)", justify="right")
+    t.add_column("λ·W (state)", justify="right")
+    for s, lam in report["rates"].items():
+        t.add_row(s, f"{lam:,.4g}", f"{lam * report['window']:,.4g}")
+    console.print(t)
+    e = Table()
+    e.add_column("pair")
+    e.add_column("σ", justify="right")
+    for edge in report["edges"]:
+        e.add_row(" ⋈ ".join(edge["streams"]), f"{edge['sigma']:.4g}")
+    console.print(e)
+    for name, info in report["algorithms"].items():
+        title = f"{name}: plan cost {info['cost']:,.6g}"
+        if info["ratio"] is not None:
+            title += f" ({info['ratio']:.3f} × optimum)"
+        if name == "qaware":
+            title += f" — Q-Aware chose {report['qaware_chose']}"
+        console.print(f"[bold]{title}[/]")
+        p = Table()
+        p.add_column("ΔS")
+        p.add_column("pipeline")
+        p.add_column("cost (Eq. 2)", justify="right")
+        for s, order in info["plan"].items():
+            p.add_row(s, " ⋈ ".join([s, *order]), f"{info['pipeline_costs'][s]:,.6g}")
+        console.print(p)
+    console.print(f"[bold]Q-Aware chose[/]: {report['qaware_chose']} "
+                  f"({'cyclic' if report['has_cycle'] else 'acyclic'} join graph, §6)")
+    if report["optimum"] is not None:
+        console.print(f"[bold]optimum[/] (DMJoin): {report['optimum']:,.6g}")
+    else:
+        from adaptcq.optimizer import DMJOIN_MAX_STREAMS
+        console.print(f"[bold]optimum[/]: not computed (DMJoin is exponential; more than "
+                      f"{DMJOIN_MAX_STREAMS} streams)")
 
 
 def main(args) -> int:
-    raise NotImplementedError("adaptcq explain is being written (issue 4)")
+    from adaptcq.cli import _inputs, _sql_arg
+    from adaptcq.query.cql import parse_query
+
+    sql = _sql_arg(args.sql)
+    if args.stats and args.input:
+        raise AdaptcqError("give either --stats FILE or --input NAME=PATH ..., not both")
+    if args.stats:
+        path = Path(args.stats)
+        if not path.exists():
+            raise AdaptcqError(f"statistics file {str(path)!r} does not exist")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise AdaptcqError(f"statistics file {str(path)!r} is not valid JSON: {e.msg} "
+                               f"(line {e.lineno}, column {e.colno})") from None
+        query = parse_query(sql)
+        graph = graph_from_json(query, data)
+        source = f"given ({path})"
+    elif args.input:
+        if args.prefix < 1:
+            raise AdaptcqError(f"--prefix must be at least 1, got {args.prefix}")
+        query, graph, profiler, n = measure(sql, _inputs(args.input), args.timestamp,
+                                            args.prefix)
+        seen = sum(p.observations for p in profiler.pipelines.values())
+        source = (f"measured over the first {n:,} input rows "
+                  f"({seen:,} profiled tuples, W = {profiler.W})")
+    else:
+        raise AdaptcqError("explain needs statistics: --stats FILE, or --input NAME=PATH for "
+                           "each stream to measure them")
+    report = explain_graph(graph)
+    if getattr(args, "json", False):
+        print(json.dumps({"statistics": source, **report}, indent=2, default=str))
+    else:
+        _print(report, query, source)
+    return 0

@@ -55,6 +55,7 @@ class JoinCache:
         # [hits, misses]: compiled pipelines count hits inline, ``create`` counts misses.
         self.counts = [0, 0]
         self.users: set[str] = set()    # pipelines using it now
+        self.guard = None               # (R_i, positions, row -> key) when R_i is in Y
 
     @property
     def kind(self) -> str:
@@ -120,6 +121,14 @@ class JoinCache:
                 v = e[1]
                 for ids in [ids for ids in v if ids[p] == rid]:
                     del v[ids]
+
+    def evict_key(self, u) -> None:
+        """Drop the entry for key u (allowed at any time: caches need not be complete)."""
+        slot = hash(u) % self.buckets
+        e = self.table[slot]
+        if e is not None and e[0] == u:
+            self.table[slot] = None
+            self.entries -= 1
 
     def _remember(self, u, comps) -> None:
         rev = self.rev

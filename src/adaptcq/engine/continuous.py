@@ -117,14 +117,16 @@ class ContinuousQuery:
 
     def _schedule(self) -> None:
         p = max((pol.sample_probability for pol in self.policies), default=0.0)
-        if p > 0 and self._next_profile <= self.next_rid:
+        if p > 0 and (self._next_profile <= self.next_rid or self._next_profile == float("inf")):
             # Geometric gaps: each insertion is profiled with probability p, independently.
             gap = 1 if p >= 1 else 1 + int(_log(1.0 - self._rng.random()) / _log(1.0 - p))
             self._next_profile = self.next_rid + gap
         elif p <= 0:
             self._next_profile = float("inf")
         intervals = [pol.interval for pol in self.policies if pol.interval]
-        if intervals and (self._next_tick <= self.next_rid or self._next_tick == float("inf")):
+        if not intervals:
+            self._next_tick = float("inf")
+        elif self._next_tick <= self.next_rid or self._next_tick == float("inf"):
             self._next_tick = self.next_rid + min(intervals)
         self._next_event = min(self._next_profile, self._next_tick)
 

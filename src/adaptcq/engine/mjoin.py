@@ -120,6 +120,8 @@ class MJoin:
         # tuples, so their CacheUpdates cannot find every tuple a deletion ends).
         self._member_caches = [[c for c in self.caches.values() if a in c.members and c.extra]
                                for a in self.query.aliases]
+        self._guarded = [[c for c in self.caches.values() if c.guard and c.guard[0] == a]
+                         for a in self.query.aliases]
         for i, a in enumerate(self.query.aliases):
             self._pipelines[i] = self._compile(a, self.orders[a], "insert")
             self._del_pipelines[i] = self._compile(
@@ -245,6 +247,9 @@ class MJoin:
                 if positions:
                     used[s].add(positions)
                 prefix.append(s)
+        for c in self.caches.values():
+            if c.guard:
+                used[c.guard[0]].add(c.guard[1])
         for stem in self.stems:
             for positions in stem.indexed:
                 if positions not in used[stem.name]:
@@ -267,8 +272,8 @@ class MJoin:
         segment = order[start - 1:end]
         extra = frozenset(extra)
         prefix = [pipeline, *order[:start - 1]]
-        if extra & (set(segment) | {pipeline}):
-            raise ValueError(f"Y = {sorted(extra)} must not hold {pipeline} or the segment")
+        if extra & set(segment):
+            raise ValueError(f"Y = {sorted(extra)} must not hold a relation of the segment")
         z = tuple(segment) + tuple(sorted(extra))
         if not prefix_invariant(self.orders, z):
             what = "prefix invariant (Def. 3.2)" if not extra else                 "prefix invariant of X ∪ Y (§6)"
@@ -282,9 +287,13 @@ class MJoin:
         for j, k, _ in self.placements[pipeline]:
             if not (end < j or k < start):
                 raise ValueError(f"the segment {start}..{end} overlaps a cache at {j}..{k}")
-        ident = (members, extra, key)
+        guard = None
+        if pipeline in extra:
+            guard = _guard(q, pipeline, start, key, extra)
+        ident = (members, extra, key, pipeline if guard else None)
         cache = self.caches.get(ident) or JoinCache(
             members, extra, key, buckets, {m: _row_key(q, key, m) for m in members})
+        cache.guard = guard
         # CacheUpdate operators must not sit inside a cached segment of the same pipeline.
         trial = dict(self.caches)
         trial[ident] = cache
@@ -324,6 +333,11 @@ class MJoin:
         row = self.stems[i].delete(rid)
         for c in self._member_caches[i]:
             c.evict_row(self._aliases[i], row)
+        for c in self._guarded[i]:  # §6 with R_i in Y: no R_i tuple left for the key
+            _, positions, keyfn = c.guard
+            u = keyfn(row)
+            if u is not None and not self.stems[i].index(positions).get(u):
+                c.evict_key(u)
         pipeline = self._del_pipelines[i]
         if pipeline is not None:
             pipeline(row, -1, ts, self._emit)
@@ -405,23 +419,31 @@ class MJoin:
         return steps, project, ups
 
     def _fanouts(self, level, start, joined, remaining) -> dict[str, int]:
-        """Matches of each remaining stream for the tuples at this point of the pipeline."""
-        q = self.query
-        prefix = [start, *joined]
+        """Matches of each remaining stream for the tuples at this point of the pipeline.
+        The probe plans are kept per (pipeline, prefix) until the next plan change."""
+        key = ("fanouts", start, tuple(joined))
+        plans = self._profile_cache.get(key)
+        if plans is None:
+            q = self.query
+            prefix = [start, *joined]
+            plans = []
+            for s in remaining:
+                positions, refs = probe_plan(q, s, prefix)
+                stem = self.stems[q.aliases.index(s)]
+                plans.append((s, stem, stem.index(positions) if positions else None,
+                              _comp_key([(prefix.index(r.stream),
+                                          q.columns[r.stream].index(r.column)) for r in refs])
+                              if positions else None))
+            self._profile_cache[key] = plans
         out = {}
-        for s in remaining:
-            positions, refs = probe_plan(q, s, prefix)
-            stem = self.stems[q.aliases.index(s)]
-            if not positions:
+        for s, stem, idx, keyfn in plans:
+            if idx is None:
                 out[s] = len(stem) * len(level)
                 continue
-            idx = stem.index(positions)
-            keyfn = _comp_key([(prefix.index(r.stream), q.columns[r.stream].index(r.column))
-                               for r in refs])
             n = 0
             for comp in level:
-                key = keyfn(comp)
-                b = idx.get(key) if key is not None else None
+                k = keyfn(comp)
+                b = idx.get(k) if k is not None else None
                 if b:
                     n += len(b)
             out[s] = n
@@ -519,3 +541,30 @@ def _apply_updates(ups, level) -> None:
         for comp in level:
             part = tuple(comp[p] for p in slots)
             cache.add(keyfn(comp), tuple(map(id, part)), part)
+
+
+def _guard(query: LogicalQuery, pipeline: str, start: int, key, extra: frozenset[str]):
+    """A globally-consistent X ⋈ Y cache with R_i itself in Y (§6 takes Y = every relation
+    not in X; §7.4's (T ⋈ S) ⋈ R in ΔR's pipeline). Def. 6.1 joins X only with the other
+    relations, so this is exact only when the entry for key u is kept while some R_i tuple
+    has key u: then every X tuple joining a new R_i tuple (and Y) also joins an old one.
+    That holds when the cache is probed straight from R_i (start 1, so u is a function of
+    R_i's row) and R_i's predicates to the rest of Y use only key columns. Returns
+    (R_i, key column positions in R_i, row -> key); the entry is evicted when the last R_i
+    tuple with its key leaves."""
+    if start != 1:
+        raise ValueError(f"a cache with {pipeline} in Y must start at position 1 of "
+                         f"{pipeline}'s pipeline")
+    keyfn = _row_key(query, key, pipeline)
+    key_classes = [next(c for c in query.classes if ref in c) for ref in key]
+    for cls in query.classes:
+        links_rest = any(c.stream in extra - {pipeline} for c in cls)
+        if links_rest and any(c.stream == pipeline for c in cls) and cls not in key_classes:
+            raise ValueError(f"{pipeline} joins Y on a column outside the cache key: "
+                             "the entry cannot be kept exact")
+    if keyfn is None:
+        raise ValueError(f"the cache key is not a function of {pipeline}'s rows")
+    cols = query.columns[pipeline]
+    positions = tuple(sorted({cols.index(next(c for c in cls if c.stream == pipeline).column)
+                              for cls in key_classes}))
+    return (pipeline, positions, keyfn)

@@ -1,0 +1,298 @@
+"""Join-ordering policies for the MJoin executor: A-Greedy at run time and an initial plan
+from the optimizer.
+
+Both follow a-caching.txt Figure 4: the *Profiler* (``stats.profiler``) keeps online
+estimates from a sample of profiled tuples, the *Re-optimizer* (the policies here) reads
+them and asks the *Executor* to change its plan through ``MJoin.set_order`` — valid between
+any two updates, since an MJoin keeps no join subresults (a-caching.txt §3.1), so results
+stay exact.
+
+**A-Greedy** (Babu et al., "Adaptive ordering of pipelined stream filters", SIGMOD 2004,
+reference [5] of a-caching.txt, which uses it for MJoin ordering in §4 and §7.3). We only
+have the a-caching and join-ordering papers' descriptions of it; what they say:
+
+* profile a sample of tuples through their whole pipeline (a-caching.txt §4.3, App. A:
+  each tuple with probability p_i), keeping per statistic the average of its W most recent
+  observations (Table 1);
+* keep the *greedy invariant* on conditional selectivities: the operator at position k
+  has the smallest conditional selectivity (for joins: fan-out, matches per input tuple)
+  among the operators not yet applied, given the prefix before it;
+* re-order when it breaks ("A-Greedy", join-ordering.txt §1.1 calls these "Adaptive
+  Greedy" heuristics).
+
+What we filled in (ours, not the papers'):
+
+* the invariant is checked with a tolerance α ≥ 1 (a name from [5]'s relaxed invariant,
+  our reading of it): position k is *violated* when some admissible stream s later in the
+  order has conditional fan-out f_k(s) with α·f_k(s) < f_k(order[k]);
+* only *admissible* streams are candidates — those sharing a predicate with the prefix, or
+  all remaining ones when none does — so A-Greedy never introduces a cartesian product
+  the optimizer would not (``optimizer.admissible``); fan-outs are compared without a
+  per-operator cost (every operator is one hash probe per input tuple, and its output
+  size is what the fan-out measures);
+* statistics at position k count as ready after W profiled tuples reached position k
+  since its last change (a-caching.txt §4.5 step 2 uses the same rule for caches);
+* on a violation at the first violated position k, the prefix is kept, s moves to
+  position k and the rest keep their relative order; the statistics of positions k, k+1,
+  … are reset, so later positions are re-checked with fresh conditional fan-outs given
+  the new prefix (we have no conditional statistics for prefixes that were never run,
+  so we do not re-rank the rest at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from adaptcq.errors import AdaptcqError
+from adaptcq.stats.estimators import W_DEFAULT
+from adaptcq.stats.profiler import (
+    INTERVAL_DEFAULT,
+    P_DEFAULT,
+    PipelineStats,
+    Profiler,
+    join_graph_from_stats,
+)
+
+#: Default tolerance α (our choice; see docs/adaptive-ordering.md for its effect).
+ALPHA_DEFAULT = 1.25
+
+REORDER_CHOICES = ("agreedy", "off")
+
+
+def admissible(adjacency: Mapping[str, Iterable[str]], prefix: set[str],
+               remaining: Iterable[str]) -> list[str]:
+    """Streams of ``remaining`` (in their order) sharing a predicate with ``prefix``, or all
+    of them when none does (the prefix's connected component is exhausted)."""
+    rest = list(remaining)
+    linked = [s for s in rest if any(t in prefix for t in adjacency.get(s, ()))]
+    return linked or rest
+
+
+def greedy_violation(stats: PipelineStats, adjacency: Mapping[str, Iterable[str]],
+                     alpha: float = ALPHA_DEFAULT) -> tuple[int, str] | None:
+    """The first position k whose greedy invariant is violated by more than ``alpha``, and
+    the admissible stream with the smallest conditional fan-out there; None if it holds
+    at every position with ready statistics. Ties keep the current order."""
+    prefix = {stats.stream}
+    order = stats.order
+    for k, current in enumerate(order):
+        if not stats.ready(k):
+            return None  # a later position never has more observations than this one
+        windows = stats.fanouts[k]
+        f_cur = windows[current].get()
+        if f_cur:  # None (no data) or 0 (nothing is smaller) cannot be violated
+            best, f_best = None, None
+            for s in admissible(adjacency, prefix, order[k:]):
+                f = windows[s].get()
+                if s != current and f is not None and (f_best is None or f < f_best):
+                    best, f_best = s, f
+            if best is not None and alpha * f_best < f_cur:
+                return k, best
+        prefix.add(current)
+    return None
+
+
+def move_to(order: tuple[str, ...] | list[str], k: int, s: str) -> list[str]:
+    """The order with ``s`` moved to position k; the prefix and the rest keep their order."""
+    rest = [x for x in order[k:] if x != s]
+    return [*order[:k], s, *rest]
+
+
+def adjacency_of(query) -> dict[str, tuple[str, ...]]:
+    g = query.join_graph
+    return {a: tuple(g.neighbors(a)) for a in query.aliases}
+
+
+class AGreedy:
+    """A-Greedy (Babu et al. [5]; a-caching.txt §4) as a policy of a running query.
+
+    Parameters, with the papers' names where they have one:
+
+    * ``p`` — profiling probability p_i (a-caching.txt App. A);
+    * ``W`` — estimates average the W most recent observations (Table 1; default 10, §7.1);
+    * ``alpha`` — tolerance α ≥ 1 before re-ordering (our reading of [5]);
+    * ``interval`` — arrivals between ticks, at which rates and state sizes are measured
+      (they feed d_ij and the optimizer, not the invariant);
+    * ``wait_for`` — another policy with a ``done`` flag (``InitialPlan``): no re-ordering
+      before it has set the initial plan.
+
+    The invariant is checked on every profiled tuple of a pipeline (the check is O(n²) on
+    at most n-1 positions, cheap beside profiling itself).
+    """
+
+    def __init__(self, p: float = P_DEFAULT, W: int = W_DEFAULT, alpha: float = ALPHA_DEFAULT,
+                 interval: int = INTERVAL_DEFAULT, seed: int = 0, wait_for=None):
+        if alpha < 1:
+            raise ValueError(f"the tolerance alpha must be at least 1, got {alpha!r}")
+        self.profile = Profiler(W=W, p=p, interval=interval, seed=seed)
+        self.alpha = float(alpha)
+        self.wait_for = wait_for
+        self.reorderings = 0
+        self.history: list[dict] = []  # one entry per re-ordering
+        self._adjacency: dict[str, tuple[str, ...]] | None = None
+
+    # the attributes ContinuousQuery.attach reads
+    @property
+    def sample_probability(self) -> float:
+        return self.profile.sample_probability
+
+    @property
+    def interval(self) -> int:
+        return self.profile.interval
+
+    @property
+    def seed(self) -> int:
+        return self.profile.seed
+
+    @property
+    def W(self) -> int:
+        return self.profile.W
+
+    # ----- hooks -------------------------------------------------------------------------
+    def on_profile(self, cq, obs, ts) -> None:
+        stats = self.profile.observe(obs, cq.executor)
+        if self.wait_for is not None and not getattr(self.wait_for, "done", True):
+            return
+        if self._adjacency is None:
+            self._adjacency = adjacency_of(cq.executor.query)
+        found = greedy_violation(stats, self._adjacency, self.alpha)
+        if found is None:
+            return
+        k, s = found
+        old = stats.order
+        new = move_to(old, k, s)
+        cq.executor.set_order(stats.stream, new)
+        stats.set_order(new)
+        self.reorderings += 1
+        self.history.append({"arrival": cq.next_rid, "ts": ts, "stream": stats.stream,
+                             "position": k, "old": list(old), "new": new})
+
+    def on_interval(self, cq, ts) -> None:
+        self.profile.on_interval(cq, ts)
+
+    def report(self) -> dict:
+        orders = "; ".join(f"ΔR {h['stream']}@{h['arrival']}: " + " ⋈ ".join(h["new"])
+                           for h in self.history[-5:])
+        return {"agreedy_reorderings": self.reorderings,
+                "agreedy_profiled": sum(p.observations for p in self.profile.pipelines.values()),
+                "agreedy_last_reorderings": orders}
+
+
+class InitialPlan:
+    """The MJoin's initial plan from the optimizer over measured statistics (issue 4,
+    ``--optimizer``): join-ordering.txt's algorithms on the join graph of §2.1–2.2.
+
+    Profiles (probability ``p``) and ticks until the profiler is ready — W observations
+    at position 0 of every pipeline and W rate measurements per stream, a-caching.txt §4.5
+    step 2 — then builds the join graph (``join_graph_from_stats``), calls
+    ``optimizer.plan(graph, algorithm)`` and sets every pipeline's order once. After that it
+    stops profiling (``sample_probability`` becomes 0) and ``done`` is True.
+    """
+
+    def __init__(self, algorithm: str = "qaware", p: float = P_DEFAULT * 5,
+                 W: int = W_DEFAULT, interval: int = INTERVAL_DEFAULT, seed: int = 0,
+                 objective: str = "cost"):
+        from adaptcq.optimizer import ALGORITHMS, OBJECTIVES
+        if algorithm not in ALGORITHMS:
+            raise AdaptcqError(f"unknown optimizer {algorithm!r}; choose one of "
+                               f"{', '.join(ALGORITHMS)}")
+        if objective not in OBJECTIVES:
+            raise AdaptcqError(f"unknown objective {objective!r}; choose one of "
+                               f"{', '.join(OBJECTIVES)}")
+        self.algorithm = algorithm
+        self.objective = objective
+        self.profile = Profiler(W=W, p=p, interval=interval, seed=seed)
+        self.sample_probability = p
+        self.done = False
+        self.graph = None
+        self.plan: dict[str, list[str]] | None = None
+        self.cost: float | None = None
+        self.chosen: str | None = None  # the algorithm Q-Aware picked
+        self.planned_at: int | None = None
+
+    @property
+    def interval(self) -> int:
+        return self.profile.interval
+
+    @property
+    def seed(self) -> int:
+        return self.profile.seed
+
+    def on_profile(self, cq, obs, ts) -> None:
+        if self.done:
+            return
+        self._bind(cq)
+        self.profile.observe(obs, cq.executor)
+        self._maybe_plan(cq)
+
+    def on_interval(self, cq, ts) -> None:
+        if self.done:
+            return
+        self._bind(cq)
+        self.profile.on_interval(cq, ts)
+        self._maybe_plan(cq)
+
+    def _bind(self, cq) -> None:
+        """On the first hook: refuse an intractable DMJoin before profiling for nothing."""
+        if self.profile.query is not None:
+            return
+        from adaptcq.optimizer import DMJOIN_MAX_STREAMS
+        n = len(cq.executor.query.aliases)
+        if self.algorithm == "dmjoin" and n > DMJOIN_MAX_STREAMS:
+            raise AdaptcqError(f"--optimizer dmjoin is exponential and allows at most "
+                               f"{DMJOIN_MAX_STREAMS} streams; this query joins {n}. Use "
+                               "qaware, fab or treeopt")
+
+    def _maybe_plan(self, cq) -> None:
+        if not self.profile.ready():
+            return
+        from adaptcq.optimizer import plan, plan_cost, qaware_algorithm
+        query = cq.executor.query
+        self.graph = join_graph_from_stats(query, self.profile)
+        self.plan = plan(self.graph, self.algorithm, objective=self.objective)
+        self.cost = plan_cost(self.graph, self.plan)
+        self.chosen = (qaware_algorithm(self.graph) if self.algorithm == "qaware"
+                       else self.algorithm)
+        for stream in query.aliases:
+            cq.executor.set_order(stream, self.plan[stream])
+        self.planned_at = cq.next_rid
+        self.done = True
+        self.sample_probability = 0.0
+
+    def report(self) -> dict:
+        if not self.done:
+            return {"optimizer": self.algorithm, "optimizer_plan": "not set (statistics "
+                    "never became ready: W profiled tuples per pipeline and W rate ticks)"}
+        return {"optimizer": self.algorithm, "optimizer_chosen": self.chosen,
+                "optimizer_plan": "; ".join(f"ΔR {s}: " + " ⋈ ".join(o)
+                                            for s, o in self.plan.items()),
+                "optimizer_plan_cost": self.cost, "optimizer_planned_at_arrival": self.planned_at}
+
+
+def make_policies(optimizer: str | None = None, reorder: str = "off", **params) -> list:
+    """The policies for ``adaptcq run --optimizer ALGORITHM --reorder agreedy|off``.
+
+    ``params``: ``p``, ``W``, ``alpha``, ``interval``, ``seed`` (A-Greedy) and ``p``, ``W``,
+    ``interval``, ``seed``, ``objective`` (the initial plan; ``initial_p`` overrides its
+    profiling probability). With both, A-Greedy starts re-ordering once the initial plan
+    is set."""
+    if reorder not in REORDER_CHOICES:
+        raise AdaptcqError(f"unknown --reorder {reorder!r}; choose one of "
+                           f"{', '.join(REORDER_CHOICES)}")
+    known = {"p", "W", "alpha", "interval", "seed", "objective", "initial_p"}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise AdaptcqError(f"unknown policy parameter(s) {', '.join(unknown)}; "
+                           f"known: {', '.join(sorted(known))}")
+    common = {k: params[k] for k in ("W", "interval", "seed") if k in params}
+    policies: list = []
+    initial = None
+    if optimizer is not None:
+        p0 = params.get("initial_p", params.get("p"))
+        initial = InitialPlan(optimizer, objective=params.get("objective", "cost"),
+                              **({"p": p0} if p0 is not None else {}), **common)
+        policies.append(initial)
+    if reorder == "agreedy":
+        extra = {k: params[k] for k in ("p", "alpha") if k in params}
+        policies.append(AGreedy(wait_for=initial, **extra, **common))
+    return policies
