@@ -51,7 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
                    help="a stream's input file (Parquet or CSV); repeat for each stream")
     r.add_argument("--timestamp", default="ts", help="the timestamp column (default: ts)")
-    r.add_argument("--executor", default="mjoin", choices=["mjoin", "xjoin"])
+    r.add_argument("--executor", default="mjoin", choices=["mjoin", "xjoin", "acaching"],
+                   help="acaching: MJoin with adaptive join-subresult caches (A-Caching)")
+    r.add_argument("--caches", default="prefix", choices=["prefix", "global"],
+                   help="A-Caching candidates: prefix-invariant only, or also the "
+                   "globally-consistent ones (a-caching.txt §6)")
+    r.add_argument("--cache-memory", type=int, metavar="BYTES",
+                   help="A-Caching memory budget for caches (default: unlimited)")
+    r.add_argument("--reopt-interval", type=int, default=10_000, metavar="TUPLES",
+                   help="A-Caching re-optimization interval I in tuples (default 10,000)")
     r.add_argument("--mode", default="append", choices=["append", "retract"])
     r.add_argument("--output", help="write the result rows to this Parquet file")
     r.add_argument("--rejected", help="write rejected input rows to this Parquet file "
@@ -124,11 +132,16 @@ def cmd_run(args) -> int:
     console = Console(stderr=False)
     options = {}
     if args.order:
-        if args.executor != "mjoin":
+        if args.executor not in ("mjoin", "acaching"):
             raise AdaptcqError("--order sets MJoin pipelines; use --tree with --executor xjoin")
         options["orders"] = _orders(args.order)
+    if args.executor == "acaching":
+        options["cache_options"] = {"caches": args.caches, "memory": args.cache_memory,
+                                    "reopt_interval": args.reopt_interval}
+    elif args.cache_memory is not None or args.caches != "prefix":
+        raise AdaptcqError("--caches and --cache-memory need --executor acaching")
     if args.optimizer or args.reorder != "off":
-        if args.executor != "mjoin":
+        if args.executor not in ("mjoin", "acaching"):
             raise AdaptcqError("--optimizer and --reorder order MJoin pipelines; "
                                "use them with --executor mjoin")
         from adaptcq.adapt.reorder import make_policies
@@ -211,7 +224,28 @@ def summary_table(result):
     t.add_row("peak state (tuples)", f"{s['peak_state_tuples']:,}")
     t.add_row("peak state (bytes)", f"{s['peak_state_bytes']:,}")
     t.add_row("rejected rows", f"{s['rejected']:,}")
+    for key, value in s.items():  # what the adaptive policies report
+        if key in _CORE or key == "cache_history":
+            continue
+        if isinstance(value, list):
+            value = "\n".join(map(str, value)) or "none"
+        elif isinstance(value, float):
+            value = f"{value:,.4g}"
+        elif isinstance(value, int):
+            value = f"{value:,}"
+        t.add_row(key.replace("_", " "), str(value))
+    if s.get("cache_history"):
+        changes = [h for h in s["cache_history"]
+                   if h["event"] in ("use", "drop", "shrink", "grow")]
+        t.add_row("cache changes over time", "\n".join(
+            f"at arrival {h['arrival']:,}: {h['event']} {h['what']}" for h in changes[-8:])
+            or "none")
     return t
+
+
+_CORE = {"executor", "mode", "arrivals", "updates", "insertions", "deletions", "filtered",
+         "results", "rejected", "cpu_seconds", "load_cpu_seconds", "throughput",
+         "peak_state_tuples", "peak_state_bytes"}
 
 
 def cmd_workload(args) -> int:

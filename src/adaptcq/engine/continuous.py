@@ -136,7 +136,8 @@ class ContinuousQuery:
         self.next_rid = rid
         done = False
         if rid >= self._next_profile:
-            obs = self.executor.profile_insert(i, rid, row, ts)
+            fanouts = any(getattr(pol, "needs_fanouts", True) for pol in self.policies)
+            obs = self.executor.profile_insert(i, rid, row, ts, fanouts)
             for pol in self.policies:
                 pol.on_profile(self, obs, ts)
             done = True

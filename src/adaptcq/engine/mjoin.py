@@ -87,6 +87,9 @@ class MJoin:
         self.placements: dict[str, list[tuple[int, int, JoinCache]]] = {
             a: [] for a in query.aliases}
         self.caches: dict[tuple, JoinCache] = {}
+        # Probe-key observers (App. A: a CacheLookup that only watches the probe stream of
+        # a cache not in use, for its Bloom-filter miss estimate): (pipeline, start) -> fns.
+        self.observers: dict[tuple[str, int], list] = {}
         self._member_caches: list[list[JoinCache]] = [[] for _ in query.aliases]
         for a in query.aliases:
             self.orders[a] = check_order(query, a, (orders or {}).get(a)
@@ -100,6 +103,7 @@ class MJoin:
         the new order breaks (a-caching.txt §4.5 step 5)."""
         self.orders[stream] = check_order(self.query, stream, order)
         self.placements[stream] = []
+        self.observers = {k: v for k, v in self.observers.items() if k[0] != stream}
         for pipeline, placed in self.placements.items():
             self.placements[pipeline] = [
                 (j, k, c) for j, k, c in placed
@@ -197,9 +201,17 @@ class MJoin:
             prefix.append(s)
             return ind + "    "
 
+        def observe(position: int, ind: str) -> None:
+            for n, (key, fn) in enumerate(self.observers.get((start, position), ())):
+                ns[f"O{position}_{n}"] = fn
+                probe = _key_src(key, lambda ref: resolve(_probe_ref(q, ref, prefix)))
+                lines.append(f"{ind}O{position}_{n}({probe})")
+
         cache_updates(0, ind)
         k = 1
         while k <= len(order):
+            if kind == "insert":
+                observe(k, ind)
             if k in segments:  # CacheLookup, the segment on a miss, CacheUpdate of create
                 end, c = segments[k]
                 name = f"C{id(c)}"
@@ -316,6 +328,17 @@ class MJoin:
         self.placements[pipeline] = [t for t in self.placements[pipeline] if t[2] is not cache]
         self._rebuild()
 
+    def observe_probes(self, pipeline: str, start: int, key, fn) -> None:
+        """Call ``fn(u)`` with the cache key u of every tuple reaching operator ``start`` of
+        ``pipeline`` (key: segment-side ColumnRefs as ``cache_key`` gives them)."""
+        self.observers.setdefault((pipeline, start), []).append((tuple(key), fn))
+        self._rebuild()
+
+    def clear_observers(self) -> None:
+        if self.observers:
+            self.observers.clear()
+            self._rebuild()
+
     def resize_cache(self, cache: JoinCache, buckets: int) -> None:
         """Change a cache's bucket count (§3.3: chosen from its estimated size; §5)."""
         cache.resize(buckets)
@@ -356,13 +379,16 @@ class MJoin:
         q = self.query
         start = q.aliases[i]
         order = self.orders[start]
-        steps, project, ups = self._profile_plan(start)
+        steps, project, ups, watchers = self._profile_plan(start)
         level = [(row,)]
         delta, tau, fan = [], [], []
         remaining = list(order)
         if sign > 0:
             _apply_updates(ups.get(0, ()), level)
         for k, (stem, idx, keyfn) in enumerate(steps):
+            for fn, okey in watchers.get(k + 1, ()) if sign > 0 else ():
+                for comp in level:  # probe-key observers see profiled tuples too
+                    fn(okey(comp))
             if fanouts:
                 fan.append(self._fanouts(level, start, order[:k], remaining))
             t0 = perf_counter()
@@ -415,8 +441,16 @@ class MJoin:
                                     for r in c.key]),
                       tuple(prefix.index(m) for m in c.members)) for c in caches]
                for pos, caches in self._updates_in(start).items()}
-        self._profile_cache[start] = (order, steps, project, ups)
-        return steps, project, ups
+        watchers = {}
+        for (pipeline, position), obs in self.observers.items():
+            if pipeline == start and position <= len(order):
+                pre = prefix[:position]
+                watchers[position] = [
+                    (fn, _comp_key([(pre.index(r.stream), q.columns[r.stream].index(r.column))
+                                    for r in (_probe_ref(q, ref, pre) for ref in key)]))
+                    for key, fn in obs]
+        self._profile_cache[start] = (order, steps, project, ups, watchers)
+        return steps, project, ups, watchers
 
     def _fanouts(self, level, start, joined, remaining) -> dict[str, int]:
         """Matches of each remaining stream for the tuples at this point of the pipeline.

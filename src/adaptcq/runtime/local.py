@@ -142,8 +142,16 @@ def execute(prepared: PreparedInput, executor: str = "mjoin", mode: str = "appen
             progress: Callable[[int, int], None] | None = None, **options) -> RunResult:
     """Run a prepared input through one ContinuousQuery and collect the output."""
     q = prepared.query
-    policies = options.pop("policies", None) or []
-    cq = ContinuousQuery(q, executor, mode, **options)
+    policies = list(options.pop("policies", None) or [])
+    cache_options = options.pop("cache_options", None) or {}
+    engine_executor = executor
+    if executor == "acaching":  # MJoin + the A-Caching policy (a-caching.txt §4.5)
+        from adaptcq.adapt.acaching import ACaching
+        reorder = next((p for p in policies if type(p).__name__ == "AGreedy"), None)
+        policies = [p for p in policies if p is not reorder]
+        policies.append(ACaching(reorder=reorder, **cache_options))
+        engine_executor = "mjoin"
+    cq = ContinuousQuery(q, engine_executor, mode, **options)
     for policy in policies:
         cq.attach(policy)
     out: list = []

@@ -1,0 +1,398 @@
+"""A-Caching: the adaptive cache selection policy (a-caching.txt Figure 4, §4.3–§4.5, §5).
+
+Profiler: a sample of tuples (probability p) is profiled through each pipeline without
+caches (``MJoin.profile_insert``), giving d_ij and c_ij (Appendix A, ``stats.profiler``);
+the miss probability of a cache in use is observed, that of a candidate not in use is
+estimated with a Bloom filter of alpha·W_d bits over windows of W_d probe keys, watched
+on the complete probe stream by an observer the executor compiles into the pipeline.
+
+Re-optimizer (§4.5): candidates (§4.2: the caches satisfying the prefix invariant, plus
+§6's globally-consistent ones up to the quota m with ``caches="global"``) start
+*profiled*; once each has W observations of every statistic the offline algorithm
+(``adapt.caching.select``) picks the *used* ones, the rest become *unused*. A used cache
+whose benefit minus cost turns negative is dropped at once (§4.5 a). Every re-optimization
+interval I the unused candidates are profiled again (used ones keep being observed:
+§4.5 b), and the offline algorithm runs again only if some benefit or cost changed by more
+than ``change`` (p = 20%, §4.5 c). A re-ordering of a pipeline (A-Greedy) removes its
+caches and restarts its candidates as profiled (§4.5 step 5).
+
+Memory (§5): caches are chosen as if memory were unlimited, then memory is granted greedily
+by priority, (benefit − cost) per expected byte; the budget can change while the query
+runs (``set_memory``), and caches shrink (fewer buckets) or are dropped to stay within it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from adaptcq.adapt.caching import Candidate, Estimate, enumerate_candidates, select
+from adaptcq.engine.mjoin import cache_key
+from adaptcq.stats.estimators import W_DEFAULT, BloomMissRate, WindowAverage
+from adaptcq.stats.profiler import Profiler
+
+P_DEFAULT = 0.01          # profiling probability p_i (the paper gives no default)
+REOPT_INTERVAL = 10_000   # I in tuples (a-caching.txt §7.4: "I was set to 10,000 tuples")
+CHANGE = 0.20             # p of §4.5 c: re-select only after a change of more than 20%
+M_DEFAULT = 6             # §6 quota m (§7.3: m = 6)
+
+
+def calibrate(repeats: int = 7) -> tuple[float, float, float]:
+    """The minimum of ``repeats`` timings of each (robust to other work on the machine);
+    see ``_calibrate_once``."""
+    runs = [_calibrate_once() for _ in range(repeats)]
+    return tuple(min(r[k] for r in runs) for k in range(3))
+
+
+def _calibrate_once(n: int = 10_000) -> tuple[float, float, float]:
+    """Seconds per cache probe and per cache insert on this machine (§4.3's probe_cost and
+    update_cost, "derived from the cache implementation" by timing it, here as the compiled
+    pipelines run them), and the factor that turns a c_ij measured on the breadth-first
+    profiled path into the cost of the same join in a compiled pipeline: profiled tuples
+    take a slower path than the others, so their timings are rescaled (our addition; in
+    STREAM a profiled tuple runs the same operators)."""
+    index = {u: {u: (u, u)} for u in range(1024)}
+    keys = [k & 1023 for k in range(n)]
+    out: list = []
+    emit = out.append
+    t0 = time.perf_counter()
+    for u in keys:  # a compiled pipeline's join step
+        b = index.get(u)
+        if b:
+            for v in b.values():
+                emit(v)
+    compiled = time.perf_counter() - t0
+    level = [((u, u),) for u in keys]
+    t0 = time.perf_counter()
+    nxt: list = []
+    for comp in level:  # the profiled path's join step (MJoin._profiled)
+        b = index.get(comp[0][0])
+        if b:
+            nxt.extend([comp + (v,) for v in b.values()])
+    breadth_first = time.perf_counter() - t0
+    scale = min(1.0, compiled / breadth_first) if breadth_first > 0 else 1.0
+    table = [None] * 1024
+    for u in range(0, 1024, 2):
+        table[u] = (u, {})
+    keys = [k & 1023 for k in range(n)]
+    t0 = time.perf_counter()
+    for u in keys:
+        e = table[hash(u) % 1024]
+        if e is not None and e[0] == u:
+            pass
+    probe = (time.perf_counter() - t0) / n
+    row = (1, 2)
+    t0 = time.perf_counter()
+    for u in keys:
+        e = table[hash(u) % 1024]
+        if e is not None and e[0] == u:
+            e[1][(id(row), u)] = (row, row)
+    update = (time.perf_counter() - t0) / n
+    return probe, max(update, probe), scale
+
+
+@dataclass
+class CandidateState:
+    candidate: Candidate
+    state: str = "profiled"                 # used | profiled | unused (§4.5)
+    bloom: BloomMissRate | None = None
+    cache: object | None = None             # the engine's JoinCache while used
+    seen: tuple[int, int] = (0, 0)          # (hits, misses) at the last tick, while used
+    observed_miss: WindowAverage = field(default_factory=WindowAverage)
+    estimate: Estimate | None = None
+
+
+class ACaching:
+    """The A-Caching policy for an MJoin executor (attach with ``ContinuousQuery.attach``)."""
+
+    def __init__(self, W: int = W_DEFAULT, p: float = P_DEFAULT,
+                 reopt_interval: int = REOPT_INTERVAL, change: float = CHANGE,
+                 caches: str = "prefix", m: int = M_DEFAULT, memory: int | None = None,
+                 W_d: int = 100, alpha: float = 4.0, method: str = "auto",
+                 interval: int = 500, seed: int = 0, reorder=None, trace: bool = False):
+        if caches not in ("prefix", "global"):
+            raise ValueError("caches must be 'prefix' or 'global'")
+        self.W, self.W_d, self.alpha = W, W_d, alpha
+        self.sample_probability = p
+        self.interval = interval
+        self.seed = seed
+        self.reopt_interval = reopt_interval
+        self.change = change
+        self.caches = caches
+        self.m = m
+        self.memory = memory
+        self.method = method
+        self.reorder = reorder              # an AGreedy to run in the same query, or None
+        self.needs_fanouts = reorder is not None  # A-Greedy's conditional fan-outs
+        self.profiler = Profiler(W, p, interval, seed)
+        self.results: dict[str, WindowAverage] = {}
+        self.states: dict[Candidate, CandidateState] = {}
+        self.orders: dict[str, tuple[str, ...]] = {}
+        self.probe_cost, self.update_cost, self.c_scale = calibrate()
+        self.next_reopt = reopt_interval
+        self.selections = 0
+        self.history: list[dict] = []        # cache changes over time
+        self.trace = trace
+        self.peak_bytes = 0
+
+    # ----- policy hooks ------------------------------------------------------------------
+    def on_profile(self, cq, obs, ts) -> None:
+        self.profiler.observe(obs, cq.executor)
+        self.results.setdefault(obs.stream, WindowAverage(self.W)).update(obs.results)
+        if self.reorder is not None:
+            self.reorder.on_profile(cq, obs, ts)
+
+    def on_interval(self, cq, ts) -> None:
+        ex = cq.executor
+        self.profiler.tick(cq.per_stream, ex, ts)
+        if self.reorder is not None:
+            self.reorder.on_interval(cq, ts)
+        arrivals = cq.next_rid
+        if {a: tuple(o) for a, o in ex.orders.items()} != self.orders:
+            self._new_candidates(ex, arrivals, ts)
+        self._watch_used(ex, arrivals, ts)
+        if arrivals >= self.next_reopt:           # §4.5 step 4: profile the unused again
+            self.next_reopt = arrivals + self.reopt_interval
+            for st in self.states.values():
+                if st.state == "unused":
+                    self._profile(ex, st)
+        if any(st.state == "profiled" for st in self.states.values()) and self._ready():
+            self._reselect(ex, arrivals, ts)
+        self._enforce_memory(ex, arrivals, ts)
+
+    # ----- candidates ----------------------------------------------------------------------
+    def _new_candidates(self, ex, arrivals, ts) -> None:
+        """(Re)compute candidates for the current orders; keep the state of unchanged ones
+        (the executor already removed caches whose pipeline was re-ordered)."""
+        self.orders = {a: tuple(o) for a, o in ex.orders.items()}
+        m = self.m if self.caches == "global" else None
+        fresh = enumerate_candidates(ex.query, ex.orders, m)
+        placed = {(p, j, k, c.extra) for p, lst in ex.placements.items() for j, k, c in lst}
+        old = self.states
+        self.states = {}
+        ex.clear_observers()
+        for cand in fresh:
+            st = old.get(cand)
+            if st is not None and st.state == "used" and \
+                    (cand.pipeline, cand.start, cand.end, cand.extra) in placed:
+                self.states[cand] = st
+                continue
+            st = CandidateState(cand)
+            self.states[cand] = st
+            self._profile(ex, st)
+        self._log(arrivals, ts, "candidates", f"{len(fresh)} candidates for the new orders")
+
+    def _profile(self, ex, st: CandidateState) -> None:
+        """Move a candidate to *profiled*: watch its probe stream with a fresh Bloom filter."""
+        st.state = "profiled"
+        st.bloom = BloomMissRate(self.W_d, self.alpha, self.W)
+        c = st.candidate
+        prefix = [c.pipeline, *ex.orders[c.pipeline][:c.start - 1]]
+        members = [a for a in ex.query.aliases if a in c.segment]
+        key = cache_key(ex.query, prefix, members)
+        if key:
+            ex.observe_probes(c.pipeline, c.start, key, st.bloom.update)
+
+    # ----- estimates (§4.1, §4.3, App. A) ----------------------------------------------------
+    def _d(self, pipeline: str, pos0: int) -> float | None:
+        """Tuples per unit time reaching 0-based position pos0 of ``pipeline`` (the
+        pipeline's output rate when pos0 is past its last operator)."""
+        stats = self.profiler.pipelines.get(pipeline)
+        rate = self.profiler.rate(pipeline)
+        if stats is None:
+            return None
+        if pos0 < len(stats.order):
+            # δ is observed (zeros included) for every profiled tuple at every position.
+            return stats.d(pos0, rate) if stats.delta[pos0].ready else None
+        res = self.results.get(pipeline)
+        return rate * res.get() if res is not None and res.n else None
+
+    def _operator_cost(self, pipeline: str, pos1: int) -> float | None:
+        stats = self.profiler.pipelines.get(pipeline)
+        d = self._d(pipeline, pos1 - 1)
+        if stats is None or d is None:
+            return None
+        if d == 0:  # no tuple reaches this operator: it costs nothing
+            return 0.0
+        c = stats.c(pos1 - 1)
+        return None if c is None else d * c * self.c_scale
+
+    def estimate(self, st: CandidateState) -> Estimate | None:
+        """benefit(C_ijk) and cost(C_ijk) of §4.1 from the current statistics (None until
+        every statistic has W observations, §4.5 step 2)."""
+        c = st.candidate
+        ops = [self._operator_cost(c.pipeline, j) for j in range(c.start, c.end + 1)]
+        d_in = self._d(c.pipeline, c.start - 1)
+        d_out = self._d(c.pipeline, c.end)
+        if st.state == "used":
+            miss = st.observed_miss.get() if st.observed_miss.n else None
+        else:
+            miss = st.bloom.get() if st.bloom is not None and st.bloom.ready else None
+        z = set(c.segment) | set(c.extra)
+        ups = [self._d(lp, len(z) - 1) for lp in z]
+        if None in ops or None in ups or d_in is None or d_out is None or miss is None:
+            return None
+        seg = math.fsum(ops)
+        benefit = seg - d_in * self.probe_cost - miss * (seg + d_out * self.update_cost)
+        cost = self.update_cost * math.fsum(ups)
+        return Estimate(benefit, cost)
+
+    def _ready(self) -> bool:
+        """Every profiled candidate has W observations of each statistic."""
+        return all(self.estimate(st) is not None
+                   for st in self.states.values() if st.state == "profiled")
+
+    def operator_costs(self) -> dict:
+        return {(a, j): self._operator_cost(a, j) or 0.0
+                for a, order in self.orders.items() for j in range(1, len(order) + 1)}
+
+    # ----- the re-optimizer ------------------------------------------------------------------
+    def _reselect(self, ex, arrivals, ts) -> None:
+        estimates = {c: self.estimate(st) for c, st in self.states.items()}
+        estimates = {c: e for c, e in estimates.items() if e is not None}
+        changed = self.selections == 0 or any(
+            _changed(self.states[c].estimate, e, self.change) for c, e in estimates.items())
+        for c, e in estimates.items():
+            if self.states[c].state == "profiled" or changed:
+                self.states[c].estimate = e
+        if not changed:  # §4.5 c: nothing moved by more than p: keep the selection
+            for st in self.states.values():
+                if st.state == "profiled":
+                    st.state = "unused"
+            ex.clear_observers()
+            return
+        sel = select(list(estimates), estimates, self.operator_costs(), self.method,
+                     rng=self.seed + self.selections)
+        self.selections += 1
+        ex.clear_observers()
+        for c, st in self.states.items():
+            if c in sel.chosen and st.state != "used":
+                self._use(ex, st, arrivals, ts)
+            elif c not in sel.chosen:
+                if st.state == "used":
+                    self._drop(ex, st, arrivals, ts, "not selected")
+                st.state = "unused"
+        self._log(arrivals, ts, "select", f"{sel.method}: {len(sel.chosen)} chosen, "
+                  f"net benefit {sel.net_benefit:.3g}")
+
+    def _use(self, ex, st: CandidateState, arrivals, ts) -> None:
+        c = st.candidate
+        buckets = self._buckets(st)
+        try:
+            st.cache = ex.place_cache(c.pipeline, c.start, c.end, c.extra, buckets=buckets)
+        except ValueError as e:  # e.g. a CacheUpdate inside another cached segment
+            st.state = "unused"
+            self._log(arrivals, ts, "refused", f"{c.name}: {e}")
+            return
+        st.state = "used"
+        st.seen = tuple(st.cache.counts)
+        st.observed_miss = WindowAverage(self.W)
+        e = st.estimate
+        self._log(arrivals, ts, "use", f"{c.name} (benefit {e.benefit:.3g}, cost {e.cost:.3g})")
+
+    def _drop(self, ex, st: CandidateState, arrivals, ts, why: str) -> None:
+        if st.cache is not None:
+            ex.drop_cache(st.candidate.pipeline, st.cache)
+        st.cache = None
+        st.state = "unused"
+        self._log(arrivals, ts, "drop", f"{st.candidate.name}: {why}")
+
+    def _watch_used(self, ex, arrivals, ts) -> None:
+        """§4.5 a: benefit − cost of used caches, with the observed miss probability; a
+        cache that turned negative is dropped at once."""
+        for st in self.states.values():
+            if st.state != "used" or st.cache is None:
+                continue
+            hits, misses = st.cache.counts
+            dh, dm = hits - st.seen[0], misses - st.seen[1]
+            st.seen = (hits, misses)
+            if dh + dm:
+                st.observed_miss.update(dm / (dh + dm))
+            e = self.estimate(st)
+            if e is not None:
+                st.estimate = e
+                if e.benefit - e.cost < 0:
+                    self._drop(ex, st, arrivals, ts, f"net benefit {e.benefit - e.cost:.3g} < 0")
+
+    # ----- memory (§5) -------------------------------------------------------------------------
+    def expected_bytes(self, st: CandidateState) -> float:
+        """Expected memory: expected entries (distinct keys, from the Bloom filter) times
+        the expected entry size (d_{i,k+1}/d_ij tuples per entry, Appendix A)."""
+        c = st.candidate
+        distinct = st.bloom.distinct() if st.bloom is not None and st.bloom.ready else 64
+        d_in, d_out = self._d(c.pipeline, c.start - 1), self._d(c.pipeline, c.end)
+        per_entry = (d_out / d_in) if d_in and d_out is not None else 1.0
+        tuple_bytes = 2 * (40 + 8 * len(c.segment)) + 16
+        return max(1.0, distinct) * (200 + per_entry * tuple_bytes)
+
+    def _buckets(self, st: CandidateState) -> int:
+        """§3.3: the bucket count from the expected size (a power of two)."""
+        distinct = st.bloom.distinct() if st.bloom is not None and st.bloom.ready else 64
+        return 1 << max(4, math.ceil(math.log2(max(16.0, 2 * distinct * 4))))
+
+    def set_memory(self, memory: int | None) -> None:
+        """Change the cache memory budget (bytes; None = unlimited) while the query runs."""
+        self.memory = memory
+
+    def _enforce_memory(self, ex, arrivals, ts) -> None:
+        used = [st for st in self.states.values() if st.state == "used" and st.cache is not None]
+        total = sum(st.cache.size_bytes() for st in used)
+        if self.memory is not None:
+            # Lowest priority first: (benefit − cost) per expected byte.
+            used.sort(key=lambda st: _net(st) / self.expected_bytes(st))
+            for st in used:
+                if total <= self.memory:
+                    break
+                before = st.cache.size_bytes()
+                if st.cache.buckets > 16:
+                    ex.resize_cache(st.cache, st.cache.buckets // 4)
+                    self._log(arrivals, ts, "shrink", f"{st.candidate.name} to "
+                              f"{st.cache.buckets} buckets (budget {self.memory:,} B)")
+                else:
+                    self._drop(ex, st, arrivals, ts, f"memory budget {self.memory:,} B")
+                total -= before - (st.cache.size_bytes() if st.cache is not None else 0)
+        # Grow shrunk caches back, highest priority first, while the budget allows.
+        for st in sorted((x for x in used if x.cache is not None),
+                         key=lambda x: -_net(x) / self.expected_bytes(x)):
+            want = self._buckets(st)
+            if st.cache.buckets >= want:
+                continue
+            before = st.cache.size_bytes()
+            per_bucket = before / st.cache.buckets
+            grown = min(want, st.cache.buckets * 4)
+            if self.memory is None or total + per_bucket * (grown - st.cache.buckets) \
+                    <= self.memory:
+                ex.resize_cache(st.cache, grown)
+                total += st.cache.size_bytes() - before
+                self._log(arrivals, ts, "grow", f"{st.candidate.name} to {grown} buckets")
+        self.peak_bytes = max(self.peak_bytes, total)
+
+    # ----- reporting -------------------------------------------------------------------------
+    def _log(self, arrivals, ts, event, what) -> None:
+        self.history.append({"arrival": arrivals, "ts": ts, "event": event, "what": what})
+
+    def report(self) -> dict:
+        used = [st for st in self.states.values() if st.state == "used" and st.cache]
+        extra = self.reorder.report() if self.reorder is not None else {}
+        return {**extra,
+            "caches_used": [f"{st.candidate.name} hit rate {st.cache.hits / st.cache.probes:.1%}"
+                            if st.cache.probes else st.candidate.name for st in used],
+            "cache_candidates": len(self.states),
+            "cache_selections": self.selections,
+            "cache_changes": sum(h["event"] in ("use", "drop", "shrink", "grow")
+                                 for h in self.history),
+            "cache_memory_peak_bytes": self.peak_bytes,
+            "cache_history": self.history,
+        }
+
+
+def _net(st: CandidateState) -> float:
+    return (st.estimate.benefit - st.estimate.cost) if st.estimate else 0.0
+
+
+def _changed(old: Estimate | None, new: Estimate, p: float) -> bool:
+    if old is None:
+        return True
+    return any(abs(n - o) > p * max(abs(o), 1e-12)
+               for o, n in ((old.benefit, new.benefit), (old.cost, new.cost)))
