@@ -109,3 +109,20 @@ def test_cli_acaching(tmp_path, capsys):
     assert "cache candidates" in text and "cache selections" in text
     assert main(["run", "--caches", "global", "--no-progress"]) == 1
     assert "--caches and --cache-memory need --executor acaching" in capsys.readouterr().err
+
+
+def test_explain_shows_cache_candidates(tmp_path, capsys):
+    from adaptcq.stream.workloads import write_workload
+    write_workload(three_way(n_updates=6_000, seed=3), tmp_path)
+    args = ["explain", "--sql", f"@{tmp_path / 'query.sql'}", "--caches", "global", "--json"]
+    for s in "RST":
+        args += ["--input", f"{s}={tmp_path / f'{s}.parquet'}"]
+    assert main(args) == 0
+    import json
+    report = json.loads(capsys.readouterr().out)
+    names = {r["cache"]: r for r in report["caches"]}
+    assert "C[T: R⋈S | key S.b]" in names  # the §7.2 cache: R⋈S in ΔT's pipeline
+    assert {r["kind"] for r in report["caches"]} == {"prefix", "global"}
+    assert all(r["state"] in ("used", "profiled", "unused") for r in report["caches"])
+    assert main(["explain", "--sql", "SELECT R.a FROM R, S WHERE R.a = S.a", "--stats",
+                 "x.json", "--caches", "prefix"]) == 1
