@@ -49,3 +49,20 @@ def compile_function(name: str, lines: list[str], namespace: dict) -> Callable:
     fn = ns[name]
     fn.__source__ = src
     return fn
+
+
+def composite_key(slots):
+    """Key of a composite tuple (a tuple of base rows) from (slot, column) pairs: the bare
+    value for one pair, a tuple for several (None when any part is NULL: NULL never
+    joins); None when there are no pairs (a cartesian step)."""
+    slots = tuple(slots)
+    if not slots:
+        return None
+    if len(slots) == 1:
+        (a, c), = slots
+        return lambda comp: comp[a][c]
+
+    def key(comp):
+        k = tuple(comp[a][c] for a, c in slots)
+        return None if None in k else k
+    return key

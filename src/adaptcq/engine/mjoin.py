@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from time import perf_counter
 
 from adaptcq.engine.cache import EMPTY, JoinCache
-from adaptcq.engine.compile import compile_function, key_source, probe_plan, projection_source
+from adaptcq.engine.compile import (
+    compile_function,
+    composite_key,
+    key_source,
+    probe_plan,
+    projection_source,
+)
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.state.stem import SteM
 
@@ -427,7 +433,7 @@ class MJoin:
             positions, refs = probe_plan(q, s, prefix)
             stem = self.stems[q.aliases.index(s)]
             slots = [(prefix.index(r.stream), q.columns[r.stream].index(r.column)) for r in refs]
-            steps.append((stem, stem.index(positions) if positions else None, _comp_key(slots)))
+            steps.append((stem, stem.index(positions) if positions else None, composite_key(slots)))
             prefix.append(s)
 
         def resolve(ref: ColumnRef) -> str:
@@ -437,7 +443,7 @@ class MJoin:
             "def project(c, sign, ts, emit):",
             f"    emit(({projection_source(q, resolve)} sign, ts))"], {})
         # CacheUpdate operators at each position: (cache, key of a composite, member slots)
-        ups = {pos: [(c, _comp_key([(prefix.index(r.stream), q.columns[r.stream].index(r.column))
+        ups = {pos: [(c, composite_key([(prefix.index(r.stream), q.columns[r.stream].index(r.column))
                                     for r in c.key]),
                       tuple(prefix.index(m) for m in c.members)) for c in caches]
                for pos, caches in self._updates_in(start).items()}
@@ -446,7 +452,7 @@ class MJoin:
             if pipeline == start and position <= len(order):
                 pre = prefix[:position]
                 watchers[position] = [
-                    (fn, _comp_key([(pre.index(r.stream), q.columns[r.stream].index(r.column))
+                    (fn, composite_key([(pre.index(r.stream), q.columns[r.stream].index(r.column))
                                     for r in (_probe_ref(q, ref, pre) for ref in key)]))
                     for key, fn in obs]
         self._profile_cache[start] = (order, steps, project, ups, watchers)
@@ -465,7 +471,7 @@ class MJoin:
                 positions, refs = probe_plan(q, s, prefix)
                 stem = self.stems[q.aliases.index(s)]
                 plans.append((s, stem, stem.index(positions) if positions else None,
-                              _comp_key([(prefix.index(r.stream),
+                              composite_key([(prefix.index(r.stream),
                                           q.columns[r.stream].index(r.column)) for r in refs])
                               if positions else None))
             self._profile_cache[key] = plans
@@ -502,18 +508,6 @@ class MJoin:
 
     def describe(self) -> str:
         return "\n".join(f"ΔR {s}: " + " ⋈ ".join(o) for s, o in self.orders.items())
-
-
-def _comp_key(slots: list[tuple[int, int]]):
-    """Key of a composite tuple (rows in pipeline order) from (slot, column) pairs."""
-    if len(slots) == 1:
-        (a, c), = slots
-        return lambda comp: comp[a][c]
-
-    def key(comp, _slots=tuple(slots)):
-        k = tuple(comp[a][c] for a, c in _slots)
-        return None if None in k else k
-    return key
 
 
 def prefix_invariant(orders: dict[str, list[str]], z: Sequence[str]) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adaptcq.engine.compile import compile_function, projection_source
+from adaptcq.engine.compile import compile_function, composite_key, projection_source
 from adaptcq.engine.mjoin import connected_order
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.state.stem import SteM
@@ -137,7 +137,7 @@ class XJoin:
                      if b.stream in child.streams and a.stream in sib.streams]
             mine = [self._slot(child, r) for r, _ in pairs]
             theirs = tuple(self._slot(sib, r) for _, r in pairs)
-            child.up = (sib, _key_fn(mine), self._index(sib, theirs), is_left)
+            child.up = (sib, composite_key(mine), self._index(sib, theirs), is_left)
             self._wire(child)
 
     def _slot(self, node: _Node, ref: ColumnRef) -> tuple[int, int]:
@@ -153,7 +153,7 @@ class XJoin:
         idx = node.indexes.get(spec)
         if idx is None:
             idx = node.indexes[spec] = {}
-            node.keyfns.append((_key_fn(list(spec)), idx))
+            node.keyfns.append((composite_key(list(spec)), idx))
         return idx
 
     def _compile_projection(self):
@@ -254,19 +254,6 @@ class XJoin:
 
     def describe(self) -> str:
         return "XJoin " + tree_str(self.tree)
-
-
-def _key_fn(slots: list[tuple[int, int]]):
-    if not slots:
-        return None
-    if len(slots) == 1:
-        (s, c), = slots
-        return lambda comp: comp[s][c]
-
-    def key(comp, _slots=tuple(slots)):
-        k = tuple(comp[s][c] for s, c in _slots)
-        return None if None in k else k
-    return key
 
 
 def _all(node: _Node) -> dict:
