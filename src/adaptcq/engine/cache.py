@@ -51,7 +51,6 @@ class JoinCache:
         # by CacheUpdates on deletions too (§3.2), so they need no reverse map.
         self.rev_positions = [members.index(s) for s in members
                               if extra and row_keys.get(s) is None]
-        self.entries = 0
         # [hits, misses]: compiled pipelines count hits inline, ``create`` counts misses.
         self.counts = [0, 0]
         self.users: set[str] = set()    # pipelines using it now
@@ -87,10 +86,7 @@ class JoinCache:
         self.counts[1] += 1
         if u is None or (type(u) is tuple and None in u):
             return
-        slot = hash(u) % self.buckets
-        if self.table[slot] is None:
-            self.entries += 1
-        self.table[slot] = (u, v)
+        self.table[hash(u) % self.buckets] = (u, v)
         if self.rev_positions:
             self._remember(u, v.values())
 
@@ -128,7 +124,6 @@ class JoinCache:
         e = self.table[slot]
         if e is not None and e[0] == u:
             self.table[slot] = None
-            self.entries -= 1
 
     def _remember(self, u, comps) -> None:
         rev = self.rev
@@ -139,6 +134,11 @@ class JoinCache:
                     rev[id(comp[p])] = {u}
                 else:
                     s.add(u)
+
+    @property
+    def entries(self) -> int:
+        """Keys cached now (counted on demand: O(buckets))."""
+        return sum(e is not None for e in self.table)
 
     @property
     def tuples(self) -> int:
@@ -168,7 +168,6 @@ class JoinCache:
         old = [e for e in self.table if e is not None]
         self.buckets = max(1, int(buckets))
         self.table = [None] * self.buckets
-        self.entries = 0
         self.rev.clear()
         hits, misses = self.counts
         for u, v in old:
@@ -179,7 +178,6 @@ class JoinCache:
         """Empty the cache in place (compiled code keeps its reference to the table)."""
         self.table[:] = [None] * self.buckets
         self.rev.clear()
-        self.entries = 0
 
     @property
     def miss_rate(self) -> float:

@@ -242,7 +242,14 @@ class MJoin:
                 members = [var[m] for m in c.members]
                 lines.append(f"{inner}seg[({''.join(f'id({v}), ' for v in members)})] = "
                              f"({''.join(f'{v}, ' for v in members)})")
-                lines.append(f"{ind}    {name}.create(u, seg)")
+                # create(u, v), inlined (direct-mapped: replaces the slot's entry); the
+                # method is needed only to record rows in the reverse map.
+                if c.rev_positions:
+                    lines.append(f"{ind}    {name}.create(u, seg)")
+                else:
+                    lines += [f"{ind}    if {'u is not None' if len(c.key) == 1 else 'None not in u'}:",
+                              f"{ind}        {name}T[hash(u) % {c.buckets}] = (u, seg)",
+                              f"{ind}    {name}N[1] += 1"]
                 lines.append(f"{ind}for {''.join(f'{v}, ' for v in members)} in seg.values():")
                 ind += "    "
                 k = end + 1
