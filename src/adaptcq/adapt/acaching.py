@@ -114,7 +114,8 @@ class ACaching:
         if caches not in ("prefix", "global"):
             raise ValueError("caches must be 'prefix' or 'global'")
         self.W, self.W_d, self.alpha = W, W_d, alpha
-        self.sample_probability = p
+        self.p = p
+        self._p_i: dict[int, float] = {}
         self.interval = interval
         self.seed = seed
         self.reopt_interval = reopt_interval
@@ -132,11 +133,29 @@ class ACaching:
         self.probe_cost, self.update_cost, self.c_scale = calibrate()
         self.next_reopt = reopt_interval
         self.selections = 0
+        self.chosen: set[Candidate] = set()     # the last offline selection
         self.history: list[dict] = []        # cache changes over time
         self.trace = trace
         self.peak_bytes = 0
 
     # ----- policy hooks ------------------------------------------------------------------
+    @property
+    def sample_probability(self) -> float:
+        return max([self.p, *self._p_i.values()])
+
+    def stream_probability(self, i: int) -> float:
+        """p_i (App. A): at least p, and high enough that a pipeline whose stream brings a
+        small share of the arrivals still collects 2W profiled tuples per re-optimization
+        interval I (§4.5 step 2 needs W observations of each statistic)."""
+        return self._p_i.get(i, self.p)
+
+    def _set_p_i(self, per_stream) -> None:
+        total = sum(per_stream)
+        if total:
+            self._p_i = {i: min(1.0, max(self.p, 2 * self.W * total /
+                                         (self.reopt_interval * max(c, 1))))
+                         for i, c in enumerate(per_stream)}
+
     def on_profile(self, cq, obs, ts) -> None:
         self.profiler.observe(obs, cq.executor)
         self.results.setdefault(obs.stream, WindowAverage(self.W)).update(obs.results)
@@ -146,6 +165,7 @@ class ACaching:
     def on_interval(self, cq, ts) -> None:
         ex = cq.executor
         self.profiler.tick(cq.per_stream, ex, ts)
+        self._set_p_i(cq.per_stream)
         if self.reorder is not None:
             self.reorder.on_interval(cq, ts)
         arrivals = cq.next_rid
@@ -225,10 +245,14 @@ class ACaching:
         ops = [self._operator_cost(c.pipeline, j) for j in range(c.start, c.end + 1)]
         d_in = self._d(c.pipeline, c.start - 1)
         d_out = self._d(c.pipeline, c.end)
-        if st.state == "used":
-            miss = st.observed_miss.get() if st.observed_miss.n else None
+        if st.state == "used" and st.observed_miss.ready:
+            miss = st.observed_miss.get()  # observed once W intervals have been seen
+        elif st.state == "used":           # until then: the estimate it was chosen on
+            miss = st.bloom.get() if st.bloom is not None and st.bloom.ready else 1.0
         else:
             miss = st.bloom.get() if st.bloom is not None and st.bloom.ready else None
+        if miss is None and d_in == 0:  # no tuple reaches the segment: nothing to probe
+            miss = 1.0
         z = set(c.segment) | set(c.extra)
         ups = [self._d(lp, len(z) - 1) for lp in z]
         if None in ops or None in ups or d_in is None or d_out is None or miss is None:
@@ -257,14 +281,17 @@ class ACaching:
             if self.states[c].state == "profiled" or changed:
                 self.states[c].estimate = e
         if not changed:  # §4.5 c: nothing moved by more than p: keep the selection
-            for st in self.states.values():
-                if st.state == "profiled":
-                    st.state = "unused"
             ex.clear_observers()
+            for c, st in self.states.items():
+                if c in self.chosen and st.state != "used":
+                    self._use(ex, st, arrivals, ts)  # e.g. dropped for memory earlier
+                elif st.state == "profiled":
+                    st.state = "unused"
             return
         sel = select(list(estimates), estimates, self.operator_costs(), self.method,
                      rng=self.seed + self.selections)
         self.selections += 1
+        self.chosen = set(sel.chosen)
         ex.clear_observers()
         for c, st in self.states.items():
             if c in sel.chosen and st.state != "used":
@@ -329,7 +356,7 @@ class ACaching:
     def _buckets(self, st: CandidateState) -> int:
         """§3.3: the bucket count from the expected size (a power of two)."""
         distinct = st.bloom.distinct() if st.bloom is not None and st.bloom.ready else 64
-        return 1 << max(4, math.ceil(math.log2(max(16.0, 2 * distinct * 4))))
+        return _prime_at_least(max(17, int(8 * distinct)))
 
     def set_memory(self, memory: int | None) -> None:
         """Change the cache memory budget (bytes; None = unlimited) while the query runs."""
@@ -341,12 +368,15 @@ class ACaching:
         if self.memory is not None:
             # Lowest priority first: (benefit − cost) per expected byte.
             used.sort(key=lambda st: _net(st) / self.expected_bytes(st))
-            for st in used:
-                if total <= self.memory:
-                    break
+            victims = list(used)
+            while total > self.memory and victims:
+                st = victims[0]
+                if st.cache is None:
+                    victims.pop(0)
+                    continue
                 before = st.cache.size_bytes()
-                if st.cache.buckets > 16:
-                    ex.resize_cache(st.cache, st.cache.buckets // 4)
+                if st.cache.buckets > 17:
+                    ex.resize_cache(st.cache, _prime_at_least(max(17, st.cache.buckets // 4)))
                     self._log(arrivals, ts, "shrink", f"{st.candidate.name} to "
                               f"{st.cache.buckets} buckets (budget {self.memory:,} B)")
                 else:
@@ -360,11 +390,16 @@ class ACaching:
                 continue
             before = st.cache.size_bytes()
             per_bucket = before / st.cache.buckets
-            grown = min(want, st.cache.buckets * 4)
+            grown = min(want, _prime_at_least(st.cache.buckets * 4))
             if self.memory is None or total + per_bucket * (grown - st.cache.buckets) \
                     <= self.memory:
+                old_buckets = st.cache.buckets
                 ex.resize_cache(st.cache, grown)
-                total += st.cache.size_bytes() - before
+                after = st.cache.size_bytes()
+                if self.memory is not None and total + after - before > self.memory:
+                    ex.resize_cache(st.cache, old_buckets)  # the estimate was too low
+                    break
+                total += after - before
                 self._log(arrivals, ts, "grow", f"{st.candidate.name} to {grown} buckets")
         self.peak_bytes = max(self.peak_bytes, total)
 
@@ -396,3 +431,12 @@ def _changed(old: Estimate | None, new: Estimate, p: float) -> bool:
         return True
     return any(abs(n - o) > p * max(abs(o), 1e-12)
                for o, n in ((old.benefit, new.benefit), (old.cost, new.cost)))
+
+
+def _prime_at_least(n: int) -> int:
+    """Bucket counts are primes: a slot is hash(u) mod buckets, and an integer hashes to
+    itself, so evenly spaced keys would share a few slots of a power-of-two table."""
+    n = max(2, n)
+    while any(n % d == 0 for d in range(2, int(n ** 0.5) + 1)):
+        n += 1
+    return n

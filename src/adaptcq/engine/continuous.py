@@ -106,6 +106,8 @@ class ContinuousQuery:
         """Attach an adaptive policy (adapt/): it is shown a sample of profiled insertions
         (``policy.sample_probability``, ``policy.on_profile(cq, observation, ts)``) and
         ticked every ``policy.interval`` arrivals (``policy.on_interval(cq, ts)``). A policy
+        may give each pipeline its own probability p_i (a-caching.txt App. A) with
+        ``policy.stream_probability(i) -> p_i`` (at most its ``sample_probability``). A policy
         changes the plan only through the executor's narrow interface (``set_order``...)."""
         import random
         if not hasattr(self.executor, "profile_insert"):
@@ -130,17 +132,27 @@ class ContinuousQuery:
             self._next_tick = self.next_rid + min(intervals)
         self._next_event = min(self._next_profile, self._next_tick)
 
+    def _accept(self, i: int) -> bool:
+        """Thinning: the schedule samples insertions with p = max p_i; pipeline i keeps a
+        sampled insertion with probability p_i / p, so each is profiled with p_i."""
+        p = max(pol.sample_probability for pol in self.policies)
+        p_i = max(pol.stream_probability(i) if hasattr(pol, "stream_probability")
+                  else pol.sample_probability for pol in self.policies)
+        return p_i >= p or self._rng.random() < p_i / p
+
     def _event(self, i: int, rid: int, row: tuple, ts: float) -> bool:
         """A profiling or policy tick is due at this arrival. Returns True when the
         arrival was processed here (profiled) and must not be inserted again."""
         self.next_rid = rid
         done = False
         if rid >= self._next_profile:
-            fanouts = any(getattr(pol, "needs_fanouts", True) for pol in self.policies)
-            obs = self.executor.profile_insert(i, rid, row, ts, fanouts)
-            for pol in self.policies:
-                pol.on_profile(self, obs, ts)
-            done = True
+            if self._accept(i):
+                fanouts = any(getattr(pol, "needs_fanouts", True) for pol in self.policies)
+                obs = self.executor.profile_insert(i, rid, row, ts, fanouts)
+                for pol in self.policies:
+                    pol.on_profile(self, obs, ts)
+                done = True
+            self._next_profile = rid  # due: the next schedule draws a new gap
         if rid >= self._next_tick:
             for pol in self.policies:
                 pol.on_interval(self, ts)

@@ -9,7 +9,7 @@ only ``adaptcq.query`` and ``adaptcq.errors``; the engine asks it for a plan.
 >>> g = JoinGraph({"R": 10, "S": 20, "T": 5}, {("R", "S"): 0.1, ("S", "T"): 0.5})
 >>> p = plan(g, "qaware")
 >>> p["S"], round(plan_cost(g, p), 6)
-(['T', 'R'], 1730.0)
+(['R', 'T'], 1270.0)
 """
 
 from adaptcq.optimizer.cost import (

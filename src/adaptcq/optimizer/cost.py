@@ -61,9 +61,9 @@ def join_factor(graph: JoinGraph, prefix: Iterable[str], s: str) -> float:
     than enter it (the per-step factor of Eq. 2)."""
     sigma = 1.0
     prefix_set = prefix if isinstance(prefix, (set, frozenset)) else set(prefix)
-    for t in graph.neighbors(s):
+    for t, st in graph.neighbor_selectivities(s):
         if t in prefix_set:
-            sigma *= graph.selectivities[frozenset((s, t))]
+            sigma *= st
     return graph.rates[s] * graph.window * sigma
 
 

@@ -46,64 +46,36 @@ def global_impact(graph: JoinGraph, remaining: Iterable[str], stream: str) -> fl
     return impact
 
 
-def _cut_vertices(graph: JoinGraph, nodes: set[str]) -> set[str]:
-    """Articulation points of the subgraph induced by ``nodes`` (Tarjan, iterative)."""
-    disc: dict[str, int] = {}
-    low: dict[str, int] = {}
-    cuts: set[str] = set()
-    for root in sorted(nodes):
-        if root in disc:
-            continue
-        disc[root] = low[root] = len(disc)
-        children = 0
-        stack = [(root, None, iter([v for v in graph.neighbors(root) if v in nodes]))]
-        while stack:
-            u, parent, it = stack[-1]
-            advanced = False
-            for v in it:
-                if v == parent:
-                    continue
-                if v in disc:
-                    low[u] = min(low[u], disc[v])
-                else:
-                    disc[v] = low[v] = len(disc)
-                    if u == root:
-                        children += 1
-                    stack.append((v, u, iter([x for x in graph.neighbors(v) if x in nodes])))
-                    advanced = True
-                    break
-            if not advanced:
-                stack.pop()
-                if parent is not None:
-                    low[parent] = min(low[parent], low[u])
-                    if parent != root and low[u] >= disc[parent]:
-                        cuts.add(parent)
-        if children > 1:
-            cuts.add(root)
-    return cuts
+def _connected_without(graph: JoinGraph, nodes: set[str], removed: str, root: str) -> bool:
+    """Whether the subgraph induced by ``nodes`` minus ``removed`` is connected."""
+    seen = {root}
+    todo = [root]
+    while todo:
+        for v in graph.neighbors(todo.pop()):
+            if v in nodes and v != removed and v not in seen:
+                seen.add(v)
+                todo.append(v)
+    return len(seen) == len(nodes) - 1
 
 
 def _gimpact_connected(graph: JoinGraph, start: str) -> list[str]:
     remaining = set(graph.streams)
     tail: list[str] = []
     while len(remaining) > 1:
-        cuts = _cut_vertices(graph, remaining)
-        candidates = sorted(remaining - cuts - {start})
         # argmin GlobalImpact(S_q) = argmax λ_q·Π_{y remaining} σ_qy, because
         # GlobalImpact(S_q)·λ_q·Π_y σ_qy is the same product for every q (all remaining
         # rates and predicates); this form costs O(degree) instead of O(n + e).
         def weight(q: str) -> float:
             w = graph.rates[q]
-            for y in graph.neighbors(q):
+            for y, sigma in graph.neighbor_selectivities(q):
                 if y in remaining:
-                    w *= graph.selectivities[frozenset((q, y))]
+                    w *= sigma
             return w
 
-        last, best = candidates[0], weight(candidates[0])
-        for q in candidates[1:]:
-            w = weight(q)
-            if w > best:
-                last, best = q, w
+        # least impact first (ties: smaller name); skip cut vertices, whose removal would
+        # force a cartesian product
+        ranked = sorted(remaining - {start}, key=lambda q: (-weight(q), q))
+        last = next(q for q in ranked if _connected_without(graph, remaining, q, start))
         tail.append(last)
         remaining.discard(last)
     tail.reverse()

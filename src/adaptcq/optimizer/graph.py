@@ -153,6 +153,17 @@ class JoinGraph:
         self._require(s)
         return self._adj[s]
 
+    def neighbor_selectivities(self, s: str) -> tuple[tuple[str, float], ...]:
+        """``(t, σ_st)`` for every neighbor t of ``s``, sorted by name."""
+        self._require(s)
+        return self._nsel[s]
+
+    @cached_property
+    def _nsel(self) -> Mapping[str, tuple[tuple[str, float], ...]]:
+        return MappingProxyType({
+            s: tuple((t, self._sel[frozenset((s, t))]) for t in nbrs)
+            for s, nbrs in self._adj.items()})
+
     def has_edge(self, a: str, b: str) -> bool:
         return frozenset((a, b)) in self._sel
 
