@@ -174,9 +174,8 @@ class ACaching:
         self._watch_used(ex, arrivals, ts)
         if arrivals >= self.next_reopt:           # §4.5 step 4: profile the unused again
             self.next_reopt = arrivals + self.reopt_interval
-            for st in self.states.values():
-                if st.state == "unused":
-                    self._profile(ex, st)
+            ex.observe_probes([w for st in self.states.values() if st.state == "unused"
+                               for w in self._profile(ex, st)])
         if any(st.state == "profiled" for st in self.states.values()) and self._ready():
             self._reselect(ex, arrivals, ts)
         self._enforce_memory(ex, arrivals, ts)
@@ -192,6 +191,7 @@ class ACaching:
         old = self.states
         self.states = {}
         ex.clear_observers()
+        watches = []
         for cand in fresh:
             st = old.get(cand)
             if st is not None and st.state == "used" and \
@@ -200,19 +200,20 @@ class ACaching:
                 continue
             st = CandidateState(cand)
             self.states[cand] = st
-            self._profile(ex, st)
+            watches += self._profile(ex, st)
+        ex.observe_probes(watches)
         self._log(arrivals, ts, "candidates", f"{len(fresh)} candidates for the new orders")
 
-    def _profile(self, ex, st: CandidateState) -> None:
-        """Move a candidate to *profiled*: watch its probe stream with a fresh Bloom filter."""
+    def _profile(self, ex, st: CandidateState) -> list:
+        """Move a candidate to *profiled*: a fresh Bloom filter to watch its probe stream
+        with (returned as the watch to give ``MJoin.observe_probes``)."""
         st.state = "profiled"
         st.bloom = BloomMissRate(self.W_d, self.alpha, self.W)
         c = st.candidate
         prefix = [c.pipeline, *ex.orders[c.pipeline][:c.start - 1]]
         members = [a for a in ex.query.aliases if a in c.segment]
         key = cache_key(ex.query, prefix, members)
-        if key:
-            ex.observe_probes(c.pipeline, c.start, key, st.bloom.update)
+        return [(c.pipeline, c.start, key, st.bloom.update)] if key else []
 
     # ----- estimates (§4.1, §4.3, App. A) ----------------------------------------------------
     def _d(self, pipeline: str, pos0: int) -> float | None:

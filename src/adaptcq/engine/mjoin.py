@@ -341,10 +341,12 @@ class MJoin:
         self.placements[pipeline] = [t for t in self.placements[pipeline] if t[2] is not cache]
         self._rebuild()
 
-    def observe_probes(self, pipeline: str, start: int, key, fn) -> None:
-        """Call ``fn(u)`` with the cache key u of every tuple reaching operator ``start`` of
-        ``pipeline`` (key: segment-side ColumnRefs as ``cache_key`` gives them)."""
-        self.observers.setdefault((pipeline, start), []).append((tuple(key), fn))
+    def observe_probes(self, watches) -> None:
+        """For each (pipeline, start, key, fn) in ``watches``, call ``fn(u)`` with the cache
+        key u of every tuple reaching operator ``start`` of ``pipeline`` (key: segment-side
+        ColumnRefs as ``cache_key`` gives them). One recompilation for all of them."""
+        for pipeline, start, key, fn in watches:
+            self.observers.setdefault((pipeline, start), []).append((tuple(key), fn))
         self._rebuild()
 
     def clear_observers(self) -> None:
