@@ -347,12 +347,20 @@ class MJoin:
         ColumnRefs as ``cache_key`` gives them). One recompilation for all of them."""
         for pipeline, start, key, fn in watches:
             self.observers.setdefault((pipeline, start), []).append((tuple(key), fn))
-        self._rebuild()
+        self._recompile_inserts({p for p, *_ in watches})
 
     def clear_observers(self) -> None:
         if self.observers:
+            pipelines = {p for p, _ in self.observers}
             self.observers.clear()
-            self._rebuild()
+            self._recompile_inserts(pipelines)
+
+    def _recompile_inserts(self, pipelines) -> None:
+        """Observers live only in the insertion pipelines (and the profiled path)."""
+        self._profile_cache.clear()
+        for a in pipelines:
+            i = self._aliases.index(a)
+            self._pipelines[i] = self._compile(a, self.orders[a], "insert")
 
     def resize_cache(self, cache: JoinCache, buckets: int) -> None:
         """Change a cache's bucket count (§3.3: chosen from its estimated size; §5)."""
