@@ -258,3 +258,22 @@ class _Nop:
 
     def on_interval(self, cq, ts):
         pass
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), mode=st.sampled_from(["append", "retract"]), seed=st.integers(0, 10**6))
+def test_nested_loop_joins_equal_the_oracle(data, mode, seed):
+    """Joins that scan a window (no hash index: a-caching.txt Figure 10), with caches."""
+    q = data.draw(queries(max_streams=4))
+    streams, ts, rows = data.draw(arrivals(len(q.aliases)))
+    rows = as_tuples(q, streams, rows)
+    rnd = random.Random(seed)
+    scanned = [rnd.choice(q.aliases)] if rnd.random() < 0.5 else \
+        [f"{a}.{c}" for a in q.aliases for c in q.columns[a] if c in ("a", "b")][:2]
+    cq = ContinuousQuery(q, "mjoin", mode, trace=True, nested_loop=scanned)
+    out = []
+    for k in range(len(rows)):
+        if k % 5 == 0:
+            random_cache_moves(cq, rnd, tries=2)
+        out += cq.process(streams[k:k + 1], None, ts[k:k + 1], rows[k:k + 1])
+    assert engine_outputs(cq.trace, out) == Oracle(q, mode).run(streams, None, ts, rows)

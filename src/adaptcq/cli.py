@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--order", action="append", default=[], metavar="STREAM:S2,S3,...",
                    help="fix STREAM's MJoin pipeline order")
     r.add_argument("--tree", help="XJoin tree, e.g. '((R,S),T)' (default: left-deep)")
+    r.add_argument("--nested-loop", action="append", default=[], metavar="STREAM[.COLUMN]",
+                   help="MJoin: joins into STREAM (or probing its COLUMN) scan its window "
+                   "instead of a hash index (a-caching.txt Figure 10)")
     r.add_argument("--sign", help="column holding +1/-1 (explicit deletions; unbounded streams)")
     r.add_argument("--allowed-lateness", type=float, default=0.0, metavar="SECONDS",
                    help="rows later than this behind their stream's newest row are rejected")
@@ -135,6 +138,10 @@ def cmd_run(args) -> int:
         if args.executor not in ("mjoin", "acaching"):
             raise AdaptcqError("--order sets MJoin pipelines; use --tree with --executor xjoin")
         options["orders"] = _orders(args.order)
+    if args.nested_loop:
+        if args.executor not in ("mjoin", "acaching"):
+            raise AdaptcqError("--nested-loop is for --executor mjoin or acaching")
+        options["nested_loop"] = args.nested_loop
     if args.executor == "acaching":
         options["cache_options"] = {"caches": args.caches, "memory": args.cache_memory,
                                     "reopt_interval": args.reopt_interval}

@@ -51,7 +51,8 @@ class Counters:
 def make_executor(query: LogicalQuery, executor: str, mode: str, out: list, **options):
     if executor == "mjoin":
         from adaptcq.engine.mjoin import MJoin
-        return MJoin(query, mode, orders=options.get("orders"), out=out)
+        return MJoin(query, mode, orders=options.get("orders"), out=out,
+                     nested_loop=options.get("nested_loop") or ())
     if executor == "xjoin":
         from adaptcq.engine.xjoin import XJoin
         return XJoin(query, mode, tree=options.get("tree"), out=out)

@@ -23,7 +23,7 @@ from adaptcq.engine.compile import (
     projection_source,
 )
 from adaptcq.query.logical import ColumnRef, LogicalQuery
-from adaptcq.state.stem import SteM
+from adaptcq.state.stem import ScanIndex, SteM
 
 
 def connected_order(query: LogicalQuery, start: str) -> list[str]:
@@ -77,7 +77,16 @@ class MJoin:
     name = "mjoin"
 
     def __init__(self, query: LogicalQuery, mode: str = "append",
-                 orders: dict[str, Sequence[str]] | None = None, out: list | None = None):
+                 orders: dict[str, Sequence[str]] | None = None, out: list | None = None,
+                 nested_loop: Sequence[str] = ()):
+        # Joins into these streams ("S"), or probing these columns ("S.b"), scan the window
+        # instead of probing a hash index (a-caching.txt §7.2, Figure 10).
+        self.nested_loop = frozenset(nested_loop)
+        for item in self.nested_loop:
+            stream, _, column = item.partition(".")
+            if stream not in query.aliases or (column and column not in query.columns[stream]):
+                raise ValueError(f"nested-loop join {item!r}: no such stream or join column "
+                                 f"(streams: {', '.join(query.aliases)})")
         self.query = query
         self._aliases = query.aliases
         self.retract = mode == "retract"
@@ -195,7 +204,7 @@ class MJoin:
             stem = self.stems[q.aliases.index(s)]
             positions, refs = probe_plan(q, s, prefix)
             if positions:
-                ns[f"I{k}"] = stem.index(positions)
+                ns[f"I{k}"] = self._index_for(stem, positions)
                 lines.append(f"{ind}b{k} = I{k}.get({key_source(refs, resolve)})")
                 lines.append(f"{ind}if b{k}:")
                 ind += "    "
@@ -263,13 +272,22 @@ class MJoin:
             lines.append(f"{ind}emit(({projection_source(q, resolve)} sign, ts))")
         return compile_function("pipeline", lines, ns)
 
+    def _index_for(self, stem: SteM, positions: tuple[int, ...]):
+        """The hash index a join into ``stem`` probes (a scan for a nested-loop stream)."""
+        return ScanIndex(stem, positions) if self._scans(stem, positions) \
+            else stem.index(positions)
+
+    def _scans(self, stem: SteM, positions: tuple[int, ...]) -> bool:
+        return stem.name in self.nested_loop or any(
+            f"{stem.name}.{stem.columns[p]}" in self.nested_loop for p in positions)
+
     def _drop_unused_indexes(self) -> None:
         used: dict[str, set] = {a: set() for a in self.query.aliases}
         for start, order in self.orders.items():
             prefix = [start]
             for s in order:
                 positions, _ = probe_plan(self.query, s, prefix)
-                if positions:
+                if positions and not self._scans(self.stems[self._aliases.index(s)], positions):
                     used[s].add(positions)
                 prefix.append(s)
         for c in self.caches.values():
@@ -450,7 +468,8 @@ class MJoin:
             positions, refs = probe_plan(q, s, prefix)
             stem = self.stems[q.aliases.index(s)]
             slots = [(prefix.index(r.stream), q.columns[r.stream].index(r.column)) for r in refs]
-            steps.append((stem, stem.index(positions) if positions else None, composite_key(slots)))
+            steps.append((stem, self._index_for(stem, positions) if positions else None,
+                          composite_key(slots)))
             prefix.append(s)
 
         def resolve(ref: ColumnRef) -> str:
@@ -487,7 +506,7 @@ class MJoin:
             for s in remaining:
                 positions, refs = probe_plan(q, s, prefix)
                 stem = self.stems[q.aliases.index(s)]
-                plans.append((s, stem, stem.index(positions) if positions else None,
+                plans.append((s, stem, self._index_for(stem, positions) if positions else None,
                               composite_key([(prefix.index(r.stream),
                                           q.columns[r.stream].index(r.column)) for r in refs])
                               if positions else None))
@@ -508,7 +527,8 @@ class MJoin:
 
     # ----- checkpoints -----------------------------------------------------------------
     def plan_state(self) -> dict:
-        return {"orders": {a: list(o) for a, o in self.orders.items()}}
+        return {"orders": {a: list(o) for a, o in self.orders.items()},
+                "nested_loop": sorted(self.nested_loop)}
 
     def load(self, i: int, rows: dict) -> None:
         """Restore stream i's window contents (rid -> row) without producing output."""
@@ -524,6 +544,9 @@ class MJoin:
         return sum(s.size_bytes() for s in self.stems)
 
     def describe(self) -> str:
+        if self.nested_loop:
+            return "\n".join([*(f"ΔR {s}: " + " ⋈ ".join(o) for s, o in self.orders.items()),
+                              f"nested-loop joins into {', '.join(sorted(self.nested_loop))}"])
         return "\n".join(f"ΔR {s}: " + " ⋈ ".join(o) for s, o in self.orders.items())
 
 

@@ -130,3 +130,22 @@ class SteM:
                 buckets = [next(it) for _ in range(min(sample, len(idx)))]
                 total += sum(sys.getsizeof(b) for b in buckets) * len(idx) // len(buckets)
         return total
+
+
+class ScanIndex:
+    """A nested-loop "index": the same ``get(key)`` as a hash index, answered by scanning
+    the SteM's window, so a join into this stream costs time proportional to its window
+    (a-caching.txt §7.2, Figure 10: the hash index on S.B dropped)."""
+
+    __slots__ = ("keyfn", "stem")
+
+    def __init__(self, stem: SteM, positions: tuple[int, ...]):
+        self.stem = stem
+        self.keyfn = key_function(positions)
+
+    def get(self, key):
+        if key is None:
+            return None
+        keyfn = self.keyfn
+        found = {rid: row for rid, row in self.stem.rows.items() if keyfn(row) == key}
+        return found or None
