@@ -15,9 +15,10 @@ from adaptcq.query.logical import LogicalQuery
 
 
 class Oracle:
-    def __init__(self, query: LogicalQuery, mode: str):
+    def __init__(self, query: LogicalQuery, mode: str, time_unit: float = 1.0):
         self.q = query
         self.mode = mode
+        self.time_unit = time_unit  # seconds per timestamp unit, as ContinuousQuery's
         self.sel = [compile_predicate(query.selections[a], query.columns[a], a, query.types)
                     if query.selections.get(a) is not None else (lambda row: True)
                     for a in query.aliases]
@@ -91,8 +92,11 @@ class Oracle:
             due = []
             for s, j, r in live:
                 w = q.streams[s].window
-                if w.kind == "range" and arrived_ts[j] + w.size < ts:
-                    due.append((arrived_ts[j] + w.size, j, s, r))
+                if w.kind != "range":
+                    continue
+                size = w.size if self.time_unit == 1.0 else round(w.size / self.time_unit)
+                if arrived_ts[j] + size < ts:
+                    due.append((arrived_ts[j] + size, j, s, r))
             for exp_at, j, s, r in sorted(due, key=lambda d: (d[0], d[1])):
                 live.remove((s, j, r))
                 step(s, -1, exp_at, r, self.mode == "retract")

@@ -105,7 +105,8 @@ def test_agreedy_converges_to_the_greedy_order():
     assert best["H"] == ["A", "B", "C"]
     worst = {"H": ["C", "B", "A"], "A": ["H", "C", "B"], "B": ["H", "C", "A"],
              "C": ["H", "B", "A"]}
-    cq = ContinuousQuery(prepared.query, "mjoin", "append", orders=worst)
+    cq = ContinuousQuery(prepared.query, "mjoin", "append", orders=worst,
+                         time_unit=prepared.time_unit)
     policy = AGreedy(p=0.2, W=10, alpha=1.25, seed=5)
     cq.attach(policy)
     cq.process(prepared.streams.tolist(), None, prepared.timestamps.tolist(), prepared.rows)

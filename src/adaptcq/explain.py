@@ -121,7 +121,7 @@ def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | Non
     # Profile about 2,000 tuples whatever the prefix (at least 1 in 50).
     profiler = Profiler(p=p if p is not None else min(1.0, max(0.02, 2000 / n)),
                         interval=max(1, n // 200))
-    cq = ContinuousQuery(prepared.query, "mjoin", "append")
+    cq = ContinuousQuery(prepared.query, "mjoin", "append", time_unit=prepared.time_unit)
     cq.attach(profiler)
     cq.process(prepared.streams[:n].tolist(), None, prepared.timestamps[:n].tolist(),
                prepared.rows[:n])
@@ -278,7 +278,7 @@ def cache_candidates(sql: str, sources: dict, timestamp: str, prefix: int,
     n = min(len(prepared.rows), max(0, prefix))
     policy = ACaching(caches=caches, p=min(1.0, max(0.01, 2000 / max(n, 1))),
                       interval=max(1, n // 400), reopt_interval=max(1, n // 4))
-    cq = ContinuousQuery(prepared.query, "mjoin", "append")
+    cq = ContinuousQuery(prepared.query, "mjoin", "append", time_unit=prepared.time_unit)
     cq.attach(policy)
     cq.process(prepared.streams[:n].tolist(), None, prepared.timestamps[:n].tolist(),
                prepared.rows[:n])

@@ -62,7 +62,7 @@ import numpy as np
 import pyarrow as pa
 
 from adaptcq.engine.continuous import ContinuousQuery
-from adaptcq.runtime.local import prepare
+from adaptcq.runtime.local import TIME_UNIT, prepare
 from adaptcq.stream.workloads import Burst, Workload, table2_point, three_way
 
 MODE = "retract"
@@ -217,7 +217,7 @@ def run_plan(inp: Input, plan: Plan, series_every: int | None = None,
     """Run ``plan`` over ``inp`` once. ``series_every``: also record (count of arrivals of
     stream ``series_stream`` so far, throughput of the chunk) every that many of them."""
     options = {"orders": plan.orders} if plan.executor == "mjoin" else {"tree": plan.tree}
-    cq = ContinuousQuery(inp.query, plan.executor, MODE, **options)
+    cq = ContinuousQuery(inp.query, plan.executor, MODE, time_unit=TIME_UNIT, **options)
     ex = cq.executor
     placed = [ex.place_cache(p, s, e, frozenset(extra), buckets=BUCKETS)
               for p, s, e, extra in plan.caches]
@@ -600,7 +600,7 @@ def fig10(out: Path, quick: bool, runs: int) -> list[dict]:
             for label, speeds in plans.items():
                 orders = ALT_ORDERS3 if label == "mjoin_alt" else DEFAULT_ORDERS3
                 cq = ContinuousQuery(inp.query, "mjoin", MODE, orders=orders,
-                                     nested_loop=("S.b",))
+                                     nested_loop=("S.b",), time_unit=TIME_UNIT)
                 if label == "caching":
                     cache = cq.executor.place_cache("T", 1, 2, buckets=BUCKETS + 1)
                 if label == "acaching":

@@ -115,7 +115,8 @@ def run_plan(prepared, mode: str, chunk: int, orders=None, policy=None):
     """Run one plan; returns (per-chunk rows, output Counter, policy)."""
     from adaptcq.engine.continuous import ContinuousQuery
 
-    cq = ContinuousQuery(prepared.query, "mjoin", mode, orders=orders)
+    cq = ContinuousQuery(prepared.query, "mjoin", mode, orders=orders,
+                         time_unit=prepared.time_unit)
     if policy is not None:
         cq.attach(policy)
     out: list = []

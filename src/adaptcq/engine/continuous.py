@@ -69,7 +69,8 @@ class ContinuousQuery:
     """
 
     def __init__(self, query: LogicalQuery, executor: str = "mjoin", mode: str = "append",
-                 trace: bool = False, sample_every: int = 20_000, **options):
+                 trace: bool = False, sample_every: int = 20_000, time_unit: float = 1.0,
+                 **options):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose append or retract")
         from adaptcq.query.expr import compile_predicate
@@ -82,7 +83,14 @@ class ContinuousQuery:
             compile_predicate(query.selections[a], query.columns[a], a, query.types)
             if query.selections.get(a) is not None else None
             for a in query.aliases]
-        self.ranges = [s.window.size if s.window.kind == "range" else None for s in query.streams]
+        # Timestamps are in units of ``time_unit`` seconds. The runtimes pass integer
+        # nanoseconds (time_unit 1e-9) so that window boundaries are exact: in float
+        # seconds 508.138 + 10.0 < 518.138 holds, and an inclusive window would lose a pair
+        # exactly w apart.
+        self.time_unit = time_unit
+        self.ranges = [(s.window.size if time_unit == 1.0
+                        else round(s.window.size / time_unit))
+                       if s.window.kind == "range" else None for s in query.streams]
         self.counts = [CountWindow(int(s.window.size)) if s.window.kind == "rows" else None
                        for s in query.streams]
         self.clock = ExpiryClock()
@@ -146,17 +154,18 @@ class ContinuousQuery:
         arrival was processed here (profiled) and must not be inserted again."""
         self.next_rid = rid
         done = False
+        seconds = ts * self.time_unit  # policies see seconds
         if rid >= self._next_profile:
             if self._accept(i):
                 fanouts = any(getattr(pol, "needs_fanouts", True) for pol in self.policies)
                 obs = self.executor.profile_insert(i, rid, row, ts, fanouts)
                 for pol in self.policies:
-                    pol.on_profile(self, obs, ts)
+                    pol.on_profile(self, obs, seconds)
                 done = True
             self._next_profile = rid  # due: the next schedule draws a new gap
         if rid >= self._next_tick:
             for pol in self.policies:
-                pol.on_interval(self, ts)
+                pol.on_interval(self, seconds)
         self._schedule()
         return done
 
@@ -286,6 +295,7 @@ class ContinuousQuery:
             "next_rid": self.next_rid,
             "now": self.now,
             "next_sample": self._next_sample,
+            "time_unit": self.time_unit,
             "stats": dataclasses.asdict(self.stats),
         }
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
@@ -298,7 +308,8 @@ class ContinuousQuery:
         state = pickle.loads(blob)
         if state.get("version") != 1:
             raise ValueError(f"unknown checkpoint version {state.get('version')!r}")
-        cq = cls(query, state["executor"], mode, **{**options, **state["plan"]})
+        options = {**options, **state["plan"], "time_unit": state.get("time_unit", 1.0)}
+        cq = cls(query, state["executor"], mode, **options)
         for i, rows in enumerate(state["rows"]):
             cq.executor.load(i, rows)
         cq.clock.heap = state["heap"]

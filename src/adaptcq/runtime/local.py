@@ -18,9 +18,10 @@ import pyarrow as pa
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import InputError, QueryError
 from adaptcq.query.logical import LogicalQuery
-from adaptcq.stream.sources import arrival_order, load_source, schema_kinds, seconds
+from adaptcq.stream.sources import arrival_order, load_source, nanoseconds, schema_kinds
 
 BATCH = 32_768
+TIME_UNIT = 1e-9  # the engine runs on int64 nanoseconds: exact window boundaries
 
 
 @dataclass
@@ -50,6 +51,7 @@ class PreparedInput:
     rejected: list[dict]
     ts_type: pa.DataType
     load_seconds: float
+    time_unit: float = TIME_UNIT  # seconds per unit of ``timestamps`` (give it to the engine)
 
 
 def prepare(sql: str | LogicalQuery, sources: Mapping[str, object], timestamp: str,
@@ -79,10 +81,11 @@ def prepare(sql: str | LogicalQuery, sources: Mapping[str, object], timestamp: s
     rejected: list[dict] = []
     tsec = {}
     for name, table in tables.items():
-        tsec[name] = seconds(table, timestamp)
-        order[name] = arrival_order(tsec[name], allowed_lateness)
+        tsec[name] = nanoseconds(table, timestamp)  # exact event times (see TIME_UNIT)
+        order[name] = arrival_order(tsec[name], round(allowed_lateness / TIME_UNIT))
         for r in order[name].late:
-            rejected.append({"stream": name, "row": int(r), "ts": float(tsec[name][r]),
+            rejected.append({"stream": name, "row": int(r),
+                             "ts": float(tsec[name][r] * TIME_UNIT),
                              "reason": f"late by more than the allowed lateness "
                                        f"({allowed_lateness:g} s)"})
 
@@ -107,7 +110,7 @@ def prepare(sql: str | LogicalQuery, sources: Mapping[str, object], timestamp: s
                 parts_sign.append(sg.astype(np.int64))
             else:
                 parts_sign.append(np.ones(len(acc), np.int64))
-    ts = np.concatenate(parts_ts) if parts_ts else np.empty(0)
+    ts = np.concatenate(parts_ts) if parts_ts else np.empty(0, np.int64)
     st = np.concatenate(parts_stream) if parts_stream else np.empty(0, np.int64)
     pos = np.concatenate(parts_pos) if parts_pos else np.empty(0, np.int64)
     merged = np.lexsort((pos, st, ts))
@@ -143,6 +146,7 @@ def execute(prepared: PreparedInput, executor: str = "mjoin", mode: str = "appen
     """Run a prepared input through one ContinuousQuery and collect the output."""
     q = prepared.query
     policies = list(options.pop("policies", None) or [])
+    options.setdefault("time_unit", TIME_UNIT)
     cache_options = options.pop("cache_options", None) or {}
     engine_executor = executor
     if executor == "acaching":  # MJoin + the A-Caching policy (a-caching.txt §4.5)
@@ -167,9 +171,9 @@ def execute(prepared: PreparedInput, executor: str = "mjoin", mode: str = "appen
             progress(end, n)
     cpu = time.process_time() - t0
     cq.sample(cq.now)
-    table = output_table(q, out, prepared.ts_type)
+    table = output_table(q, out, prepared.ts_type, TIME_UNIT)
     rejected = prepared.rejected + [
-        {"stream": q.aliases[i], "row": -1, "ts": ts, "reason": why}
+        {"stream": q.aliases[i], "row": -1, "ts": ts * TIME_UNIT, "reason": why}
         for i, ts, _, why in cq.rejected_rows]
     peak_t, peak_b = cq.peak_state()
     st = cq.stats
@@ -188,8 +192,11 @@ def execute(prepared: PreparedInput, executor: str = "mjoin", mode: str = "appen
                      cq.executor.describe())
 
 
-def output_table(query: LogicalQuery, out: list, ts_type: pa.DataType) -> pa.Table:
-    """Output rows ``(*values, sign, ts)`` as a table with ``_sign`` (int8) and ``_ts``."""
+def output_table(query: LogicalQuery, out: list, ts_type: pa.DataType,
+                 time_unit: float = 1.0) -> pa.Table:
+    """Output rows ``(*values, sign, ts)`` as a table with ``_sign`` (int8) and ``_ts``
+    (``ts`` in units of ``time_unit`` seconds; ``_ts`` of the input's timestamp type, or
+    float seconds)."""
     names = [o.name for o in query.outputs]
     if not out:
         arrays = [pa.array([], pa.null()) for _ in names] + [pa.array([], pa.int8()),
@@ -200,15 +207,23 @@ def output_table(query: LogicalQuery, out: list, ts_type: pa.DataType) -> pa.Tab
         sample = list(zip(*out[:1024]))
         types = [pa.array(list(c)).type for c in sample[:-2]]
         types = [pa.float64() if pa.types.is_null(t) else t for t in types]
+        ts_field = pa.float64() if time_unit == 1.0 else pa.int64()
         fields = [pa.field(f"f{k}", t) for k, t in enumerate(types)] + [
-            pa.field("_sign", pa.int8()), pa.field("_ts", pa.float64())]
+            pa.field("_sign", pa.int8()), pa.field("_ts", ts_field)]
         try:
             arrays = pa.array(out, type=pa.struct(fields)).flatten()
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
             arrays = [pa.array(list(c)) for c in zip(*out)]
             arrays[-2] = arrays[-2].cast(pa.int8())
     ts = arrays[-1]
-    if pa.types.is_timestamp(ts_type):
+    if len(ts) and time_unit != 1.0:
+        units = ts.to_numpy(zero_copy_only=False)
+        if pa.types.is_timestamp(ts_type):
+            ns = np.round(units * (time_unit / 1e-9)).astype("int64")
+            ts = pa.array(ns, pa.int64()).cast(pa.timestamp("ns")).cast(ts_type, safe=False)
+        else:
+            ts = pa.array(units * time_unit, pa.float64())
+    elif pa.types.is_timestamp(ts_type):
         ns = (ts.to_numpy(zero_copy_only=False) * 1e9).round().astype("int64")
         ts = pa.array(ns, pa.int64()).cast(pa.timestamp("ns")).cast(ts_type, safe=False)
     return pa.table([*arrays[:-1], ts], names=names + ["_sign", "_ts"])

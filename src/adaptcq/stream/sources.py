@@ -101,6 +101,17 @@ def schema_kinds(table: pa.Table) -> dict[str, str]:
     return {f.name: column_kind(f.type) for f in table.schema}
 
 
+def nanoseconds(table: pa.Table, timestamp: str) -> np.ndarray:
+    """Event times as int64 nanoseconds (since the epoch for timestamp columns; numeric
+    seconds rounded to the nanosecond): exact, so window boundaries are exact."""
+    col = table.column(timestamp)
+    if pa.types.is_date(col.type):
+        col = col.cast(pa.timestamp("s"))
+    if pa.types.is_timestamp(col.type):
+        return pc.cast(col, pa.timestamp("ns")).cast(pa.int64()).to_numpy()
+    return np.round(col.to_numpy().astype(np.float64) * 1e9).astype(np.int64)
+
+
 def seconds(table: pa.Table, timestamp: str) -> np.ndarray:
     """Event times in float seconds (since the epoch for timestamp columns)."""
     col = table.column(timestamp)

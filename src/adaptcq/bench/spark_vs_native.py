@@ -1,0 +1,333 @@
+"""adaptcq on Spark versus Spark's own stream-stream joins, on one machine (local[2]).
+
+``python -m adaptcq.bench.spark_vs_native [--arrivals 3000000] [--out results/spark_vs_native]``
+
+Two windowed 3-way joins, ``[RANGE 10 SECONDS]`` on every stream, append mode, over the same
+Parquet files (each stream cut into ``--files`` time slices, one per micro-batch):
+
+(a) ``R(a) ⋈ S(a) ⋈ T(a)`` (a-caching.txt §7.3's n-way join generator, n = 3, σ = 1e-4 per
+    pair): one attribute class spans all streams, so adaptcq splits it into partition groups
+    (state-spill.txt §2.1, §5);
+(b) ``R(a) ⋈ S(a,b) ⋈ T(b)`` (a-caching.txt §7.2's default workload with a 10 s window): no
+    class spans all streams, so adaptcq runs it in one group.
+
+Spark native expresses the same window semantics as a chain of inner stream-stream joins with
+watermarks and time-range conditions (every pair ``|Δts| <= 10 s``, which is exactly when
+``[RANGE 10 SECONDS]`` windows hold all three tuples together: docs/semantics.md). Each engine
+runs in a fresh process (``--job``), timed from process start to exit (JVM start-up
+included); CPU seconds are those of the whole process tree (driver, JVM, Python workers),
+sampled from /proc. The result multisets of (R.id, S.id, T.id) are checked equal.
+Writes ``<out>/spark_vs_native.csv`` and ``.png`` and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+WINDOW = 10.0
+EPOCH_SHIFT_US = 10**15  # about 31 years
+
+SQL = {
+    "a": ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R [RANGE 10 SECONDS], "
+          "S [RANGE 10 SECONDS], T [RANGE 10 SECONDS] WHERE R.a = S.a AND S.a = T.a"),
+    "b": ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R [RANGE 10 SECONDS], "
+          "S [RANGE 10 SECONDS], T [RANGE 10 SECONDS] WHERE R.a = S.a AND S.b = T.b"),
+}
+TITLE = {"a": "(a) R(a)⋈S(a)⋈T(a): partitions on a",
+         "b": "(b) R(a)⋈S(a,b)⋈T(b): one group"}
+
+
+# ----- data --------------------------------------------------------------------------------
+
+def make_data(case: str, arrivals: int, files: int, root: Path) -> dict[str, str]:
+    """Write the case's streams as ``files`` consecutive time slices per stream."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from adaptcq.stream.workloads import nway, three_way
+    d = root / f"case_{case}"
+    marker = d / "done.json"
+    if marker.exists() and json.loads(marker.read_text()) == [arrivals, files]:
+        return {s: str(d / s) for s in "RST"}
+    shutil.rmtree(d, ignore_errors=True)
+    if case == "a":
+        wl = nway(3, names=("R", "S", "T"), n_updates=arrivals, window=WINDOW, rate=1000.0,
+                  selectivities={frozenset(p): 1e-4 for p in (("R", "S"), ("R", "T"),
+                                                              ("S", "T"))})
+    else:
+        wl = three_way(n_updates=arrivals, window=WINDOW)
+    end = max(t.column("ts").to_numpy()[-1] for t in wl.tables.values()) + 1e-9
+    cuts = np.linspace(0.0, end, files + 1)
+    for s, t in wl.tables.items():
+        (d / s).mkdir(parents=True)
+        ts = t.column("ts").to_numpy()
+        idx = np.searchsorted(ts, cuts, side="left")
+        for k in range(files):
+            p = d / s / f"part-{k:04d}.parquet"
+            pq.write_table(t.slice(idx[k], idx[k + 1] - idx[k]), p)
+            os.utime(p, (1_600_000_000 + 10 * k, 1_600_000_000 + 10 * k))
+    marker.write_text(json.dumps([arrivals, files]))
+    return {s: str(d / s) for s in "RST"}
+
+
+# ----- CPU of a process tree -----------------------------------------------------------------
+
+class TreeCPU:
+    """CPU seconds of this process and all its descendants, sampled from /proc (Spark's JVM
+    and Python workers are not reaped by us, so rusage would miss them)."""
+
+    def __init__(self, every: float = 0.5):
+        self.seen: dict[int, float] = {}
+        self.every = every
+        self._stop = threading.Event()
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _children(self) -> dict[int, list[int]]:
+        kids: dict[int, list[int]] = {}
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                try:
+                    st = Path(f"/proc/{p}/stat").read_text()
+                except OSError:
+                    continue
+                ppid = int(st.rsplit(")", 1)[1].split()[1])
+                kids.setdefault(ppid, []).append(int(p))
+        return kids
+
+    def sample(self) -> None:
+        kids = self._children()
+        todo, tree = [os.getpid()], []
+        while todo:
+            p = todo.pop()
+            tree.append(p)
+            todo.extend(kids.get(p, []))
+        for p in tree:
+            try:
+                f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # utime, stime, and the children's this process has reaped (fields 14-17)
+            cpu = sum(int(x) for x in f[11:15]) / self._tick
+            self.seen[p] = max(self.seen.get(p, 0.0), cpu)
+
+    def _run(self):
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self) -> float:
+        self.sample()
+        self._stop.set()
+        return sum(self.seen.values())
+
+
+# ----- the two jobs ------------------------------------------------------------------------
+
+def job_adaptcq(case: str, srcs: dict, out: Path, partitions: int) -> dict:
+    from adaptcq.runtime.spark import run_files
+    from adaptcq.runtime.spark_session import get_spark
+    spark = get_spark("local[2]", "bench-adaptcq")
+    t0 = time.perf_counter()
+    run = run_files(spark, SQL[case], srcs, str(out / "ck"), str(out / "result"),
+                    mode="append", partitions=partitions, max_files_per_trigger=1)
+    stream_s = time.perf_counter() - t0
+    engine_cpu = sum(h["engine_cpu_seconds"] for h in run.history)
+    return {"rows_in": run.rows_in, "results": run.results, "batches": run.batches,
+            "stream_seconds": stream_s, "peak_state_tuples": run.peak_state_tuples,
+            "peak_state_bytes": run.peak_state_bytes, "groups": len(run.groups),
+            "engine_cpu_seconds": engine_cpu,
+            "cache_hits": sum(bool(h["cache_hit"]) for h in run.history),
+            "group_batches": len(run.history)}
+
+
+def job_native(case: str, srcs: dict, out: Path) -> dict:
+    from pyspark.sql import functions as F
+
+    from adaptcq.runtime.spark_session import get_spark
+    spark = get_spark("local[2]", "bench-native")
+    t0 = time.perf_counter()
+
+    def side(name: str):
+        schema = spark.read.parquet(srcs[name]).schema
+        df = spark.readStream.option("maxFilesPerTrigger", 1).schema(schema).parquet(srcs[name])
+        cols = [F.col(c).alias(f"{name}_{c}") for c in df.columns if c != "ts"]
+        # Event times shifted by a constant (no Δts changes): Spark treats a row at the
+        # epoch itself as behind its initial watermark (0) and drops it.
+        return (df.select(F.timestamp_micros(F.round(F.col("ts") * 1e6).cast("long")
+                                             + EPOCH_SHIFT_US).alias(f"{name}_et"), *cols)
+                .withWatermark(f"{name}_et", "0 seconds"))
+
+    def near(x: str, y: str) -> str:
+        return (f"{y}_et BETWEEN {x}_et - INTERVAL {int(WINDOW)} SECONDS "
+                f"AND {x}_et + INTERVAL {int(WINDOW)} SECONDS")
+
+    r, s, t = side("R"), side("S"), side("T")
+    rs = r.join(s, F.expr(f"R_a = S_a AND {near('R', 'S')}"))
+    # Spark allows one event-time column per stream into the next stateful operator (and no
+    # new watermark after a join): the pair keeps R_et as its event time, S_et goes on as a
+    # plain value (an expression drops the watermark metadata). The range conditions on R_et
+    # let Spark evict the pairs' state.
+    rs = rs.select(*[(F.col(c) + F.expr("INTERVAL 0 SECONDS")).alias(c) if c == "S_et"
+                     else F.col(c) for c in rs.columns])
+    key = "T_a = S_a" if case == "a" else "T_b = S_b"
+    rst = rs.join(t, F.expr(f"{key} AND {near('R', 'T')} AND {near('S', 'T')}"))
+    res = rst.select(F.col("R_id").alias("rid"), F.col("S_id").alias("sid"),
+                     F.col("T_id").alias("tid"))
+    q = (res.writeStream.format("parquet").option("path", str(out / "result"))
+         .option("checkpointLocation", str(out / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    stream_s = time.perf_counter() - t0
+    prog = q.recentProgress
+    rows_in = sum(p["numInputRows"] for p in prog)
+    peak_rows = max((sum(o.get("numRowsTotal", 0) for o in p["stateOperators"])
+                     for p in prog), default=0)
+    peak_bytes = max((sum(o.get("memoryUsedBytes", 0) for o in p["stateOperators"])
+                      for p in prog), default=0)
+    return {"rows_in": rows_in, "results": spark.read.parquet(str(out / "result")).count(),
+            "batches": len(prog), "stream_seconds": stream_s, "peak_state_tuples": peak_rows,
+            "peak_state_bytes": peak_bytes}
+
+
+def run_job(engine: str, case: str, data: Path, out: Path, partitions: int) -> dict:
+    """One engine on one case in a fresh process: wall time from start to exit."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "adaptcq.bench.spark_vs_native", "--job", engine,
+           "--case", case, "--data", str(data), "--job-out", str(out),
+           "--partitions", str(partitions)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"{engine} job on case {case} failed:\n{proc.stderr[-4000:]}")
+    res = json.loads(line)
+    res["wall_seconds"] = wall
+    return res
+
+
+def same_results(a: Path, b: Path) -> tuple[bool, int, int]:
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    def ids(p):
+        t = pq.read_table(p, columns=["rid", "sid", "tid"])
+        m = np.stack([t.column(c).to_numpy() for c in ("rid", "sid", "tid")], axis=1)
+        return m[np.lexsort(m.T[::-1])] if len(m) else m
+    x, y = ids(a), ids(b)
+    return bool(x.shape == y.shape and (x == y).all()), len(x), len(y)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arrivals", type=int, default=3_000_000)
+    ap.add_argument("--files", type=int, default=10, help="time slices (micro-batches)")
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--cases", default="a,b")
+    ap.add_argument("--out", default="results/spark_vs_native")
+    ap.add_argument("--job", choices=["adaptcq", "native"], help=argparse.SUPPRESS)
+    ap.add_argument("--case", help=argparse.SUPPRESS)
+    ap.add_argument("--data", help=argparse.SUPPRESS)
+    ap.add_argument("--job-out", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.job:  # child process: run one job, print its figures as JSON
+        cpu = TreeCPU().start()
+        srcs = {s: str(Path(args.data) / s) for s in "RST"}
+        fn = job_adaptcq if args.job == "adaptcq" else job_native
+        res = (fn(args.case, srcs, Path(args.job_out), args.partitions)
+               if args.job == "adaptcq" else fn(args.case, srcs, Path(args.job_out)))
+        res["cpu_seconds"] = cpu.stop()
+        print(json.dumps(res), flush=True)
+        os._exit(0)  # skip the JVM shutdown hooks' wait: the work is done and measured
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for case in args.cases.split(","):
+        srcs = make_data(case, args.arrivals, args.files, out / "data")
+        data = Path(srcs["R"]).parent
+        res = {}
+        for engine in ("adaptcq", "native"):
+            print(f"case {case}: {engine} ...", flush=True)
+            res[engine] = run_job(engine, case, data, out / f"{engine}_{case}",
+                                  args.partitions)
+        ok, na, nn = same_results(out / f"adaptcq_{case}" / "result",
+                                  out / f"native_{case}" / "result")
+        for engine, r in res.items():
+            rows.append({
+                "case": case, "engine": engine, "arrivals": args.arrivals,
+                "rows_in": r["rows_in"], "results": r["results"], "batches": r["batches"],
+                "wall_seconds": round(r["wall_seconds"], 2),
+                "stream_seconds": round(r["stream_seconds"], 2),
+                "cpu_seconds": round(r["cpu_seconds"], 1),
+                "rows_per_second": round(args.arrivals / r["wall_seconds"]),
+                "rows_per_cpu_second": round(args.arrivals / r["cpu_seconds"]),
+                "peak_state_tuples": r["peak_state_tuples"],
+                "peak_state_bytes": r["peak_state_bytes"],
+                "results_equal": ok, "extra": json.dumps(
+                    {k: v for k, v in r.items() if k in ("groups", "engine_cpu_seconds",
+                                                         "cache_hits", "group_batches")})})
+        a, n = res["adaptcq"], res["native"]
+        print(f"case {case}: results equal: {ok} ({na:,} vs {nn:,} rows); "
+              f"speed-up (wall) {n['wall_seconds'] / a['wall_seconds']:.2f}x, "
+              f"per CPU-second {n['cpu_seconds'] / a['cpu_seconds']:.2f}x", flush=True)
+    with open(out / "spark_vs_native.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    _plot(rows, out / "spark_vs_native.png")
+    _print(rows)
+    return 0
+
+
+def _print(rows) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title="adaptcq on Spark vs Spark native stream-stream joins (local[2])")
+    for c in ("case", "engine", "wall s", "CPU s", "rows/s", "rows/CPU-s", "results",
+              "peak state", "equal"):
+        t.add_column(c, justify="right")
+    for r in rows:
+        t.add_row(r["case"], r["engine"], f"{r['wall_seconds']:.1f}", f"{r['cpu_seconds']:.0f}",
+                  f"{r['rows_per_second']:,}", f"{r['rows_per_cpu_second']:,}",
+                  f"{r['results']:,}", f"{r['peak_state_tuples']:,}", str(r["results_equal"]))
+    Console().print(t)
+
+
+def _plot(rows, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cases = sorted({r["case"] for r in rows})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in ((axes[0], "rows_per_second", "input rows per second (wall)"),
+                           (axes[1], "rows_per_cpu_second", "input rows per CPU-second")):
+        for k, engine in enumerate(("adaptcq", "native")):
+            vals = [next(r[key] for r in rows if r["case"] == c and r["engine"] == engine)
+                    for c in cases]
+            ax.bar([i + 0.4 * k for i in range(len(cases))], vals, 0.4,
+                   label="adaptcq on Spark" if engine == "adaptcq" else "Spark native joins")
+        ax.set_xticks([i + 0.2 for i in range(len(cases))], [TITLE[c] for c in cases],
+                      fontsize=7)
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""A SparkSession configured for adaptcq's Spark runtime (ARCHITECTURE.md "The Spark pipeline").
+
+``get_spark`` checks for Java before starting the JVM, so a missing runtime gives one clear
+message naming the fix instead of a py4j stack trace, and sets what the runtime depends on:
+
+- the RocksDB state store provider, which ``transformWithStateInPandas`` requires (each
+  partition group's engine state lives there, state-spill.txt §2.1);
+- ``spark.pyspark.python`` = this interpreter, so the Python workers import the same
+  adaptcq (an editable install is only visible to this interpreter);
+- few shuffle partitions (the partition groups are the unit of parallelism; Spark's default
+  of 200 shuffle partitions would mostly run empty tasks), no UI, quiet logs, UTC session time
+  (timestamps become epoch seconds exactly as the local runtime computes them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+
+from adaptcq.errors import JavaMissingError
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+JAVA_FIX = ("install Java 17 (e.g. `apt-get install openjdk-17-jre-headless`, or "
+            "`brew install openjdk@17`) or set JAVA_HOME to a Java 17+ installation")
+
+
+def find_java() -> str:
+    """The java executable Spark will use: ``$JAVA_HOME/bin/java`` when JAVA_HOME is set
+    (that is what spark-submit runs), else ``java`` on PATH. Raises JavaMissingError, naming
+    the fix, when there is none or it does not run."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = os.path.join(home, "bin", "java")
+        if not os.access(java, os.X_OK):
+            raise JavaMissingError(f"JAVA_HOME is {home!r} but {java} does not exist or is not "
+                                   f"executable; the Spark runtime needs Java: {JAVA_FIX}")
+    else:
+        java = shutil.which("java")
+        if java is None:
+            raise JavaMissingError("the Spark runtime needs a Java runtime and none was found "
+                                   f"(no `java` on PATH, JAVA_HOME not set): {JAVA_FIX}")
+    try:
+        proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise JavaMissingError(f"cannot run {java} -version ({e}); {JAVA_FIX}") from None
+    if proc.returncode != 0:
+        raise JavaMissingError(f"{java} -version failed: {proc.stderr.strip()[:200]}; {JAVA_FIX}")
+    return java
+
+
+def java_major(version_text: str) -> int | None:
+    """The major version in ``java -version`` output ('1.8.0_392' -> 8, '17.0.15' -> 17)."""
+    import re
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', version_text)
+    if not m:
+        return None
+    major = int(m.group(1))
+    return int(m.group(2) or 0) if major == 1 else major
+
+
+def check_java() -> str:
+    """``find_java`` plus a version check: Spark 4 needs Java 17 or newer."""
+    java = find_java()
+    proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    major = java_major(proc.stderr + proc.stdout)
+    if major is not None and major < 17:
+        raise JavaMissingError(f"{java} is Java {major}; Spark 4 needs Java 17 or newer: "
+                               f"{JAVA_FIX}")
+    return java
+
+
+def default_conf(master: str) -> dict[str, str]:
+    cores = _cores(master)
+    return {
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        # One shuffle partition per core: partition groups are hashed onto these.
+        "spark.sql.shuffle.partitions": str(cores),
+        "spark.default.parallelism": str(cores),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        # transformWithStateInPandas exchanges Arrow batches with the Python worker; these
+        # are Spark's defaults made explicit, plus Arrow for toPandas/createDataFrame.
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+        "spark.sql.execution.pythonUDF.arrow.enabled": "false",
+        "spark.python.worker.reuse": "true",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        "spark.driver.memory": "4g",
+    }
+
+
+def _cores(master: str) -> int:
+    import re
+    m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
+    if master.strip() == "local":
+        return 1
+    if m and m.group(1) != "*":
+        return max(1, int(m.group(1)))
+    return max(1, os.cpu_count() or 1)
+
+
+def get_spark(master: str = "local[*]", app: str = "adaptcq", **conf):
+    """A SparkSession for the adaptcq runtime (reuses an active one, adding ``conf``).
+
+    ``conf`` keys may use underscores for dots (``spark_sql_shuffle_partitions=4``) or be
+    given as a ``{"spark.x": ...}`` mapping through ``**{"spark.x": ...}``. Raises
+    ``JavaMissingError`` naming the fix when no Java 17+ runtime is found.
+    """
+    check_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    settings = default_conf(master)
+    for k, v in conf.items():
+        settings[k if "." in k else k.replace("_", ".")] = str(v)
+    builder = SparkSession.builder.master(master).appName(app)
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    # getOrCreate returns an existing session unchanged for static settings; the runtime's
+    # SQL settings can still be applied to it.
+    for k in ("spark.sql.streaming.stateStore.providerClass", "spark.sql.session.timeZone",
+              "spark.sql.shuffle.partitions"):
+        with contextlib.suppress(Exception):  # a static conf of a running session stays
+            spark.conf.set(k, settings[k])
+    return spark
