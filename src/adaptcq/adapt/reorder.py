@@ -103,7 +103,26 @@ def adjacency_of(query) -> dict[str, tuple[str, ...]]:
     return {a: tuple(g.neighbors(a)) for a in query.aliases}
 
 
-class AGreedy:
+class _Profiled:
+    """A policy that owns a Profiler: the hook attributes ContinuousQuery.attach reads
+    come from it."""
+
+    profile: Profiler
+
+    @property
+    def interval(self) -> int:
+        return self.profile.interval
+
+    @property
+    def seed(self) -> int:
+        return self.profile.seed
+
+    @property
+    def W(self) -> int:
+        return self.profile.W
+
+
+class AGreedy(_Profiled):
     """A-Greedy (Babu et al. [5]; a-caching.txt §4) as a policy of a running query.
 
     Parameters, with the papers' names where they have one:
@@ -131,22 +150,9 @@ class AGreedy:
         self.history: list[dict] = []  # one entry per re-ordering
         self._adjacency: dict[str, tuple[str, ...]] | None = None
 
-    # the attributes ContinuousQuery.attach reads
     @property
     def sample_probability(self) -> float:
         return self.profile.sample_probability
-
-    @property
-    def interval(self) -> int:
-        return self.profile.interval
-
-    @property
-    def seed(self) -> int:
-        return self.profile.seed
-
-    @property
-    def W(self) -> int:
-        return self.profile.W
 
     # ----- hooks -------------------------------------------------------------------------
     def on_profile(self, cq, obs, ts) -> None:
@@ -178,7 +184,7 @@ class AGreedy:
                 "agreedy_last_reorderings": orders}
 
 
-class InitialPlan:
+class InitialPlan(_Profiled):
     """The MJoin's initial plan from the optimizer over measured statistics (issue 4,
     ``--optimizer``): join-ordering.txt's algorithms on the join graph of §2.1–2.2.
 
@@ -209,14 +215,6 @@ class InitialPlan:
         self.cost: float | None = None
         self.chosen: str | None = None  # the algorithm Q-Aware picked
         self.planned_at: int | None = None
-
-    @property
-    def interval(self) -> int:
-        return self.profile.interval
-
-    @property
-    def seed(self) -> int:
-        return self.profile.seed
 
     def on_profile(self, cq, obs, ts) -> None:
         if self.done:
