@@ -66,10 +66,7 @@ def prepare(sql: str | LogicalQuery, sources: Mapping[str, object], timestamp: s
     else:
         schemas = {name: schema_kinds(t) for name, t in tables.items()}
         query = parse_query(sql, schemas)
-    missing = sorted({s.source for s in query.streams} - set(tables))
-    if missing:
-        raise InputError(f"no input for stream {', '.join(missing)}; give one with "
-                         f"--input NAME=PATH (have: {', '.join(sorted(tables)) or 'none'})")
+    require_inputs(query, tables)
     _check_join_types(query)
     if sign is not None:
         for s in query.streams:
@@ -128,6 +125,14 @@ def _pylist(table: pa.Table, column: str, rows: np.ndarray, alias: str) -> list:
         raise InputError(f"stream {alias}: no column {column!r} in its input "
                          f"(its columns: {', '.join(table.column_names)})")
     return table.column(column).take(pa.array(rows, pa.int64())).to_pylist()
+
+
+def require_inputs(query: LogicalQuery, names) -> None:
+    """Every source the query reads has an input."""
+    missing = sorted({s.source for s in query.streams} - set(names))
+    if missing:
+        raise InputError(f"no input for stream {', '.join(missing)}; give one with "
+                         f"--input NAME=PATH (have: {', '.join(sorted(names)) or 'none'})")
 
 
 def _check_join_types(query: LogicalQuery) -> None:

@@ -187,7 +187,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
 
     from adaptcq.engine.continuous import ContinuousQuery
     from adaptcq.query.cql import parse_query
-    from adaptcq.runtime.local import _check_join_types
+    from adaptcq.runtime.local import _check_join_types, require_inputs
 
     if not isinstance(sql, str):
         raise QueryError("the Spark runtime takes the query as CQL text")
@@ -206,10 +206,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     schemas = {name: {f.name: _spark_kind(f.dataType) for f in df.schema.fields}
                for name, df in streams.items()}
     query = parse_query(sql, schemas)
-    missing = sorted({s.source for s in query.streams} - set(streams))
-    if missing:
-        raise InputError(f"no input for stream {', '.join(missing)} (have: "
-                         f"{', '.join(sorted(streams)) or 'none'})")
+    require_inputs(query, streams)
     _check_join_types(query)
     if allowed_lateness < 0 or not math.isfinite(allowed_lateness):
         raise InputError(f"allowed lateness must be >= 0 seconds, got {allowed_lateness!r}")
