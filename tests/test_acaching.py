@@ -23,8 +23,23 @@ from test_engine_oracle import arrivals, as_tuples, queries
 
 def eager(**kw) -> ACaching:
     """A policy that decides after very few observations, so that caches come and go."""
-    return ACaching(**{"W": 2, "p": 1.0, "reopt_interval": 6, "interval": 2, "W_d": 2,
+    return ACaching(**{"W": 2, "p": 1.0, "reopt_interval": 16, "interval": 2, "W_d": 2,
                        "alpha": 2, **kw})
+
+
+def chaotic(policy: ACaching, seed: int) -> ACaching:
+    """Random benefit and cost estimates: the policy's state machine (select, use, drop at
+    once, re-profile, memory shrink and grow) then runs through many decisions, each of
+    which must leave the output exact."""
+    from adaptcq.adapt.caching import Estimate
+    rnd = random.Random(seed)
+    costs: dict = {}  # one maintenance cost per shared group (Def. 4.1)
+
+    def estimate(st):
+        cost = costs.setdefault(st.candidate.group, rnd.uniform(0.0, 1.0))
+        return Estimate(rnd.uniform(-0.5, 2.0), cost)
+    policy.estimate = estimate
+    return policy
 
 
 @settings(max_examples=80, deadline=None,
@@ -33,10 +48,13 @@ def eager(**kw) -> ACaching:
        caches=st.sampled_from(["prefix", "global"]), seed=st.integers(0, 1000))
 def test_acaching_never_changes_results(data, mode, caches, seed):
     q = data.draw(queries(max_streams=4))
-    streams, ts, rows = data.draw(arrivals(len(q.aliases), max_rows=26))
+    streams, ts, rows = data.draw(arrivals(len(q.aliases), max_rows=40))
     rows = as_tuples(q, streams, rows)
     cq = ContinuousQuery(q, "mjoin", mode, trace=True)
-    cq.attach(eager(caches=caches, seed=seed, memory=random.Random(seed).choice([None, 4000])))
+    policy = eager(caches=caches, seed=seed, memory=random.Random(seed).choice([None, 4000]))
+    if seed % 2:
+        chaotic(policy, seed)
+    cq.attach(policy)
     out = cq.process(streams, None, ts, rows)
     got = engine_outputs(cq.trace, out)
     want = Oracle(q, mode).run(streams, None, ts, rows)
@@ -137,3 +155,28 @@ def test_acaching_uses_the_cache_when_joins_are_expensive(tmp_path, capsys):
     assert sorted(map(repr, plain.table.to_pylist())) == sorted(map(repr, res.table.to_pylist()))
     assert any(c.startswith("C[T: R⋈S | key S.b]") for c in res.stats["caches_used"])
     assert "nested-loop joins into S.b" in res.plan
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), mode=st.sampled_from(["append", "retract"]), seed=st.integers(0, 1000))
+def test_acaching_with_agreedy_and_budget_changes_never_changes_results(data, mode, seed):
+    """A-Caching and A-Greedy in one query (re-orderings drop and restart caches), with the
+    memory budget changed at random points: the output equals the oracle's."""
+    from adaptcq.adapt.reorder import AGreedy
+
+    q = data.draw(queries(max_streams=4))
+    streams, ts, rows = data.draw(arrivals(len(q.aliases), max_rows=40))
+    rows = as_tuples(q, streams, rows)
+    rnd = random.Random(seed)
+    cq = ContinuousQuery(q, "mjoin", mode, trace=True)
+    policy = eager(caches=rnd.choice(["prefix", "global"]), seed=seed,
+                   reorder=AGreedy(p=1.0, W=2, alpha=2.0, interval=2, seed=seed))
+    if seed % 2:
+        chaotic(policy, seed)
+    cq.attach(policy)
+    out = []
+    for k in range(0, len(rows), 4):
+        policy.set_memory(rnd.choice([None, 0, 300, 5000]))
+        out += cq.process(streams[k:k + 4], None, ts[k:k + 4], rows[k:k + 4])
+    assert engine_outputs(cq.trace, out) == Oracle(q, mode).run(streams, None, ts, rows)

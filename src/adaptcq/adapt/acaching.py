@@ -134,6 +134,8 @@ class ACaching:
         self.next_reopt = reopt_interval
         self.selections = 0
         self.chosen: set[Candidate] = set()     # the last offline selection
+        self._arrivals = 0                      # arrivals at the last tick
+        self.profiling_since = 0                # arrivals when profiling last started
         self.history: list[dict] = []        # cache changes over time
         self.trace = trace
         self.peak_bytes = 0
@@ -164,6 +166,7 @@ class ACaching:
 
     def on_interval(self, cq, ts) -> None:
         ex = cq.executor
+        self._arrivals = cq.next_rid
         self.profiler.tick(cq.per_stream, ex, ts)
         self._set_p_i(cq.per_stream)
         if self.reorder is not None:
@@ -176,7 +179,11 @@ class ACaching:
             self.next_reopt = arrivals + self.reopt_interval
             ex.observe_probes([w for st in self.states.values() if st.state == "unused"
                                for w in self._profile(ex, st)])
-        if any(st.state == "profiled" for st in self.states.values()) and self._ready():
+        # §4.5 step 2 waits for W observations of every statistic; a candidate whose
+        # probe position is rarely reached would hold up the others for ever, so after one
+        # interval I the selection runs over the candidates that are ready (our bound).
+        if any(st.state == "profiled" for st in self.states.values()) and (
+                self._ready() or arrivals - self.profiling_since >= self.reopt_interval):
             self._reselect(ex, arrivals, ts)
         self._enforce_memory(ex, arrivals, ts)
 
@@ -207,6 +214,8 @@ class ACaching:
     def _profile(self, ex, st: CandidateState) -> list:
         """Move a candidate to *profiled*: a fresh Bloom filter to watch its probe stream
         with (returned as the watch to give ``MJoin.observe_probes``)."""
+        if not any(x.state == "profiled" for x in self.states.values() if x is not st):
+            self.profiling_since = self._arrivals
         st.state = "profiled"
         st.bloom = BloomMissRate(self.W_d, self.alpha, self.W)
         c = st.candidate
