@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 import pickle
 from collections import deque
 from collections.abc import Sequence
@@ -21,14 +22,6 @@ from adaptcq.stream.windows import CountWindow, ExpiryClock
 
 EXECUTORS = ("mjoin", "xjoin")
 
-
-def _log(x: float) -> float:
-    import math
-    return math.log(x) if x > 0 else -745.0
-
-
-def policy_seed(policy) -> int:
-    return int(getattr(policy, "seed", 0))
 MODES = ("append", "retract")
 
 
@@ -123,14 +116,14 @@ class ContinuousQuery:
             raise ValueError(f"the {self.executor.name} executor cannot be profiled; "
                              "adaptive policies need --executor mjoin")
         self.policies.append(policy)
-        self._rng = self._rng or random.Random(policy_seed(policy))
+        self._rng = self._rng or random.Random(int(getattr(policy, "seed", 0)))
         self._schedule()
 
     def _schedule(self) -> None:
         p = max((pol.sample_probability for pol in self.policies), default=0.0)
         if p > 0 and (self._next_profile <= self.next_rid or self._next_profile == float("inf")):
             # Geometric gaps: each insertion is profiled with probability p, independently.
-            gap = 1 if p >= 1 else 1 + int(_log(1.0 - self._rng.random()) / _log(1.0 - p))
+            gap = 1 if p >= 1 else 1 + int(math.log(1.0 - self._rng.random()) / math.log(1.0 - p))
             self._next_profile = self.next_rid + gap
         elif p <= 0:
             self._next_profile = float("inf")
@@ -155,14 +148,12 @@ class ContinuousQuery:
         self.next_rid = rid
         done = False
         seconds = ts * self.time_unit  # policies see seconds
-        if rid >= self._next_profile:
-            if self._accept(i):
-                fanouts = any(getattr(pol, "needs_fanouts", True) for pol in self.policies)
-                obs = self.executor.profile_insert(i, rid, row, ts, fanouts)
-                for pol in self.policies:
-                    pol.on_profile(self, obs, seconds)
-                done = True
-            self._next_profile = rid  # due: the next schedule draws a new gap
+        if rid >= self._next_profile and self._accept(i):
+            fanouts = any(getattr(pol, "needs_fanouts", True) for pol in self.policies)
+            obs = self.executor.profile_insert(i, rid, row, ts, fanouts)
+            for pol in self.policies:
+                pol.on_profile(self, obs, seconds)
+            done = True
         if rid >= self._next_tick:
             for pol in self.policies:
                 pol.on_interval(self, seconds)

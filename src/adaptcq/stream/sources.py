@@ -112,17 +112,6 @@ def nanoseconds(table: pa.Table, timestamp: str) -> np.ndarray:
     return np.round(col.to_numpy().astype(np.float64) * 1e9).astype(np.int64)
 
 
-def seconds(table: pa.Table, timestamp: str) -> np.ndarray:
-    """Event times in float seconds (since the epoch for timestamp columns)."""
-    col = table.column(timestamp)
-    if pa.types.is_date(col.type):
-        col = col.cast(pa.timestamp("s"))
-    if pa.types.is_timestamp(col.type):
-        ns = pc.cast(col, pa.timestamp("ns")).cast(pa.int64()).to_numpy()
-        return ns.astype(np.float64) / 1e9
-    return col.to_numpy().astype(np.float64)
-
-
 @dataclass
 class ArrivalOrder:
     """A source's rows in processing order (``accepted``, row indices sorted by timestamp,

@@ -22,15 +22,14 @@ from collections import deque
 
 
 class ExpiryClock:
-    """Pending time-window deletions of all streams, ordered by (t + w, arrival order)."""
+    """Pending time-window deletions of all streams, ordered by (t + w, arrival order).
+    ``ContinuousQuery.process`` pushes (t + w, arrival, stream, row id) onto ``heap``
+    itself: that push is on the hot path."""
 
     __slots__ = ("heap",)
 
     def __init__(self):
         self.heap: list[tuple[float, int, int, int]] = []
-
-    def schedule(self, expires_at: float, seq: int, stream: int, rid: int) -> None:
-        heapq.heappush(self.heap, (expires_at, seq, stream, rid))
 
     def due(self, now: float):
         """Pop, in order, every pending deletion with ``t + w < now``."""
