@@ -18,4 +18,12 @@ def run(sql, sources, timestamp="ts", executor="mjoin", mode="append", **options
     return _run(sql, sources, timestamp=timestamp, executor=executor, mode=mode, **options)
 
 
-__all__ = ["AdaptcqError", "InputError", "QueryError", "__version__", "run"]
+def stream(sql, sources, timestamp="ts", executor="mjoin", mode="append", **options):
+    """Run a continuous query and yield its results live, as pyarrow RecordBatches; see
+    ``adaptcq.runtime.local.stream``. Sources may be generators that never end; the
+    returned run also has ``.schema``, ``.stats`` and ``.stop()``."""
+    from adaptcq.runtime.local import stream as _stream
+    return _stream(sql, sources, timestamp=timestamp, executor=executor, mode=mode, **options)
+
+
+__all__ = ["AdaptcqError", "InputError", "QueryError", "__version__", "run", "stream"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -14,8 +15,14 @@ def _sql_arg(text: str) -> str:
         path = Path(text[1:])
         if not path.exists():
             raise AdaptcqError(f"query file {str(path)!r} does not exist")
-        return path.read_text()
-    return text
+        if path.is_dir():
+            raise AdaptcqError(f"query file {str(path)!r} is a folder; give the file "
+                               "holding the query")
+        try:
+            text = path.read_text(encoding="utf-8-sig")  # a BOM is not part of the query
+        except (OSError, UnicodeDecodeError) as e:
+            raise AdaptcqError(f"cannot read query file {str(path)!r}: {e}") from None
+    return text.lstrip("\ufeff")
 
 
 def _inputs(items: list[str]) -> dict[str, str]:
@@ -36,6 +43,8 @@ def _orders(items: list[str]) -> dict[str, list[str]]:
         stream, sep, rest = item.partition(":")
         if not sep or not stream or not rest:
             raise AdaptcqError(f"--order {item!r}: expected STREAM:S2,S3,..., e.g. --order R:S,T")
+        if stream in out:
+            raise AdaptcqError(f"--order {stream}:... is given twice; give each pipeline once")
         out[stream] = [s.strip() for s in rest.split(",") if s.strip()]
     return out
 
@@ -51,17 +60,26 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
                    help="a stream's input file (Parquet or CSV); repeat for each stream")
     r.add_argument("--timestamp", default="ts", help="the timestamp column (default: ts)")
+    r.add_argument("--timestamp-unit", choices=["s", "ms", "us", "ns"],
+                   help="unit of a numeric timestamp column (default: s); timestamp-typed "
+                   "columns carry their own")
     r.add_argument("--executor", default="mjoin", choices=["mjoin", "xjoin", "acaching"],
                    help="acaching: MJoin with adaptive join-subresult caches (A-Caching)")
-    r.add_argument("--caches", default="prefix", choices=["prefix", "global"],
+    r.add_argument("--caches", choices=["prefix", "global"],
                    help="A-Caching candidates: prefix-invariant only, or also the "
                    "globally-consistent ones (a-caching.txt §6)")
     r.add_argument("--cache-memory", type=int, metavar="BYTES",
                    help="A-Caching memory budget for caches (default: unlimited)")
-    r.add_argument("--reopt-interval", type=int, default=10_000, metavar="TUPLES",
+    r.add_argument("--reopt-interval", type=int, metavar="TUPLES",
                    help="A-Caching re-optimization interval I in tuples (default 10,000)")
     r.add_argument("--mode", default="append", choices=["append", "retract"])
-    r.add_argument("--output", help="write the result rows to this Parquet file")
+    r.add_argument("--output", help="write the result rows to this file as they are produced "
+                   "(Parquet, or CSV / JSON lines by suffix or --format; - for stdout)")
+    r.add_argument("--format", choices=["parquet", "csv", "jsonl"],
+                   help="output format (default: from --output's suffix; csv for stdout)")
+    r.add_argument("--max-results", type=int, metavar="N",
+                   help="stop with an error once the output has N rows (a guard against an "
+                   "exploding join)")
     r.add_argument("--rejected", help="write rejected input rows to this Parquet file "
                    "(default: OUTPUT with .rejected.parquet when there are any)")
     r.add_argument("--order", action="append", default=[], metavar="STREAM:S2,S3,...",
@@ -81,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="adaptive re-ordering at run time: A-Greedy (a-caching.txt §4, [5])")
     r.add_argument("--engine", default="local", choices=["local", "spark"],
                    help="local: this process; spark: a partitioned Structured Streaming job")
-    r.add_argument("--master", default="local[*]", help="Spark master (with --engine spark)")
+    r.add_argument("--master", help="Spark master (with --engine spark; default local[*])")
     r.add_argument("--partitions", type=int, default=None,
                    help="number of partition groups P (with --engine spark; default: cores)")
     r.add_argument("--checkpoint", help="Spark checkpoint folder: a restarted run continues "
@@ -130,25 +148,58 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_run(args) -> int:
     from rich.console import Console
 
-    from adaptcq.runtime.local import execute, prepare
+    to_stdout = args.output == "-"
+    # With results on stdout, every message goes to stderr.
+    console = Console(stderr=to_stdout)
+    options = _run_options(args)
+    if args.sql is None:
+        if args.input:
+            raise AdaptcqError("--input needs --sql (without both, the embedded default runs)")
+        from adaptcq.stream.workloads import default_workload
+        wl = default_workload()
+        sql, sources, timestamp = wl.sql, wl.tables, wl.timestamp
+        console.print(f"[bold]adaptcq[/] embedded default: {wl.name}")
+    else:
+        sql, sources, timestamp = _sql_arg(args.sql), _inputs(args.input), args.timestamp
+        if not sources:
+            raise AdaptcqError("--sql needs an --input NAME=PATH for each stream")
+    console.print(f"query: {' '.join(sql.split())}", highlight=False)
+    if args.engine == "spark":
+        from adaptcq.runtime.spark import run_cli
+        args.master = args.master or "local[*]"
+        return run_cli(args, sql, sources, timestamp, options, console)
+    if args.checkpoint is not None or args.partitions is not None or args.master is not None:
+        raise AdaptcqError("--checkpoint, --partitions and --master need --engine spark")
+    return _run_local(args, sql, sources, timestamp, options, console)
 
-    console = Console(stderr=False)
-    options = {}
+
+def _run_options(args) -> dict:
+    """Engine options from the command line, each checked against the executor."""
+    options: dict = {}
+    mjoin = args.executor in ("mjoin", "acaching")
     if args.order:
-        if args.executor not in ("mjoin", "acaching"):
+        if not mjoin:
             raise AdaptcqError("--order sets MJoin pipelines; use --tree with --executor xjoin")
         options["orders"] = _orders(args.order)
     if args.nested_loop:
-        if args.executor not in ("mjoin", "acaching"):
+        if not mjoin:
             raise AdaptcqError("--nested-loop is for --executor mjoin or acaching")
         options["nested_loop"] = args.nested_loop
     if args.executor == "acaching":
-        options["cache_options"] = {"caches": args.caches, "memory": args.cache_memory,
-                                    "reopt_interval": args.reopt_interval}
-    elif args.cache_memory is not None or args.caches != "prefix":
-        raise AdaptcqError("--caches and --cache-memory need --executor acaching")
+        if args.cache_memory is not None and args.cache_memory < 0:
+            raise AdaptcqError(f"--cache-memory must be >= 0 bytes, got {args.cache_memory}")
+        if args.reopt_interval is not None and args.reopt_interval < 1:
+            raise AdaptcqError("--reopt-interval must be a positive number of tuples, got "
+                               f"{args.reopt_interval}")
+        options["cache_options"] = {
+            "caches": args.caches or "prefix", "memory": args.cache_memory,
+            "reopt_interval": 10_000 if args.reopt_interval is None else args.reopt_interval}
+    elif (args.cache_memory is not None or args.caches is not None
+          or args.reopt_interval is not None):
+        raise AdaptcqError("--caches, --cache-memory and --reopt-interval need "
+                           "--executor acaching")
     if args.optimizer or args.reorder != "off":
-        if args.executor not in ("mjoin", "acaching"):
+        if not mjoin:
             raise AdaptcqError("--optimizer and --reorder order MJoin pipelines; "
                                "use them with --executor mjoin")
         from adaptcq.adapt.reorder import make_policies
@@ -161,56 +212,142 @@ def cmd_run(args) -> int:
             options["tree"] = parse_tree(args.tree)
         except ValueError as e:
             raise AdaptcqError(str(e)) from None
-    if args.sql is None:
-        if args.input:
-            raise AdaptcqError("--input needs --sql (without both, the embedded default runs)")
-        from adaptcq.stream.workloads import default_workload
-        wl = default_workload()
-        sql, sources, timestamp = wl.sql, wl.tables, wl.timestamp
-        console.print(f"[bold]adaptcq[/] embedded default: {wl.name}")
-    else:
-        sql, sources, timestamp = _sql_arg(args.sql), _inputs(args.input), args.timestamp
-        if not sources:
-            raise AdaptcqError("--sql needs an --input NAME=PATH for each stream")
-    console.print(f"query: {' '.join(sql.split())}")
-    if args.engine == "spark":
-        from adaptcq.runtime.spark import run_cli
-        return run_cli(args, sql, sources, timestamp, options, console)
-    if args.checkpoint or args.partitions:
-        raise AdaptcqError("--checkpoint and --partitions need --engine spark")
-    prepared = prepare(sql, sources, timestamp, args.sign, args.allowed_lateness)
+    if args.max_results is not None and args.max_results < 1:
+        raise AdaptcqError(f"--max-results must be a positive number, got {args.max_results}")
+    return options
+
+
+def _run_local(args, sql, sources, timestamp, options, console) -> int:
+    import signal
+
+    import pyarrow as pa
+    # The system allocator hands freed memory back; Arrow's default pool keeps ~50 MB more
+    # resident on a long run (measured on the §7.2 join).
+    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+        pa.set_memory_pool(pa.system_memory_pool())
+
+    from adaptcq.runtime.local import LocalRun, source_paths
+    from adaptcq.runtime.output import FileSink, check_output_path, format_of
+
+    inputs = source_paths(sources) if args.sql is not None else []
+    fmt = format_of(args.output, args.format)
+    if args.output is None and args.format is not None:
+        raise AdaptcqError("--format needs --output (a file, or - for stdout)")
+    if args.output not in (None, "-"):
+        check_output_path(args.output, inputs)
+    rejected_path = args.rejected
+    if rejected_path is not None:
+        check_output_path(rejected_path, inputs, "--rejected")
+        if args.output not in (None, "-") and \
+                Path(rejected_path).resolve() == Path(args.output).resolve():
+            raise AdaptcqError("--rejected and --output name the same file")
+    elif args.output not in (None, "-"):
+        rejected_path = _default_rejected(args.output)
+        Path(rejected_path).unlink(missing_ok=True)  # a stale one from an earlier run
+    rejected_sink: list = []
+
+    def on_rejected(batch):
+        if rejected_path is None:
+            return
+        if not rejected_sink:
+            from adaptcq.runtime.local import REJECTED_SCHEMA
+            rejected_sink.append(FileSink(rejected_path, REJECTED_SCHEMA,
+                                          format_of(rejected_path, None), "--rejected"))
+        rejected_sink[0].write(batch)
+
+    run = LocalRun(sql, sources, timestamp, args.executor, args.mode, sign=args.sign,
+                   allowed_lateness=args.allowed_lateness,
+                   timestamp_unit=args.timestamp_unit, max_results=args.max_results,
+                   on_rejected=on_rejected, **options)
+    sink = FileSink(args.output, run.schema, fmt) if args.output is not None else None
+    if args.rejected is not None:
+        on_rejected(_empty_rejected())  # an explicit --rejected file is always written
+
+    def interrupt(signum, frame):
+        if run.interrupted or run._stop:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop at once
+        run.stop()
+
+    previous = signal.signal(signal.SIGINT, interrupt)
     try:
-        result = _execute_with_progress(execute, prepared, args, options, console)
-    except ValueError as e:
-        raise AdaptcqError(str(e)) from None
-    _write_outputs(result, args, console)
-    console.print(summary_table(result))
+        with _progress(args, console, run) as update:
+            run.progress = update
+            for batch in run:
+                if sink is not None:
+                    sink.write(batch)
+    except BaseException:
+        if sink is not None:
+            sink.abort()
+        for s in rejected_sink:
+            s.abort()
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if sink is not None:
+        sink.close()
+        if args.output != "-":
+            console.print(f"wrote {sink.rows:,} result rows to {args.output}")
+    for s in rejected_sink:
+        s.close()
+        console.print(f"wrote {s.rows:,} rejected rows to {rejected_path}")
+    if run.rejected_count and rejected_path is None:
+        console.print(f"{run.rejected_count:,} rows were rejected; give --output or "
+                      "--rejected to keep them")
+    console.print(summary_table(run.result(None)))
+    if run.interrupted:
+        console.print(f"[bold]interrupted[/]: {_where(run)}; the output holds exactly the "
+                      "results of the arrivals processed")
+        return 130
+    if run.stopped:
+        raise AdaptcqError(f"stopped: {run.stopped} ({_where(run)}); the output holds the "
+                           "results so far")
     return 0
 
 
-def _execute_with_progress(execute, prepared, args, options, console):
-    if args.no_progress or not console.is_terminal and not sys.stderr.isatty():
-        return execute(prepared, args.executor, args.mode, **options)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeRemainingColumn(), console=console, transient=True) as bar:
-        task = bar.add_task(f"{args.executor} ({args.mode})", total=len(prepared.rows))
-        return execute(prepared, args.executor, args.mode,
-                       progress=lambda done, total: bar.update(task, completed=done), **options)
+def _empty_rejected():
+    import pyarrow as pa
+
+    from adaptcq.runtime.local import REJECTED_SCHEMA
+    return pa.RecordBatch.from_pylist([], schema=REJECTED_SCHEMA)
 
 
-def _write_outputs(result, args, console) -> None:
-    import pyarrow.parquet as pq
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(result.table, args.output)
-        console.print(f"wrote {result.table.num_rows} result rows to {args.output}")
-    rejected_path = args.rejected or (
-        str(Path(args.output).with_suffix(".rejected.parquet"))
-        if args.output and result.rejected.num_rows else None)
-    if rejected_path:
-        pq.write_table(result.rejected, rejected_path)
-        console.print(f"wrote {result.rejected.num_rows} rejected rows to {rejected_path}")
+def _default_rejected(output: str) -> str:
+    p = Path(output)
+    stem = p.name[:-len(".parquet")] if p.name.endswith(".parquet") else p.stem
+    return str(p.with_name(stem + ".rejected.parquet"))
+
+
+def _where(run) -> str:
+    s = run.stats
+    read = ", ".join(f"{n} {k:,} rows" for n, k in s["rows_read"].items())
+    at = f" (event time {s['last_event_time']:g} s)" if "last_event_time" in s else ""
+    return f"input stopped after {s['arrivals']:,} arrivals{at}; read: {read}"
+
+
+class _progress:
+    """A progress bar on stderr while the run reads its input (none when not a terminal)."""
+
+    def __init__(self, args, console, run):
+        self.enabled = not args.no_progress and console.is_terminal and sys.stderr.isatty()
+        self.args, self.console, self.run = args, console, run
+        self.bar = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+        self.bar = Progress("[progress.description]{task.description}", BarColumn(),
+                            MofNCompleteColumn(), TimeRemainingColumn(), console=self.console,
+                            transient=True)
+        self.bar.__enter__()
+        task = self.bar.add_task(f"{self.args.executor} ({self.args.mode})",
+                                 total=self.run.total_rows)
+        return lambda done, total: self.bar.update(task, completed=done)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False
 
 
 def summary_table(result):
@@ -231,6 +368,12 @@ def summary_table(result):
     t.add_row("peak state (tuples)", f"{s['peak_state_tuples']:,}")
     t.add_row("peak state (bytes)", f"{s['peak_state_bytes']:,}")
     t.add_row("rejected rows", f"{s['rejected']:,}")
+    if "peak_rss_bytes" in s:
+        t.add_row("peak memory (RSS)", f"{s['peak_rss_bytes'] / 2**20:,.0f} MiB")
+    if s.get("rows_read"):
+        t.add_row("input rows read", ", ".join(f"{n}: {k:,}" for n, k in s["rows_read"].items()))
+    if s.get("stopped"):
+        t.add_row("stopped", s["stopped"])
     for key, value in s.items():  # what the adaptive policies report
         if key in _CORE or key == "cache_history":
             continue
@@ -252,7 +395,8 @@ def summary_table(result):
 
 _CORE = {"executor", "mode", "arrivals", "updates", "insertions", "deletions", "filtered",
          "results", "rejected", "cpu_seconds", "load_cpu_seconds", "throughput",
-         "peak_state_tuples", "peak_state_bytes"}
+         "peak_state_tuples", "peak_state_bytes", "peak_rss_bytes", "rows_read", "stopped",
+         "last_event_time"}
 
 
 def cmd_workload(args) -> int:
@@ -261,7 +405,7 @@ def cmd_workload(args) -> int:
     if args.name not in WORKLOADS:
         raise AdaptcqError(f"unknown workload {args.name!r}; choose one of {', '.join(WORKLOADS)}")
     kwargs = {"seed": args.seed}
-    if args.n_updates:
+    if args.n_updates is not None:
         kwargs["n_updates"] = args.n_updates
     if args.name == "table2":
         kwargs["name"] = args.point

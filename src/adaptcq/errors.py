@@ -43,3 +43,7 @@ class InputError(AdaptcqError):
 
 class JavaMissingError(AdaptcqError):
     """Spark needs a Java runtime (17 or newer) and none was found."""
+
+
+class OptionError(AdaptcqError, ValueError):
+    """An option, or a combination of options, that cannot be honoured: names it and why."""

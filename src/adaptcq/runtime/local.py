@@ -1,27 +1,52 @@
-"""The single-process runtime: sources in, one ContinuousQuery, a pyarrow Table out.
+"""The single-process runtime: a streaming driver around one ContinuousQuery.
 
-It reads every source, puts each into timestamp order within the allowed lateness, merges
-the query's streams into one order (timestamp, then FROM position, then row position, so
-ties are broken deterministically), and feeds the engine in batches.
+Inputs are read a chunk at a time and merged into the arrival order (``stream.merge``);
+results leave as Arrow record batches as soon as a few thousand have been produced. Memory
+is the query's state plus a few chunks, never the size of the input or of the output
+(ARCHITECTURE.md, "Streaming runtimes"):
+
+* ``LocalRun(...)`` checks everything that can be checked before any row is read (sources,
+  query, options, output schema); iterating it runs the query and yields result batches.
+* ``adaptcq.stream(...)`` returns a ``LocalRun``: a generator of result batches for callers
+  who consume results live (sources may be generators that never end).
+* ``adaptcq.run(...)`` collects the batches into a ``RunResult`` (a Table: for finite
+  inputs whose output fits in memory).
+* The CLI writes each batch to a Parquet, CSV or JSON-lines file (or stdout) as it comes.
+
+A run can be stopped between two updates (``stop()``, which the CLI calls on Ctrl-C): the
+output then holds exactly the results of the arrivals processed, and ``stats`` says where
+the input stopped. ``max_results`` stops a run whose output exceeds a bound.
 """
 
 from __future__ import annotations
 
+import math
+import resource
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from operator import itemgetter
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from adaptcq.engine.continuous import ContinuousQuery
-from adaptcq.errors import InputError, QueryError
+from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
-from adaptcq.stream.sources import arrival_order, load_source, nanoseconds, schema_kinds
+from adaptcq.stream.eventtime import NS_MAX, check_unit, from_nanoseconds, output_time_type
+from adaptcq.stream.merge import ArrivalMerger, Arrivals
+from adaptcq.stream.sources import CHUNK_ROWS, Source, open_source, schema_kinds, value_type
 
-BATCH = 32_768
 TIME_UNIT = 1e-9  # the engine runs on int64 nanoseconds: exact window boundaries
+MAX_BATCH = 32_768  # arrivals per call into the engine, at most
+OUT_CHUNK = 65_536  # result rows per output batch (and the bound on buffered results)
+
+REJECTED_SCHEMA = pa.schema([("stream", pa.string()), ("row", pa.int64()),
+                             ("ts", pa.float64()), ("reason", pa.string())])
+
+RUN_OPTIONS = ("orders", "tree", "nested_loop", "policies", "cache_options", "trace",
+               "sample_every")
+"""Keyword options of ``run``/``stream`` passed on to the engine (anything else is refused)."""
 
 
 @dataclass
@@ -39,100 +64,363 @@ class RunResult:
         return self.table.to_pandas()
 
 
-@dataclass
-class PreparedInput:
-    """Arrivals of all streams merged into processing order."""
+class LocalRun:
+    """One continuous query over its sources in this process, run incrementally.
 
-    query: LogicalQuery
-    streams: np.ndarray
-    signs: np.ndarray | None
-    timestamps: np.ndarray
-    rows: list
-    rejected: list[dict]
-    ts_type: pa.DataType
-    load_seconds: float
-    time_unit: float = TIME_UNIT  # seconds per unit of ``timestamps`` (give it to the engine)
+    Iterating yields result record batches (schema ``self.schema``: the SELECT columns with
+    their input types, ``_sign`` int8, ``_ts`` of the input's time type). Rejected input rows
+    go to ``on_rejected`` (a callable taking a RecordBatch of ``REJECTED_SCHEMA``) or, by
+    default, are kept in ``rejected`` batches.
+    """
 
+    def __init__(self, sql: str | LogicalQuery, sources: Mapping[str, object],
+                 timestamp: str = "ts", executor: str = "mjoin", mode: str = "append",
+                 sign: str | None = None, allowed_lateness: float = 0.0,
+                 timestamp_unit: str | None = None, max_results: int | None = None,
+                 chunk_rows: int = CHUNK_ROWS,
+                 on_rejected: Callable[[pa.RecordBatch], None] | None = None,
+                 progress: Callable[[int, int | None], None] | None = None, **options):
+        unknown = sorted(set(options) - set(RUN_OPTIONS))
+        if unknown:
+            raise OptionError(f"unknown option {unknown[0]!r}; the options are: timestamp, "
+                               "executor, mode, sign, allowed_lateness, timestamp_unit, "
+                               f"max_results, chunk_rows, {', '.join(RUN_OPTIONS)}")
+        t0 = time.process_time()
+        self.executor_name, self.mode = executor, mode
+        self.unit = timestamp_unit
+        check_unit(timestamp_unit)
+        self.lateness = lateness_ns(allowed_lateness)
+        self.max_results = _positive(max_results, "--max-results", allow_none=True)
+        if chunk_rows is None or chunk_rows < 1:
+            raise OptionError(f"chunk_rows must be a positive number of rows, got {chunk_rows}")
+        if not isinstance(sources, Mapping) or not sources:
+            raise InputError("no inputs: give a source for each stream of the query")
+        self.sources: dict[str, Source] = {
+            name: open_source(name, src, timestamp, timestamp_unit, chunk_rows)
+            for name, src in sources.items()}
+        if isinstance(sql, LogicalQuery):
+            query = sql
+        else:
+            from adaptcq.query.cql import parse_query
+            query = parse_query(sql, {n: schema_kinds(s.schema) for n, s in self.sources.items()})
+        self.query = query
+        require_inputs(query, self.sources)
+        _check_join_types(query)
+        self._check_columns()
+        self.sign = self._check_sign(sign)
+        self.schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
+                                    timestamp, timestamp_unit)
+        self.ts_type = self.schema.field("_ts").type
+        self.cq = self._engine(executor, mode, options)
+        self.merger = ArrivalMerger(query, self.sources, timestamp, timestamp_unit,
+                                    self.lateness, self.sign)
+        self.on_rejected = on_rejected
+        self.rejected: list[pa.RecordBatch] = []
+        self.rejected_count = 0
+        self.progress = progress
+        self.total_rows = _total(self.sources.values())
+        self.engine_cpu = 0.0
+        self.open_cpu = time.process_time() - t0
+        self.interrupted = False
+        self.stopped: str | None = None   # why the run stopped before its input ended
+        self.last_ts: int | None = None
+        self.rss_samples: list[tuple[int, int]] = []
+        self._stop = False
+        self._started = False
+        self._finished = False
 
-def prepare(sql: str | LogicalQuery, sources: Mapping[str, object], timestamp: str,
-            sign: str | None = None, allowed_lateness: float = 0.0) -> PreparedInput:
-    """Load sources, parse the query against their schemas and merge arrivals."""
-    from adaptcq.query.cql import parse_query
+    # ----- set-up checks -----------------------------------------------------------------
+    def _check_columns(self) -> None:
+        for s in self.query.streams:
+            names = self.sources[s.source].schema.names
+            for c in self.query.columns[s.alias]:
+                if c not in names:
+                    raise InputError(f"stream {s.alias}: no column {c!r} in its input "
+                                     f"{self.sources[s.source].what} (its columns: "
+                                     f"{', '.join(names)})")
 
-    t0 = time.process_time()
-    tables = {name: load_source(name, src, timestamp) for name, src in sources.items()}
-    if isinstance(sql, LogicalQuery):
-        query = sql
-    else:
-        schemas = {name: schema_kinds(t) for name, t in tables.items()}
-        query = parse_query(sql, schemas)
-    require_inputs(query, tables)
-    _check_join_types(query)
-    if sign is not None:
-        for s in query.streams:
-            if sign in tables[s.source].column_names and s.window.kind != "unbounded":
+    def _check_sign(self, sign: str | None) -> str | None:
+        if sign is None:
+            return None
+        having = [n for n, s in self.sources.items() if sign in s.schema.names]
+        if not having:
+            raise InputError(f"no input has the sign column {sign!r} (--sign); the inputs' "
+                             "columns: " + "; ".join(f"{n}: {', '.join(s.schema.names)}"
+                                                     for n, s in self.sources.items()))
+        for n in having:
+            t = value_type(self.sources[n].schema.field(sign).type)
+            if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+                raise InputError(f"stream {n}: the sign column {sign!r} has type {t}; it "
+                                 "must hold the numbers +1 (insert) or -1 (delete)")
+        for s in self.query.streams:
+            if s.source in having and s.window.kind != "unbounded":
                 raise InputError(f"stream {s.alias} has a sign column {sign!r} and a window "
                                  f"{s.window}; explicit deletions need an unbounded stream")
+        return sign
 
-    order = {}
-    rejected: list[dict] = []
-    tsec = {}
-    for name, table in tables.items():
-        tsec[name] = nanoseconds(table, timestamp)  # exact event times (see TIME_UNIT)
-        order[name] = arrival_order(tsec[name], round(allowed_lateness / TIME_UNIT))
-        for r in order[name].late:
-            rejected.append({"stream": name, "row": int(r),
-                             "ts": float(tsec[name][r] * TIME_UNIT),
-                             "reason": f"late by more than the allowed lateness "
-                                       f"({allowed_lateness:g} s)"})
+    def _engine(self, executor: str, mode: str, options: dict) -> ContinuousQuery:
+        policies = list(options.pop("policies", None) or [])
+        cache_options = options.pop("cache_options", None) or {}
+        engine_executor = executor
+        if executor == "acaching":  # MJoin + the A-Caching policy (a-caching.txt §4.5)
+            from adaptcq.adapt.acaching import ACaching
+            reorder = next((p for p in policies if type(p).__name__ == "AGreedy"), None)
+            policies = [p for p in policies if p is not reorder]
+            try:
+                policies.append(ACaching(reorder=reorder, **cache_options))
+            except (TypeError, ValueError) as e:
+                raise OptionError(str(e)) from None
+            engine_executor = "mjoin"
+        elif cache_options:
+            raise OptionError("cache options (--caches, --cache-memory, --reopt-interval) "
+                               "need --executor acaching")
+        if self.sign is not None:
+            options["explicit_deletions"] = True
+        try:
+            cq = ContinuousQuery(self.query, engine_executor, mode, time_unit=TIME_UNIT,
+                                 **options)
+            for policy in policies:
+                cq.attach(policy)
+        except (TypeError, ValueError, KeyError) as e:
+            raise OptionError(str(e).strip('"')) from None
+        self.policies = policies
+        return cq
 
-    parts_ts, parts_stream, parts_pos, all_rows, parts_sign = [], [], [], [], []
-    offset = 0
-    for i, s in enumerate(query.streams):
-        table, acc = tables[s.source], order[s.source].accepted
-        cols = [_pylist(table, c, acc, s.alias) for c in query.columns[s.alias]]
-        rows = list(zip(*cols)) if cols else [()] * len(acc)
-        parts_ts.append(tsec[s.source][acc])
-        parts_stream.append(np.full(len(acc), i, np.int64))
-        parts_pos.append(np.arange(len(acc)) + offset)
-        offset += len(acc)
-        all_rows.extend(rows)
-        if sign is not None:
-            if sign in table.column_names:
-                sg = np.asarray(table.column(sign).to_numpy(zero_copy_only=False))[acc]
-                bad = np.flatnonzero((sg != 1) & (sg != -1))
-                if len(bad):
-                    raise InputError(f"stream {s.source}: row {int(acc[bad[0]])} has sign "
-                                     f"{sg[bad[0]].item()!r}; the sign column {sign!r} holds +1 or -1")
-                parts_sign.append(sg.astype(np.int64))
-            else:
-                parts_sign.append(np.ones(len(acc), np.int64))
-    ts = np.concatenate(parts_ts) if parts_ts else np.empty(0, np.int64)
-    st = np.concatenate(parts_stream) if parts_stream else np.empty(0, np.int64)
-    pos = np.concatenate(parts_pos) if parts_pos else np.empty(0, np.int64)
-    merged = np.lexsort((pos, st, ts))
-    rows = list(itemgetter(*merged)(all_rows)) if len(merged) > 1 else \
-        [all_rows[j] for j in merged]
-    signs = np.concatenate(parts_sign)[merged] if sign is not None and parts_sign else None
-    ts_types = {tables[s.source].schema.field(timestamp).type for s in query.streams}
-    ts_type = next(iter(ts_types)) if len(ts_types) == 1 else pa.float64()
-    return PreparedInput(query, st[merged], signs, ts[merged], rows, rejected, ts_type,
-                         time.process_time() - t0)
+    # ----- running -----------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop at the next boundary between two updates (safe from a signal handler)."""
+        self._stop = True
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        if self._started:
+            raise AdaptcqError("a run can be iterated once")
+        self._started = True
+        return self._run()
+
+    def _run(self) -> Iterator[pa.RecordBatch]:
+        cq, merger = self.cq, self.merger
+        buf: list = []
+        batch = 4096
+        results = 0
+        limit = self.max_results
+        next_rss = 0
+        for arr in merger:
+            self._flush_rejected()
+            n = len(arr)
+            lo = 0
+            while lo < n:
+                if self._stop:
+                    self.interrupted = True
+                    self.stopped = "interrupted"
+                    break
+                hi = min(n, lo + batch)
+                out = self._process(arr, lo, hi)
+                lo = hi
+                if out:
+                    if limit is not None and results + len(out) >= limit:
+                        out = out[:limit - results]
+                        self.stopped = f"--max-results {limit:,} reached"
+                    results += len(out)
+                    buf.extend(out)
+                    # Keep the results of one call near OUT_CHUNK: memory stays bounded
+                    # even when each arrival joins with many tuples.
+                    if len(out) > OUT_CHUNK:
+                        batch = max(1, batch * OUT_CHUNK // len(out))
+                    elif len(out) < OUT_CHUNK // 4:
+                        batch = min(MAX_BATCH, batch * 2)
+                    if len(buf) >= OUT_CHUNK:
+                        yield self._to_batch(buf)
+                        buf = []
+                else:
+                    batch = min(MAX_BATCH, batch * 2)
+                if cq.rejected_rows:
+                    self._engine_rejected()
+                if self.stopped:
+                    break
+            if self.progress:
+                self.progress(sum(merger.positions().values()), self.total_rows)
+            if cq.stats.arrivals >= next_rss:
+                self.rss_samples.append((cq.stats.arrivals, current_rss()))
+                next_rss = cq.stats.arrivals + 100_000
+            if self.stopped:
+                break
+        if buf:
+            yield self._to_batch(buf)
+        self._flush_rejected()
+        self._engine_rejected()
+        cq.sample(cq.now)
+        self.rss_samples.append((cq.stats.arrivals, current_rss()))
+        self._finished = True
+
+    def _process(self, arr: Arrivals, lo: int, hi: int) -> list:
+        t0 = time.process_time()
+        out = self.cq.process(arr.streams[lo:hi],
+                              None if arr.signs is None else arr.signs[lo:hi],
+                              arr.timestamps[lo:hi], arr.rows[lo:hi])
+        self.engine_cpu += time.process_time() - t0
+        self.last_ts = arr.timestamps[hi - 1]
+        return out
+
+    def _to_batch(self, out: list) -> pa.RecordBatch:
+        return rows_to_batch(out, self.schema, self.unit)
+
+    def _flush_rejected(self) -> None:
+        rows = self.merger.rejected
+        if rows:
+            self._reject(pa.RecordBatch.from_pylist(rows, schema=REJECTED_SCHEMA))
+            rows.clear()
+
+    def _engine_rejected(self) -> None:
+        rows = self.cq.rejected_rows
+        if rows:
+            q = self.query
+            self._reject(pa.RecordBatch.from_pylist(
+                [{"stream": q.aliases[i], "row": -1, "ts": ts * TIME_UNIT, "reason": why}
+                 for i, ts, _, why in rows], schema=REJECTED_SCHEMA))
+            rows.clear()
+
+    def _reject(self, batch: pa.RecordBatch) -> None:
+        self.rejected_count += batch.num_rows
+        if self.on_rejected is not None:
+            self.on_rejected(batch)
+        else:
+            self.rejected.append(batch)
+
+    # ----- results -----------------------------------------------------------------------
+    def rejected_table(self) -> pa.Table:
+        return pa.Table.from_batches(self.rejected, schema=REJECTED_SCHEMA)
+
+    @property
+    def stats(self) -> dict:
+        cq, st = self.cq, self.cq.stats
+        peak_t, peak_b = cq.peak_state()
+        cpu = self.engine_cpu
+        stats = {
+            "executor": self.executor_name, "mode": self.mode,
+            "arrivals": st.arrivals, "updates": st.updates, "insertions": st.insertions,
+            "deletions": st.deletions, "filtered": st.filtered,
+            "results": st.results, "rejected": self.rejected_count,
+            "cpu_seconds": cpu, "load_cpu_seconds": self.open_cpu,
+            "throughput": st.updates / cpu if cpu > 0 else float("inf"),
+            "peak_state_tuples": peak_t, "peak_state_bytes": peak_b,
+            "peak_rss_bytes": peak_rss(),
+            "rows_read": self.merger.positions(),
+            "stopped": self.stopped,
+        }
+        if self.last_ts is not None:
+            stats["last_event_time"] = self.last_ts * TIME_UNIT
+        for policy in self.policies:
+            if hasattr(policy, "report"):
+                stats.update(policy.report())
+        return stats
+
+    def result(self, table: pa.Table) -> RunResult:
+        return RunResult(table, self.stats, self.rejected_table(), self.cq.stats.samples,
+                         self.query, self.cq.executor.describe())
 
 
-def _pylist(table: pa.Table, column: str, rows: np.ndarray, alias: str) -> list:
-    if column not in table.column_names:
-        raise InputError(f"stream {alias}: no column {column!r} in its input "
-                         f"(its columns: {', '.join(table.column_names)})")
-    return table.column(column).take(pa.array(rows, pa.int64())).to_pylist()
+# ----- output rows to Arrow --------------------------------------------------------------
+def output_schema(query: LogicalQuery, schemas: Mapping[str, pa.Schema], timestamp: str,
+                  unit: str | None = None) -> pa.Schema:
+    """The output's schema: SELECT columns typed from the input schemas, ``_sign`` (int8)
+    and ``_ts`` (see ``stream.eventtime``)."""
+    from adaptcq.query.logical import output_types
+    types = output_types(query, {n: _engine_schema(s) for n, s in schemas.items()})
+    time_types = {s.alias: schemas[s.source].field(timestamp).type for s in query.streams}
+    windows = [round(s.window.size / TIME_UNIT) for s in query.streams
+               if s.window.kind == "range"]
+    ts_type = output_time_type(time_types, unit, windows)
+    # Timezone-aware input columns come back with their timezone (values are UTC instants).
+    fields = [pa.field(o.name, t) for o, t in zip(query.outputs, types, strict=True)]
+    return pa.schema([*fields, pa.field("_sign", pa.int8()), pa.field("_ts", ts_type)])
+
+
+def _engine_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, value_type(f.type)) for f in schema])
+
+
+def rows_to_batch(out: list, schema: pa.Schema, unit: str | None) -> pa.RecordBatch:
+    """Engine output rows ``(*values, sign, ts_ns)`` as a record batch of ``schema``."""
+    fields = [pa.field(f"f{k}", f.type) for k, f in enumerate(schema)]
+    fields[-1] = pa.field("_ts", pa.int64())
+    try:
+        arrays = pa.array(out, type=pa.struct(fields)).flatten()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        _explain_conversion_error(out, schema)
+        raise
+    arrays[-1] = from_nanoseconds(arrays[-1].to_numpy(), schema.field("_ts").type, unit)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _explain_conversion_error(out: list, schema: pa.Schema) -> None:
+    for k, f in enumerate(schema):
+        if f.name in ("_sign", "_ts"):
+            continue
+        for j, r in enumerate(out):
+            try:
+                pa.array([r[k]], f.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+                raise AdaptcqError(
+                    f"output column {f.name!r} ({f.type}): the value {r[k]!r} of a result at "
+                    f"event time {r[-1] * TIME_UNIT:g} s does not fit ({e}); cast it in the "
+                    "query, e.g. CAST(... AS DOUBLE)") from None
+
+
+# ----- helpers ----------------------------------------------------------------------------
+def lateness_ns(seconds) -> int:
+    """--allowed-lateness in nanoseconds: finite, >= 0 and within the span of event times."""
+    try:
+        x = float(seconds)
+    except (TypeError, ValueError):
+        raise OptionError(f"--allowed-lateness must be a number of seconds, got "
+                           f"{seconds!r}") from None
+    if not math.isfinite(x) or x < 0:
+        raise OptionError(f"--allowed-lateness must be a finite number of seconds >= 0, "
+                           f"got {seconds!r}")
+    ns = round(x / TIME_UNIT)
+    if ns > NS_MAX:
+        raise OptionError(f"--allowed-lateness {seconds!r} s is longer than event times "
+                           "span (292 years)")
+    return ns
+
+
+def _positive(value, name: str, allow_none: bool = False):
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise OptionError(f"{name} must be a positive whole number, got {value!r}")
+    return value
+
+
+def _total(sources) -> int | None:
+    known = [s.num_rows for s in sources]
+    return sum(known) if all(k is not None for k in known) else None
+
+
+def peak_rss() -> int:
+    """Peak resident memory of this process, in bytes (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def current_rss() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except OSError:  # not Linux
+        return peak_rss()
 
 
 def require_inputs(query: LogicalQuery, names) -> None:
-    """Every source the query reads has an input."""
-    missing = sorted({s.source for s in query.streams} - set(names))
+    """Every source the query reads has an input, and every input is read."""
+    need = {s.source for s in query.streams}
+    missing = sorted(need - set(names))
     if missing:
         raise InputError(f"no input for stream {', '.join(missing)}; give one with "
                          f"--input NAME=PATH (have: {', '.join(sorted(names)) or 'none'})")
+    unused = sorted(set(names) - need)
+    if unused:
+        raise InputError(f"input {unused[0]} is not a stream of the query (its streams: "
+                         f"{', '.join(sorted(need))}); remove it or check its name")
 
 
 def _check_join_types(query: LogicalQuery) -> None:
@@ -146,108 +434,80 @@ def _check_join_types(query: LogicalQuery) -> None:
                              query.sql, None)
 
 
-def execute(prepared: PreparedInput, executor: str = "mjoin", mode: str = "append",
-            progress: Callable[[int, int], None] | None = None, **options) -> RunResult:
-    """Run a prepared input through one ContinuousQuery and collect the output."""
-    q = prepared.query
-    policies = list(options.pop("policies", None) or [])
-    options.setdefault("time_unit", TIME_UNIT)
-    cache_options = options.pop("cache_options", None) or {}
-    engine_executor = executor
-    if executor == "acaching":  # MJoin + the A-Caching policy (a-caching.txt §4.5)
-        from adaptcq.adapt.acaching import ACaching
-        reorder = next((p for p in policies if type(p).__name__ == "AGreedy"), None)
-        policies = [p for p in policies if p is not reorder]
-        policies.append(ACaching(reorder=reorder, **cache_options))
-        engine_executor = "mjoin"
-    cq = ContinuousQuery(q, engine_executor, mode, **options)
-    for policy in policies:
-        cq.attach(policy)
-    out: list = []
-    n = len(prepared.rows)
-    t0 = time.process_time()
-    for start in range(0, n, BATCH):
-        end = min(n, start + BATCH)
-        sl = slice(start, end)
-        out.extend(cq.process(prepared.streams[sl].tolist(),
-                              None if prepared.signs is None else prepared.signs[sl].tolist(),
-                              prepared.timestamps[sl].tolist(), prepared.rows[sl]))
-        if progress:
-            progress(end, n)
-    cpu = time.process_time() - t0
-    cq.sample(cq.now)
-    table = output_table(q, out, prepared.ts_type, TIME_UNIT)
-    rejected = prepared.rejected + [
-        {"stream": q.aliases[i], "row": -1, "ts": ts * TIME_UNIT, "reason": why}
-        for i, ts, _, why in cq.rejected_rows]
-    peak_t, peak_b = cq.peak_state()
-    st = cq.stats
-    stats = {
-        "executor": executor, "mode": mode,
-        "arrivals": st.arrivals, "updates": st.updates, "insertions": st.insertions,
-        "deletions": st.deletions, "filtered": st.filtered, "results": st.results,
-        "rejected": len(rejected), "cpu_seconds": cpu, "load_cpu_seconds": prepared.load_seconds,
-        "throughput": st.updates / cpu if cpu > 0 else float("inf"),
-        "peak_state_tuples": peak_t, "peak_state_bytes": peak_b,
-    }
-    for policy in policies:
-        if hasattr(policy, "report"):
-            stats.update(policy.report())
-    return RunResult(table, stats, rejected_table(rejected), st.samples, q,
-                     cq.executor.describe())
+# ----- the API ----------------------------------------------------------------------------
+def stream(sql: str, sources: Mapping[str, object], timestamp: str = "ts",
+           executor: str = "mjoin", mode: str = "append", **options) -> LocalRun:
+    """Run a continuous query and yield its results as Arrow record batches, live.
 
+    >>> for batch in adaptcq.stream(sql, {"R": reader_of_r(), "S": "s.parquet"}):
+    ...     consume(batch)        # pyarrow.RecordBatch: SELECT columns, _sign, _ts
 
-def output_table(query: LogicalQuery, out: list, ts_type: pa.DataType,
-                 time_unit: float = 1.0) -> pa.Table:
-    """Output rows ``(*values, sign, ts)`` as a table with ``_sign`` (int8) and ``_ts``
-    (``ts`` in units of ``time_unit`` seconds; ``_ts`` of the input's timestamp type, or
-    float seconds)."""
-    names = [o.name for o in query.outputs]
-    if not out:
-        arrays = [pa.array([], pa.null()) for _ in names] + [pa.array([], pa.int8()),
-                                                             pa.array([], pa.float64())]
-    else:
-        # Converting the row tuples as one struct array is ~5x faster than per-column lists;
-        # the value types are inferred from a sample and checked by the conversion itself.
-        sample = list(zip(*out[:1024]))
-        types = [pa.array(list(c)).type for c in sample[:-2]]
-        types = [pa.float64() if pa.types.is_null(t) else t for t in types]
-        ts_field = pa.float64() if time_unit == 1.0 else pa.int64()
-        fields = [pa.field(f"f{k}", t) for k, t in enumerate(types)] + [
-            pa.field("_sign", pa.int8()), pa.field("_ts", ts_field)]
-        try:
-            arrays = pa.array(out, type=pa.struct(fields)).flatten()
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            arrays = [pa.array(list(c)) for c in zip(*out)]
-            arrays[-2] = arrays[-2].cast(pa.int8())
-    ts = arrays[-1]
-    if len(ts) and time_unit != 1.0:
-        units = ts.to_numpy(zero_copy_only=False)
-        if pa.types.is_timestamp(ts_type):
-            ns = np.round(units * (time_unit / 1e-9)).astype("int64")
-            ts = pa.array(ns, pa.int64()).cast(pa.timestamp("ns")).cast(ts_type, safe=False)
-        else:
-            ts = pa.array(units * time_unit, pa.float64())
-    elif pa.types.is_timestamp(ts_type):
-        ns = (ts.to_numpy(zero_copy_only=False) * 1e9).round().astype("int64")
-        ts = pa.array(ns, pa.int64()).cast(pa.timestamp("ns")).cast(ts_type, safe=False)
-    return pa.table([*arrays[:-1], ts], names=names + ["_sign", "_ts"])
-
-
-def rejected_table(rows: list[dict]) -> pa.Table:
-    schema = pa.schema([("stream", pa.string()), ("row", pa.int64()), ("ts", pa.float64()),
-                        ("reason", pa.string())])
-    return pa.Table.from_pylist(rows, schema=schema)
+    Sources may be generators that never end. Rejected rows go to ``on_rejected`` if given
+    (else they are kept: ``run.rejected_table()``); ``run.stats`` is live.
+    """
+    return LocalRun(sql, sources, timestamp, executor, mode, **options)
 
 
 def run(sql: str, sources: Mapping[str, object], timestamp: str = "ts",
-        executor: str = "mjoin", mode: str = "append", sign: str | None = None,
-        allowed_lateness: float = 0.0, **options) -> RunResult:
-    """Run a continuous query over finite inputs in this process.
+        executor: str = "mjoin", mode: str = "append", **options) -> RunResult:
+    """Run a continuous query over finite inputs in this process; collect the output.
 
     >>> result = adaptcq.run(sql, sources={"R": "r.parquet", ...}, timestamp="ts")
     >>> result.table  # pyarrow Table: SELECT columns, _sign, _ts
     >>> result.stats  # updates, results, throughput (updates per CPU-second), peak state...
     """
-    prepared = prepare(sql, sources, timestamp, sign, allowed_lateness)
-    return execute(prepared, executor, mode, **options)
+    r = LocalRun(sql, sources, timestamp, executor, mode, **options)
+    batches = list(r)
+    return r.result(pa.Table.from_batches(batches, schema=r.schema))
+
+
+# ----- whole inputs in memory (benchmarks, explain) --------------------------------------
+@dataclass
+class PreparedInput:
+    """Arrivals of all streams merged into processing order, held in memory (for
+    benchmarks that replay one input many times, and ``explain``)."""
+
+    query: LogicalQuery
+    streams: np.ndarray
+    signs: np.ndarray | None
+    timestamps: np.ndarray
+    rows: list
+    rejected: list[dict]
+    ts_type: pa.DataType
+    load_seconds: float
+    time_unit: float = TIME_UNIT  # seconds per unit of ``timestamps`` (give it to the engine)
+
+
+def prepare(sql: str | LogicalQuery, sources: Mapping[str, object], timestamp: str,
+            sign: str | None = None, allowed_lateness: float = 0.0,
+            timestamp_unit: str | None = None) -> PreparedInput:
+    """Read and merge every input into memory, in processing order."""
+    t0 = time.process_time()
+    r = LocalRun(sql, sources, timestamp, sign=sign, allowed_lateness=allowed_lateness,
+                 timestamp_unit=timestamp_unit)
+    streams, signs, ts, rows = [], [], [], []
+    for arr in r.merger:
+        streams.extend(arr.streams)
+        ts.extend(arr.timestamps)
+        rows.extend(arr.rows)
+        if arr.signs is not None:
+            signs.extend(arr.signs)
+    rejected = r.merger.rejected
+    return PreparedInput(r.query, np.asarray(streams, np.int64),
+                         np.asarray(signs, np.int64) if sign is not None else None,
+                         np.asarray(ts, np.int64), rows, rejected, r.ts_type,
+                         time.process_time() - t0)
+
+
+def source_paths(sources: Mapping[str, object]) -> list[Path]:
+    """The file inputs among ``sources`` (outputs must not overwrite them)."""
+    out = []
+    for src in sources.values():
+        if isinstance(src, (str, Path)):
+            text = str(src)
+            if any(c in text for c in "*?["):
+                import glob
+                out.extend(Path(p) for p in glob.glob(text, recursive=True))
+            else:
+                out.append(Path(text))
+    return out

@@ -1,91 +1,334 @@
-"""Input sources and their arrival order.
+"""Input sources, read incrementally.
 
-A source is a Parquet file (or a folder of them), a CSV file, a pandas DataFrame, a
-pyarrow Table, or a Python iterable of dicts. Its timestamp is a named column of a
-timestamp type or of numeric seconds. ``arrival_order`` puts a source's rows into
-timestamp order, rejecting (and reporting) rows later than the allowed lateness.
+A source is a Parquet file, a folder of Parquet (or CSV) files, a glob, a CSV file (``.csv``,
+``.txt``, optionally gzip-compressed), a pandas DataFrame, a pyarrow Table, RecordBatch or
+RecordBatchReader, or a Python iterable (a generator that may never end) of dicts or of
+pyarrow RecordBatches. ``open_source`` checks what can be checked before any row is read
+(that the file exists, its schema, the timestamp column) and returns a ``Source`` whose
+``chunks()`` yields record batches of at most ``chunk_rows`` rows: memory holds one chunk
+of a source at a time, never the whole input.
+
+Every chunk is normalized as the engine compares values: timezone-aware timestamps become
+naive UTC, dictionary columns are decoded. A source's schema is fixed by its first chunk
+(files: by their metadata); a later chunk that does not fit it is an error naming the row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import glob as globlib
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from adaptcq.errors import InputError
+from adaptcq.stream.eventtime import check_time_type
+
+CHUNK_ROWS = 65_536
+"""Rows per chunk read from a source (iterables of dicts: ``chunk_rows`` given to the run)."""
+
+CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz", ".csv.bz2", ".gz")
+PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
-def load_source(name: str, source, timestamp: str) -> pa.Table:
-    """Read one stream's input into a pyarrow Table, checking its timestamp column."""
-    table = _read(name, source)
-    if timestamp not in table.column_names:
-        raise InputError(f"stream {name}: no timestamp column {timestamp!r} "
-                         f"(its columns: {', '.join(table.column_names)})")
-    col = table.column(timestamp)
-    if not (pa.types.is_timestamp(col.type) or pa.types.is_integer(col.type)
-            or pa.types.is_floating(col.type) or pa.types.is_date(col.type)):
-        raise InputError(f"stream {name}: timestamp column {timestamp!r} has type {col.type}; "
-                         "it must be a timestamp or numeric seconds")
-    if col.null_count:
-        row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise InputError(f"stream {name}: row {row} has no timestamp ({timestamp!r} is null)")
-    return _normalize(table)
+@dataclass
+class Source:
+    """One stream's input: its schema, what it is (for messages), and its chunks."""
+
+    name: str
+    schema: pa.Schema                # as in the input (timezones kept: ``_ts`` keeps them)
+    what: str                        # e.g. "r.parquet", "a pandas DataFrame"
+    _chunks: Iterator[pa.RecordBatch]
+    num_rows: int | None = None      # when known up front (Parquet metadata, tables)
+    paths: list[Path] = field(default_factory=list)
+    rows_read: int = 0
+
+    def chunks(self) -> Iterator[pa.RecordBatch]:
+        """Normalized record batches, in input order; ``rows_read`` counts them."""
+        for batch in self._chunks:
+            if batch.num_rows == 0:
+                continue
+            if batch.schema.names != self.schema.names:
+                raise InputError(f"stream {self.name}: rows from {self.rows_read} on have "
+                                 f"columns {batch.schema.names}, earlier rows "
+                                 f"{self.schema.names} ({self.what})")
+            if batch.schema != self.schema:
+                batch = self._cast(batch)
+            self.rows_read += batch.num_rows
+            yield normalize(batch)
+
+    def _cast(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        cols = []
+        for f, col in zip(self.schema, batch.columns, strict=True):
+            if col.type == f.type:
+                cols.append(col)
+                continue
+            try:
+                cols.append(col.cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                raise InputError(
+                    f"stream {self.name}: column {f.name!r} is {f.type} in the first rows and "
+                    f"{col.type} in rows {self.rows_read}..{self.rows_read + batch.num_rows - 1}"
+                    f" ({self.what}); give the source one type per column") from None
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
 
-def _read(name: str, source) -> pa.Table:
+def open_source(name: str, source, timestamp: str, unit: str | None = None,
+                chunk_rows: int = CHUNK_ROWS) -> Source:
+    """Open one stream's input for incremental reading, checking its timestamp column."""
+    src = _open(name, source, chunk_rows)
+    names = src.schema.names
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InputError(f"stream {name}: {src.what} has more than one column named "
+                         f"{dup[0]!r} (its columns: {', '.join(names)})")
+    if timestamp not in names:
+        raise InputError(f"stream {name}: no timestamp column {timestamp!r} in {src.what} "
+                         f"(its columns: {', '.join(names)})")
+    check_time_type(name, timestamp, src.schema.field(timestamp).type, unit)
+    return src
+
+
+def _open(name: str, source, chunk_rows: int) -> Source:
     if isinstance(source, pa.Table):
-        return source
+        return Source(name, source.schema, "a pyarrow Table",
+                      iter(source.to_batches(max_chunksize=chunk_rows)), source.num_rows)
     if isinstance(source, pa.RecordBatch):
-        return pa.Table.from_batches([source])
+        return Source(name, source.schema, "a pyarrow RecordBatch",
+                      iter([source]), source.num_rows)
+    if isinstance(source, pa.RecordBatchReader):
+        return Source(name, source.schema, "a pyarrow RecordBatchReader", iter(source))
     try:
         import pandas as pd
-        if isinstance(source, pd.DataFrame):
-            return pa.Table.from_pandas(source, preserve_index=False)
     except ImportError:  # pragma: no cover - pandas is a dependency
-        pass
+        pd = None
+    if pd is not None and isinstance(source, pd.DataFrame):
+        schema = pa.Schema.from_pandas(source, preserve_index=False)
+        schema = schema.remove_metadata()
+        chunks = (pa.RecordBatch.from_pandas(source.iloc[k:k + chunk_rows], schema=schema,
+                                             preserve_index=False)
+                  for k in range(0, len(source), chunk_rows))
+        return Source(name, schema, "a pandas DataFrame", chunks, len(source))
     if isinstance(source, (str, Path)):
-        path = Path(source)
+        return _open_path(name, source, chunk_rows)
+    if isinstance(source, Iterable) and not isinstance(source, (bytes, Mapping)):
+        return _open_iterable(name, iter(source), chunk_rows)
+    raise InputError(f"stream {name}: cannot read a source of type {type(source).__name__} "
+                     "(give a path, a DataFrame, a pyarrow Table or an iterable of dicts)")
+
+
+def _open_path(name: str, source, chunk_rows: int) -> Source:
+    text = str(source)
+    if any(c in text for c in "*?["):
+        paths = sorted(Path(p) for p in globlib.glob(text, recursive=True) if Path(p).is_file())
+        if not paths:
+            raise InputError(f"stream {name}: no file matches {text!r}")
+        what = repr(text)
+    else:
+        path = Path(text)
         if not path.exists():
-            raise InputError(f"stream {name}: input file {str(path)!r} does not exist")
+            raise InputError(f"stream {name}: input file {text!r} does not exist")
+        if path.is_dir():
+            paths = sorted(p for p in path.rglob("*") if p.is_file()
+                           and not any(part.startswith(("_", ".")) for part in
+                                       p.relative_to(path).parts)
+                           and _kind(p) is not None)
+            if not paths:
+                raise InputError(f"stream {name}: folder {text!r} holds no Parquet or CSV "
+                                 "files")
+        else:
+            paths = [path]
+        what = repr(text)
+    kinds = {_kind(p) for p in paths}
+    if None in kinds:
+        bad = next(p for p in paths if _kind(p) is None)
+        raise InputError(f"stream {name}: {str(bad)!r} is neither Parquet nor CSV "
+                         "(use a .parquet or .csv file)")
+    if len(kinds) > 1:
+        raise InputError(f"stream {name}: {what} mixes Parquet and CSV files")
+    kind = kinds.pop()
+    readers = [(_parquet if kind == "parquet" else _csv)(name, p, chunk_rows) for p in paths]
+    schema = readers[0][0]
+    for (s, _, _), p in zip(readers[1:], paths[1:]):
+        if s.names != schema.names or (kind == "parquet" and not s.equals(schema)):
+            raise InputError(f"stream {name}: {str(p)!r} has columns "
+                             f"{_describe(s)}, but {str(paths[0])!r} has {_describe(schema)}; "
+                             f"every file of {what} needs the same columns")
+    known = [n for _, _, n in readers]
+    total = sum(known) if all(n is not None for n in known) else None
+    chunks = itertools.chain.from_iterable(r for _, r, _ in readers)
+    return Source(name, schema, what if len(paths) > 1 else repr(str(paths[0])), chunks,
+                  total, paths)
+
+
+def _kind(path: Path) -> str | None:
+    low = path.name.lower()
+    if low.endswith(PARQUET_SUFFIXES):
+        return "parquet"
+    if low.endswith(CSV_SUFFIXES):
+        return "csv"
+    return None
+
+
+def _describe(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+def _parquet(name: str, path: Path, chunk_rows: int):
+    import pyarrow.parquet as pq
+    try:
+        f = pq.ParquetFile(path)
+        schema = f.schema_arrow.remove_metadata()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
+    return schema, _guard(name, path, f.iter_batches(batch_size=chunk_rows)), f.metadata.num_rows
+
+
+def _csv(name: str, path: Path, chunk_rows: int):
+    import pyarrow.csv as pacsv
+    try:
+        reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 22))
+    except (pa.ArrowInvalid, OSError) as e:
+        if "Empty CSV file" in str(e):
+            raise InputError(f"stream {name}: {str(path)!r} is empty (no header, no rows)") \
+                from None
+        raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
+    schema = reader.schema
+    if any(pa.types.is_null(f.type) for f in schema):
+        first = next(iter(_guard(name, path, reader)), None)
+        if first is None:
+            raise InputError(f"stream {name}: {str(path)!r} has a header but no rows; the "
+                             "types of a CSV file's columns are read from its rows")
+        nulls = [f.name for f in schema if pa.types.is_null(f.type)]
+        raise InputError(f"stream {name}: in {str(path)!r} column {nulls[0]!r} is empty in "
+                         "the first rows, so its type is unknown; give it values, or use "
+                         "Parquet")
+    return schema, _rechunk(_guard(name, path, reader), chunk_rows), None
+
+
+def _guard(name: str, path: Path, batches: Iterable[pa.RecordBatch]):
+    """Read errors in the middle of a file name the stream and the file."""
+    it = iter(batches)
+    while True:
         try:
-            if path.is_dir() or path.suffix.lower() in (".parquet", ".pq"):
-                import pyarrow.parquet as pq
-                return pq.read_table(path)
-            if path.suffix.lower() in (".csv", ".txt", ".gz"):
-                import pyarrow.csv as pacsv
-                return pacsv.read_csv(path)
+            batch = next(it)
+        except StopIteration:
+            return
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
-        raise InputError(f"stream {name}: {str(path)!r} is neither Parquet nor CSV "
-                         "(use a .parquet or .csv file)")
-    if isinstance(source, Iterable) and not isinstance(source, (bytes, Mapping)):
-        rows = list(source)
-        if rows and not all(isinstance(r, Mapping) for r in rows):
-            bad = next(i for i, r in enumerate(rows) if not isinstance(r, Mapping))
-            raise InputError(f"stream {name}: row {bad} is {type(rows[bad]).__name__}; "
-                             "an iterable source yields dicts of column -> value")
-        return pa.Table.from_pylist(rows)
-    raise InputError(f"stream {name}: cannot read a source of type {type(source).__name__}")
+        yield batch
 
 
-def _normalize(table: pa.Table) -> pa.Table:
+def _rechunk(batches: Iterable[pa.RecordBatch], chunk_rows: int):
+    for b in batches:
+        for k in range(0, b.num_rows, chunk_rows):
+            yield b.slice(k, chunk_rows)
+
+
+def _open_iterable(name: str, it: Iterator, chunk_rows: int) -> Source:
+    """A Python iterable of dicts (or of RecordBatches), read ``chunk_rows`` at a time.
+    The schema is inferred from the first chunk; columns that are null throughout it take
+    their type from the first later chunk that has values."""
+    first = next(it, None)
+    if first is None:
+        raise InputError(f"stream {name}: the iterable source yielded no rows, so its "
+                         "columns are unknown; give a pyarrow Table or RecordBatch for an "
+                         "empty stream")
+    if isinstance(first, pa.RecordBatch):
+        return Source(name, first.schema, "an iterable of RecordBatches",
+                      itertools.chain([first], _batches_only(name, it)))
+    rows = [first, *itertools.islice(it, chunk_rows - 1)]
+    batch = _from_dicts(name, rows, None, 0)
+    src = Source(name, batch.schema, "an iterable of dicts", iter(()))
+    src._chunks = _dict_chunks(src, batch, it, chunk_rows)
+    return src
+
+
+def _batches_only(name: str, it: Iterator):
+    for k, b in enumerate(it, 1):
+        if not isinstance(b, pa.RecordBatch):
+            raise InputError(f"stream {name}: item {k} of the iterable source is "
+                             f"{type(b).__name__}; it started with RecordBatches")
+        yield b
+
+
+def _dict_chunks(src: Source, first: pa.RecordBatch, it: Iterator, chunk_rows: int):
+    yield first
+    start = first.num_rows
+    while True:
+        rows = list(itertools.islice(it, chunk_rows))
+        if not rows:
+            return
+        batch = _from_dicts(src.name, rows, src.schema, start)
+        if batch.schema != src.schema:  # null-typed columns learn their type
+            fields = [f if not pa.types.is_null(f.type) else batch.schema.field(f.name)
+                      for f in src.schema]
+            src.schema = pa.schema(fields)
+        start += len(rows)
+        yield batch
+
+
+def _from_dicts(name: str, rows: list, schema: pa.Schema | None, start: int) -> pa.RecordBatch:
+    for k, r in enumerate(rows):
+        if not isinstance(r, Mapping):
+            raise InputError(f"stream {name}: row {start + k} is {type(r).__name__}; an "
+                             "iterable source yields dicts of column -> value")
+    if schema is not None and not any(pa.types.is_null(f.type) for f in schema):
+        keys = set(schema.names)
+        for k, r in enumerate(rows):
+            if r.keys() - keys:
+                extra = sorted(r.keys() - keys)
+                raise InputError(f"stream {name}: row {start + k} has column {extra[0]!r}, "
+                                 f"which the first rows did not have ({', '.join(keys)})")
+        try:
+            return pa.RecordBatch.from_pylist(rows, schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+            raise InputError(f"stream {name}: rows {start}..{start + len(rows) - 1} do not "
+                             f"fit the types of the first rows ({_describe(schema)}): {e}") \
+                from None
+    try:
+        batch = pa.RecordBatch.from_pylist(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        raise InputError(f"stream {name}: rows {start}..{start + len(rows) - 1}: {e}") from None
+    if schema is not None:
+        missing = [n for n in schema.names if n not in batch.schema.names]
+        if missing:
+            raise InputError(f"stream {name}: rows {start}.. lack column {missing[0]!r}")
+        batch = batch.select(schema.names)
+        fields = [f if not pa.types.is_null(f.type) else batch.schema.field(f.name)
+                  for f in schema]
+        try:
+            batch = batch.cast(pa.schema(fields))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise InputError(f"stream {name}: rows {start}..{start + len(rows) - 1} do not "
+                             f"fit the types of the first rows: {e}") from None
+    return batch
+
+
+def normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Timestamps become naive UTC (what the engine compares); dictionaries are decoded."""
     cols, changed = [], False
-    for col in table.columns:
+    for col in batch.columns:
         t = col.type
         if pa.types.is_timestamp(t) and t.tz is not None:
             col, changed = col.cast(pa.timestamp(t.unit)), True
         elif pa.types.is_dictionary(t):
             col, changed = col.cast(t.value_type), True
         cols.append(col)
-    return pa.table(cols, names=table.column_names) if changed else table
+    return pa.RecordBatch.from_arrays(cols, names=batch.schema.names) if changed else batch
+
+
+def value_type(t: pa.DataType) -> pa.DataType:
+    """The type the engine sees for an input column of type ``t`` (see ``normalize``)."""
+    if pa.types.is_dictionary(t):
+        return t.value_type
+    return t
 
 
 def column_kind(t: pa.DataType) -> str:
+    t = value_type(t)
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
         return "number"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -94,45 +337,27 @@ def column_kind(t: pa.DataType) -> str:
         return "timestamp"
     if pa.types.is_boolean(t):
         return "bool"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return "list"
+    if pa.types.is_struct(t) or pa.types.is_map(t):
+        return "struct"
     return "other"
 
 
-def schema_kinds(table: pa.Table) -> dict[str, str]:
-    return {f.name: column_kind(f.type) for f in table.schema}
+def schema_kinds(schema: pa.Schema | pa.Table) -> dict[str, str]:
+    if isinstance(schema, pa.Table):
+        schema = schema.schema
+    return {f.name: column_kind(f.type) for f in schema}
 
 
-def nanoseconds(table: pa.Table, timestamp: str) -> np.ndarray:
-    """Event times as int64 nanoseconds (since the epoch for timestamp columns; numeric
-    seconds rounded to the nanosecond): exact, so window boundaries are exact."""
-    col = table.column(timestamp)
-    if pa.types.is_date(col.type):
-        col = col.cast(pa.timestamp("s"))
-    if pa.types.is_timestamp(col.type):
-        return pc.cast(col, pa.timestamp("ns")).cast(pa.int64()).to_numpy()
-    return np.round(col.to_numpy().astype(np.float64) * 1e9).astype(np.int64)
+def load_source(name: str, source, timestamp: str, unit: str | None = None) -> pa.Table:
+    """One stream's whole input as a Table (for batch jobs and tests, not for runs)."""
+    src = open_source(name, source, timestamp, unit)
+    batches = list(src.chunks())
+    return pa.Table.from_batches(batches, schema=_naive(src.schema))
 
 
-@dataclass
-class ArrivalOrder:
-    """A source's rows in processing order (``accepted``, row indices sorted by timestamp,
-    ties in file order) and the rows rejected as too late (``late``)."""
-
-    accepted: np.ndarray
-    late: np.ndarray
-
-
-def arrival_order(ts: np.ndarray, allowed_lateness: float) -> ArrivalOrder:
-    """Reorder within the allowed lateness; reject beyond it.
-
-    A row is late when its timestamp is below the watermark at its arrival: the largest
-    timestamp of the rows before it in the source, minus ``allowed_lateness``. The other
-    rows are processed in (timestamp, position) order, which is exactly the order a
-    watermark-driven buffer would release them in.
-    """
-    if len(ts) == 0:
-        return ArrivalOrder(np.empty(0, np.int64), np.empty(0, np.int64))
-    prev_max = np.maximum.accumulate(np.concatenate(([-np.inf], ts[:-1])))
-    late = ts < prev_max - allowed_lateness
-    ok = np.flatnonzero(~late)
-    accepted = ok[np.argsort(ts[ok], kind="stable")]
-    return ArrivalOrder(accepted, np.flatnonzero(late))
+def _naive(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, pa.timestamp(f.type.unit))
+                      if pa.types.is_timestamp(f.type) and f.type.tz
+                      else pa.field(f.name, value_type(f.type)) for f in schema])

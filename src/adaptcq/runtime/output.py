@@ -1,0 +1,201 @@
+"""Where results go as they are produced: Parquet, CSV or JSON lines, files or stdout.
+
+A file is written under a temporary name beside its destination and renamed into place
+when the run ends (or is interrupted with Ctrl-C, after closing it properly), so a killed run
+never leaves a corrupt or half-written file at the output path. A stale file from an
+earlier run is removed when the run starts, so an old output never looks current.
+Output paths are checked before any work: an output that is an input (or inside one) is
+refused, as is a folder, or a place that cannot be written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+
+from adaptcq.errors import AdaptcqError
+
+FORMATS = ("parquet", "csv", "jsonl")
+
+
+def format_of(path: str | None, fmt: str | None) -> str:
+    """The output format: ``fmt`` if given, else from the file's suffix (Parquet by
+    default; CSV for stdout)."""
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise AdaptcqError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+        return fmt
+    if path in (None, "-"):
+        return "csv"
+    low = str(path).lower()
+    if low.endswith((".csv", ".csv.gz")):
+        return "csv"
+    if low.endswith((".jsonl", ".json", ".ndjson")):
+        return "jsonl"
+    return "parquet"
+
+
+def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output") -> Path:
+    """Refuse an output path that would destroy an input or cannot be written."""
+    out = Path(path).expanduser()
+    resolved = out.resolve()
+    for p in inputs:
+        q = Path(p).expanduser().resolve()
+        if resolved == q or q in resolved.parents or resolved in q.parents:
+            raise AdaptcqError(f"{what} {path!r} is the input {str(p)!r} (or holds it, or is "
+                               "inside it); writing there would destroy the input")
+    if out.is_dir():
+        raise AdaptcqError(f"{what} {path!r} is a folder; give a file name, e.g. "
+                           f"{str(out / 'out.parquet')!r}")
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AdaptcqError(f"{what} {path!r}: cannot create its folder: "
+                           f"{e.strerror or e}") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise AdaptcqError(f"{what} {path!r}: the folder {str(parent)!r} is not writable")
+    return out
+
+
+class Sink:
+    """Receives result (or rejected-row) batches of a fixed schema as they are produced."""
+
+    rows = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Finish: the output is complete and valid at its destination."""
+
+    def abort(self) -> None:
+        """Give up after an error: nothing is left at the destination."""
+        self.close()
+
+
+class Collect(Sink):
+    """Keeps the batches in memory (for ``adaptcq.run``'s ``RunResult.table``)."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.batches: list[pa.RecordBatch] = []
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.batches.append(batch)
+        self.rows += batch.num_rows
+
+    def table(self) -> pa.Table:
+        return pa.Table.from_batches(self.batches, schema=self.schema)
+
+
+class FileSink(Sink):
+    """A Parquet, CSV or JSON-lines file written atomically, or CSV / JSON lines to stdout."""
+
+    def __init__(self, path: str, schema: pa.Schema, fmt: str, what: str = "--output"):
+        self.path = path
+        self.schema = schema
+        self.fmt = fmt
+        self.what = what
+        self.stdout = path == "-"
+        if self.stdout and fmt == "parquet":
+            raise AdaptcqError("--output - (stdout) takes --format csv or jsonl, not parquet")
+        self._tmp: Path | None = None
+        self._writer = None
+        self._file = None
+        self._closed = False
+        if self.stdout:
+            self._file = sys.stdout.buffer
+        else:
+            dest = Path(path)
+            try:
+                dest.unlink(missing_ok=True)  # a stale output must not look current
+            except OSError as e:
+                raise AdaptcqError(f"{what} {path!r}: cannot remove the old file: "
+                                   f"{e.strerror or e}") from None
+            self._tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+            try:
+                self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()
+            except OSError as e:
+                raise AdaptcqError(f"{what} {path!r}: cannot write: {e.strerror or e}") \
+                    from None
+        self._guard(self._open_writer)
+
+    def _open_writer(self) -> None:
+        if self.fmt == "parquet":
+            import pyarrow.parquet as pq
+            self._writer = pq.ParquetWriter(self._file, self.schema)
+        elif self.fmt == "csv":
+            import pyarrow.csv as pacsv
+            self._writer = pacsv.CSVWriter(self._file, self.schema)
+
+    def _guard(self, fn, *args):
+        try:
+            return fn(*args)
+        except OSError as e:
+            self._discard()
+            where = "stdout" if self.stdout else repr(self.path)
+            raise AdaptcqError(f"{self.what}: cannot write {where}: {e.strerror or e}") \
+                from None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self._guard(self._write, batch)
+            self.rows += batch.num_rows
+
+    def _write(self, batch: pa.RecordBatch) -> None:
+        if self.fmt == "jsonl":
+            lines = "".join(json.dumps(r, default=_json_value, ensure_ascii=False) + "\n"
+                            for r in batch.to_pylist())
+            self._file.write(lines.encode())
+        else:
+            self._writer.write_batch(batch)
+        if self.stdout:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._guard(self._finish)
+
+    def _finish(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self.stdout:
+            self._file.flush()
+            return
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        self._closed = True
+        self._discard()
+
+    def _discard(self) -> None:
+        if self.stdout:
+            return
+        try:
+            if self._file is not None and not self._file.closed:
+                self._file.close()
+            if self._tmp is not None:
+                self._tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def _json_value(v):
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, (set, frozenset, tuple)):
+        return list(v)
+    return str(v)

@@ -1,0 +1,175 @@
+"""Event time: input timestamps to the engine's int64 nanoseconds, and back for ``_ts``.
+
+The engine compares event times as int64 nanoseconds since the epoch, so window boundaries
+are exact (docs/semantics.md, "Window boundaries"). A timestamp column is either of an Arrow
+timestamp or date type, or numeric in a unit the user names (``--timestamp-unit``, seconds
+by default). Times that are not finite, or that lie outside what int64 nanoseconds can hold
+(1677-09-21 to 2262-04-11), are refused with the stream, row and value: a common cause is
+epoch milliseconds read as seconds, and the message says so. Both runtimes use these rules.
+
+Output ``_ts`` keeps the input's type: a timestamp type keeps its timezone and its unit
+(made finer only when a window size needs it, e.g. ``[RANGE 500 MILLISECONDS]`` over
+``timestamp[s]``); integer times stay integers in the input's unit when every window size is
+a whole number of that unit, else they become float64 in that unit; floating times stay
+float64. Integers never pass through float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from adaptcq.errors import InputError
+
+UNITS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+"""Nanoseconds per unit of a numeric or timestamp column."""
+
+NS_MAX = 2**63 - 1
+NS_MIN = -(2**63) + 1  # INT64_MIN stays free: it is what a failed float cast gives
+SPAN = "1677-09-21 to 2262-04-11"
+
+
+def check_unit(unit: str | None) -> str:
+    """The unit of numeric timestamps (``None``: seconds)."""
+    if unit is None:
+        return "s"
+    if unit not in UNITS:
+        raise InputError(f"--timestamp-unit {unit!r}: choose one of {', '.join(UNITS)}")
+    return unit
+
+
+def is_time_type(t: pa.DataType) -> bool:
+    return pa.types.is_timestamp(t) or pa.types.is_date(t)
+
+
+def is_numeric_time(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def check_time_type(stream: str, column: str, t: pa.DataType, unit: str | None) -> None:
+    """A timestamp column is a timestamp, a date, or a number (in ``unit``)."""
+    if is_time_type(t):
+        if unit is not None:
+            raise InputError(f"stream {stream}: --timestamp-unit {unit} applies to numeric "
+                             f"timestamps, and {column!r} has type {t}, which carries its "
+                             "own unit; leave --timestamp-unit out")
+        return
+    if not is_numeric_time(t):
+        raise InputError(f"stream {stream}: timestamp column {column!r} has type {t}; it must "
+                         "be a timestamp, a date, or a number (seconds, or --timestamp-unit)")
+
+
+def to_nanoseconds(col: pa.Array | pa.ChunkedArray, unit: str | None, stream: str,
+                   column: str, first_row: int = 0) -> np.ndarray:
+    """Event times of one chunk of a stream as int64 nanoseconds since the epoch.
+
+    ``first_row`` is the chunk's first row number in its input (for error messages).
+    Raises InputError naming the stream, row and value of a null, non-finite or out-of-range
+    time.
+    """
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if col.null_count:
+        row = first_row + int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise InputError(f"stream {stream}: row {row} has no timestamp ({column!r} is null)")
+    t = col.type
+    if pa.types.is_date(t):
+        col, t = col.cast(pa.timestamp("s")), pa.timestamp("s")
+    if pa.types.is_timestamp(t):
+        raw = col.cast(pa.int64()).to_numpy()
+        factor = UNITS[t.unit]
+        _check_range(raw, factor, stream, column, first_row, f"timestamp[{t.unit}]")
+        return raw * factor if factor != 1 else raw
+    u = check_unit(unit)
+    factor = UNITS[u]
+    if pa.types.is_integer(t):
+        if pa.types.is_unsigned_integer(t):
+            big = pc.greater(col, pa.scalar(NS_MAX // factor, t))
+            if pc.any(big).as_py():
+                row = int(np.flatnonzero(big.to_numpy(zero_copy_only=False))[0])
+                _raise_range(stream, column, first_row + row, col[row].as_py(), u)
+        raw = col.cast(pa.int64()).to_numpy()
+        _check_range(raw, factor, stream, column, first_row, u)
+        return raw * factor if factor != 1 else raw
+    vals = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    bad = ~np.isfinite(vals)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InputError(f"stream {stream}: row {first_row + row} has timestamp "
+                         f"{vals[row].item()!r} in {column!r}; a time must be a finite number")
+    ns = vals * factor
+    # float64 cannot hold NS_MAX exactly: 2**63 itself is out of range.
+    out = (ns >= 2.0**63) | (ns < -(2.0**63))
+    if out.any():
+        row = int(np.flatnonzero(out)[0])
+        _raise_range(stream, column, first_row + row, vals[row].item(), u)
+    return np.round(ns).astype(np.int64)
+
+
+def _check_range(raw: np.ndarray, factor: int, stream: str, column: str, first_row: int,
+                 unit: str) -> None:
+    if factor == 1 or not len(raw):
+        return
+    limit = NS_MAX // factor
+    out = (raw > limit) | (raw < -limit)
+    if out.any():
+        row = int(np.flatnonzero(out)[0])
+        _raise_range(stream, column, first_row + row, raw[row].item(), unit)
+
+
+def _raise_range(stream: str, column: str, row: int, value, unit: str):
+    hint = ""
+    if unit == "s":
+        hint = ("; if the column holds epoch milliseconds (or µs, ns), say so with "
+                "--timestamp-unit ms (us, ns)")
+    raise InputError(f"stream {stream}: row {row} has timestamp {value!r} in {column!r}, out "
+                     f"of range for unit {unit} (event times span {SPAN}){hint}")
+
+
+def finest_unit(window_ns: list[int]) -> str:
+    """The coarsest unit in which every window size is a whole number."""
+    for u in ("s", "ms", "us", "ns"):
+        if all(w % UNITS[u] == 0 for w in window_ns):
+            return u
+    return "ns"
+
+
+def output_time_type(stream_types: dict[str, pa.DataType], unit: str | None,
+                     window_ns: list[int]) -> pa.DataType:
+    """The type of ``_ts``, given each stream's timestamp column type and the windows' sizes
+    in nanoseconds (an expiry's ``_ts`` is t + w). See the module docstring."""
+    types = list(stream_types.values())
+    if not types:
+        return pa.float64()
+    timed = [is_time_type(t) for t in types]
+    if any(timed) and not all(timed):
+        desc = ", ".join(f"{s}: {t}" for s, t in stream_types.items())
+        raise InputError(f"the streams' timestamp columns mix timestamp and numeric types "
+                         f"({desc}); give every stream the same kind of time")
+    if all(timed):
+        tzs = {getattr(t, "tz", None) for t in types}
+        if len(tzs) > 1:
+            desc = ", ".join(f"{s}: {t}" for s, t in stream_types.items())
+            raise InputError(f"the streams' timestamps have different timezones ({desc})")
+        units = [t.unit if pa.types.is_timestamp(t) else "s" for t in types]
+        units.append(finest_unit(window_ns))
+        finest = min(units, key=lambda u: UNITS[u])
+        return pa.timestamp(finest, tz=tzs.pop())
+    u = check_unit(unit)
+    if all(pa.types.is_integer(t) for t in types) and all(
+            w % UNITS[u] == 0 for w in window_ns):
+        return pa.int64()
+    return pa.float64()
+
+
+def from_nanoseconds(ns: np.ndarray, out_type: pa.DataType, unit: str | None) -> pa.Array:
+    """Engine times (int64 ns) as ``_ts`` values of ``out_type`` (exact for integer types)."""
+    ns = np.asarray(ns, dtype=np.int64)
+    if pa.types.is_timestamp(out_type):
+        return pa.array(ns // UNITS[out_type.unit], pa.int64()).view(out_type) \
+            if UNITS[out_type.unit] != 1 else pa.array(ns, pa.int64()).view(out_type)
+    factor = UNITS[check_unit(unit)]
+    if pa.types.is_integer(out_type):
+        return pa.array(ns // factor, pa.int64())
+    return pa.array(ns / factor, pa.float64())

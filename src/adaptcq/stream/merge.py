@@ -1,0 +1,251 @@
+"""The arrival order: every stream's input merged into one order, incrementally.
+
+Updates are processed in (timestamp, FROM position, row position) order (docs/semantics.md,
+"Update streams"). Inputs are read a chunk at a time and merged with bounded buffering:
+
+* **Lateness.** A row whose timestamp is below its source's watermark on arrival (the
+  largest earlier timestamp of that source minus the allowed lateness L) is rejected: counted
+  and reported with its stream, row number and reason. Every later row of the source then
+  has a timestamp of at least ``max_ts - L``: that is the source's *frontier*.
+* **Release.** A row can be processed once no row still to come can precede it: when its
+  timestamp is below the smallest frontier of the sources not yet exhausted (an exhausted
+  source's frontier is +∞). A row with a timestamp equal to that frontier waits, since a
+  later row with the same time may come from a stream earlier in FROM.
+* **Bounded buffering.** The merger always reads next from the source holding the frontier
+  back, so each source buffers the rows of about one chunk plus those within L of its
+  newest row. Sources far apart in time buffer the one that is ahead, a chunk at a time.
+
+Each stream reads the columns its aliases need; a self-join's two aliases share one source
+and one read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from operator import itemgetter
+
+import numpy as np
+import pyarrow as pa
+
+from adaptcq.errors import InputError
+from adaptcq.query.logical import LogicalQuery
+from adaptcq.stream.eventtime import to_nanoseconds
+from adaptcq.stream.sources import Source
+
+SECOND = 1_000_000_000
+
+
+@dataclass
+class Arrivals:
+    """Merged arrivals in processing order (parallel lists, as ContinuousQuery takes them):
+    the stream (alias index), the sign (+1/-1; None when no stream has a sign column), the
+    event time in int64 nanoseconds, and the row (the alias's columns)."""
+
+    streams: list[int]
+    signs: list[int] | None
+    timestamps: list[int]
+    rows: list[tuple]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+class _Feed:
+    """One source: its chunks, its lateness watermark and its buffered rows."""
+
+    def __init__(self, src: Source, aliases: list[tuple[int, list[str]]], timestamp: str,
+                 unit: str | None, lateness: int, sign: str | None):
+        self.src = src
+        self.aliases = aliases
+        self.timestamp = timestamp
+        self.unit = unit
+        self.lateness = np.uint64(lateness)
+        self.lateness_int = lateness
+        self.sign = sign
+        self.it = src.chunks()
+        self.done = False
+        self.max_ts: int | None = None
+        self.next_row = 0
+        self.columns = sorted({c for _, cols in aliases for c in cols})
+        empty = pa.table({c: pa.array([], src.schema.field(c).type) for c in self.columns})
+        self.table = empty.cast(_naive(empty.schema))
+        self.ts = np.empty(0, np.int64)
+        self.pos = np.empty(0, np.int64)
+        self.signs = np.empty(0, np.int64) if sign else None
+
+    @property
+    def frontier(self) -> float | int:
+        """No row still to come from this source has a smaller timestamp."""
+        if self.done:
+            return float("inf")
+        if self.max_ts is None:
+            return float("-inf")
+        return self.max_ts - self.lateness_int
+
+    def pull(self, rejected: list[dict]) -> None:
+        """Read one chunk: reject its late rows, buffer the others in (ts, row) order."""
+        try:
+            batch = next(self.it)
+        except StopIteration:
+            self.done = True
+            return
+        n = batch.num_rows
+        first = self.next_row
+        self.next_row += n
+        ts = to_nanoseconds(batch.column(self.timestamp), self.unit, self.src.name,
+                            self.timestamp, first)
+        run = np.maximum.accumulate(ts)
+        prev = np.empty_like(ts)
+        prev[0] = ts[0] if self.max_ts is None else self.max_ts
+        prev[1:] = run[:-1]
+        if self.max_ts is not None:
+            np.maximum(prev, self.max_ts, out=prev)
+        # prev - ts as uint64 is exact whenever ts < prev (no int64 overflow).
+        late = (ts < prev) & ((prev - ts).view(np.uint64) > self.lateness)
+        self.max_ts = int(run[-1]) if self.max_ts is None else max(self.max_ts, int(run[-1]))
+        pos = np.arange(first, first + n, dtype=np.int64)
+        signs = self._signs(batch, first) if self.sign else None
+        table = pa.Table.from_batches([batch.select(self.columns)])
+        if late.any():
+            for r in np.flatnonzero(late):
+                rejected.append({
+                    "stream": self.src.name, "row": int(pos[r]), "ts": int(ts[r]) / SECOND,
+                    "reason": f"late by more than the allowed lateness "
+                              f"({self.lateness_int / SECOND:g} s)"})
+            keep = np.flatnonzero(~late)
+            table, ts, pos = table.take(pa.array(keep)), ts[keep], pos[keep]
+            signs = None if signs is None else signs[keep]
+        sorted_in = len(ts) == 0 or (
+            (len(self.ts) == 0 or ts[0] >= self.ts[-1]) and bool(np.all(ts[1:] >= ts[:-1])))
+        self.table = pa.concat_tables([self.table, table]) if self.table.num_rows else table
+        self.ts = np.concatenate([self.ts, ts])
+        self.pos = np.concatenate([self.pos, pos])
+        if signs is not None:
+            self.signs = np.concatenate([self.signs, signs])
+        if not sorted_in:  # rows within the lateness: into (ts, row) order
+            order = np.argsort(self.ts, kind="stable")
+            self.table = self.table.take(pa.array(order))
+            self.ts, self.pos = self.ts[order], self.pos[order]
+            if self.signs is not None:
+                self.signs = self.signs[order]
+
+    def _signs(self, batch: pa.RecordBatch, first: int) -> np.ndarray:
+        col = batch.column(self.sign)
+        if col.null_count:
+            r = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise InputError(f"stream {self.src.name}: row {first + r} has no sign "
+                             f"({self.sign!r} is null); the sign column holds +1 or -1")
+        sg = col.to_numpy(zero_copy_only=False)
+        bad = np.flatnonzero((sg != 1) & (sg != -1))
+        if len(bad):
+            raise InputError(f"stream {self.src.name}: row {first + int(bad[0])} has sign "
+                             f"{sg[bad[0]].item()!r}; the sign column {self.sign!r} holds "
+                             "+1 or -1")
+        return sg.astype(np.int64)
+
+    def release(self, frontier) -> tuple | None:
+        """Take the buffered rows with timestamps below ``frontier``."""
+        if frontier == float("inf"):
+            k = len(self.ts)
+        elif frontier == float("-inf"):
+            return None
+        else:
+            k = int(np.searchsorted(self.ts, frontier, side="left"))
+        if k == 0:
+            return None
+        part = self.table.slice(0, k)
+        ts, pos = self.ts[:k], self.pos[:k]
+        signs = None if self.signs is None else self.signs[:k]
+        self.table = self.table.slice(k)
+        self.ts, self.pos = self.ts[k:], self.pos[k:]
+        if self.signs is not None:
+            self.signs = self.signs[k:]
+        if self.table.num_rows == 0:  # drop references to released buffers
+            self.table = self.table.slice(0, 0).combine_chunks()
+        out = []
+        for i, cols in self.aliases:
+            if cols:
+                values = [part.column(c).to_pylist() for c in cols]
+                rows = list(zip(*values, strict=True))
+            else:
+                rows = [()] * k
+            out.append((i, ts, pos, signs, rows))
+        return out
+
+
+def _naive(schema: pa.Schema) -> pa.Schema:
+    from adaptcq.stream.sources import _naive as naive
+    return naive(schema)
+
+
+class ArrivalMerger:
+    """Merges the query's sources into processing order, a chunk at a time.
+
+    Iterating yields ``Arrivals``; late rows are appended to ``rejected`` (dicts with
+    stream, row, ts in seconds, reason) as they are found. ``positions()`` tells how far
+    each source has been read (for the summary of an interrupted run).
+    """
+
+    def __init__(self, query: LogicalQuery, sources: Mapping[str, Source], timestamp: str,
+                 unit: str | None = None, lateness: int = 0, sign: str | None = None):
+        self.query = query
+        self.rejected: list[dict] = []
+        self.signed = sign is not None
+        self.feeds: list[_Feed] = []
+        for name, src in sources.items():
+            aliases = [(i, query.columns[s.alias]) for i, s in enumerate(query.streams)
+                       if s.source == name]
+            if not aliases:
+                continue
+            self.feeds.append(_Feed(src, aliases, timestamp, unit, lateness,
+                                    sign if sign in src.schema.names else None))
+
+    def positions(self) -> dict[str, int]:
+        """Rows read so far from each source."""
+        return {f.src.name: f.next_row for f in self.feeds}
+
+    def buffered(self) -> int:
+        """Rows read but not yet released."""
+        return sum(len(f.ts) for f in self.feeds)
+
+    def __iter__(self) -> Iterator[Arrivals]:
+        feeds = self.feeds
+        while True:
+            live = [f for f in feeds if not f.done]
+            if not live:
+                break
+            min(live, key=lambda f: f.frontier).pull(self.rejected)
+            frontier = min((f.frontier for f in feeds), default=float("inf"))
+            merged = self._release(frontier)
+            if merged is not None:
+                yield merged
+        merged = self._release(float("inf"))
+        if merged is not None:
+            yield merged
+
+    def _release(self, frontier) -> Arrivals | None:
+        parts = []
+        for f in self.feeds:
+            got = f.release(frontier)
+            if got:
+                parts.extend(got)
+        if not parts:
+            return None
+        if len(parts) == 1:
+            i, ts, _, signs, rows = parts[0]
+            return Arrivals([i] * len(rows), None if not self.signed else
+                            (signs.tolist() if signs is not None else [1] * len(rows)),
+                            ts.tolist(), rows)
+        ts = np.concatenate([p[1] for p in parts])
+        st = np.concatenate([np.full(len(p[1]), p[0], np.int64) for p in parts])
+        pos = np.concatenate([p[2] for p in parts])
+        rows = [r for p in parts for r in p[4]]
+        order = np.lexsort((pos, st, ts))
+        signs = None
+        if self.signed:
+            signs = np.concatenate([p[3] if p[3] is not None else np.ones(len(p[1]), np.int64)
+                                    for p in parts])[order].tolist()
+        return Arrivals(st[order].tolist(), signs, ts[order].tolist(),
+                        list(itemgetter(*order)(rows)) if len(order) > 1 else
+                        [rows[j] for j in order])
