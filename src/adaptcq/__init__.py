@@ -5,6 +5,7 @@
 >>> result.table, result.stats
 """
 
+from adaptcq import stream  # callable: adaptcq.stream(sql, sources, ...) yields result batches
 from adaptcq.errors import AdaptcqError, InputError, QueryError
 
 __version__ = "0.1.0"
@@ -16,14 +17,6 @@ def run(sql, sources, timestamp="ts", executor="mjoin", mode="append", **options
     ``.rejected``)."""
     from adaptcq.runtime.local import run as _run
     return _run(sql, sources, timestamp=timestamp, executor=executor, mode=mode, **options)
-
-
-def stream(sql, sources, timestamp="ts", executor="mjoin", mode="append", **options):
-    """Run a continuous query and yield its results live, as pyarrow RecordBatches; see
-    ``adaptcq.runtime.local.stream``. Sources may be generators that never end; the
-    returned run also has ``.schema``, ``.stats`` and ``.stop()``."""
-    from adaptcq.runtime.local import stream as _stream
-    return _stream(sql, sources, timestamp=timestamp, executor=executor, mode=mode, **options)
 
 
 __all__ = ["AdaptcqError", "InputError", "QueryError", "__version__", "run", "stream"]

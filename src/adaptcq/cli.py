@@ -92,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--allowed-lateness", type=float, default=0.0, metavar="SECONDS",
                    help="rows later than this behind their stream's newest row are rejected")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--summary-json", metavar="FILE",
+                   help="also write the run summary as JSON (with the memory samples)")
     r.add_argument("--optimizer", choices=["dmjoin", "fgreedy", "treeopt", "fab", "qaware"],
                    help="choose the MJoin's plan with this ordering algorithm "
                    "(join-ordering.txt) once online statistics are warm")
@@ -272,9 +274,9 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
     try:
         with _progress(args, console, run) as update:
             run.progress = update
-            for batch in run:
-                if sink is not None:
-                    sink.write(batch)
+            run.sink = sink  # results are written as they leave the engine
+            for _ in run:
+                pass
     except BaseException:
         if sink is not None:
             sink.abort()
@@ -294,6 +296,8 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
         console.print(f"{run.rejected_count:,} rows were rejected; give --output or "
                       "--rejected to keep them")
     console.print(summary_table(run.result(None)))
+    if args.summary_json:
+        _write_summary_json(args.summary_json, run)
     if run.interrupted:
         console.print(f"[bold]interrupted[/]: {_where(run)}; the output holds exactly the "
                       "results of the arrivals processed")
@@ -302,6 +306,17 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
         raise AdaptcqError(f"stopped: {run.stopped} ({_where(run)}); the output holds the "
                            "results so far")
     return 0
+
+
+def _write_summary_json(path: str, run) -> None:
+    import json
+    doc = {k: v for k, v in run.stats.items() if k != "cache_history"}
+    doc["rss_samples"] = [{"arrivals": a, "rss_bytes": b} for a, b in run.rss_samples]
+    try:
+        Path(path).write_text(json.dumps(doc, indent=1, default=str))
+    except OSError as e:
+        raise AdaptcqError(f"--summary-json {path!r}: cannot write: {e.strerror or e}") \
+            from None
 
 
 def _empty_rejected():

@@ -17,12 +17,32 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from adaptcq.errors import AdaptcqError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.stream.windows import CountWindow, ExpiryClock
 
 EXECUTORS = ("mjoin", "xjoin")
 
 MODES = ("append", "retract")
+
+MAX_SAMPLES = 2048  # state-size samples kept (thinned beyond: see ContinuousQuery.sample)
+
+# The options each executor takes (keyword arguments of ContinuousQuery / make_executor).
+EXECUTOR_OPTIONS: dict[str, tuple[str, ...]] = {
+    "mjoin": ("orders", "nested_loop"),
+    "xjoin": ("tree",),
+}
+# ContinuousQuery's own keyword arguments, named in the message for an unknown option.
+_OWN_OPTIONS = ("trace", "sample_every", "time_unit", "explicit_deletions")
+# Where an option that belongs elsewhere goes, for the message.
+_HINTS = {
+    "policies": "attach adaptive policies with ContinuousQuery.attach(policy)",
+    "cache_options": "cache options belong to the A-Caching policy (adapt.acaching.ACaching)",
+}
+
+
+class OptionError(AdaptcqError, ValueError):
+    """An unknown executor, mode or option (names it and the accepted ones)."""
 
 
 @dataclass
@@ -34,6 +54,8 @@ class Counters:
     results: int = 0           # output rows emitted
     rejected: int = 0          # explicit deletions of rows that were not there
     samples: list = field(default_factory=list)  # (updates, ts, state tuples, state bytes)
+    peak_tuples: int = 0       # the largest state seen by ``sample`` (tuples, bytes)
+    peak_bytes: int = 0
 
     @property
     def updates(self) -> int:
@@ -41,15 +63,61 @@ class Counters:
         return self.insertions + self.deletions
 
 
+def check_options(executor: str, options: dict, own: tuple[str, ...] = ()) -> None:
+    """Refuse an unknown executor, and options ``executor`` does not take, naming them and
+    the accepted ones (``own``: further keywords the caller accepts, for the message)."""
+    if executor not in EXECUTOR_OPTIONS:
+        hint = ("; acaching is mjoin with the A-Caching policy attached "
+                "(adapt.acaching.ACaching)" if executor == "acaching" else "")
+        raise OptionError(f"unknown executor {executor!r}; choose one of "
+                          f"{', '.join(EXECUTORS)}{hint}")
+    accepted = EXECUTOR_OPTIONS[executor]
+    unknown = [k for k in options if k not in accepted]
+    if not unknown:
+        return
+    hints = [_HINTS[k] for k in unknown if k in _HINTS]
+    for other, opts in EXECUTOR_OPTIONS.items():
+        theirs = [k for k in unknown if k in opts and other != executor]
+        if theirs:
+            hints.append(f"{', '.join(theirs)} {'is' if len(theirs) == 1 else 'are'} for "
+                         f"the {other} executor")
+    names = ", ".join(accepted + own)
+    plural = "s" if len(unknown) > 1 else ""
+    raise OptionError(f"unknown option{plural} {', '.join(unknown)} for the {executor} executor "
+                      f"(accepted: {names})" + "".join(f"; {h}" for h in hints))
+
+
 def make_executor(query: LogicalQuery, executor: str, mode: str, out: list, **options):
+    """The join executor ``executor`` (see :data:`EXECUTOR_OPTIONS` for the options each
+    takes; any other option is an :class:`OptionError`)."""
+    check_options(executor, options)
     if executor == "mjoin":
         from adaptcq.engine.mjoin import MJoin
         return MJoin(query, mode, orders=options.get("orders"), out=out,
                      nested_loop=options.get("nested_loop") or ())
-    if executor == "xjoin":
-        from adaptcq.engine.xjoin import XJoin
-        return XJoin(query, mode, tree=options.get("tree"), out=out)
-    raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    from adaptcq.engine.xjoin import XJoin
+    return XJoin(query, mode, tree=options.get("tree"), out=out)
+
+
+def row_key(row: tuple) -> tuple:
+    """A hashable key equal for equal rows: the row itself, or, when it holds lists or
+    dicts (Arrow list, struct and map values), a frozen copy of it (lists -> (list, tuple),
+    dicts -> (dict, frozenset of items)). Only used to match explicit deletions."""
+    try:
+        hash(row)
+        return row
+    except TypeError:
+        return tuple(_freeze(v) for v in row)
+
+
+def _freeze(value):
+    if isinstance(value, list | tuple):
+        return (list, tuple(_freeze(v) for v in value))
+    if isinstance(value, dict):
+        return (dict, frozenset((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, set | frozenset):
+        return (set, frozenset(_freeze(v) for v in value))
+    return value
 
 
 class ContinuousQuery:
@@ -57,15 +125,24 @@ class ContinuousQuery:
 
     ``process`` takes parallel sequences (stream index, sign, timestamp, row) and returns
     the output rows ``(*select values, sign, ts)`` it produced. Explicit deletions
-    (sign -1) are allowed on unbounded streams only; one that matches no earlier row is
-    rejected and reported through ``rejected_rows``.
+    (sign -1) are allowed on unbounded streams only, and only when the query is built with
+    ``explicit_deletions=True`` (a runtime passes it when a sign column is in use): then
+    the rows of every unbounded stream are kept by value, so that a deletion can find the
+    oldest equal row; without it no such map is kept (it would cost memory, and rows holding
+    lists could not be keys). A deletion that matches no earlier row is rejected and
+    reported through ``rejected_rows``.
+
+    ``options`` are the executor's (:data:`EXECUTOR_OPTIONS`: ``orders`` and
+    ``nested_loop`` for mjoin, ``tree`` for xjoin); any other keyword is an
+    :class:`OptionError` naming it and the accepted ones.
     """
 
     def __init__(self, query: LogicalQuery, executor: str = "mjoin", mode: str = "append",
                  trace: bool = False, sample_every: int = 20_000, time_unit: float = 1.0,
-                 **options):
+                 explicit_deletions: bool = False, **options):
         if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; choose append or retract")
+            raise OptionError(f"unknown mode {mode!r}; choose append or retract")
+        check_options(executor, options, _OWN_OPTIONS)
         from adaptcq.query.expr import compile_predicate
 
         self.query = query
@@ -87,8 +164,12 @@ class ContinuousQuery:
         self.counts = [CountWindow(int(s.window.size)) if s.window.kind == "rows" else None
                        for s in query.streams]
         self.clock = ExpiryClock()
+        # Explicit deletions: per unbounded stream, row_key(row) -> row ids of the equal
+        # rows still there, oldest first (None for one that failed the selection).
+        self.explicit_deletions = bool(explicit_deletions)
         self.values: list[dict | None] = [
-            {} if s.window.kind == "unbounded" else None for s in query.streams]
+            {} if explicit_deletions and s.window.kind == "unbounded" else None
+            for s in query.streams]
         self.stats = Counters()
         self.next_rid = 0
         self.now = float("-inf")
@@ -199,7 +280,7 @@ class ContinuousQuery:
             if not passed:
                 n_filtered += 1
                 if values[i] is not None:
-                    values[i].setdefault(row, []).append(None)
+                    values[i].setdefault(row_key(row), []).append(None)
                 continue
             n_ins += 1
             per_stream[i] += 1
@@ -211,7 +292,7 @@ class ContinuousQuery:
             if w is not None:
                 heappush(heap, (ts + w, rid, i, rid))
             elif values[i] is not None:
-                values[i].setdefault(row, []).append(rid)
+                values[i].setdefault(row_key(row), []).append(rid)
             if n_ins + n_del >= next_sample:
                 self._add_counts(len(rows), n_ins, n_del, n_filtered)
                 n_ins = n_del = n_filtered = 0
@@ -242,16 +323,20 @@ class ContinuousQuery:
         store = self.values[i]
         alias = self.query.aliases[i]
         if store is None:
-            raise ValueError(f"stream {alias} has a window; explicit deletions are allowed "
-                             "on unbounded streams only")
-        rids = store.get(row)
+            if self.query.streams[i].window.kind != "unbounded":
+                raise ValueError(f"stream {alias} has a window; explicit deletions are "
+                                 "allowed on unbounded streams only")
+            raise ValueError(f"stream {alias}: an explicit deletion (sign -1), but the query "
+                             "was built without ContinuousQuery(..., explicit_deletions=True)")
+        key = row_key(row)
+        rids = store.get(key)
         if not rids:
             self.stats.rejected += 1
             self.rejected_rows.append((i, ts, row, f"deletion of a row not in {alias}"))
             return 0
         rid = rids.pop(0)
         if not rids:
-            del store[row]
+            del store[key]
         if rid is None:  # the row never passed the selection: nothing to delete
             return 0
         if self.trace is not None:
@@ -269,6 +354,22 @@ class ContinuousQuery:
         self.out.clear()
         return out
 
+    def bound_output(self, limit: int | None, flush=None) -> None:
+        """Hand results to ``flush(rows)`` whenever ``limit`` of them are pending, even in
+        the middle of one update, so that an update joining with millions of tuples never
+        holds them all (``limit=None``: results wait for ``process`` to return, the fast
+        path). ``flush`` may raise to abandon the run (a result bound was reached)."""
+        out, append = self.out, self.out.append
+        if limit is None:
+            self.executor.set_emit(append)
+            return
+
+        def emit(row) -> None:
+            append(row)
+            if len(out) >= limit:
+                flush(self.drain())
+        self.executor.set_emit(emit)
+
     # ----- checkpoints -----------------------------------------------------------------
     def snapshot(self) -> bytes:
         """Everything needed to continue exactly where this query is: the window contents
@@ -283,6 +384,7 @@ class ContinuousQuery:
             "heap": self.clock.heap,
             "counts": [None if c is None else list(c.rids) for c in self.counts],
             "values": self.values,
+            "explicit_deletions": self.explicit_deletions,
             "next_rid": self.next_rid,
             "now": self.now,
             "next_sample": self._next_sample,
@@ -295,11 +397,16 @@ class ContinuousQuery:
     def restore(cls, query: LogicalQuery, blob: bytes, mode: str = "append",
                 **options) -> ContinuousQuery:
         """Rebuild a query from ``snapshot()``; it then behaves exactly as the original
-        would have (same outputs for the same further input)."""
+        would have (same outputs for the same further input). The plan, time unit and
+        ``explicit_deletions`` come from the snapshot (they override ``options``)."""
         state = pickle.loads(blob)
         if state.get("version") != 1:
             raise ValueError(f"unknown checkpoint version {state.get('version')!r}")
-        options = {**options, **state["plan"], "time_unit": state.get("time_unit", 1.0)}
+        explicit = state.get("explicit_deletions")
+        if explicit is None:  # a snapshot from before the flag: the map was always kept
+            explicit = any(v is not None for v in state["values"])
+        options = {**options, **state["plan"], "time_unit": state.get("time_unit", 1.0),
+                   "explicit_deletions": explicit}
         cq = cls(query, state["executor"], mode, **options)
         for i, rows in enumerate(state["rows"]):
             cq.executor.load(i, rows)
@@ -315,12 +422,21 @@ class ContinuousQuery:
 
     # ----- statistics ------------------------------------------------------------------
     def sample(self, ts: float) -> None:
+        """Record the state's size. A query runs for days: past MAX_SAMPLES samples every
+        other one is dropped and the interval doubles, so the history stays bounded while
+        the peaks are kept exactly."""
         st = self.stats
-        st.samples.append((st.updates, ts, self.executor.state_tuples(),
-                           self.executor.state_bytes()))
+        tuples, nbytes = self.executor.state_tuples(), self.executor.state_bytes()
+        st.samples.append((st.updates, ts, tuples, nbytes))
+        st.peak_tuples = max(st.peak_tuples, tuples)
+        st.peak_bytes = max(st.peak_bytes, nbytes)
+        if len(st.samples) > MAX_SAMPLES:
+            del st.samples[1::2]
+            self.sample_every *= 2
         self._next_sample = st.updates + self.sample_every
 
     def peak_state(self) -> tuple[int, int]:
-        if not self.stats.samples:
+        st = self.stats
+        if not st.samples:
             return self.executor.state_tuples(), self.executor.state_bytes()
-        return (max(s[2] for s in self.stats.samples), max(s[3] for s in self.stats.samples))
+        return st.peak_tuples, st.peak_bytes

@@ -48,7 +48,13 @@ from adaptcq.query.logical import (
 Schemas = dict[str, dict[str, str]]
 _Where = exp.Expression | int | None  # what an error points at: a node or an offset
 
-KINDS = frozenset({"number", "string", "timestamp", "bool", "other"})
+KINDS = frozenset({"number", "string", "timestamp", "bool", "list", "struct", "map", "other"})
+"""Column kinds a schema may give. Only the scalar ones (:data:`expr.SCALAR_KINDS`) can be
+joined on or compared; "list", "struct", "map" and "other" (any other type) can be selected
+and tested with IS [NOT] NULL."""
+
+RESERVED_OUTPUTS = ("_sign", "_ts")
+"""Output column names the runtimes add after the SELECT values (case-insensitive)."""
 
 _UNITS = {
     "MILLISECOND": Decimal("0.001"), "SECOND": Decimal(1), "MINUTE": Decimal(60),
@@ -552,6 +558,7 @@ class _Parser:
                 streams = _streams_of(conjunct)
                 join = _join_equality(conjunct)
                 if join is not None:
+                    self.check_joinable(join, conjunct)
                     predicates.append(JoinPredicate(*join, position=self.start(conjunct) or 0))
                 elif len(streams) > 1:
                     raise self.error(f"non-equi predicate between streams {streams[0]} and "
@@ -560,6 +567,15 @@ class _Parser:
                     target = streams[0] if streams else self.streams[0].alias
                     selections[target].append(_strip(conjunct))
         return predicates, selections
+
+    def check_joinable(self, join: tuple[ColumnRef, ColumnRef], conjunct: exp.Expression
+                       ) -> None:
+        """Join columns are hashed: a list, struct or map column cannot be one."""
+        for ref in join:
+            kind = (self.stream_schemas.get(ref.stream) or {}).get(ref.column)
+            if kind is not None and kind not in sqlexpr.SCALAR_KINDS:
+                raise self.error(f"{ref} is {sqlexpr.describe_kind(kind)}; join columns must "
+                                 "be scalar (numbers, strings, timestamps, booleans)", conjunct)
 
     def attribute_classes(self, predicates: list[JoinPredicate],
                           selections: dict[str, list[exp.Expression]]
@@ -595,6 +611,10 @@ class _Parser:
         for item in select.expressions:
             for column in self.output_items(item):
                 key = column.name.lower()
+                if key in RESERVED_OUTPUTS:
+                    raise self.error(f"output column name {column.name!r} is reserved: the "
+                                     "names _sign and _ts are reserved for the output's sign "
+                                     "and time (use AS to give it another name)", item)
                 if key in seen:
                     raise self.error(f"duplicate output column name {column.name!r} (use AS "
                                      "to rename one)", item)
@@ -667,11 +687,14 @@ class _Parser:
 
         trees = [c for c in query.selections.values() if c is not None]
         trees += [o.expr for o in query.outputs]
-        for tree in trees:
-            try:
+        try:
+            for tree in trees:
                 sqlexpr.to_python(tree, resolve, query.types)
-            except sqlexpr.ExprError as e:
-                raise self.error(str(e), e.node) from None
+            for alias, cond in query.selections.items():  # as the engine compiles them
+                if cond is not None:
+                    sqlexpr.compile_predicate(cond, query.columns[alias], alias, query.types)
+        except sqlexpr.ExprError as e:
+            raise self.error(str(e), e.node) from None
 
     # ----- positions ----------------------------------------------------------------------
     @property

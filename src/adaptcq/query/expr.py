@@ -26,6 +26,7 @@ compile time with ``datetime.fromisoformat``.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -47,6 +48,25 @@ _TEMPORAL_TYPES = {
 }
 _BOOLEAN_NODES = (exp.And, exp.Or, exp.Not, exp.Between, exp.In, exp.Is, exp.Boolean,
                   *_COMPARISONS)
+
+SCALAR_KINDS = frozenset({"number", "string", "timestamp", "bool"})
+"""Column kinds whose values can be compared, hashed (joined) and, for numbers, computed on.
+The other kinds ("list", "struct", "map", "other") may only be selected or tested with
+IS [NOT] NULL."""
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+_KIND_WORDS = {
+    "number": "a number", "string": "a string", "timestamp": "a timestamp",
+    "bool": "a boolean", "list": "a list column", "struct": "a struct column",
+    "map": "a map column",
+    "other": "a column of a non-scalar type (such as a list, struct or binary)",
+}
+
+
+def describe_kind(kind: str) -> str:
+    """``"a list column"``, ``"a string"``...: what a value of ``kind`` is, for messages."""
+    return _KIND_WORDS.get(kind, f"of kind {kind!r}")
 
 
 class ExprError(ValueError):
@@ -196,6 +216,7 @@ class _Compiler:
             if f == "False":
                 return f"(True if {t} else None)"
             return f"(True if {t} else False if {f} else None)"
+        self._check_int_range(node)
         val = self.value(node)
         if val.null:
             return "None"
@@ -226,6 +247,10 @@ class _Compiler:
         return self._truth_of_value(node, want)
 
     def _truth_of_value(self, node: exp.Expression, want: bool) -> str:
+        kind = self._kind(node)
+        if kind is not None and kind not in SCALAR_KINDS:
+            raise ExprError(f"{_strip(node).sql()} is {describe_kind(kind)}, not a condition",
+                            node)
         val = self.value(node)
         if val.null:
             return "False"
@@ -313,6 +338,7 @@ class _Compiler:
         if is_temporal_cast(node):
             return _Val(self._constant(self._timestamp(node.this)))
         if isinstance(node, exp.Neg):
+            self._check_number(node.this, "-", node)
             inner = self.value(node.this)
             return _Val(f"(-{inner.src})", inner.guards, inner.null)
         if type(node) in _ARITHMETIC:
@@ -340,9 +366,20 @@ class _Compiler:
         try:
             return _Val(repr(int(text)))
         except ValueError:
-            return _Val(repr(float(text)))
+            pass
+        try:
+            number = float(text)
+        except ValueError:
+            raise ExprError(f"{text} is not a number", node) from None
+        if not math.isfinite(number):  # repr would be 'inf'/'nan': not Python source
+            raise ExprError(f"{text} is out of range for a number", node)
+        return _Val(repr(number))
 
     def _arithmetic(self, node: exp.Binary) -> _Val:
+        op = _ARITHMETIC[type(node)]
+        for operand in (node.this, node.expression):
+            self._check_number(operand, op, node)
+            self._check_int_range(operand)
         left, right = self.value(node.this), self.value(node.expression)
         src = f"({left.src} {_ARITHMETIC[type(node)]} {right.src})"
         guards = _merge(left, right)
@@ -357,19 +394,62 @@ class _Compiler:
         return is_temporal_cast(node) or self._kind(node) == "timestamp"
 
     def _kind(self, node: exp.Expression) -> str | None:
-        """The schema kind of a column, "number"/"string" for a literal, else None."""
+        """The kind of a value where it is known: the schema kind of a column,
+        "number"/"string" for a literal, "number" for arithmetic, "bool" for a condition,
+        "timestamp" for a timestamp literal; None when unknown (NULL, no schema)."""
         node = _strip(node)
         if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
             return self.types.get(node.table or self.stream, {}).get(node.name)
         if isinstance(node, exp.Literal):
             return "string" if node.is_string else "number"
+        if is_temporal_cast(node):
+            return "timestamp"
+        if isinstance(node, exp.Neg) or type(node) in _ARITHMETIC:
+            return "number"
+        if _is_boolean(node):
+            return "bool"
         return None
 
     def _check_comparable(self, node: exp.Expression, operands: list[exp.Expression]) -> None:
-        """Reject comparing a number with a string where the kinds are known."""
+        """Reject comparing a list/struct value, and a number with a string, where the kinds
+        are known."""
+        for o in operands:
+            kind = self._kind(o)
+            if kind is not None and kind not in SCALAR_KINDS:
+                raise ExprError(f"cannot compare {_strip(o).sql()}: it is "
+                                f"{describe_kind(kind)}; comparisons need scalar values "
+                                "(numbers, strings, timestamps, booleans)", o)
         kinds = {self._kind(o) for o in operands} & {"number", "string"}
         if len(kinds) == 2:
             raise ExprError(f"cannot compare a number with a string in '{node.sql()}'", node)
+
+    def _check_number(self, operand: exp.Expression, op: str, node: exp.Expression) -> None:
+        """Arithmetic takes numbers: refuse a string, timestamp, boolean or list operand."""
+        kind = self._kind(operand)
+        if kind is not None and kind != "number":
+            raise ExprError(f"'{op}' needs numbers, but {_strip(operand).sql()} is "
+                            f"{describe_kind(kind)} (in '{node.sql()}')", operand)
+
+    @staticmethod
+    def _check_int_range(node: exp.Expression) -> None:
+        """An integer literal that is computed with or output must fit 64 bits (the output
+        column's type; Python would carry it exactly and fail only when writing). In
+        comparisons any integer is fine: they are exact."""
+        sign, inner = 1, _strip(node)
+        while isinstance(inner, exp.Neg):
+            sign, inner = -sign, _strip(inner.this)
+        if not (isinstance(inner, exp.Literal) and not inner.is_string):
+            return
+        try:
+            value = sign * int(inner.this)
+        except ValueError:
+            return  # not an integer: a float literal, checked by _literal
+        if not INT64_MIN <= value <= INT64_MAX:
+            approx = float(inner.this)
+            example = f", e.g. {approx:.6g}," if math.isfinite(approx) else ""
+            raise ExprError(f"{inner.this} is out of range for a 64-bit integer (write it "
+                            f"as a floating-point number{example} to compute in floating "
+                            "point)", inner)
 
     @staticmethod
     def _timestamp(node: exp.Literal) -> datetime.datetime:

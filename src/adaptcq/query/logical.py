@@ -7,11 +7,15 @@ streams that share a predicate) and a-caching.txt §3.1 (equijoins R_i.attr_j = 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 import networkx as nx
+import pyarrow as pa
 import sqlglot.expressions as exp
+
+from adaptcq.errors import QueryError
 
 WindowKind = Literal["range", "rows", "unbounded"]
 Shape = Literal["linear", "star", "acyclic", "cyclic"]
@@ -104,7 +108,8 @@ class LogicalQuery:
       (join attributes, then selection and output columns); rows inside the engine are
       tuples in exactly this order.
     - ``types``: per stream alias, column -> kind in {"number", "string", "timestamp",
-      "bool", "other"} for the columns known from the schemas.
+      "bool", "list", "struct", "map", "other"} for the columns known from the schemas
+      (``cql.KINDS``; the Arrow types of the outputs: :func:`output_types`).
     """
 
     sql: str
@@ -198,3 +203,143 @@ def graph_shape(g: nx.Graph) -> Shape:
     if degrees[-1] == n - 1:
         return "star"
     return "acyclic"
+
+
+# ----- output column types ---------------------------------------------------------------
+_INT64_MAX = 2 ** 63 - 1
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div)
+_CONDITIONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.Between, exp.In, exp.Is,
+               exp.Not, exp.And, exp.Or, exp.Boolean)
+_TEMPORAL = {exp.DataType.Type.DATE, exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMP,
+             exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.TIMESTAMPTZ,
+             exp.DataType.Type.TIMESTAMPLTZ}
+
+
+def output_types(query: LogicalQuery, source_schemas: Mapping[str, pa.Schema]
+                 ) -> list[pa.DataType]:
+    """The Arrow type of each of ``query.outputs``, from the input schemas (keyed by
+    source name, ``query.streams[i].source``), never from values (docs/semantics.md,
+    "Output columns and their types"):
+
+    - a column reference: the input column's type exactly (a dictionary type decoded to its
+      value type);
+    - ``+ - *`` and unary minus: int64 when every operand is an integer, float64 when one is
+      floating; ``/``: float64 (operands NULL or of type null do not count);
+    - a literal: int64, float64, string or bool; ``NULL``: null; ``TIMESTAMP '...'`` /
+      ``DATE '...'``: timestamp[us];
+    - a condition (comparison, BETWEEN, IN, IS NULL, NOT, AND, OR, TRUE/FALSE): bool.
+
+    Raises :class:`QueryError` for a source or column missing from ``source_schemas`` and
+    for arithmetic on non-numbers or on decimal columns (the parser refuses the former when
+    it has the schemas' kinds).
+    """
+    return [_OutputTyper(query, source_schemas).type_of(o.expr).type for o in query.outputs]
+
+
+def output_overflows(query: LogicalQuery, source_schemas: Mapping[str, pa.Schema]
+                     ) -> list[bool]:
+    """For each of ``query.outputs``: True when it is integer arithmetic (int64 by
+    :func:`output_types`) whose value can leave the int64 range, judged from the operand
+    types (int8 + int8 cannot; int64 + int64, int32 * int32 * int32 or any uint64 operand
+    can). The engine computes such values exactly (Python integers); a writer must then
+    check them and report an out-of-range value as an error naming the output column."""
+    typer = _OutputTyper(query, source_schemas)
+    out = []
+    for o in query.outputs:
+        t = typer.type_of(o.expr)
+        out.append(t.computed and pa.types.is_integer(t.type) and t.bound > _INT64_MAX)
+    return out
+
+
+@dataclass(frozen=True)
+class _Typed:
+    type: pa.DataType
+    bound: int = 0          # largest absolute value of an integer (0: not an integer)
+    computed: bool = False  # the result of integer arithmetic (int64) rather than a column
+
+
+class _OutputTyper:
+    def __init__(self, query: LogicalQuery, schemas: Mapping[str, pa.Schema]):
+        self.query = query
+        self.schemas = schemas
+
+    def error(self, message: str, node: exp.Expression) -> QueryError:
+        starts = [n.meta["start"] for n in node.walk() if "start" in n.meta]
+        return QueryError(message, self.query.sql, min(starts) if starts else None)
+
+    def type_of(self, node: exp.Expression) -> _Typed:
+        while isinstance(node, exp.Paren | exp.Alias):
+            node = node.this
+        if isinstance(node, exp.Column):
+            return self.column(node)
+        if isinstance(node, exp.Literal):
+            if node.is_string:
+                return _Typed(pa.string())
+            try:
+                return _Typed(pa.int64(), abs(int(node.this)))
+            except ValueError:
+                return _Typed(pa.float64())
+        if isinstance(node, exp.Null):
+            return _Typed(pa.null())
+        if isinstance(node, _CONDITIONS):
+            return _Typed(pa.bool_())
+        if (isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal)
+                and node.to.this in _TEMPORAL):
+            return _Typed(pa.timestamp("us"))
+        if isinstance(node, exp.Neg):
+            return self.arithmetic(node, [node.this])
+        if isinstance(node, _ARITHMETIC):
+            return self.arithmetic(node, [node.this, node.expression])
+        raise self.error(f"cannot tell the type of {node.sql()!r}", node)
+
+    def column(self, node: exp.Column) -> _Typed:
+        try:
+            source = self.query.stream(node.table).source
+        except KeyError:
+            raise self.error(f"unknown stream {node.table!r} in {node.sql()}", node) from None
+        schema = self.schemas.get(source)
+        if schema is None:
+            raise self.error(f"no schema for source {source!r} (have: "
+                             f"{', '.join(self.schemas) or 'none'})", node)
+        index = schema.get_field_index(node.name)
+        if index < 0:
+            raise self.error(f"source {source!r} has no column {node.name!r} (its columns: "
+                             f"{', '.join(schema.names)})", node)
+        t = schema.field(index).type
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        bound = 0
+        if pa.types.is_integer(t):
+            bound = 2 ** t.bit_width - 1 if pa.types.is_unsigned_integer(t) \
+                else 2 ** (t.bit_width - 1)
+        return _Typed(t, bound)
+
+    def arithmetic(self, node: exp.Expression, operands: list[exp.Expression]) -> _Typed:
+        typed = [self.type_of(o) for o in operands]
+        for o, t in zip(operands, typed, strict=True):
+            if pa.types.is_decimal(t.type) and not isinstance(node, exp.Neg):
+                raise self.error(f"arithmetic on the decimal value {o.sql()} is not "
+                                 "supported", node)
+            if not (pa.types.is_integer(t.type) or pa.types.is_floating(t.type)
+                    or pa.types.is_decimal(t.type) or pa.types.is_null(t.type)):
+                raise self.error(f"arithmetic needs numbers, but {o.sql()} has type "
+                                 f"{t.type}", node)
+        known = [t for t in typed if not pa.types.is_null(t.type)]
+        if isinstance(node, exp.Div):
+            return _Typed(pa.float64())
+        if not known:
+            return _Typed(pa.null())
+        if isinstance(node, exp.Neg) and pa.types.is_decimal(known[0].type):
+            return known[0]
+        if any(pa.types.is_floating(t.type) for t in known):
+            return _Typed(pa.float64())
+        if isinstance(node, exp.Mul):
+            bound = 1
+            for t in known:
+                bound *= t.bound
+            bound = bound if len(known) == 2 else 0  # times NULL: always NULL
+        elif isinstance(node, exp.Neg):
+            bound = known[0].bound
+        else:
+            bound = sum(t.bound for t in known) if len(known) == 2 else 0
+        return _Typed(pa.int64(), bound, True)

@@ -20,7 +20,6 @@ the input stopped. ``max_results`` stops a run whose output exceeds a bound.
 
 from __future__ import annotations
 
-import math
 import resource
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,7 +32,12 @@ import pyarrow as pa
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
-from adaptcq.stream.eventtime import NS_MAX, check_unit, from_nanoseconds, output_time_type
+from adaptcq.stream.eventtime import (
+    check_unit,
+    from_nanoseconds,
+    lateness_ns,
+    output_time_type,
+)
 from adaptcq.stream.merge import ArrivalMerger, Arrivals
 from adaptcq.stream.sources import CHUNK_ROWS, Source, open_source, schema_kinds, value_type
 
@@ -125,9 +129,14 @@ class LocalRun:
         self.stopped: str | None = None   # why the run stopped before its input ended
         self.last_ts: int | None = None
         self.rss_samples: list[tuple[int, int]] = []
+        self.sink = None  # a Sink: batches are written to it instead of being yielded
         self._stop = False
         self._started = False
         self._finished = False
+        self._bounded = False
+        self._results = 0
+        self._buf: list = []
+        self._ready: list[pa.RecordBatch] = []
 
     # ----- set-up checks -----------------------------------------------------------------
     def _check_columns(self) -> None:
@@ -199,58 +208,83 @@ class LocalRun:
 
     def _run(self) -> Iterator[pa.RecordBatch]:
         cq, merger = self.cq, self.merger
-        buf: list = []
-        batch = 4096
-        results = 0
-        limit = self.max_results
-        next_rss = 0
-        for arr in merger:
-            self._flush_rejected()
-            n = len(arr)
-            lo = 0
-            while lo < n:
-                if self._stop:
-                    self.interrupted = True
-                    self.stopped = "interrupted"
-                    break
-                hi = min(n, lo + batch)
-                out = self._process(arr, lo, hi)
-                lo = hi
-                if out:
-                    if limit is not None and results + len(out) >= limit:
-                        out = out[:limit - results]
-                        self.stopped = f"--max-results {limit:,} reached"
-                    results += len(out)
-                    buf.extend(out)
-                    # Keep the results of one call near OUT_CHUNK: memory stays bounded
-                    # even when each arrival joins with many tuples.
+        batch = 256  # arrivals per call; adapted so that one call's results stay near OUT_CHUNK
+        next_rss, rss_every = 0, 100_000
+        if self.max_results is not None:
+            self._bound()
+        try:
+            for arr in merger:
+                self._flush_rejected()
+                n, lo = len(arr), 0
+                while lo < n:
+                    if self._stop:
+                        self.interrupted, self.stopped = True, "interrupted"
+                        break
+                    hi = min(n, lo + batch)
+                    out = self._process(arr, lo, hi)
+                    lo = hi
                     if len(out) > OUT_CHUNK:
                         batch = max(1, batch * OUT_CHUNK // len(out))
+                        if not self._bounded:  # heavy output: bound it inside updates too
+                            self._bound()
                     elif len(out) < OUT_CHUNK // 4:
                         batch = min(MAX_BATCH, batch * 2)
-                    if len(buf) >= OUT_CHUNK:
-                        yield self._to_batch(buf)
-                        buf = []
-                else:
-                    batch = min(MAX_BATCH, batch * 2)
-                if cq.rejected_rows:
-                    self._engine_rejected()
+                    if out:
+                        self._buffer(out)
+                    if cq.rejected_rows:
+                        self._engine_rejected()
+                    yield from self._take_ready()
+                if self.progress:
+                    self.progress(sum(merger.positions().values()), self.total_rows)
+                if cq.stats.arrivals >= next_rss:
+                    self.rss_samples.append((cq.stats.arrivals, current_rss()))
+                    if len(self.rss_samples) > 2048:  # bounded over a run of days
+                        del self.rss_samples[1::2]
+                        rss_every *= 2
+                    next_rss = cq.stats.arrivals + rss_every
                 if self.stopped:
                     break
-            if self.progress:
-                self.progress(sum(merger.positions().values()), self.total_rows)
-            if cq.stats.arrivals >= next_rss:
-                self.rss_samples.append((cq.stats.arrivals, current_rss()))
-                next_rss = cq.stats.arrivals + 100_000
-            if self.stopped:
-                break
-        if buf:
-            yield self._to_batch(buf)
+        except _ResultBound:
+            pass
+        if self._buf:
+            self._emit_batch(self._buf)
+            self._buf = []
+        yield from self._take_ready()
         self._flush_rejected()
         self._engine_rejected()
         cq.sample(cq.now)
         self.rss_samples.append((cq.stats.arrivals, current_rss()))
         self._finished = True
+
+    def _bound(self) -> None:
+        """Results leave the engine every OUT_CHUNK rows, even within one update."""
+        self._bounded = True
+        self.cq.bound_output(OUT_CHUNK, self._buffer)
+
+    def _buffer(self, out: list) -> None:
+        """Take results from the engine; stop the run once ``max_results`` are out."""
+        limit = self.max_results
+        if limit is not None and self._results + len(out) > limit:
+            out = out[:limit - self._results]
+            self.stopped = f"--max-results {limit:,} reached"
+        self._results += len(out)
+        self._buf.extend(out)
+        if len(self._buf) >= OUT_CHUNK or self.stopped:
+            self._emit_batch(self._buf)
+            self._buf = []
+        if self.stopped:
+            raise _ResultBound
+
+    def _emit_batch(self, rows: list) -> None:
+        batch = rows_to_batch(rows, self.schema, self.unit)
+        if self.sink is not None:
+            self.sink.write(batch)  # straight out: nothing waits in memory
+        else:
+            self._ready.append(batch)
+
+    def _take_ready(self) -> Iterator[pa.RecordBatch]:
+        while self._ready:
+            yield self._ready.pop(0)
 
     def _process(self, arr: Arrivals, lo: int, hi: int) -> list:
         t0 = time.process_time()
@@ -260,9 +294,6 @@ class LocalRun:
         self.engine_cpu += time.process_time() - t0
         self.last_ts = arr.timestamps[hi - 1]
         return out
-
-    def _to_batch(self, out: list) -> pa.RecordBatch:
-        return rows_to_batch(out, self.schema, self.unit)
 
     def _flush_rejected(self) -> None:
         rows = self.merger.rejected
@@ -319,6 +350,10 @@ class LocalRun:
                          self.query, self.cq.executor.describe())
 
 
+class _ResultBound(Exception):
+    """``max_results`` reached: the run stops (raised through the engine's emit)."""
+
+
 # ----- output rows to Arrow --------------------------------------------------------------
 def output_schema(query: LogicalQuery, schemas: Mapping[str, pa.Schema], timestamp: str,
                   unit: str | None = None) -> pa.Schema:
@@ -367,23 +402,6 @@ def _explain_conversion_error(out: list, schema: pa.Schema) -> None:
 
 
 # ----- helpers ----------------------------------------------------------------------------
-def lateness_ns(seconds) -> int:
-    """--allowed-lateness in nanoseconds: finite, >= 0 and within the span of event times."""
-    try:
-        x = float(seconds)
-    except (TypeError, ValueError):
-        raise OptionError(f"--allowed-lateness must be a number of seconds, got "
-                           f"{seconds!r}") from None
-    if not math.isfinite(x) or x < 0:
-        raise OptionError(f"--allowed-lateness must be a finite number of seconds >= 0, "
-                           f"got {seconds!r}")
-    ns = round(x / TIME_UNIT)
-    if ns > NS_MAX:
-        raise OptionError(f"--allowed-lateness {seconds!r} s is longer than event times "
-                           "span (292 years)")
-    return ns
-
-
 def _positive(value, name: str, allow_none: bool = False):
     if value is None and allow_none:
         return None

@@ -16,11 +16,13 @@ float64. Integers never pass through float64.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from adaptcq.errors import InputError
+from adaptcq.errors import InputError, OptionError
 
 UNITS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 """Nanoseconds per unit of a numeric or timestamp column."""
@@ -98,7 +100,8 @@ def to_nanoseconds(col: pa.Array | pa.ChunkedArray, unit: str | None, stream: st
         row = int(np.flatnonzero(bad)[0])
         raise InputError(f"stream {stream}: row {first_row + row} has timestamp "
                          f"{vals[row].item()!r} in {column!r}; a time must be a finite number")
-    ns = vals * factor
+    with np.errstate(over="ignore", invalid="ignore"):  # out-of-range values are refused below
+        ns = vals * factor
     # float64 cannot hold NS_MAX exactly: 2**63 itself is out of range.
     out = (ns >= 2.0**63) | (ns < -(2.0**63))
     if out.any():
@@ -173,3 +176,19 @@ def from_nanoseconds(ns: np.ndarray, out_type: pa.DataType, unit: str | None) ->
     if pa.types.is_integer(out_type):
         return pa.array(ns // factor, pa.int64())
     return pa.array(ns / factor, pa.float64())
+
+
+def lateness_ns(seconds) -> int:
+    """--allowed-lateness in nanoseconds: finite, >= 0 and within the span of event times."""
+    try:
+        x = float(seconds)
+    except (TypeError, ValueError):
+        raise OptionError(f"--allowed-lateness must be a number of seconds, got "
+                           f"{seconds!r}") from None
+    if not math.isfinite(x) or x < 0:
+        raise OptionError(f"--allowed-lateness must be a finite number of seconds >= 0, "
+                           f"got {seconds!r}")
+    if x * 1e9 >= NS_MAX:
+        raise OptionError(f"--allowed-lateness {seconds!r} s is longer than event times "
+                           "span (292 years)")
+    return round(x * 1e9)

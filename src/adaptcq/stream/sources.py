@@ -26,7 +26,7 @@ import pyarrow as pa
 from adaptcq.errors import InputError
 from adaptcq.stream.eventtime import check_time_type
 
-CHUNK_ROWS = 65_536
+CHUNK_ROWS = 16_384
 """Rows per chunk read from a source (iterables of dicts: ``chunk_rows`` given to the run)."""
 
 CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz", ".csv.bz2", ".gz")
@@ -179,7 +179,7 @@ def _describe(schema: pa.Schema) -> str:
 def _parquet(name: str, path: Path, chunk_rows: int):
     import pyarrow.parquet as pq
     try:
-        f = pq.ParquetFile(path)
+        f = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
         schema = f.schema_arrow.remove_metadata()
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
