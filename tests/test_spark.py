@@ -49,6 +49,23 @@ def test_missing_java_names_the_fix(monkeypatch, tmp_path):
         get_spark("local[1]")
 
 
+def test_bad_master_and_worker_errors_are_one_line():
+    from adaptcq.runtime.spark import spark_error
+    from adaptcq.runtime.spark_session import SparkStartError, get_spark
+    with pytest.raises(SparkStartError, match=r"--master 'nonsense' is not a Spark master URL"):
+        get_spark("nonsense")
+    worker = ("[STREAM_FAILED] Query [id = 1] terminated with exception: Job aborted\n"
+              "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+              "adaptcq.errors.InputError: stream R: row 3 has timestamp nan in 'ts'; a time "
+              "must be a finite number\n\n=== Streaming Query ===\n")
+    err = spark_error(RuntimeError(worker))
+    assert type(err).__name__ == "InputError"
+    assert str(err) == "stream R: row 3 has timestamp nan in 'ts'; a time must be a finite number"
+    other = spark_error(RuntimeError("[STREAM_FAILED] Query x terminated with exception: "
+                                     "[PATH_NOT_FOUND] Path does not exist: x.\n\tat a.b"))
+    assert str(other) == "the Spark query failed: [PATH_NOT_FOUND] Path does not exist: x."
+
+
 def test_split_plan():
     q = parse_query(PARTITIONED, SCHEMAS)
     plan = plan_split(q, 4)
@@ -215,3 +232,34 @@ def test_adaptcq_data_source(spark):
     q.stop()
     assert spark.table("adaptcq_src_test").count() == wl.tables["T"].num_rows
     assert len(q.recentProgress) >= 3  # 5000 rows at 2000 per micro-batch
+
+
+def test_continuous_query_over_a_source_without_files(spark, tmp_path):
+    """A source with neither files nor an order column (here the ``adaptcq`` format): rows
+    are ordered by their position in their Spark partition (streaming DataFrames refuse
+    ``monotonically_increasing_id``), and the results equal the local runtime's."""
+    from adaptcq.runtime.spark import continuous_query, signal_end
+    from adaptcq.stream.datasource import register
+    from adaptcq.stream.workloads import three_way
+    register(spark)
+    wl = three_way(n_updates=3000)
+    streams = {name: (spark.readStream.format("adaptcq").option("workload", "three-way")
+                      .option("n_updates", 3000).option("stream", name)
+                      .option("rowsPerBatch", 700).load()) for name in wl.tables}
+    ctl = tmp_path / "end"
+    ctl.mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SplitWarning)
+        res = continuous_query(spark, wl.sql, streams, timestamp=wl.timestamp, mode="retract",
+                               end_of_input=str(ctl))
+    q = res.writeStream.format("memory").queryName("adaptcq_src_cq").start()
+    try:
+        q.processAllAvailable()
+        signal_end(ctl)
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    got = spark.table("adaptcq_src_cq").toArrow()
+    local = adaptcq.run(wl.sql, wl.tables, timestamp=wl.timestamp, mode="retract")
+    assert local.table.num_rows > 100
+    assert _rows(got) == _rows(local.table)

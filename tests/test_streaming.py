@@ -370,3 +370,19 @@ def test_cli_query_file_edge_cases(tmp_path, files, capsys):
 def test_cli_workload_zero_updates_is_an_error(tmp_path, capsys):
     assert main(["workload", "three-way", "--out", str(tmp_path / "w"), "--n-updates", "0"]) == 1
     assert "adaptcq: error:" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_one_clear_error_and_leaves_nothing_behind(files, capsys, monkeypatch):
+    import errno
+
+    from adaptcq.runtime import output
+
+    def full(self, batch):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(output.FileSink, "_write", full)
+    (files / "o.parquet").write_bytes(b"an old result")
+    assert cli(files, "--output", files / "o.parquet") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("adaptcq: error: --output: cannot write") and "No space left" in err
+    assert not (files / "o.parquet").exists()  # the old file does not look current
+    assert not list(files.glob(".*.tmp"))

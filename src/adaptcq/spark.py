@@ -7,15 +7,18 @@ Streaming job (docs/spark.md).
 """
 
 from adaptcq.runtime.spark import (
+    FileJob,
     SparkRun,
     SplitPlan,
     continuous_query,
     plan_split,
+    prepare_files,
     run_files,
     signal_end,
+    write_batch,
 )
 from adaptcq.runtime.spark_session import get_spark
 from adaptcq.stream.datasource import register as register_data_source
 
-__all__ = ["SparkRun", "SplitPlan", "continuous_query", "get_spark", "plan_split",
-           "register_data_source", "run_files", "signal_end"]
+__all__ = ["FileJob", "SparkRun", "SplitPlan", "continuous_query", "get_spark", "plan_split",
+           "prepare_files", "register_data_source", "run_files", "signal_end", "write_batch"]

@@ -180,6 +180,12 @@ class FileSink(Sink):
         self._discard()
 
     def _discard(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:  # release it now, while its file is open (its finalizer would write to it)
+                writer.close()
+            except (OSError, ValueError, pa.ArrowException):
+                pass
         if self.stdout:
             return
         try:

@@ -17,11 +17,13 @@ Pipeline (ARCHITECTURE.md "The Spark pipeline"; docs/spark.md)::
 * A query with a ``[ROWS n]`` window, or with no class spanning all streams (a chain
   ``R.a = S.a AND S.b = T.b``: §2.1's footnote, partitioned m-way joins over different columns
   need more than one partition function), runs in one group, with a warning saying so.
-* The split also emits, in every packet, the maximum event time and row count of each
-  stream it saw (punctuation). Every group receives a packet from every input batch, so every
-  group learns the same per-stream event-time frontier each micro-batch, whether or not it got
-  rows: that is what orders updates across micro-batch boundaries, decides lateness, and
-  drives window expiry in groups that receive no more rows (see ``_GroupEngine.step``).
+* The split also turns each row's time into int64 nanoseconds with the local runtime's rules
+  (``stream.eventtime``: the unit of numeric times, errors naming stream, row and value), and
+  emits, in every packet, the maximum event time and row count of each stream it saw
+  (punctuation). Every group receives a packet from every input batch, so every group learns
+  the same per-stream event-time frontier each micro-batch, whether or not it got rows: that
+  is what orders updates across micro-batch boundaries, decides lateness, and drives window
+  expiry in groups that receive no more rows (see ``_GroupEngine.step``).
 * **State**: each group's engine (``ContinuousQuery.snapshot()``), its not-yet-released rows
   and its frontier are one pickled blob in the RocksDB state store (a ListState of chunks plus
   a ValueState version/token), written every micro-batch. The live engine stays in the Python
@@ -29,19 +31,28 @@ Pipeline (ARCHITECTURE.md "The Spark pipeline"; docs/spark.md)::
   snapshot write, not a rebuild; on any mismatch (another worker, a restart, a retried batch)
   the engine is restored from the store, which is the source of truth.
 
-Output rows have the local runtime's columns (SELECT names, ``_sign`` int8, ``_ts``).
-``side_outputs=True`` instead returns every row of the stateful operator with a ``_aq_kind``
-column: 0 result, 1 rejected input row (late, or an unmatched explicit deletion), 2 group
-statistics; ``write_batch`` routes them to Parquet.
+Output rows have the local runtime's columns (SELECT names, ``_sign`` int8, ``_ts`` of the
+type ``eventtime.output_time_type`` gives, converted from int64 nanoseconds with integer
+arithmetic). ``side_outputs=True`` instead returns every row of the stateful operator with a
+``_aq_kind`` column: 0 result, 1 rejected input row (late, or an unmatched explicit deletion),
+2 group statistics, and ``_ts`` as int64 nanoseconds; ``write_batch`` routes them to Parquet.
+
+``run_files`` (and the CLI) run a query over files: inputs checked and resolved as the local
+runtime resolves them (a file, a folder, a glob), a fingerprint of the query in the
+checkpoint (a restart with another query is refused), and output folders that never mix
+the results of two queries (docs/spark.md, "Files, checkpoints and outputs").
 """
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
+import logging
 import math
 import os
 import pickle
+import re
 import tempfile
 import time
 import uuid
@@ -53,27 +64,39 @@ from pathlib import Path
 import numpy as np
 from pyspark.sql.streaming import StatefulProcessor
 
+from adaptcq import errors as _errors
 from adaptcq.errors import AdaptcqError, InputError, QueryError
 from adaptcq.query.logical import LogicalQuery
-from adaptcq.runtime.local import TIME_UNIT
+from adaptcq.stream import eventtime as et
+from adaptcq.stream.eventtime import lateness_ns
 
 __all__ = [
     "KIND_REJECTED",
     "KIND_RESULT",
     "KIND_STATS",
+    "FileJob",
     "SparkRun",
     "SplitPlan",
     "continuous_query",
     "plan_split",
+    "prepare_files",
     "run_cli",
     "run_files",
     "signal_end",
+    "write_batch",
 ]
 
 KIND_RESULT, KIND_REJECTED, KIND_STATS = 0, 1, 2
 SIDE_COLUMNS = ("_aq_kind", "_aq_stream", "_aq_row", "_aq_file", "_aq_reason", "_aq_info")
 CHUNK = 8 << 20  # bytes per state-store chunk of a group's snapshot
 END = -1  # stream index of an end-of-input control row
+TIME_UNIT = 1e-9  # seconds per engine time unit: event times are int64 nanoseconds
+FINGERPRINT = "adaptcq.json"  # in a checkpoint folder: what query wrote it
+OUTPUT_MARKER = "_adaptcq_output.json"  # in an output folder: which run owns it
+FINGERPRINT_VERSION = 1
+_SEP = "\x01"  # replaces "/" in a file path's order key: paths sort as the local runtime's
+_NOFILE = "\x00"  # prefix of the order key of a row that comes from no file
+
 
 
 class SplitWarning(UserWarning):
@@ -147,6 +170,7 @@ def plan_split(query: LogicalQuery, partitions: int) -> SplitPlan:
 # ---------------------------------------------------------------------------------------------
 
 
+
 def _spark_kind(dt) -> str:
     from pyspark.sql import types as T
 
@@ -160,27 +184,67 @@ def _spark_kind(dt) -> str:
         return "other"
 
 
+def _time_kind(dt) -> str | None:
+    """How a timestamp column travels to the split: ``us`` (a Spark timestamp, as epoch
+    microseconds), ``date`` (days), ``int`` or ``float`` (numbers in the time unit)."""
+    from pyspark.sql import types as T
+    if isinstance(dt, T.TimestampType | T.TimestampNTZType):
+        return "us"
+    if isinstance(dt, T.DateType):
+        return "date"
+    if isinstance(dt, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
+        return "int"
+    if isinstance(dt, T.FloatType | T.DoubleType | T.DecimalType):
+        return "float"
+    return None
+
+
+def _arrow_time_type(dt, tz: str):
+    """The Arrow type of a Spark timestamp column, as ``stream.eventtime`` classifies it."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+    if isinstance(dt, T.TimestampType):
+        return pa.timestamp("us", tz=tz)
+    if isinstance(dt, T.TimestampNTZType):
+        return pa.timestamp("us")
+    try:
+        from pyspark.sql.pandas.types import to_arrow_type
+        return to_arrow_type(dt)
+    except Exception:  # noqa: BLE001 - a type Arrow cannot hold: not a time either
+        return pa.null()
+
+
 def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: str = "ts",
                      executor: str = "mjoin", mode: str = "append", partitions: int | None = None,
                      allowed_lateness: float = 0.0, sign: str | None = None,
                      order: str | Mapping[str, str] | None = None,
                      end_of_input: str | os.PathLike | None = None,
-                     side_outputs: bool = False, **options):
+                     side_outputs: bool = False, timestamp_unit: str | None = None,
+                     **options):
     """Run ``sql`` over streaming DataFrames; return the streaming DataFrame of its results.
 
     ``streams`` maps each source named in FROM to a streaming DataFrame (files, Kafka, rate,
     ``format("adaptcq")``, ...). The result has the local runtime's columns: the SELECT names,
-    ``_sign`` (int8: +1, or -1 for retractions in ``mode="retract"``) and ``_ts`` (timestamp if
-    the inputs' timestamps are, else float seconds), and the same rows (docs/spark.md says
-    exactly when they can differ). Updates are split into ``partitions`` groups
-    (state-spill.txt §2.1, §5; default: ``spark.sql.shuffle.partitions``).
+    ``_sign`` (int8: +1, or -1 for retractions in ``mode="retract"``) and ``_ts``, and the
+    same rows (docs/spark.md says exactly when they can differ). ``_ts`` follows
+    ``stream.eventtime``: timestamp inputs give timestamps (TimestampType inputs give
+    TimestampType, TimestampNTZ inputs TimestampNTZ), numeric inputs give ``_ts`` in their
+    unit (``timestamp_unit``: ``s`` (default), ``ms``, ``us`` or ``ns``), a long when every
+    input is integer-typed and every window a whole number of the unit, else a double.
+    Updates are split into ``partitions`` groups (state-spill.txt §2.1, §5; default:
+    ``spark.sql.shuffle.partitions``).
 
     ``order`` names the column that orders rows of equal timestamp within a source (e.g.
     Kafka's ``offset``); by default a file source's ``(_metadata.file_path, row_index)`` is
-    used, and otherwise Spark's ``monotonically_increasing_id()``. ``end_of_input`` is a folder
-    watched for end-of-input marker files (``signal_end``): after one, every buffered row is
-    processed as at the end of the local runtime's input. ``side_outputs=True`` returns the raw
-    operator output (results, rejected rows, group statistics; see ``write_batch``).
+    used (CSV: the row's position in its file block), and otherwise the row's position in
+    its Spark partition. ``end_of_input`` is a folder watched for end-of-input marker files
+    (``signal_end``): after one, every buffered row is processed as at the end of the local
+    runtime's input. ``side_outputs=True`` returns the raw operator output (results, rejected
+    rows, group statistics, ``_ts`` in int64 nanoseconds; see ``write_batch``).
+
+    A time that is null, not finite, or outside what int64 nanoseconds hold stops the query
+    with the local runtime's message (stream, row, value; ``run_files`` raises it as an
+    ``InputError``).
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -191,6 +255,9 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
 
     if not isinstance(sql, str):
         raise QueryError("the Spark runtime takes the query as CQL text")
+    et.check_unit(timestamp_unit)
+    tz = spark.conf.get("spark.sql.session.timeZone")
+    time_types = {}
     for name, df in streams.items():
         if not getattr(df, "isStreaming", False):
             raise InputError(f"stream {name}: expected a streaming DataFrame "
@@ -199,33 +266,42 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
             raise InputError(f"stream {name}: no timestamp column {timestamp!r} "
                              f"(its columns: {', '.join(df.columns)})")
         tdt = df.schema[timestamp].dataType
-        if not isinstance(tdt, T.NumericType | T.TimestampType | T.TimestampNTZType
-                          | T.DateType):
+        time_types[name] = _arrow_time_type(tdt, tz)
+        et.check_time_type(name, timestamp, time_types[name], timestamp_unit)
+        if _time_kind(tdt) is None:
             raise InputError(f"stream {name}: timestamp column {timestamp!r} has type "
-                             f"{tdt.simpleString()}; it must be a timestamp or numeric seconds")
+                             f"{tdt.simpleString()}; it must be a timestamp, a date, or a "
+                             "number (seconds, or --timestamp-unit)")
     schemas = {name: {f.name: _spark_kind(f.dataType) for f in df.schema.fields}
                for name, df in streams.items()}
     query = parse_query(sql, schemas)
     require_inputs(query, streams)
     _check_join_types(query)
-    if allowed_lateness < 0 or not math.isfinite(allowed_lateness):
-        raise InputError(f"allowed lateness must be >= 0 seconds, got {allowed_lateness!r}")
+    late_ns = lateness_ns(allowed_lateness)
+    signed = _signed_streams(query, streams, sign)
     try:  # validates executor, mode and plan options (orders, tree) before Spark starts work
-        ContinuousQuery(query, executor, mode, **options)
-    except (ValueError, KeyError) as e:
-        raise AdaptcqError(str(e)) from None
-    signed = set()
-    if sign is not None:
-        for s in query.streams:
-            if sign in streams[s.source].columns:
-                if s.window.kind != "unbounded":
-                    raise InputError(f"stream {s.alias} has a sign column {sign!r} and a window "
-                                     f"{s.window}; explicit deletions need an unbounded stream")
-                signed.add(s.alias)
+        ContinuousQuery(query, executor, mode, time_unit=TIME_UNIT,
+                        explicit_deletions=bool(signed), **options)
+    except (ValueError, KeyError, TypeError) as e:
+        raise AdaptcqError(str(e).strip('"')) from None
     names = [o.name for o in query.outputs]
     clash = sorted(set(names) & set(SIDE_COLUMNS))
     if clash:
         raise QueryError(f"output column {clash[0]} is a name the Spark runtime reserves")
+
+    windows = [round(s.window.size / TIME_UNIT) for s in query.streams
+               if s.window.kind == "range"]
+    ts_type = et.output_time_type({s.alias: time_types[s.source] for s in query.streams},
+                                  timestamp_unit, windows)
+    if _is_timestamp(ts_type):
+        for s in query.streams:
+            w = round(s.window.size / TIME_UNIT) if s.window.kind == "range" else 0
+            if w % 1000:
+                raise QueryError(
+                    f"stream {s.alias} has window {s.window}, which is not a whole number of "
+                    "microseconds: Spark timestamps have microsecond precision, so its "
+                    "expiry times t + w could not be written exactly; use a window in whole "
+                    "microseconds, or --engine local", query.sql)
 
     P = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
     plan = plan_split(query, P)
@@ -235,26 +311,26 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     P = plan.groups
     keys = _group_keys(spark, P)
 
-    ts_types = {type(streams[s.source].schema[timestamp].dataType) for s in query.streams}
-    ts_is_time = all(issubclass(t, T.TimestampType | T.TimestampNTZType | T.DateType)
-                     for t in ts_types)
-
     parts = []
     col_types: dict[str, list] = {}
+    ts_kinds = []
     for i, s in enumerate(query.streams):
         df = streams[s.source]
+        ts_kinds.append(_time_kind(df.schema[timestamp].dataType))
         part, col_types[s.alias] = _project(df, i, s.alias, query, plan, P, timestamp,
-                                            sign if s.alias in signed else None, order,
-                                            s.source)
+                                            ts_kinds[-1], sign if s.alias in signed else None,
+                                            order, s.source)
         parts.append(part)
     if end_of_input is not None:
         ctl = spark.readStream.schema("value string").text(str(end_of_input))
         parts.append(ctl.select(F.lit(END).cast("int").alias("_s"),
                                 F.lit(0).cast("int").alias("_g"),
-                                F.lit(None).cast("long").alias("_t"),
+                                F.lit(None).cast("long").alias("_ti"),
+                                F.lit(None).cast("double").alias("_td"),
                                 F.lit(1).cast("byte").alias("_sg"),
                                 F.lit(None).cast("string").alias("_o1"),
-                                F.lit(0).cast("long").alias("_o2")))
+                                F.lit(0).cast("long").alias("_o2"),
+                                F.lit(False).alias("_oc")))
     union = parts[0]
     for p in parts[1:]:
         union = union.unionByName(p, allowMissingColumns=True)
@@ -262,7 +338,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     out_types = _output_types(spark, query, col_types)
     fields = [T.StructField("_aq_kind", T.ByteType())]
     fields += [T.StructField(n, t) for n, t in zip(names, out_types, strict=True)]
-    fields += [T.StructField("_sign", T.ByteType()), T.StructField("_ts", T.DoubleType()),
+    fields += [T.StructField("_sign", T.ByteType()), T.StructField("_ts", T.LongType()),
                T.StructField("_aq_stream", T.StringType()), T.StructField("_aq_row", T.LongType()),
                T.StructField("_aq_file", T.StringType()),
                T.StructField("_aq_reason", T.StringType()),
@@ -272,30 +348,80 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     cfg = _Config(
         qid=uuid.uuid4().hex, sql=sql, schemas=schemas, executor=executor, mode=mode,
         options=dict(options), groups=P, keys=keys, lateness=float(allowed_lateness),
-        signed=bool(signed), n_streams=len(query.streams),
+        lateness_ns=late_ns, signed=bool(signed), n_streams=len(query.streams),
         stream_columns=[[f"c{i}_{k}" for k in range(len(query.columns[a]))]
                         for i, a in enumerate(query.aliases)],
         reported=[_first_alias_of_source(query, i) for i in range(len(query.streams))],
-        sources=[s.source for s in query.streams], names=names)
+        sources=[s.source for s in query.streams], names=names, timestamp=timestamp,
+        unit=timestamp_unit, ts_kinds=ts_kinds, sign=sign)
     packets = union.mapInArrow(_Split(cfg), "_g int, _p binary")
     raw = packets.groupBy("_g").transformWithStateInPandas(
         statefulProcessor=_Processor(cfg), outputStructType=out_schema,
         outputMode="Append", timeMode="None")
-    raw = raw.withColumn("_ts", _ts_out(F.col("_ts"), ts_is_time)) if ts_is_time else raw
-    raw._adaptcq = {"query": query, "plan": plan, "config": cfg, "names": names}
+    info = {"query": query, "plan": plan, "config": cfg, "names": names,
+            "ts_type": ts_type, "unit": timestamp_unit}
+    raw._adaptcq = info
     if side_outputs:
         return raw
-    res = raw.where(F.col("_aq_kind") == KIND_RESULT).select(*names, "_sign", "_ts")
-    res._adaptcq = raw._adaptcq
+    res = raw.where(F.col("_aq_kind") == KIND_RESULT).select(
+        *names, "_sign", _ts_out(ts_type, timestamp_unit).alias("_ts"))
+    res._adaptcq = info
     return res
 
 
-def _ts_out(col, is_time: bool):
-    """Event times leave as float seconds; timestamp inputs get timestamps back (µs)."""
+def _is_timestamp(t) -> bool:
+    import pyarrow as pa
+    return pa.types.is_timestamp(t)
+
+
+def _signed_streams(query: LogicalQuery, streams: Mapping[str, object],
+                    sign: str | None) -> set[str]:
+    """The aliases whose input has the sign column (the local runtime's checks)."""
+    from pyspark.sql import types as T
+    if sign is None:
+        return set()
+    having = [n for n, df in streams.items() if sign in df.columns]
+    if not having:
+        raise InputError(f"no input has the sign column {sign!r} (--sign); the inputs' "
+                         "columns: " + "; ".join(f"{n}: {', '.join(df.columns)}"
+                                                 for n, df in streams.items()))
+    for n in having:
+        dt = streams[n].schema[sign].dataType
+        if not isinstance(dt, T.NumericType):
+            raise InputError(f"stream {n}: the sign column {sign!r} has type "
+                             f"{dt.simpleString()}; it must hold the numbers +1 (insert) or "
+                             "-1 (delete)")
+    signed = set()
+    for s in query.streams:
+        if s.source in having:
+            if s.window.kind != "unbounded":
+                raise InputError(f"stream {s.alias} has a sign column {sign!r} and a window "
+                                 f"{s.window}; explicit deletions need an unbounded stream")
+            signed.add(s.alias)
+    return signed
+
+
+_EPOCH_NTZ = "TIMESTAMP_NTZ'1970-01-01 00:00:00'"
+
+
+def _ts_out(ts_type, unit: str | None):
+    """``_ts`` from int64 nanoseconds to its output type, with integer arithmetic.
+
+    Timestamps: ``ns div 1000`` microseconds (exact: inputs are whole microseconds and
+    windows are checked to be), as TimestampType (an instant, from ``timestamp_micros``) or
+    TimestampNTZ (wall-clock time in UTC, from ``timestampadd``: no session timezone
+    involved). Numbers: ``ns div factor`` (a long; exact, as every window is a whole number
+    of the unit) or ``ns / factor`` (a double, as ``eventtime.from_nanoseconds``)."""
+    import pyarrow as pa
     from pyspark.sql import functions as F
-    if not is_time:
-        return col
-    return F.timestamp_micros(F.round(col * 1_000_000).cast("long")).cast("timestamp_ntz")
+    if pa.types.is_timestamp(ts_type):
+        if ts_type.tz:
+            return F.timestamp_micros(F.expr("_ts div 1000"))
+        return F.expr(f"timestampadd(MICROSECOND, _ts div 1000, {_EPOCH_NTZ})")
+    factor = et.UNITS[et.check_unit(unit)]
+    if pa.types.is_integer(ts_type):
+        return F.expr(f"_ts div {factor}")
+    return F.col("_ts").cast("double") / F.lit(float(factor))
 
 
 def _first_alias_of_source(query: LogicalQuery, i: int) -> bool:
@@ -304,21 +430,43 @@ def _first_alias_of_source(query: LogicalQuery, i: int) -> bool:
     return next(j for j, s in enumerate(query.streams) if s.source == src) == i
 
 
+def _metadata_fields(df) -> set[str]:
+    """The fields of a file source's ``_metadata`` column (empty for other sources), read
+    from the analysed plan: selecting a missing column would log an analysis error."""
+    from pyspark.sql import types as T
+    with contextlib.suppress(Exception):  # no JVM plan to inspect (e.g. Spark Connect)
+        attrs = df._jdf.queryExecution().analyzed().metadataOutput()
+        for k in range(attrs.size()):
+            a = attrs.apply(k)
+            if a.name() == "_metadata":
+                dt = T.StructType.fromJson(json.loads(a.dataType().json()))
+                return {f.name for f in dt.fields}
+    return set()
+
+
 def _project(df, i: int, alias: str, query: LogicalQuery, plan: SplitPlan, P: int,
-             timestamp: str, sign: str | None, order, source: str):
-    """One stream's rows in the union's layout: stream index, group, event time (float
-    seconds), sign, order key, and the columns the query needs (``c<i>_<k>``, in
-    ``query.columns[alias]`` order)."""
+             timestamp: str, ts_kind: str, sign: str | None, order, source: str):
+    """One stream's rows in the union's layout: stream index, group, raw event time (``_ti``
+    long: epoch microseconds, days, or an integer time; ``_td`` double: a fractional time),
+    sign, order key (``_o1`` file, ``_o2`` position; with ``_oc`` the split adds the row's
+    count within its (file, block) or Spark partition), and the columns the query needs
+    (``c<i>_<k>``, in ``query.columns[alias]`` order)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     tdt = df.schema[timestamp].dataType
-    # Event times travel as int64 nanoseconds, as in the local runtime: exact window
-    # boundaries (runtime.local.TIME_UNIT).
-    if isinstance(tdt, T.TimestampType | T.TimestampNTZType | T.DateType):
-        t = F.unix_micros(F.col(timestamp).cast("timestamp")) * F.lit(1000)
+    tcol = F.col(f"`{timestamp.replace('`', '``')}`")
+    ti, td = F.lit(None).cast("long"), F.lit(None).cast("double")
+    if ts_kind == "us":
+        ti = (F.unix_micros(tcol) if isinstance(tdt, T.TimestampType) else
+              F.expr(f"timestampdiff(MICROSECOND, {_EPOCH_NTZ}, "
+                     f"`{timestamp.replace('`', '``')}`)"))
+    elif ts_kind == "date":
+        ti = F.unix_date(tcol)
+    elif ts_kind == "int":
+        ti = tcol
     else:
-        t = F.round(F.col(timestamp).cast("double") * F.lit(1e9))
+        td = tcol
     key_col = plan.columns.get(alias)
     if key_col is None:
         g = F.lit(0)
@@ -329,17 +477,26 @@ def _project(df, i: int, alias: str, query: LogicalQuery, plan: SplitPlan, P: in
     if ordcol is not None:
         if ordcol not in df.columns:
             raise InputError(f"stream {source}: no order column {ordcol!r}")
-        o1, o2 = F.lit(None).cast("string"), F.col(ordcol).cast("long")
+        o1, o2, oc = F.lit(None).cast("string"), F.col(ordcol).cast("long"), F.lit(False)
     else:
-        try:  # a file source: its rows' position in their file, as the local runtime reads it
-            _ = df.select(F.col("_metadata.row_index")).schema  # analysis fails otherwise
-            o1, o2 = F.col("_metadata.file_path"), F.col("_metadata.row_index")
-        except Exception:  # noqa: BLE001 - not a (row-indexed) file source
-            o1, o2 = F.lit(None).cast("string"), F.monotonically_increasing_id()
+        meta = _metadata_fields(df)
+        if "row_index" in meta:  # Parquet: the row's index in its file
+            o1, o2, oc = F.col("_metadata.file_path"), F.col("_metadata.row_index"), F.lit(False)
+        elif "file_block_start" in meta:
+            # CSV and other text formats have no row index. A file block is read in order by
+            # one task, so the split numbers the rows of each (file, block start): block
+            # start + k increases with the row's position in the file (every line takes at
+            # least one byte), and is the row index itself in a file of one block.
+            o1, o2, oc = (F.col("_metadata.file_path"), F.col("_metadata.file_block_start"),
+                          F.lit(True))
+        else:  # any other source: the row's position in its Spark partition
+            o1 = F.concat(F.lit(_NOFILE + "p"),
+                          F.lpad(F.spark_partition_id().cast("string"), 6, "0"))
+            o2, oc = F.lit(0).cast("long"), F.lit(True)
     cols = [F.lit(i).cast("int").alias("_s"), g.cast("int").alias("_g"),
-            t.cast("long").alias("_t"),
+            ti.cast("long").alias("_ti"), td.cast("double").alias("_td"),
             (F.col(sign).cast("byte") if sign else F.lit(1).cast("byte")).alias("_sg"),
-            o1.alias("_o1"), o2.cast("long").alias("_o2")]
+            o1.alias("_o1"), o2.cast("long").alias("_o2"), oc.alias("_oc")]
     types = []
     for k, c in enumerate(query.columns[alias]):
         if c not in df.columns:
@@ -348,8 +505,11 @@ def _project(df, i: int, alias: str, query: LogicalQuery, plan: SplitPlan, P: in
         dt = df.schema[c].dataType
         col = F.col(c)
         if isinstance(dt, T.TimestampType):
-            # the engine compares naive UTC datetimes, as the local runtime normalizes them
-            col, dt = col.cast("timestamp_ntz"), T.TimestampNTZType()
+            # The engine compares naive UTC datetimes, as the local runtime normalizes them;
+            # built from the instant, so the session timezone plays no part.
+            col = F.expr(f"timestampadd(MICROSECOND, unix_micros(`{c.replace('`', '``')}`), "
+                         f"{_EPOCH_NTZ})")
+            dt = T.TimestampNTZType()
         cols.append(col.alias(f"c{i}_{k}"))
         types.append(dt)
     return df.select(*cols), types
@@ -437,12 +597,42 @@ class _Config:
     groups: int
     keys: list[int]
     lateness: float
+    lateness_ns: int
     signed: bool
     n_streams: int
     stream_columns: list[list[str]]
     reported: list[bool]
     sources: list[str]
     names: list[str]
+    timestamp: str = "ts"
+    unit: str | None = None
+    ts_kinds: list[str] = field(default_factory=list)
+    sign: str | None = None
+
+
+def _file_key(uri: str | None, cache: dict) -> str:
+    """The order key of a row's file: its local path with "/" as ``_SEP``, so that keys sort
+    as the local runtime sorts a source's files (``sorted(Path)``). Rows of no file keep
+    their ``_NOFILE`` key; rows with an order column have none ("")."""
+    if uri is None:
+        return ""
+    key = cache.get(uri)
+    if key is None:
+        if uri.startswith(_NOFILE):
+            key = uri
+        else:
+            from urllib.parse import unquote, urlparse
+            path = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+            key = path.replace("/", _SEP)
+        cache[uri] = key
+    return key
+
+
+def _file_of(key: str | None) -> str | None:
+    """The file a row came from (for messages), from its order key."""
+    if not key or key.startswith(_NOFILE):
+        return None
+    return key.replace(_SEP, "/")
 
 
 class _Split:
@@ -451,7 +641,11 @@ class _Split:
     the engine's row layout, pickled: the stateful operator then sees a few large rows instead
     of one pandas row per update) and, for every stream, the batch's maximum event time and row
     count. Packets go to every group, empty or not, so all groups share one event-time
-    frontier (punctuation in the sense of stream processors)."""
+    frontier (punctuation in the sense of stream processors).
+
+    Event times become int64 nanoseconds here, with ``eventtime.to_nanoseconds`` (the local
+    runtime's rules and messages). One call sees one Spark partition in order, which is what
+    numbers the rows of sources without a row index (``_oc``)."""
 
     def __init__(self, cfg: _Config):
         self.cfg = cfg
@@ -461,56 +655,93 @@ class _Split:
         import pyarrow.compute as pc
         cfg = self.cfg
         P = cfg.groups
+        counters: dict = {}
+        keys: dict = {}
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             s = batch.column("_s").to_numpy(zero_copy_only=False)
             g = batch.column("_g").to_numpy(zero_copy_only=False)
-            tcol = batch.column("_t")
-            missing = tcol.is_null().to_numpy(zero_copy_only=False)
-            t = pc.fill_null(tcol, 0).to_numpy(zero_copy_only=False)  # int64 ns, kept exact
             end = bool((s == END).any())
+            o1 = [_file_key(u, keys) for u in batch.column("_o1").to_pylist()]
+            o2 = pc.fill_null(batch.column("_o2"), -1).to_numpy(zero_copy_only=False).copy()
+            oc = pc.fill_null(batch.column("_oc"), False).to_numpy(zero_copy_only=False)
+            for j in np.flatnonzero(oc & (s >= 0)).tolist():
+                k = (o1[j], int(o2[j]))
+                c = counters.get(k, 0)
+                counters[k] = c + 1
+                o2[j] += c
+            t = np.zeros(len(s), np.int64)
             maxima = []
             for i in np.unique(s[s >= 0]).tolist():
-                ti = t[s == i]
-                if missing[s == i].any():
-                    raise InputError(f"stream {cfg.sources[i]}: a row has no timestamp")
-                maxima.append((i, int(ti.max()), len(ti)))
+                sel = np.flatnonzero(s == i)
+                t[sel] = self._times(batch, i, sel, o1, o2)
+                maxima.append((i, int(t[sel].max()), len(sel)))
             if cfg.signed:
-                sg = batch.column("_sg").to_numpy(zero_copy_only=False)
-                bad = np.flatnonzero((s >= 0) & (sg != 1) & (sg != -1))
-                if len(bad):
-                    raise InputError(f"stream {cfg.sources[s[bad[0]]]}: sign "
-                                     f"{sg[bad[0]]!r}; the sign column holds +1 or -1")
+                self._check_signs(batch, s, o1, o2)
             out_g, out_p = [], []
             for gi in range(P):
                 idx = np.flatnonzero((g == gi) & (s >= 0)) if P > 1 else np.flatnonzero(s >= 0)
                 out_g.append(cfg.keys[gi])
-                out_p.append(pickle.dumps(self._packet(batch, s, t, idx, end, maxima),
+                out_p.append(pickle.dumps(self._packet(batch, s, t, idx, end, maxima, o1, o2),
                                           protocol=pickle.HIGHEST_PROTOCOL))
             yield pa.RecordBatch.from_arrays(
                 [pa.array(out_g, pa.int32()), pa.array(out_p, pa.binary())], ["_g", "_p"])
 
-    def _packet(self, batch, s, t, idx, end, maxima):
+    def _times(self, batch, i: int, sel: np.ndarray, o1: list, o2: np.ndarray) -> np.ndarray:
+        """Stream i's event times in ``sel`` as int64 ns; a bad one is an InputError naming
+        the stream, its file and the row's index there, with ``eventtime``'s wording."""
+        import pyarrow as pa
+        cfg = self.cfg
+        kind = cfg.ts_kinds[i]
+        col = batch.column("_td" if kind == "float" else "_ti").take(pa.array(sel))
+        if kind == "us":
+            col = col.cast(pa.timestamp("us"))
+        elif kind == "date":
+            col = col.cast(pa.int32()).cast(pa.date32())
+        try:
+            return et.to_nanoseconds(col, cfg.unit, cfg.sources[i], cfg.timestamp)
+        except InputError:
+            for j in range(len(col)):  # the first bad row, with its own number and file
+                r = int(sel[j])
+                f = _file_of(o1[r])
+                et.to_nanoseconds(col.slice(j, 1), cfg.unit,
+                                  cfg.sources[i] + (f" (file {f})" if f else ""),
+                                  cfg.timestamp, first_row=int(o2[r]))
+            raise
+
+    def _check_signs(self, batch, s: np.ndarray, o1: list, o2: np.ndarray) -> None:
+        cfg = self.cfg
+        sg = batch.column("_sg").to_numpy(zero_copy_only=False)
+        bad = np.flatnonzero((s >= 0) & (sg != 1) & (sg != -1))
+        if len(bad):
+            r = int(bad[0])
+            f = _file_of(o1[r])
+            raise InputError(f"stream {cfg.sources[s[r]]}{f' (file {f})' if f else ''}: row "
+                             f"{int(o2[r])} has sign {sg[r].item()!r}; the sign column "
+                             f"{cfg.sign!r} holds +1 or -1")
+
+    def _packet(self, batch, s, t, idx, end, maxima, o1, o2):
         import pyarrow as pa
         cfg = self.cfg
         if len(idx) == 0:
             return (end, maxima, [], [], None, [], [], [])
         sub = batch.take(pa.array(idx))
         ss = s[idx]
-        streams, tss, signs, o1, o2, rows = [], [], [], [], [], []
+        streams, tss, signs, k1, k2, rows = [], [], [], [], [], []
         for i in np.unique(ss).tolist():
             sel = np.flatnonzero(ss == i)
+            at = idx[sel]
             part = sub.take(pa.array(sel)) if len(sel) != len(idx) else sub
             cols = [part.column(c).to_pylist() for c in cfg.stream_columns[i]]
             rows.extend(zip(*cols) if cols else [()] * len(sel))
             streams.extend([i] * len(sel))
-            tss.extend(t[idx][sel].tolist())
+            tss.extend(t[at].tolist())
             if cfg.signed:
                 signs.extend(part.column("_sg").to_pylist())
-            o1.extend(part.column("_o1").to_pylist())
-            o2.extend(part.column("_o2").to_pylist())
-        return (end, maxima, streams, tss, signs if cfg.signed else None, o1, o2, rows)
+            k1.extend(o1[j] for j in at.tolist())
+            k2.extend(o2[at].tolist())
+        return (end, maxima, streams, tss, signs if cfg.signed else None, k1, k2, rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -527,6 +758,8 @@ def _logical(cfg: _Config) -> LogicalQuery:
         q = _QUERIES[cfg.qid] = parse_query(cfg.sql, cfg.schemas)
     return q
 
+
+@dataclass
 
 @dataclass
 class _GroupEngine:
@@ -575,12 +808,12 @@ class _GroupEngine:
     def new(cls, cfg: _Config) -> _GroupEngine:
         from adaptcq.engine.continuous import ContinuousQuery
         cq = ContinuousQuery(_logical(cfg), cfg.executor, cfg.mode, time_unit=TIME_UNIT,
-                             **cfg.options)
+                             explicit_deletions=cfg.signed, **cfg.options)
         return cls(cq, cfg.groups, [-math.inf] * cfg.n_streams)
 
     def step(self, cfg: _Config, packets: list[tuple]) -> tuple[list, list]:
         """One micro-batch: lateness, ordering, release, expiry. Returns (results, rejected)."""
-        L = round(cfg.lateness / TIME_UNIT)  # event times are int64 ns
+        L = cfg.lateness_ns  # event times are int64 ns
         seq = self.seq
         self.seq += 1
         old = list(self.frontier)
@@ -599,11 +832,13 @@ class _GroupEngine:
                 if ts < old[i] - L:
                     self.late += 1
                     if cfg.reported[i]:
-                        rejected.append((cfg.sources[i], o2[k], o1[k], ts, (
+                        f = _file_of(o1[k])
+                        row = o2[k] if f is not None or not (o1[k] or "") else -1
+                        rejected.append((cfg.sources[i], row, f, ts, (
                             "arrived after end of input" if self.closed else
                             f"late by more than the allowed lateness ({cfg.lateness:g} s)")))
                     continue
-                new.append((ts, i, seq, o1[k] or "", -1 if o2[k] is None else o2[k],
+                new.append((ts, i, seq, o1[k] or "", o2[k],
                             1 if signs is None else signs[k], rows[k]))
         self.frontier = bmax
         pool = self.pending + new
@@ -720,7 +955,7 @@ def _frames(cfg: _Config, gkey: int, eng: _GroupEngine, out: list, rejected: lis
         for k in range(n):
             data[names[k]] = list(cols[k])
         data["_sign"] = np.asarray(cols[n], np.int8)
-        data["_ts"] = np.asarray(cols[n + 1], np.int64) * TIME_UNIT  # float seconds
+        data["_ts"] = np.asarray(cols[n + 1], np.int64)  # int64 ns, converted by the caller
         df = pd.DataFrame(data)
         for c in ("_aq_stream", "_aq_row", "_aq_file", "_aq_reason", "_aq_info"):
             df[c] = None
@@ -731,7 +966,7 @@ def _frames(cfg: _Config, gkey: int, eng: _GroupEngine, out: list, rejected: lis
         for k in range(n):
             data[names[k]] = [None] * len(rejected)
         data.update({"_sign": np.zeros(len(rejected), np.int8),
-                     "_ts": np.asarray(ts, np.int64) * TIME_UNIT, "_aq_stream": list(src),
+                     "_ts": np.asarray(ts, np.int64), "_aq_stream": list(src),
                      "_aq_row": list(row), "_aq_file": list(file), "_aq_reason": list(why),
                      "_aq_info": [None] * len(rejected)})
         yield pd.DataFrame(data)
@@ -782,6 +1017,11 @@ class SparkRun:
     rejected_path: str | None = None
     history: list = field(default_factory=list)  # every statistics row, in batch order
     progress: list = field(default_factory=list)  # Spark's progress reports
+    run_id: str = ""  # the checkpoint's run (its output folders carry it)
+    checkpoint: str | None = None
+    restarted: bool = False  # continued from a checkpoint that had processed input
+    ts_type: object = None  # pyarrow type of _ts (None: leave int64 nanoseconds)
+    unit: str | None = None  # --timestamp-unit
 
     @property
     def peak_state_tuples(self) -> int:
@@ -800,28 +1040,72 @@ class SparkRun:
         return sum(g["pending"] for g in self.groups.values())
 
 
+_OURS = re.compile(r"part-(\d{8}|empty)\.parquet|\.part-(\d{8}|empty)\.parquet\.tmp")
+
+
+def _is_ours(name: str) -> bool:
+    """A file adaptcq writes into an output folder."""
+    return name == OUTPUT_MARKER or bool(_OURS.fullmatch(name))
+
+
+def _mark(folder: Path, run: SparkRun) -> None:
+    """Claim ``folder`` for ``run``'s checkpoint (``OUTPUT_MARKER``; Spark and pyarrow
+    skip files whose names start with an underscore)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_text(folder / OUTPUT_MARKER, json.dumps(
+        {"run": run.run_id, "checkpoint": run.checkpoint}, indent=1) + "\n")
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _write_parquet(table, folder: Path, name: str) -> None:
+    """Write under a temporary name, then rename: a killed run never leaves a partial file
+    (readers skip names starting with a dot)."""
+    import pyarrow.parquet as pq
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{name}.tmp"
+    pq.write_table(table, tmp)
+    os.replace(tmp, folder / name)
+
+
 def write_batch(raw_batch, batch_id: int, output: str | None, rejected: str | None,
-                run: SparkRun, names: list[str]) -> None:
+                run: SparkRun, names: list[str], ts_type=None, unit: str | None = None) -> None:
     """Route one micro-batch of side-output rows: results and rejected rows to Parquet files
     named by batch id (a re-run batch overwrites its own file: exactly once), statistics into
-    ``run``. Use it from ``foreachBatch``."""
-    import pyarrow.parquet as pq
+    ``run``. Use it from ``foreachBatch``.
 
+    ``_ts`` leaves the operator as int64 nanoseconds and is written as ``ts_type`` (default
+    ``run.ts_type``; see ``eventtime.from_nanoseconds``). Rejected rows have the local
+    runtime's columns (stream, row, ts in float seconds, reason) plus ``file``."""
+    import pyarrow as pa
+
+    if ts_type is None:
+        ts_type, unit = run.ts_type, run.unit
     # One action on the batch: running the stateful plan twice in a batch is not allowed to
     # matter, but it would cost twice; collecting once and splitting on the driver avoids it.
     tab = raw_batch.toArrow()
     kind = tab.column("_aq_kind").to_numpy(zero_copy_only=False)
     res = tab.filter(kind == KIND_RESULT).select([*names, "_sign", "_ts"])
-    rej = tab.filter(kind == KIND_REJECTED).select(["_aq_stream", "_aq_row", "_aq_file", "_ts",
-                                                    "_aq_reason"]).rename_columns(
-        ["stream", "row", "file", "ts", "reason"])
+    if ts_type is not None:
+        ns = res.column("_ts").to_numpy()
+        res = res.set_column(len(names) + 1, "_ts", et.from_nanoseconds(ns, ts_type, unit))
+    rj = tab.filter(kind == KIND_REJECTED)
+    rej = pa.table({
+        "stream": rj.column("_aq_stream"), "row": rj.column("_aq_row"),
+        "file": rj.column("_aq_file"),
+        "ts": pa.array(rj.column("_ts").to_numpy() / 1e9, pa.float64()),
+        "reason": rj.column("_aq_reason")})
     stats = tab.filter(kind == KIND_STATS).column("_aq_info").to_pylist()
     if output and res.num_rows:
-        Path(output).mkdir(parents=True, exist_ok=True)
-        pq.write_table(res, Path(output) / f"part-{batch_id:08d}.parquet")
+        _write_parquet(res, Path(output), f"part-{batch_id:08d}.parquet")
     if rejected and rej.num_rows:
-        Path(rejected).mkdir(parents=True, exist_ok=True)
-        pq.write_table(rej, Path(rejected) / f"part-{batch_id:08d}.parquet")
+        if run.run_id and not (Path(rejected) / OUTPUT_MARKER).exists():
+            _mark(Path(rejected), run)
+        _write_parquet(rej, Path(rejected), f"part-{batch_id:08d}.parquet")
     run.batches += 1
     run.results += res.num_rows
     run.rejected += rej.num_rows
@@ -833,76 +1117,546 @@ def write_batch(raw_batch, batch_id: int, output: str | None, rejected: str | No
     run._schema = res.schema
 
 
+# ---------------------------------------------------------------------------------------------
+# Files in: a file, a folder or a glob per stream, as the local runtime reads them
+# ---------------------------------------------------------------------------------------------
+
+_GLOB_FILTER = {"parquet": "*.{parquet,pq,PARQUET,PQ}",
+                "csv": "*.{csv,txt,gz,bz2,CSV,TXT,GZ,BZ2}"}
+
+
+@dataclass
+class _Input:
+    name: str
+    given: str  # as the user gave it
+    kind: str  # parquet | csv
+    path: str  # what Spark's file source loads: a folder, a glob, or a one-file glob
+    options: dict
+    files: list  # the files present now, as the local runtime lists them (sorted)
+    schema: object  # pyarrow schema, as the local runtime reads it
+    pattern: str | None = None  # the absolute pattern of a glob input
+
+
+def _one_file_glob(path: Path) -> str:
+    """A glob matching exactly ``path``. Spark's file source takes folders (it sets the
+    path as ``basePath``, which must be a folder) and globs; a glob of one file reads it."""
+    special = set("{}[]*?\\")
+
+    def esc(text: str) -> str:
+        return "".join("\\" + c if c in special else c for c in text)
+    name = path.name
+    j = max(k for k, c in enumerate(name) if c.isalnum())  # a .parquet/.csv name has one
+    return f"{esc(str(path.parent))}/{esc(name[:j])}[{name[j]}]{esc(name[j + 1:])}"
+
+
+def _resolve_input(name: str, given, timestamp: str, unit: str | None) -> _Input:
+    """One stream's input: the local runtime's checks (files exist, Parquet or CSV and not
+    both, the same columns in every file, the timestamp column and its type) and what Spark
+    loads for it."""
+    from adaptcq.stream.sources import open_source
+    text = os.path.expanduser(str(given))
+    if "**" in text:
+        raise InputError(f"stream {name}: {text!r}: '**' (any depth) is not supported by "
+                         "Spark's file source; give the folder instead (all its subfolders "
+                         "are read)")
+    src = open_source(name, text, timestamp, unit)
+    files = [Path(p) for p in src.paths]
+    if not files:
+        raise InputError(f"stream {name}: no file in {text!r}")
+    kind = "parquet" if files[0].name.lower().endswith((".parquet", ".pq")) else "csv"
+    pattern = None
+    if any(c in text for c in "*?["):
+        pattern = os.path.abspath(text)
+        path, options = pattern, {}
+    elif Path(text).is_dir():
+        path = os.path.realpath(text)
+        options = {"recursiveFileLookup": "true", "pathGlobFilter": _GLOB_FILTER[kind]}
+    else:
+        path, options = _one_file_glob(Path(os.path.realpath(text))), {}
+    if kind == "parquet":
+        _check_parquet_times(name, files)
+    return _Input(name, str(given), kind, path, options, files, src.schema, pattern)
+
+
+def _check_parquet_times(name: str, files: list) -> None:
+    """Spark cannot read Parquet TIMESTAMP(NANOS) columns (pyarrow's default for pandas
+    datetimes): say so before Spark fails with a stack trace."""
+    import pyarrow.parquet as pq
+    for f in files:
+        sch = None
+        with contextlib.suppress(Exception):  # unreadable: open_source has said so already
+            sch = pq.ParquetFile(f).schema
+        for k in range(len(sch) if sch is not None else 0):
+            col = sch.column(k)
+            lt = col.logical_type
+            if lt.type == "TIMESTAMP" and '"nanoseconds"' in lt.to_json():
+                raise InputError(
+                    f"stream {name}: column {col.path!r} of {str(f)!r} holds nanosecond "
+                    "timestamps (Parquet TIMESTAMP(NANOS)), which Spark cannot read; write "
+                    "it in microseconds (pyarrow: pq.write_table(..., coerce_timestamps='us'))"
+                    ", or use --engine local")
+
+
+def _read_stream(spark, inp: _Input, max_files: int | None):
+    """A file stream with the files' own schema (Parquet; CSV with a header, its column
+    types inferred as the local runtime infers them, by pyarrow)."""
+    reader = spark.readStream.options(**inp.options)
+    if max_files:
+        reader = reader.option("maxFilesPerTrigger", int(max_files))
+    if inp.kind == "parquet":
+        schema = spark.read.options(**inp.options).parquet(inp.path).schema
+        return reader.schema(schema).parquet(inp.path)
+    from pyspark.sql.pandas.types import from_arrow_schema
+    return reader.schema(from_arrow_schema(inp.schema)).option("header", True).csv(inp.path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint fingerprints and output folders
+# ---------------------------------------------------------------------------------------------
+
+_QUOTED = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|`[^`]*`)|\s+")
+
+
+def normalize_sql(sql: str) -> str:
+    """The query text with runs of white space (outside quotes) made one space and a final
+    semicolon dropped: what a checkpoint's fingerprint compares."""
+    text = _QUOTED.sub(lambda m: m.group(1) or " ", sql).strip()
+    return text[:-1].rstrip() if text.endswith(";") else text
+
+
+def _canonical(value):
+    return json.loads(json.dumps(value, sort_keys=True, default=repr))
+
+
+_LABELS = {
+    "version": "fingerprint version", "sql": "the query", "timestamp": "--timestamp",
+    "timestamp_unit": "--timestamp-unit", "executor": "--executor", "mode": "--mode",
+    "groups": "partition groups (--partitions)",
+    "allowed_lateness_ns": "--allowed-lateness (ns)", "sign": "--sign",
+    "order": "order column", "options": "engine options (--order, --tree, --nested-loop)",
+    "inputs": "inputs", "schemas": "input columns", "output": "--output",
+    "rejected": "--rejected",
+}
+
+
+def _fingerprint_diff(old: dict, new: dict) -> list[str]:
+    out = []
+    for key, label in _LABELS.items():
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if key == "sql":
+            out.append("the query text differs")
+        elif key in ("inputs", "schemas") and isinstance(a, dict) and isinstance(b, dict):
+            for n in sorted(set(a) | set(b)):
+                if a.get(n) != b.get(n):
+                    out.append(f"input {n}: was {a.get(n)}, now {b.get(n)}" if key == "inputs"
+                               else f"the columns of input {n} differ")
+        else:
+            out.append(f"{label} was {_shown(a)}, now {_shown(b)}")
+    return out
+
+
+def _shown(value) -> str:
+    return "not given" if value is None else str(value)
+
+
+@dataclass
+class FileJob:
+    """A checked run of a query over files (``prepare_files``): nothing is written and no
+    Spark job runs until ``run``."""
+
+    sql: str
+    inputs: dict
+    checkpoint: Path
+    checkpoint_label: str
+    output: str | None
+    rejected: str | None
+    timestamp: str
+    executor: str
+    mode: str
+    partitions: int
+    allowed_lateness: float
+    sign: str | None
+    unit: str | None
+    options: dict
+    fingerprint: dict
+    fresh: bool
+    output_state: str | None
+    rejected_state: str | None
+
+    def commit(self) -> None:
+        """Write the fingerprint (a fresh run) and claim or clear the output folders."""
+        ck = self.checkpoint
+        ck.mkdir(parents=True, exist_ok=True)
+        if self.fresh:
+            # A run that completed no micro-batch may have left Spark offsets, uncommitted
+            # state and end markers: none of it counts.
+            with contextlib.suppress(OSError):
+                import shutil
+                shutil.rmtree(ck / "query")
+            for f in (ck / "end_of_input").glob("end-*.txt"):
+                f.unlink()
+            _write_text(ck / FINGERPRINT, json.dumps(self.fingerprint, indent=1) + "\n")
+        run = self._run_record()
+        if self.output and self.output_state != "append":
+            self._clear(Path(self.output), self.output_state)
+            _mark(Path(self.output), run)
+        if self.rejected and self.rejected_state == "clear":
+            self._clear(Path(self.rejected), "clear")
+            with contextlib.suppress(OSError):
+                Path(self.rejected).rmdir()
+
+    @staticmethod
+    def _clear(folder: Path, state: str | None) -> None:
+        if state != "clear":
+            return
+        for f in folder.iterdir():
+            if _is_ours(f.name):
+                f.unlink()
+
+    def _run_record(self) -> SparkRun:
+        return SparkRun(output=self.output, rejected_path=self.rejected,
+                        run_id=self.fingerprint["run"], checkpoint=self.fingerprint["checkpoint"],
+                        restarted=not self.fresh)
+
+    def run(self, spark, finish: bool = True, max_files_per_trigger: int | None = None
+            ) -> SparkRun:
+        """Run the query on ``spark`` over every file present; with ``finish``, signal the
+        end of input so that buffered rows are processed as the local runtime would."""
+        ctl = self.checkpoint / "end_of_input"
+        ctl.mkdir(parents=True, exist_ok=True)  # Spark's file source needs the folder
+        try:
+            streams = {n: _read_stream(spark, inp, max_files_per_trigger)
+                       for n, inp in self.inputs.items()}
+            raw = continuous_query(
+                spark, self.sql, streams, timestamp=self.timestamp, executor=self.executor,
+                mode=self.mode, partitions=self.partitions,
+                allowed_lateness=self.allowed_lateness, sign=self.sign,
+                end_of_input=str(ctl), side_outputs=True, timestamp_unit=self.unit,
+                **self.options)
+        except AdaptcqError:
+            raise
+        except Exception as e:  # noqa: BLE001 - Spark's analysis errors, in one line
+            raise spark_error(e) from None
+        self.commit()
+        info = raw._adaptcq
+        names = info["names"]
+        run = self._run_record()
+        run.ts_type, run.unit = info["ts_type"], info["unit"]
+        output, rejected = self.output, self.rejected
+        t0 = time.perf_counter()
+        q = None
+        failure = None
+        try:
+            q = (raw.writeStream.foreachBatch(
+                lambda df, bid: write_batch(df, bid, output, rejected, run, names))
+                .option("checkpointLocation", str(self.checkpoint / "query"))
+                .queryName(f"adaptcq_{uuid.uuid4().hex[:8]}").start())
+            q.processAllAvailable()
+            if finish:
+                signal_end(ctl)
+                q.processAllAvailable()
+        except Exception as e:  # noqa: BLE001 - reported below, in one line
+            failure = e
+        finally:
+            if q is not None:
+                run.progress = list(q.recentProgress)
+                with contextlib.suppress(Exception):
+                    q.stop()
+        if q is not None and failure is None:
+            failure = q.exception()
+        if failure is not None:
+            if isinstance(failure, AdaptcqError):
+                raise failure
+            raise spark_error(failure) from None
+        run.wall_seconds = time.perf_counter() - t0
+        if output and not any(Path(output).glob("*.parquet")):
+            schema = getattr(run, "_schema", None) or _result_schema(spark, raw, names,
+                                                                    info["ts_type"])
+            _write_parquet(schema.empty_table(), Path(output), "part-empty.parquet")
+        return run
+
+
+def _result_schema(spark, raw, names, ts_type):
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+    tz = spark.conf.get("spark.sql.session.timeZone")
+    return pa.schema([pa.field(n, to_arrow_type(raw.schema[n].dataType, timezone=tz))
+                      for n in names] + [pa.field("_sign", pa.int8()), pa.field("_ts", ts_type)])
+
+
+def _overlaps(a: str, b: str) -> bool:
+    pa_, pb = Path(a), Path(b)
+    return pa_ == pb or pa_ in pb.parents or pb in pa_.parents
+
+
+def _check_places(inputs: dict, output: str | None, rejected: str | None,
+                  checkpoint: str) -> None:
+    """Refuse an output that is, holds or is inside an input (it would be read back, or
+    destroy the input), or that is the checkpoint."""
+    ck = os.path.realpath(checkpoint)
+    for label, path in (("--output", output), ("--rejected", rejected)):
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        for inp in inputs.values():
+            hit = any(_overlaps(real, os.path.realpath(f)) for f in inp.files)
+            if inp.pattern is None:
+                root = os.path.realpath(os.path.expanduser(inp.given))
+                hit = hit or _overlaps(real, root)
+            else:
+                hit = hit or any(fnmatch.fnmatchcase(str(p), inp.pattern)
+                                 for p in (Path(real), *Path(real).parents))
+            if hit:
+                raise AdaptcqError(
+                    f"{label} {path} is the input {inp.given} of stream {inp.name} (or holds "
+                    "it, or is inside it): the results would be read back as input, or "
+                    "destroy it; write them somewhere else")
+        if _overlaps(real, ck):
+            raise AdaptcqError(f"{label} {path} and --checkpoint {checkpoint} are the same "
+                               "folder (or one holds the other); give them separate folders")
+    if output and rejected and os.path.realpath(output) == os.path.realpath(rejected):
+        raise AdaptcqError("--rejected and --output name the same folder")
+
+
+def _checkpoint_state(ck: Path, label: str, fp: dict) -> tuple[dict | None, bool]:
+    """(stored fingerprint, fresh). Fresh: no micro-batch of this checkpoint was completed."""
+    if ck.exists() and not ck.is_dir():
+        raise AdaptcqError(f"checkpoint {label} is a file, not a folder; give --checkpoint a "
+                           "new folder, or the folder of an earlier run of this query")
+    f = ck / FINGERPRINT
+    if not f.exists():
+        if ck.exists() and any(p.is_file() for p in ck.rglob("*")):
+            raise AdaptcqError(f"checkpoint {label} is not empty and has no {FINGERPRINT}: it "
+                               "was not written by this version of adaptcq; use a new "
+                               "--checkpoint folder")
+        return None, True
+    try:
+        stored = json.loads(f.read_text())
+        if not isinstance(stored, dict):
+            raise TypeError("not a JSON object")
+    except (OSError, ValueError, TypeError) as e:
+        raise AdaptcqError(f"checkpoint {label}: cannot read its {FINGERPRINT} ({e}); use a "
+                           "new --checkpoint folder") from None
+    if not any((ck / "query" / "commits").glob("[0-9]*")):
+        # No micro-batch was completed (a run that failed on its first one, say): nothing
+        # of it counts, so this run starts afresh, and may be another query.
+        return stored, True
+    if stored.get("checkpoint") != fp["checkpoint"]:
+        raise AdaptcqError(
+            f"checkpoint {label} was written at {stored.get('checkpoint')} and has been moved "
+            "or copied since; a Spark checkpoint records absolute paths (of its own "
+            "end-of-input folder, among others) and works only where it was written: move it "
+            "back, or use a new --checkpoint folder")
+    diffs = _fingerprint_diff(stored, fp)
+    if diffs:
+        raise AdaptcqError(f"checkpoint {label} was written by a different query "
+                           f"({'; '.join(diffs)}); use a new --checkpoint folder")
+    return stored, False
+
+
+def _output_state(path: str | None, label: str, fresh: bool, run_id: str | None,
+                  ck_label: str, must_exist: bool) -> str | None:
+    """What to do with an output folder: ``new`` (absent or empty), ``clear`` (a fresh run
+    over an earlier adaptcq output: its files are removed), ``append`` (a restart over its
+    own output). Anything else is refused: results of two queries never mix."""
+    if path is None:
+        return None
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise AdaptcqError(f"{label} {path} is a file; with --engine spark the output is a "
+                           "folder of Parquet files (one per micro-batch): give a folder")
+    if not p.exists() or not any(p.iterdir()):
+        if not fresh and must_exist:
+            raise AdaptcqError(f"{label} {path} is gone or empty, but checkpoint {ck_label} "
+                               "has written results there; restore it, or start afresh with a "
+                               "new --checkpoint folder")
+        return "new"
+    try:
+        owner = json.loads((p / OUTPUT_MARKER).read_text())
+    except (OSError, ValueError):
+        raise AdaptcqError(f"{label} {path} is a folder that is not empty and was not written "
+                           "by adaptcq on Spark; give a new or empty folder (adaptcq removes "
+                           "only files it wrote)") from None
+    if fresh:
+        foreign = sorted(f.name for f in p.iterdir() if not _is_ours(f.name))
+        if foreign:
+            raise AdaptcqError(f"{label} {path} holds files adaptcq did not write "
+                               f"({', '.join(foreign[:3])}); give a new or empty folder")
+        return "clear"
+    if owner.get("run") != run_id:
+        raise AdaptcqError(f"{label} {path} holds the results of another run (checkpoint "
+                           f"{owner.get('checkpoint')}); a restart from checkpoint {ck_label} "
+                           "appends only to its own output: give that output, or use a new "
+                           "--checkpoint folder")
+    return "append"
+
+
+def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.PathLike,
+                  output: str | None, rejected: str | None = None, timestamp: str = "ts",
+                  executor: str = "mjoin", mode: str = "append", partitions: int = 1,
+                  allowed_lateness: float = 0.0, sign: str | None = None,
+                  timestamp_unit: str | None = None, **options) -> FileJob:
+    """Check a run over files before Spark does any work: the inputs (as the local runtime
+    reads them), the query, the places (no output inside an input or the checkpoint), the
+    checkpoint (its fingerprint must be this query's) and the output folders."""
+    from adaptcq.query.cql import parse_query
+    from adaptcq.runtime.local import require_inputs
+    from adaptcq.stream.sources import schema_kinds
+
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise AdaptcqError(f"--partitions must be a whole number >= 1, got {partitions!r}")
+    if not isinstance(sql, str):
+        raise QueryError("the Spark runtime takes the query as CQL text")
+    et.check_unit(timestamp_unit)
+    late = lateness_ns(allowed_lateness)
+    inputs = {name: _resolve_input(name, path, timestamp, timestamp_unit)
+              for name, path in sources.items()}
+    query = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()})
+    require_inputs(query, inputs)
+    if sign is not None and not any(sign in i.schema.names for i in inputs.values()):
+        raise InputError(f"no input has the sign column {sign!r} (--sign); the inputs' "
+                         "columns: " + "; ".join(f"{n}: {', '.join(i.schema.names)}"
+                                                 for n, i in inputs.items()))
+    groups = plan_split(query, partitions).groups
+    ck_label = str(checkpoint)
+    ck = Path(os.path.expanduser(ck_label))
+    _check_places(inputs, output, rejected, str(ck))
+    fp = {
+        "version": FINGERPRINT_VERSION, "sql": normalize_sql(sql), "timestamp": timestamp,
+        "timestamp_unit": timestamp_unit, "executor": executor, "mode": mode,
+        "groups": groups, "allowed_lateness_ns": late, "sign": sign,
+        "order": _canonical(options.get("order")),
+        "options": _canonical({k: v for k, v in options.items() if k != "order"}),
+        "inputs": {n: i.pattern or os.path.realpath(os.path.expanduser(i.given))
+                   for n, i in inputs.items()},
+        "schemas": {n: [f"{f.name}: {f.type}" for f in i.schema] for n, i in inputs.items()},
+        "output": os.path.realpath(output) if output else None,
+        "rejected": os.path.realpath(rejected) if rejected else None,
+        "checkpoint": os.path.realpath(ck),
+    }
+    stored, fresh = _checkpoint_state(ck, ck_label, fp)
+    fp["run"] = uuid.uuid4().hex if fresh else stored.get("run")
+    from adaptcq import __version__
+    fp["adaptcq"] = __version__
+    out_state = _output_state(output, "--output", fresh, fp["run"], ck_label, True)
+    rej_state = _output_state(rejected, "--rejected", fresh, fp["run"], ck_label, False)
+    return FileJob(sql, inputs, ck, ck_label, output, rejected, timestamp, executor, mode,
+                   partitions, allowed_lateness, sign, timestamp_unit, dict(options), fp,
+                   fresh, out_state, rej_state)
+
+
 def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, output: str | None,
               rejected: str | None = None, timestamp: str = "ts", executor: str = "mjoin",
               mode: str = "append", partitions: int | None = None,
               allowed_lateness: float = 0.0, sign: str | None = None, finish: bool = True,
-              max_files_per_trigger: int | None = None, **options) -> SparkRun:
-    """Run ``sql`` over Parquet/CSV files (a file or folder per source) to Parquet.
+              max_files_per_trigger: int | None = None, timestamp_unit: str | None = None,
+              **options) -> SparkRun:
+    """Run ``sql`` over Parquet/CSV files (a file, a folder or a glob per source) to Parquet.
 
     Processes every file present (several micro-batches with ``max_files_per_trigger``),
     then, with ``finish``, signals end of input so that buffered rows are processed as the
     local runtime would at the end of its input. Restarting with the same ``checkpoint``
-    continues exactly where the previous run stopped (new files only).
+    continues exactly where the previous run stopped (new files only); a checkpoint written
+    by another query, or an output folder holding another query's results, is refused
+    (``prepare_files``; docs/spark.md).
     """
-    streams = {name: _read_stream(spark, name, path, max_files_per_trigger)
-               for name, path in sources.items()}
-    ctl = Path(checkpoint) / "end_of_input"
-    ctl.mkdir(parents=True, exist_ok=True)
-    raw = continuous_query(spark, sql, streams, timestamp=timestamp, executor=executor,
-                           mode=mode, partitions=partitions, allowed_lateness=allowed_lateness,
-                           sign=sign, end_of_input=str(ctl), side_outputs=True, **options)
-    names = raw._adaptcq["names"]
-    run = SparkRun(output=output, rejected_path=rejected)
-    t0 = time.perf_counter()
-    q = (raw.writeStream.foreachBatch(
-        lambda df, bid: write_batch(df, bid, output, rejected, run, names))
-        .option("checkpointLocation", str(Path(checkpoint) / "query"))
-        .queryName(f"adaptcq_{uuid.uuid4().hex[:8]}").start())
-    try:
-        q.processAllAvailable()
-        if finish:
-            signal_end(ctl)
-            q.processAllAvailable()
-    finally:
-        run.progress = list(q.recentProgress)
-        q.stop()
-    exc = q.exception()
-    if exc is not None:
-        raise AdaptcqError(f"the Spark query failed: {exc}")
-    run.wall_seconds = time.perf_counter() - t0
-    if output and not any(Path(output).glob("*.parquet")):
-        import pyarrow.parquet as pq
-        Path(output).mkdir(parents=True, exist_ok=True)
-        schema = getattr(run, "_schema", None)
-        if schema is not None:
-            pq.write_table(schema.empty_table(), Path(output) / "part-empty.parquet")
-    return run
+    P = partitions if partitions is not None else \
+        int(spark.conf.get("spark.sql.shuffle.partitions"))
+    job = prepare_files(sql, sources, checkpoint, output, rejected, timestamp, executor, mode,
+                        P, allowed_lateness, sign, timestamp_unit, **options)
+    return job.run(spark, finish, max_files_per_trigger)
 
 
-def _read_stream(spark, name: str, path, max_files: int | None):
-    """A file stream with the file's own schema (Parquet, or CSV with a header)."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"stream {name}: input file {str(p)!r} does not exist")
-    files = [p] if p.is_file() else sorted(p.iterdir())
-    suffixes = {f.suffix.lower() for f in files if not f.name.startswith(("_", "."))}
-    reader = spark.readStream
-    if max_files:
-        reader = reader.option("maxFilesPerTrigger", int(max_files))
-    if suffixes <= {".parquet", ".pq"} and suffixes:
-        schema = spark.read.parquet(str(p)).schema
-        return reader.schema(schema).parquet(str(p))
-    if suffixes <= {".csv", ".txt"} and suffixes:
-        schema = spark.read.option("header", True).option("inferSchema", True).csv(str(p)).schema
-        return reader.schema(schema).option("header", True).csv(str(p))
-    raise InputError(f"stream {name}: {str(p)!r} is neither Parquet nor CSV "
-                     "(use .parquet or .csv files)")
+# ---------------------------------------------------------------------------------------------
+# Errors: one line, not a JVM stack trace
+# ---------------------------------------------------------------------------------------------
+
+_ADAPTCQ_RAISED = re.compile(r"adaptcq\.errors\.(\w+): ([^\n]+)")
+_PY_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): ([^\n]+)$", re.MULTILINE)
+
+
+def spark_error(exc: BaseException) -> AdaptcqError:
+    """A Spark or py4j failure as one-line AdaptcqError: an adaptcq error raised in a Python
+    worker keeps its class and message; anything else keeps its first line."""
+    text = str(getattr(exc, "desc", None) or exc)
+    m = _ADAPTCQ_RAISED.search(text)
+    if m:
+        cls = getattr(_errors, m.group(1), None)
+        if not (isinstance(cls, type) and issubclass(cls, AdaptcqError)):
+            cls = AdaptcqError
+        return cls(m.group(2).strip())
+    if "Traceback (most recent call last)" in text:
+        found = _PY_RAISED.findall(text.split("Traceback (most recent call last)", 1)[1])
+        if found:
+            return AdaptcqError(f"the Spark query failed: {found[-1][0]}: {found[-1][1]}")
+    head = text.split("terminated with exception: ", 1)[-1].strip()
+    line = next((x.strip() for x in head.splitlines() if x.strip()), type(exc).__name__)
+    return AdaptcqError(f"the Spark query failed: {line}")
 
 
 # ---------------------------------------------------------------------------------------------
 # The CLI: adaptcq run --engine spark
 # ---------------------------------------------------------------------------------------------
+
+_LOCAL_ONLY = ("it runs on the local engine only for now (adaptive policies and caches on "
+               "Spark are a later issue); use --engine local")
+_REFUSED = {
+    "optimizer": _LOCAL_ONLY, "reorder": _LOCAL_ONLY, "caches": _LOCAL_ONLY,
+    "cache_memory": _LOCAL_ONLY, "reopt_interval": _LOCAL_ONLY,
+    "max_results": ("the Spark runtime writes results a micro-batch at a time from P "
+                    "partition groups, so it has no first N results to stop at; use --engine "
+                    "local"),
+}
+# Options the Spark path uses (or, --no-progress, that have nothing to turn off there).
+_HANDLED = {"command", "help", "sql", "input", "timestamp", "timestamp_unit", "executor",
+            "mode", "output", "rejected", "order", "tree", "nested_loop", "sign",
+            "allowed_lateness", "no_progress", "engine", "master", "partitions", "checkpoint",
+            "format", "summary_json"}
+_PARSER_DEFAULTS = {"reorder": "off", "caches": None, "cache_memory": None,
+                    "reopt_interval": None, "max_results": None, "optimizer": None}
+
+
+def _run_actions() -> dict:
+    """``adaptcq run``'s options: dest -> (flag, default)."""
+    try:
+        import argparse
+
+        from adaptcq.cli import build_parser
+        sub = next(a for a in build_parser()._actions
+                   if isinstance(a, argparse._SubParsersAction))
+        return {a.dest: (a.option_strings[0] if a.option_strings else a.dest, a.default)
+                for a in sub.choices["run"]._actions}
+    except Exception:  # noqa: BLE001 - no parser to read: check the options named here
+        return {d: ("--" + d.replace("_", "-"), v) for d, v in _PARSER_DEFAULTS.items()}
+
+
+def refuse_unsupported(args) -> None:
+    """Every ``adaptcq run`` option works on Spark or is refused with a reason: none is
+    ignored."""
+    if getattr(args, "executor", None) == "acaching":
+        raise AdaptcqError(f"--executor acaching is not supported with --engine spark yet: "
+                           f"{_LOCAL_ONLY}")
+    fmt = getattr(args, "format", None)
+    if getattr(args, "output", None) == "-":
+        raise AdaptcqError("--output - (stdout) is not supported with --engine spark: its "
+                           "output is a folder of Parquet files, one per micro-batch; give a "
+                           "folder, or use --engine local")
+    if fmt not in (None, "parquet"):
+        raise AdaptcqError(f"--format {fmt} is not supported with --engine spark: its output "
+                           "is a folder of Parquet files, one per micro-batch (convert it "
+                           "afterwards, or use --engine local)")
+    for dest, (flag, default) in _run_actions().items():
+        if dest in _HANDLED or not hasattr(args, dest):
+            continue
+        value = getattr(args, dest)
+        if value == default or value is None or value is False or value == []:
+            continue
+        shown = f"{flag} {value}" if not isinstance(value, bool) else flag
+        reason = _REFUSED.get(dest, "the Spark runtime does not implement it; use --engine "
+                                    "local")
+        raise AdaptcqError(f"{shown} is not supported with --engine spark yet: {reason}")
 
 
 def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, options: dict,
@@ -910,11 +1664,21 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
     """``adaptcq run --engine spark``: the query on Spark, files in, Parquet out, a summary."""
     from rich.table import Table
 
-    from adaptcq.runtime.spark_session import get_spark
+    from adaptcq.runtime.spark_session import check_master, get_spark, local_cores
 
-    if args.partitions is not None and args.partitions < 1:
-        raise AdaptcqError(f"--partitions must be >= 1, got {args.partitions}")
-    spark = get_spark(args.master, "adaptcq run")
+    refuse_unsupported(args)
+    unknown = sorted(set(options) - {"orders", "tree", "nested_loop"})
+    if unknown:
+        raise AdaptcqError(f"engine option {unknown[0]} is not supported with --engine spark "
+                           f"yet: {_LOCAL_ONLY}")
+    master = getattr(args, "master", None) or "local[*]"
+    check_master(master)
+    partitions = getattr(args, "partitions", None)
+    if partitions is not None and partitions < 1:
+        raise AdaptcqError(f"--partitions must be >= 1, got {partitions}")
+    partitions = partitions or local_cores(master)
+    unit = getattr(args, "timestamp_unit", None)
+    output = (args.output.rstrip("/") or "/") if args.output else None
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="adaptcq-spark-")))
         paths = {}
@@ -922,33 +1686,51 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
             if isinstance(src, str | os.PathLike):
                 paths[name] = str(src)
             else:  # an in-memory table (the embedded default): stream it from Parquet
+                import pyarrow as pa
                 import pyarrow.parquet as pq
-
-                from adaptcq.stream.sources import load_source
+                table = src if isinstance(src, pa.Table) else pa.Table.from_pandas(
+                    src, preserve_index=False)
                 d = tmp / "inputs" / name
                 d.mkdir(parents=True)
-                pq.write_table(load_source(name, src, timestamp), d / "part-0.parquet")
+                pq.write_table(table, d / "part-0.parquet", coerce_timestamps="us",
+                               allow_truncated_timestamps=False)
                 paths[name] = str(d)
         checkpoint = args.checkpoint or str(tmp / "checkpoint")
-        output = args.output
         rejected = args.rejected or (f"{output}.rejected" if output else None)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SplitWarning)
-            run = run_files(spark, sql, paths, checkpoint, output, rejected, timestamp,
-                            args.executor, args.mode, args.partitions, args.allowed_lateness,
-                            args.sign, **options)
+        job = prepare_files(sql, paths, checkpoint, output, rejected, timestamp,
+                            args.executor, args.mode, partitions, args.allowed_lateness,
+                            args.sign, unit, **options)
+        spark = get_spark(master, "adaptcq run")
+        # Failures are reported as one line (AdaptcqError); Spark's own log of them would
+        # be hundreds of lines of JVM and Python stack traces.
+        # (py4j logs a failed foreachBatch call with its traceback, too.)
+        spark.sparkContext.setLogLevel("OFF")
+        py4j_log = logging.getLogger("py4j")
+        level = py4j_log.level
+        py4j_log.setLevel(logging.CRITICAL + 1)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", SplitWarning)
+                run = job.run(spark)
+        finally:
+            spark.sparkContext.setLogLevel("ERROR")
+            py4j_log.setLevel(level)
         for w in caught:
             if issubclass(w.category, SplitWarning):
                 console.print(f"[yellow]warning:[/] {w.message}")
     if output:
-        console.print(f"wrote {run.results:,} result rows to {output}/ (Parquet)")
+        console.print(f"wrote {run.results:,} result rows to {output}/ (Parquet)",
+                      highlight=False)
     if run.rejected and rejected:
-        console.print(f"wrote {run.rejected:,} rejected rows to {rejected}/ (Parquet)")
+        console.print(f"wrote {run.rejected:,} rejected rows to {rejected}/ (Parquet)",
+                      highlight=False)
     t = Table(title="run summary (Spark)", show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
     t.add_row("executor / mode", f"{args.executor} / {args.mode}")
-    t.add_row("master / partition groups", f"{args.master} / {len(run.groups)}")
+    t.add_row("master / partition groups", f"{master} / {len(run.groups)}")
+    t.add_row("checkpoint", ("continued from " if run.restarted else "new: ")
+              + (args.checkpoint or "(temporary)"))
     t.add_row("micro-batches", f"{run.batches:,}")
     t.add_row("input rows", f"{run.rows_in:,}")
     t.add_row("updates processed (ΔR insertions + deletions)", f"{run.updates:,}")
@@ -960,4 +1742,29 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
     t.add_row("peak state, summed over groups (bytes)", f"{run.peak_state_bytes:,}")
     t.add_row("rejected rows", f"{run.rejected:,}")
     console.print(t)
+    if getattr(args, "summary_json", None):
+        _write_summary_json(args.summary_json, run, args.executor, args.mode, master)
     return 0
+
+
+def summary(run: SparkRun) -> dict:
+    """A run's figures (what the CLI's summary shows, plus each group's latest statistics)."""
+    return {
+        "engine": "spark", "batches": run.batches, "input_rows": run.rows_in,
+        "updates": run.updates, "results": run.results, "rejected": run.rejected,
+        "wall_seconds": run.wall_seconds,
+        "throughput": run.rows_in / run.wall_seconds if run.wall_seconds else None,
+        "peak_state_tuples": run.peak_state_tuples, "peak_state_bytes": run.peak_state_bytes,
+        "partition_groups": len(run.groups), "checkpoint": run.checkpoint,
+        "restarted": run.restarted, "output": run.output,
+        "groups": [run.groups[k] for k in sorted(run.groups)]}
+
+
+def _write_summary_json(path: str, run: SparkRun, executor: str, mode: str,
+                        master: str) -> None:
+    doc = {"executor": executor, "mode": mode, "master": master, **summary(run)}
+    try:
+        _write_text(Path(path), json.dumps(doc, indent=1, default=str) + "\n")
+    except OSError as e:
+        raise AdaptcqError(f"--summary-json {path!r}: cannot write: {e.strerror or e}") \
+            from None

@@ -1,7 +1,8 @@
 """A SparkSession configured for adaptcq's Spark runtime (ARCHITECTURE.md "The Spark pipeline").
 
-``get_spark`` checks for Java before starting the JVM, so a missing runtime gives one clear
-message naming the fix instead of a py4j stack trace, and sets what the runtime depends on:
+``get_spark`` checks for Java and the master URL before starting the JVM, so a missing
+runtime or a bad ``--master`` gives one clear message instead of a py4j stack trace (and a
+failure to start is one line too), and sets what the runtime depends on:
 
 - the RocksDB state store provider, which ``transformWithStateInPandas`` requires (each
   partition group's engine state lives there, state-spill.txt §2.1);
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 
-from adaptcq.errors import JavaMissingError
+from adaptcq.errors import AdaptcqError, JavaMissingError
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -75,8 +77,26 @@ def check_java() -> str:
     return java
 
 
+class SparkStartError(AdaptcqError):
+    """Spark could not start (a bad master URL, a cluster that cannot be reached, ...)."""
+
+
+_MASTER = re.compile(r"local(\[(\d+|\*)(,\s*\d+)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
+                     r"|(spark|k8s|mesos)://\S+|yarn")
+
+
+def check_master(master) -> str:
+    """A Spark master URL (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``,
+    ``spark://HOST:PORT``, ``yarn``, ``k8s://...``); anything else is refused before a JVM
+    starts (Spark's own refusal is a stack trace)."""
+    if not isinstance(master, str) or not _MASTER.fullmatch(master.strip()):
+        raise SparkStartError(f"--master {master!r} is not a Spark master URL; use local, "
+                              "local[N], local[*], spark://HOST:PORT, yarn or k8s://HOST:PORT")
+    return master.strip()
+
+
 def default_conf(master: str) -> dict[str, str]:
-    cores = _cores(master)
+    cores = local_cores(master)
     return {
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
         "spark.pyspark.python": sys.executable,
@@ -98,8 +118,8 @@ def default_conf(master: str) -> dict[str, str]:
     }
 
 
-def _cores(master: str) -> int:
-    import re
+def local_cores(master: str) -> int:
+    """The cores of a local master (``local[4]``: 4); this machine's for any other."""
     m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
     if master.strip() == "local":
         return 1
@@ -115,6 +135,7 @@ def get_spark(master: str = "local[*]", app: str = "adaptcq", **conf):
     given as a ``{"spark.x": ...}`` mapping through ``**{"spark.x": ...}``. Raises
     ``JavaMissingError`` naming the fix when no Java 17+ runtime is found.
     """
+    master = check_master(master)
     check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -126,7 +147,12 @@ def get_spark(master: str = "local[*]", app: str = "adaptcq", **conf):
     builder = SparkSession.builder.master(master).appName(app)
     for k, v in settings.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as e:  # noqa: BLE001 - py4j/JVM errors: one line, not a stack trace
+        text = str(getattr(e, "desc", None) or e).strip()
+        line = next((x.strip() for x in text.splitlines() if x.strip()), type(e).__name__)
+        raise SparkStartError(f"cannot start Spark with master {master!r}: {line}") from None
     spark.sparkContext.setLogLevel("ERROR")
     # getOrCreate returns an existing session unchanged for static settings; the runtime's
     # SQL settings can still be applied to it.
