@@ -155,7 +155,7 @@ def test_select_star_names_columns_by_alias():
      {}, "row 1 has no timestamp"),
     ({"R": pd.DataFrame({"ts": [1.0], "a": [1]}), "S": pd.DataFrame({"ts": [1.0], "b": [1]})},
      {}, "unknown column"),
-    ({"R": pd.DataFrame({"ts": [1.0], "a": [1]})}, {}, "unknown stream 'S' \\(known streams: R\\)"),
+    ({"R": pd.DataFrame({"ts": [1.0], "a": [1]})}, {}, "no input for stream S; give one with --input"),
 ])
 def test_bad_input_names_the_stream(sources, kwargs, message):
     with pytest.raises((InputError, QueryError), match=message):
@@ -221,7 +221,7 @@ def test_cli_errors_are_clear(args, message, capsys):
 def test_cli_unknown_option_exits_nonzero(capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", "--frobnicate"])
-    assert e.value.code == 2
+    assert e.value.code == 1
     assert "unrecognized arguments: --frobnicate" in capsys.readouterr().err
 
 

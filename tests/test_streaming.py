@@ -297,7 +297,14 @@ def test_ctrl_c_leaves_a_valid_prefix_of_the_output(files, capsys, monkeypatch):
     part = pq.read_table(files / "part.parquet")  # a valid Parquet file
     assert 0 < part.num_rows < full.num_rows
     assert part.equals(full.slice(0, part.num_rows))
-    assert "interrupted: input stopped after" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "interrupted: input stopped after" in out and "processed: R " in out
+    # what was processed is exactly what produced the partial output
+    import re
+    done = {m[0]: int(m[1].replace(",", "")) for m in re.findall(r"(\w) ([\d,]+) rows", out)}
+    prefix = {s: pq.read_table(files / f"{s}.parquet").slice(0, done[s]) for s in "RS"}
+    again = adaptcq.run(SQL2, prefix)
+    assert rows_of(again.table) == rows_of(part)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -386,3 +393,45 @@ def test_a_full_disk_is_one_clear_error_and_leaves_nothing_behind(files, capsys,
     assert err.startswith("adaptcq: error: --output: cannot write") and "No space left" in err
     assert not (files / "o.parquet").exists()  # the old file does not look current
     assert not list(files.glob(".*.tmp"))
+
+
+def test_results_of_a_slow_source_arrive_live():
+    """Results leave at the end of every chunk read, not when 65,536 have gathered."""
+    def slow(stream):
+        for k in itertools.count():
+            yield {"ts": k * 0.25, "id": k, "a": k % 7}
+    run = adaptcq.stream(SQL2, {"R": slow("R"), "S": slow("S")}, chunk_rows=8)
+    first = next(iter(run))
+    assert 0 < first.num_rows < 1000 and run.stats["arrivals"] < 100
+    run.stop()
+
+
+def test_stdout_closed_by_its_reader_stops_quietly(files, tmp_path):
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "adaptcq.cli", "run", "--sql", SQL2,
+           "--input", f"R={files / 'R.parquet'}", "--input", f"S={files / 'S.parquet'}",
+           "--output", "-", "--format", "jsonl", "--no-progress"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()  # as `| head -1` does
+    err = p.stderr.read().decode()
+    assert p.wait() == 0, err
+    assert "Traceback" not in err and "stdout was closed by its reader" in err
+
+
+def test_usage_errors_are_one_line_and_exit_1(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--bogus"])
+    assert e.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("adaptcq: error: unrecognized arguments: --bogus")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_stream_without_input_is_named(files, capsys):
+    sql = SQL2.replace("WHERE", ", T WHERE T.a = S.a AND")
+    assert cli(files, "--output", files / "o.parquet") == 0
+    assert main(["run", "--sql", sql, "--input", f"R={files / 'R.parquet'}", "--input",
+                 f"S={files / 'S.parquet'}", "--no-progress"]) == 1
+    assert "no input for stream T; give one with --input NAME=PATH" in capsys.readouterr().err

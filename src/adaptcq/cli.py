@@ -49,11 +49,18 @@ def _orders(items: list[str]) -> dict[str, list[str]]:
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line and exit 1, like every other error."""
+
+    def error(self, message: str):
+        self.exit(1, f"adaptcq: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="adaptcq", description=(
+    p = _Parser(prog="adaptcq", description=(
         "Adaptive continuous queries over multi-way stream joins. "
         "With no command, runs the embedded default (same as `adaptcq run`)."))
-    sub = p.add_subparsers(dest="command")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     r = sub.add_parser("run", help="run a continuous query (the embedded default without --sql)")
     r.add_argument("--sql", help="the CQL query text, or @FILE to read it from a file")
@@ -229,7 +236,7 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
         pa.set_memory_pool(pa.system_memory_pool())
 
     from adaptcq.runtime.local import LocalRun, source_paths
-    from adaptcq.runtime.output import FileSink, check_output_path, format_of
+    from adaptcq.runtime.output import FileSink, OutputClosed, check_output_path, format_of
 
     inputs = source_paths(sources) if args.sql is not None else []
     fmt = format_of(args.output, args.format)
@@ -277,6 +284,9 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
             run.sink = sink  # results are written as they leave the engine
             for _ in run:
                 pass
+    except OutputClosed:  # `adaptcq run --output - | head`: the reader has what it wanted
+        run.stopped = "stdout was closed by its reader"
+        sink = None
     except BaseException:
         if sink is not None:
             sink.abort()
@@ -293,11 +303,15 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
         s.close()
         console.print(f"wrote {s.rows:,} rejected rows to {rejected_path}")
     if run.rejected_count and rejected_path is None:
-        console.print(f"{run.rejected_count:,} rows were rejected; give --output or "
-                      "--rejected to keep them")
+        console.print(f"{run.rejected_count:,} rows were rejected; give --rejected FILE "
+                      "to keep them")
     console.print(summary_table(run.result(None)))
     if args.summary_json:
         _write_summary_json(args.summary_json, run)
+    if run.stopped == "stdout was closed by its reader":
+        console.print(f"stdout was closed by its reader after {run.stats['results']:,} "
+                      "result rows; the run stopped there")
+        return 0
     if run.interrupted:
         console.print(f"[bold]interrupted[/]: {_where(run)}; the output holds exactly the "
                       "results of the arrivals processed")
@@ -334,9 +348,12 @@ def _default_rejected(output: str) -> str:
 
 def _where(run) -> str:
     s = run.stats
-    read = ", ".join(f"{n} {k:,} rows" for n, k in s["rows_read"].items())
-    at = f" (event time {s['last_event_time']:g} s)" if "last_event_time" in s else ""
-    return f"input stopped after {s['arrivals']:,} arrivals{at}; read: {read}"
+    done = ", ".join(f"{n} {k:,} rows" for n, k in s["rows_processed"].items())
+    read = ", ".join(f"{n} {k:,}" for n, k in s["rows_read"].items())
+    at = f" (the last at event time {s['last_event_time']:g} s)" \
+        if "last_event_time" in s else ""
+    return (f"input stopped after {s['arrivals']:,} arrivals{at}; processed: {done} "
+            f"(read: {read})")
 
 
 class _progress:

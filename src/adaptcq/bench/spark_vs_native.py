@@ -232,7 +232,7 @@ def same_results(a: Path, b: Path) -> tuple[bool, int, int]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.spark_vs_native", description=__doc__.split("\n\n")[0])
     ap.add_argument("--arrivals", type=int, default=3_000_000)
     ap.add_argument("--files", type=int, default=10, help="time slices (micro-batches)")
     ap.add_argument("--partitions", type=int, default=2)

@@ -88,7 +88,8 @@ class LocalRun:
         if unknown:
             raise OptionError(f"unknown option {unknown[0]!r}; the options are: timestamp, "
                                "executor, mode, sign, allowed_lateness, timestamp_unit, "
-                               f"max_results, chunk_rows, {', '.join(RUN_OPTIONS)}")
+                               "max_results, chunk_rows, on_rejected, progress, "
+                               f"{', '.join(RUN_OPTIONS)}")
         t0 = time.process_time()
         self.executor_name, self.mode = executor, mode
         self.unit = timestamp_unit
@@ -106,7 +107,18 @@ class LocalRun:
             query = sql
         else:
             from adaptcq.query.cql import parse_query
-            query = parse_query(sql, {n: schema_kinds(s.schema) for n, s in self.sources.items()})
+            try:
+                query = parse_query(sql, {n: schema_kinds(s.schema)
+                                          for n, s in self.sources.items()})
+            except QueryError:
+                # A stream without an input is named as such, not as an unknown stream.
+                try:
+                    bare = parse_query(sql)
+                except QueryError:
+                    bare = None
+                if bare is not None:
+                    require_inputs(bare, self.sources)
+                raise
         self.query = query
         require_inputs(query, self.sources)
         _check_join_types(query)
@@ -137,6 +149,7 @@ class LocalRun:
         self._results = 0
         self._buf: list = []
         self._ready: list[pa.RecordBatch] = []
+        self._left: dict[str, int] = {}  # rows read but not processed, at a stop
 
     # ----- set-up checks -----------------------------------------------------------------
     def _check_columns(self) -> None:
@@ -219,8 +232,10 @@ class LocalRun:
                 while lo < n:
                     if self._stop:
                         self.interrupted, self.stopped = True, "interrupted"
+                        self._unprocessed(arr, lo)
                         break
                     hi = min(n, lo + batch)
+                    self._at = (arr, hi)
                     out = self._process(arr, lo, hi)
                     lo = hi
                     if len(out) > OUT_CHUNK:
@@ -234,6 +249,10 @@ class LocalRun:
                     if cq.rejected_rows:
                         self._engine_rejected()
                     yield from self._take_ready()
+                if self._buf:  # results of this chunk leave now: a live consumer waits for them
+                    self._emit_batch(self._buf)
+                    self._buf = []
+                    yield from self._take_ready()
                 if self.progress:
                     self.progress(sum(merger.positions().values()), self.total_rows)
                 if cq.stats.arrivals >= next_rss:
@@ -245,7 +264,7 @@ class LocalRun:
                 if self.stopped:
                     break
         except _ResultBound:
-            pass
+            self._unprocessed(*self._at)
         if self._buf:
             self._emit_batch(self._buf)
             self._buf = []
@@ -255,6 +274,21 @@ class LocalRun:
         cq.sample(cq.now)
         self.rss_samples.append((cq.stats.arrivals, current_rss()))
         self._finished = True
+
+    def _unprocessed(self, arr: Arrivals, lo: int) -> None:
+        """At a stop: per source, the rows read but not processed (buffered in the merger,
+        or left in the current chunk), counted once per source (not per alias)."""
+        first = {}
+        for i, s in enumerate(self.query.streams):
+            first.setdefault(s.source, i)
+        by_index = {i: src for src, i in first.items()}
+        left = dict.fromkeys(first, 0)
+        for i in arr.streams[lo:]:
+            if i in by_index:
+                left[by_index[i]] += 1
+        for f in self.merger.feeds:
+            left[f.src.name] += len(f.ts)
+        self._left = left
 
     def _bound(self) -> None:
         """Results leave the engine every OUT_CHUNK rows, even within one update."""
@@ -336,6 +370,8 @@ class LocalRun:
             "peak_state_tuples": peak_t, "peak_state_bytes": peak_b,
             "peak_rss_bytes": peak_rss(),
             "rows_read": self.merger.positions(),
+            "rows_processed": {n: k - self._left.get(n, 0)
+                               for n, k in self.merger.positions().items()},
             "stopped": self.stopped,
         }
         if self.last_ts is not None:

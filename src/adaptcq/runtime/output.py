@@ -23,6 +23,10 @@ from adaptcq.errors import AdaptcqError
 FORMATS = ("parquet", "csv", "jsonl")
 
 
+class OutputClosed(AdaptcqError):
+    """The reader of stdout went away (``adaptcq run --output - | head``)."""
+
+
 def format_of(path: str | None, fmt: str | None) -> str:
     """The output format: ``fmt`` if given, else from the file's suffix (Parquet by
     default; CSV for stdout)."""
@@ -137,6 +141,12 @@ class FileSink(Sink):
     def _guard(self, fn, *args):
         try:
             return fn(*args)
+        except BrokenPipeError:
+            if not self.stdout:
+                raise
+            # Python would report the closed pipe again when it flushes stdout at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise OutputClosed("stdout was closed by its reader") from None
         except OSError as e:
             self._discard()
             where = "stdout" if self.stdout else repr(self.path)
