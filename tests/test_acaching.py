@@ -4,6 +4,7 @@ budget, and the Bloom-filter miss estimate."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +18,7 @@ from adaptcq.engine.cache import JoinCache
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.stats.estimators import BloomMissRate
 from adaptcq.stream.workloads import three_way
+from conftest import examples
 from oracle import Oracle, engine_outputs
 from test_engine_oracle import arrivals, as_tuples, queries
 
@@ -42,7 +44,7 @@ def chaotic(policy: ACaching, seed: int) -> ACaching:
     return policy
 
 
-@settings(max_examples=80, deadline=None,
+@settings(max_examples=examples(80), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), mode=st.sampled_from(["append", "retract"]),
        caches=st.sampled_from(["prefix", "global"]), seed=st.integers(0, 1000))
@@ -63,17 +65,18 @@ def test_acaching_never_changes_results(data, mode, caches, seed):
 
 def test_acaching_uses_caches_and_results_equal_mjoin():
     wl = three_way(n_updates=7_000, r=5, seed=0)
-    plain = adaptcq.run(wl.sql, wl.tables, mode="retract")
     # probe_cost = update_cost = 0 makes every cache with a hit worth using: the policy
     # must then use one, and the output must not change.
     pol = eager(W=5, p=0.2, interval=50, reopt_interval=1000, W_d=20)
     pol.probe_cost = pol.update_cost = 0.0
     p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
-    cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
-    cq.attach(pol)
-    out = cq.process(p.streams.tolist(), None, p.timestamps.tolist(), p.rows)
-    table = adaptcq.runtime.local.output_table(p.query, out, p.ts_type, p.time_unit)
-    assert sorted(map(repr, table.to_pylist())) == sorted(map(repr, plain.table.to_pylist()))
+    outs = []
+    for policy in (None, pol):
+        cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
+        if policy is not None:
+            cq.attach(policy)
+        outs.append(sorted(cq.process(p.streams.tolist(), None, p.timestamps.tolist(), p.rows)))
+    assert outs[0] == outs[1] and outs[0]
     report = pol.report()
     assert report["cache_selections"] >= 1
     assert any(h["event"] == "use" for h in report["cache_history"])
@@ -125,7 +128,15 @@ def test_cli_acaching(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "cache candidates" in text and "cache selections" in text
     assert main(["run", "--caches", "global", "--no-progress"]) == 1
-    assert "--caches and --cache-memory need --executor acaching" in capsys.readouterr().err
+    assert "need --executor acaching" in capsys.readouterr().err
+    # Bad values are refused before any row is read, naming the option.
+    for option, value in (("--reopt-interval", "0"), ("--reopt-interval", "-5"),
+                          ("--cache-memory", "-1")):
+        bad = [a for a in args if a not in ("--reopt-interval", "500", "--cache-memory",
+                                            "100000")] + [option, value]
+        assert main(bad) == 1
+        err = capsys.readouterr().err
+        assert f"{option} must be" in err and f"got {value}" in err
 
 
 def test_explain_shows_cache_candidates(tmp_path, capsys):
@@ -157,7 +168,7 @@ def test_acaching_uses_the_cache_when_joins_are_expensive(tmp_path, capsys):
     assert "nested-loop joins into S.b" in res.plan
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=examples(60), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), mode=st.sampled_from(["append", "retract"]), seed=st.integers(0, 1000))
 def test_acaching_with_agreedy_and_budget_changes_never_changes_results(data, mode, seed):
@@ -180,3 +191,42 @@ def test_acaching_with_agreedy_and_budget_changes_never_changes_results(data, mo
         policy.set_memory(rnd.choice([None, 0, 300, 5000]))
         out += cq.process(streams[k:k + 4], None, ts[k:k + 4], rows[k:k + 4])
     assert engine_outputs(cq.trace, out) == Oracle(q, mode).run(streams, None, ts, rows)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"reopt_interval": 0}, "--reopt-interval must be a positive number of tuples, got 0"),
+    ({"reopt_interval": -5}, "--reopt-interval must be a positive number of tuples, got -5"),
+    ({"reopt_interval": 2.5}, "--reopt-interval must be a positive number of tuples, got 2.5"),
+    ({"memory": -1}, "--cache-memory must be ≥ 0 bytes, got -1"),
+    ({"memory": float("nan")}, "--cache-memory must be ≥ 0 bytes, got nan"),
+    ({"caches": "all"}, "--caches must be prefix or global, got 'all'"),
+    ({"method": "best"}, "unknown cache selection method 'best'"),
+    ({"W": 0}, "option W must be a whole number ≥ 1, got 0"),
+    ({"interval": 0}, "option interval must be a whole number ≥ 1, got 0"),
+    ({"p": -0.1}, "option p (the profiling probability) must be in [0, 1], got -0.1"),
+    ({"p": 1.5}, "option p (the profiling probability) must be in [0, 1], got 1.5"),
+    ({"m": -1}, "option m (the §6 quota) must be a whole number ≥ 0, got -1"),
+    ({"alpha": 0}, "option alpha (Bloom-filter bits per key) must be > 0, got 0"),
+])
+def test_acaching_refuses_bad_options(options, message):
+    """Regression (issue 8): reopt_interval 0 divided by zero at the first tick; a negative
+    interval or memory budget was accepted silently."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ACaching(**options)
+
+
+def test_acaching_memory_budget_checks():
+    pol = ACaching(memory=0, reopt_interval=1)   # the bounds themselves are valid
+    pol.set_memory(10_000)
+    pol.set_memory(None)
+    with pytest.raises(ValueError, match="--cache-memory must be ≥ 0 bytes, got -3"):
+        pol.set_memory(-3)
+    assert pol.memory is None
+
+
+def test_run_refuses_bad_cache_options_before_reading():
+    wl = three_way(n_updates=200, seed=0)
+    with pytest.raises(ValueError, match="--reopt-interval must be a positive number of "
+                                         "tuples, got 0"):
+        adaptcq.run(wl.sql, wl.tables, executor="acaching",
+                    cache_options={"reopt_interval": 0})

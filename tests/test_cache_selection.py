@@ -37,6 +37,7 @@ from adaptcq.adapt.caching import (
 )
 from adaptcq.query.cql import parse_query
 from adaptcq.query.logical import ColumnRef
+from conftest import examples
 
 SIX = [f"R{i}" for i in range(1, 7)]
 
@@ -290,7 +291,7 @@ def test_objectives_and_proc_identity(six):
         total_cost(r4, est, ops)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_max_net_benefit_is_min_total_cost(seed):
     """Over all 2^m subsets: total = Σ d·c − net for every nonoverlapping subset, so the
@@ -390,7 +391,7 @@ def query_instance(rnd: random.Random, n: int):
     return cands, est, ops
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), pipelines=st.sampled_from([1, 1, 2, 3, 4]))
 def test_tree_equals_exhaustive_without_sharing(seed, pipelines):
     cands, est, ops = random_instance(random.Random(seed), pipelines, shared=False)
@@ -401,7 +402,7 @@ def test_tree_equals_exhaustive_without_sharing(seed, pipelines):
     assert select(cands, est, ops).method == "tree"
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([4, 5, 6]))
 def test_tree_equals_exhaustive_on_one_real_pipeline(seed, n):
     rnd = random.Random(seed)
@@ -427,20 +428,20 @@ def check_approximations(cands, est, ops, seed):
         assert lp.total_cost == pytest.approx(best.total_cost, abs=1e-6)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_greedy_and_lp_bounds_synthetic(seed):
     check_approximations(*random_instance(random.Random(seed), shared=True), seed)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([4, 5]))
 def test_greedy_and_lp_bounds_real_plans(seed, n):
     check_approximations(*query_instance(random.Random(seed), n), seed)
 
 
 # ----- the LP's integral special cases ---------------------------------------------------
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), shared=st.booleans())
 def test_lp_integral_special_cases(seed, shared):
     """Integral and optimal (a) without sharing, any nesting (laminar coverage is totally
@@ -507,7 +508,7 @@ def odd_cycle_plan():
     return names, prefix_candidates(equijoin(names), orders)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_lp_rounding_near_the_odd_cycle(seed):
     """Perturbed costs around the fractional instance above: the rounding path runs."""

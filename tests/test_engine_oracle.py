@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
+from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from adaptcq.engine.continuous import ContinuousQuery
+from adaptcq.engine.mjoin import join_columns
 from adaptcq.engine.xjoin import Tree
 from adaptcq.query.cql import parse_query
+from conftest import examples
 from oracle import Oracle, engine_outputs
 
 COLS = ("a", "b", "c")
@@ -112,7 +117,7 @@ def check(query, mode, executor, streams, ts, rows, seed, options=None, chunks=1
     return out
 
 
-common = settings(max_examples=120, deadline=None,
+common = settings(max_examples=examples(120), deadline=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -133,7 +138,7 @@ def test_xjoin_equals_oracle_on_random_trees(data, mode, seed):
     check(q, mode, "xjoin", streams, ts, as_tuples(q, streams, rows), seed, {"tree": tree})
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), seed=st.integers(0, 10**6))
 def test_mjoin_and_xjoin_agree_on_larger_inputs(data, seed):
     """Bigger inputs than the oracle can afford: the two executors check each other."""
@@ -166,7 +171,7 @@ def test_worked_example_3_1():
         assert out == [(1, 1, 2, 2, 1, 0.0)]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), mode=st.sampled_from(["append", "retract"]),
        executor=st.sampled_from(["mjoin", "xjoin"]), seed=st.integers(0, 10**6))
 def test_snapshot_and_restore_continue_exactly(data, mode, executor, seed):
@@ -208,15 +213,67 @@ def random_cache_moves(cq, rnd: random.Random, tries: int = 6) -> None:
             pass
 
 
-@settings(max_examples=150, deadline=None,
+@dataclass(frozen=True)
+class Workload:
+    """A query over streams S0, S1, ... (columns a, b, c, id) and its arrivals; the repr is
+    the Python that rebuilds it, so a falsifying example pastes into an ``@example``.
+    ``rows`` are (a, b, c) per arrival; a row's id is its position."""
+
+    sql: str
+    streams: tuple[int, ...]
+    ts: tuple[float, ...]
+    rows: tuple[tuple, ...]
+    parsed: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def query(self):
+        if self.parsed is not None:
+            return self.parsed
+        names = sorted(set(re.findall(r"\bS\d+\b", self.sql)), key=lambda n: int(n[1:]))
+        return parse_query(self.sql, {nm: SCHEMA for nm in names})
+
+    def tuples(self, query) -> list[tuple]:
+        dicts = [{"a": a, "b": b, "c": c, "id": k} for k, (a, b, c) in enumerate(self.rows)]
+        return as_tuples(query, self.streams, dicts)
+
+
+@st.composite
+def workloads(draw, max_streams=6, max_rows=22):
+    q = draw(queries(max_streams))
+    streams, ts, rows = draw(arrivals(len(q.aliases), max_rows))
+    return Workload(q.sql, tuple(streams), tuple(ts),
+                    tuple((r["a"], r["b"], r["c"]) for r in rows), q)
+
+
+# Regressions (docs/testing.md). Lost results of a globally-consistent cache with the
+# pipeline's own stream in Y (§6, MJoin's guarded caches): a retraction evicted the entry of
+# the last R_i tuple with its key, then the deletion pipeline's CacheLookup re-created it;
+# X tuples arriving while no R_i tuple had the key were never added, and the next R_i tuple
+# hit the stale entry. The first is the shrunk case, the second the query of issue 8.
+@example(case=Workload(
+    sql="SELECT S0.id AS i0, S1.id AS i1, S0.a FROM S0 [RANGE 0 SECONDS], "
+        "S1 [RANGE 0 SECONDS] WHERE S0.a = S1.a",
+    streams=(1, 0, 1), ts=(0.0, 0.5, 0.5), rows=((0, 0, 0),) * 3), mode="retract", seed=0)
+@example(case=Workload(
+    sql="SELECT S0.id AS i0, S1.id AS i1, S2.id AS i2, S0.a FROM S0 [RANGE 0 SECONDS], S1, S2 "
+        "WHERE S0.b = S1.a AND S0.a = S2.a",
+    streams=(1, 1, 0, 0, 2, 0, 1, 0, 1, 0, 1, 0),
+    ts=(3.0, 3.5, 3.5, 4.0, 7.0, 7.5, 10.5, 11.5, 11.5, 11.5, 11.5, 11.5),
+    rows=((0, 0, 0), (1, 1, 1), (1, 1, 1), (0, 1, 1), (1, 1, 1), (1, 0, 1), (0, 1, 0),
+          (1, 0, 0), (0, 0, 1), (0, 0, 1), (1, 0, 0), (0, 0, 1))), mode="retract", seed=1188)
+@settings(max_examples=examples(150), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(data=st.data(), mode=st.sampled_from(["append", "retract"]), seed=st.integers(0, 10**6))
-def test_caches_never_change_results(data, mode, seed):
+@given(case=workloads(max_streams=5, max_rows=26), mode=st.sampled_from(["append", "retract"]),
+       seed=st.integers(0, 10**6))
+def test_caches_never_change_results(case, mode, seed):
     """Random cache placements, drops, orders (chosen so that caches satisfy the prefix
     invariant) and profiled tuples: output equals the oracle's."""
-    q = data.draw(queries(max_streams=5))
-    streams, ts, rows = data.draw(arrivals(len(q.aliases), max_rows=26))
-    rows = as_tuples(q, streams, rows)
+    check_caches(case, mode, seed)
+
+
+def check_caches(case: Workload, mode: str, seed: int) -> None:
+    q = case.query
+    streams, ts, rows = list(case.streams), list(case.ts), case.tuples(q)
     rnd = random.Random(seed)
     cq = ContinuousQuery(q, "mjoin", mode, trace=True)
     # Orders that give the prefix invariant for a group of streams: all pipelines of the
@@ -260,7 +317,7 @@ class _Nop:
         pass
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), mode=st.sampled_from(["append", "retract"]), seed=st.integers(0, 10**6))
 def test_nested_loop_joins_equal_the_oracle(data, mode, seed):
     """Joins that scan a window (no hash index: a-caching.txt Figure 10), with caches."""
@@ -269,7 +326,7 @@ def test_nested_loop_joins_equal_the_oracle(data, mode, seed):
     rows = as_tuples(q, streams, rows)
     rnd = random.Random(seed)
     scanned = [rnd.choice(q.aliases)] if rnd.random() < 0.5 else \
-        [f"{a}.{c}" for a in q.aliases for c in q.columns[a] if c in ("a", "b")][:2]
+        [f"{a}.{c}" for a in q.aliases for c in join_columns(q, a)][:2]
     cq = ContinuousQuery(q, "mjoin", mode, trace=True, nested_loop=scanned)
     out = []
     for k in range(len(rows)):
@@ -277,3 +334,98 @@ def test_nested_loop_joins_equal_the_oracle(data, mode, seed):
             random_cache_moves(cq, rnd, tries=2)
         out += cq.process(streams[k:k + 1], None, ts[k:k + 1], rows[k:k + 1])
     assert engine_outputs(cq.trace, out) == Oracle(q, mode).run(streams, None, ts, rows)
+
+
+def test_retraction_leaves_no_unguarded_global_cache_entry():
+    """Regression (issue 8): a globally-consistent cache in ΔS1's pipeline with S1 itself
+    in Y keeps the entry for key u only while an S1 tuple has key u (§6, MJoin ``_guard``).
+    The retraction of the last one evicted the entry and then its deletion pipeline's
+    CacheLookup re-created it; the S0 tuple arriving next was not added (no S1 partner),
+    and the next S1 tuple hit the stale, empty entry: a lost result."""
+    sch = {"a": "number", "id": "number"}
+    q = parse_query("SELECT S0.id AS i0, S1.id AS i1 FROM S0 [RANGE 0 SECONDS], "
+                    "S1 [RANGE 0 SECONDS] WHERE S0.a = S1.a", {"S0": sch, "S1": sch})
+    cq = ContinuousQuery(q, "mjoin", "retract")
+    cache = cq.executor.place_cache("S1", 1, 1, extra={"S1"})
+    assert cq.process([1], None, [0.0], [(7, 0)]) == []
+    assert cache.entries == 1  # created by the miss: S0 has nothing with a = 7
+    # S1's tuple expires (its retraction runs the pipeline), then S0's tuple arrives.
+    assert cq.process([0], None, [0.5], [(7, 1)]) == []
+    assert cache.entries == 0
+    assert cq.process([1], None, [0.5], [(7, 2)]) == [(1, 2, 1, 0.5)]
+
+
+@pytest.mark.parametrize("when", ["before", "after", "profiled"])
+def test_one_row_object_arriving_twice_keeps_both_results(when):
+    """Regression: caches identify segment tuples by the ids of their base rows, so the same
+    tuple object passed for two arrivals of one stream made a cache keep one result of
+    the two. Rows are copied while caches exist (by the compiled pipelines, and by the
+    profiled path: "profiled"), and made distinct when the first cache is placed ("after")."""
+    sch = {"a": "number", "b": "number"}
+    q = parse_query("SELECT R.b AS rb, S.b AS sb, T.b AS tb FROM R, S, T "
+                    "WHERE R.a = S.a AND S.a = T.a", {"R": sch, "S": sch, "T": sch})
+    row = (1, 5)
+    results = []
+    for cached in (False, True):
+        cq = ContinuousQuery(q, "mjoin", "retract")
+        ex = cq.executor
+        for a, order in {"R": ["S", "T"], "S": ["T", "R"], "T": ["S", "R"]}.items():
+            ex.set_order(a, order)
+        if cached and when != "after":
+            ex.place_cache("R", 1, 2)
+        out = []
+        for i in (1, 2, 2):  # the same object for S's and T's arrivals
+            if when == "profiled":
+                cq._next_profile = cq._next_event = cq.next_rid + 1
+                cq.policies = [_Nop()]
+            out += cq.process([i], None, [0], [row])
+            cq.policies = []
+        if cached and when == "after":
+            ex.place_cache("R", 1, 2)
+        out += cq.process([0, 0], None, [1, 2], [(1, 6), (1, 7)])
+        results.append(sorted(out))
+    assert results[0] == results[1]
+    assert results[1].count((7, 5, 5, 1, 2)) == 2
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"nested_loop": ["S.id"]},
+     "nested-loop join 'S.id': S.id is not a join column; S's join columns are: a, b"),
+    ({"nested_loop": ["S.nosuch"]},
+     "nested-loop join 'S.nosuch': S.nosuch is not a join column; S's join columns are: a, b"),
+    ({"nested_loop": ["X"]}, "nested-loop join 'X': no stream X in the query (streams: R, S, T)"),
+    ({"nested_loop": ["X.a"]},
+     "nested-loop join 'X.a': no stream X in the query (streams: R, S, T)"),
+    ({"orders": {"X": ["R", "S"]}},
+     "pipeline order for X: no stream X in the query (streams: R, S, T)"),
+    ({"orders": {"R": ["S", "T"], "X": [], "Y": []}},
+     "pipeline order for X, Y: no stream X or Y in the query (streams: R, S, T)"),
+    ({"orders": {"R": ["S"]}}, "pipeline order for R must list each of S, T once, got S"),
+])
+def test_mjoin_refuses_bad_plan_options(options, message):
+    """Regression (issue 8): a nested-loop column no join probes and an order for a stream
+    not in the query were accepted and silently ignored."""
+    sch = {"a": "number", "b": "number", "id": "number"}
+    q = parse_query("SELECT R.id AS r, S.id AS s, T.id AS t FROM R, S, T "
+                    "WHERE R.a = S.a AND S.b = T.b", {"R": sch, "S": sch, "T": sch})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ContinuousQuery(q, "mjoin", **options)
+    # What is valid stays valid: a stream, or one of its join columns.
+    for ok in (["S"], ["S.a"], ["S.b", "T"]):
+        assert ContinuousQuery(q, "mjoin", nested_loop=ok).executor.nested_loop == set(ok)
+
+
+@pytest.mark.parametrize(("tree", "message"), [
+    ((("R", "S"), "T", "X"), "each join takes exactly two inputs, got 3"),
+    (("R",), "each join takes exactly two inputs, got 1"),
+    ((("R", "S"), 3), "a leaf must be a stream name, got 3"),
+    ((("R", "S"), "X"), "must hold each of R, S, T exactly once"),
+])
+def test_xjoin_refuses_bad_trees(tree, message):
+    """Regression: a third input of a join was silently ignored (or a crash)."""
+    sch = {"a": "number", "b": "number", "id": "number"}
+    q = parse_query("SELECT R.id AS r, S.id AS s, T.id AS t FROM R, S, T "
+                    "WHERE R.a = S.a AND S.b = T.b", {"R": sch, "S": sch, "T": sch})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ContinuousQuery(q, "xjoin", tree=tree)
+    assert ContinuousQuery(q, "xjoin", tree=["R", ["S", "T"]]).executor.tree == ("R", ("S", "T"))

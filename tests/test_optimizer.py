@@ -41,6 +41,7 @@ from adaptcq.optimizer import (
     spanning_tree,
     treeopt,
 )
+from conftest import examples
 
 REL = 1e-9
 
@@ -182,7 +183,7 @@ def test_single_stream_costs_only_insert_and_purge():
 
 # ----- DMJoin ------------------------------------------------------------------------------
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(any_graph(max_n=6), st.sampled_from(OBJECTIVES))
 def test_dmjoin_equals_exhaustive_enumeration(g, objective):
     for s in g.streams:
@@ -203,7 +204,7 @@ def test_dmjoin_refuses_too_many_streams():
 
 # ----- TreeOpt -----------------------------------------------------------------------------
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(shaped_graph(shapes=("linear", "star", "acyclic"), max_n=8),
        st.sampled_from(OBJECTIVES))
 def test_treeopt_is_optimal_on_acyclic_graphs(g, objective):
@@ -325,7 +326,7 @@ def test_fgreedy_can_miss_the_optimum_on_a_path():
 
 # ----- no needless cartesian products -------------------------------------------------------
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(any_graph(min_n=2, max_n=8, connected=True), st.sampled_from(OBJECTIVES))
 def test_no_cartesian_product_on_connected_graphs(g, objective):
     for algorithm in ALGORITHMS:
@@ -335,7 +336,7 @@ def test_no_cartesian_product_on_connected_graphs(g, objective):
         assert is_cartesian_free(g, s, gimpact_order(g, s))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(any_graph(min_n=2, max_n=7))
 def test_disconnected_graphs_finish_a_component_before_a_cartesian_product(g):
     for algorithm in ALGORITHMS:
@@ -345,7 +346,7 @@ def test_disconnected_graphs_finish_a_component_before_a_cartesian_product(g):
 
 # ----- Q-Aware (§6) ------------------------------------------------------------------------
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(shaped_graph(max_n=7))
 def test_qaware_dispatches_by_shape(g):
     expected = "fab" if g.shape == "cyclic" else "treeopt"

@@ -23,6 +23,7 @@ from adaptcq.query.expr import (
     to_python,
 )
 from adaptcq.query.logical import ColumnRef, Window
+from conftest import examples
 
 SCHEMAS = {
     "orders": {"id": "number", "cust": "number", "ts": "timestamp", "amount": "number"},
@@ -603,7 +604,7 @@ _ROWS = st.tuples(*[st.one_of(st.none(), st.integers(-2, 2))] * 3)
 _COLUMNS = ("a", "b", "c")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_CONDITIONS, st.lists(_ROWS, min_size=1, max_size=8))
 def test_compiled_predicates_agree_with_reference(text, rows):
     node = where(text)
@@ -615,7 +616,7 @@ def test_compiled_predicates_agree_with_reference(text, rows):
         assert pred(row) is (expected is True), (text, row, expected)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(_VALUES, min_size=1, max_size=3), st.lists(_ROWS, min_size=1, max_size=8))
 def test_compiled_projections_agree_with_reference(texts, rows):
     nodes = [sqlglot.parse_one(f"SELECT {t} FROM R").expressions[0] for t in texts]

@@ -21,6 +21,7 @@ import adaptcq
 from adaptcq.cli import main
 from adaptcq.errors import AdaptcqError, InputError
 from adaptcq.runtime.local import LocalRun
+from conftest import examples
 
 SQL2 = "SELECT R.id AS r, S.id AS s FROM R [RANGE 3 SECONDS], S [RANGE 3 SECONDS] WHERE R.a = S.a"
 SQL_SELF = ("SELECT x.id AS x, y.id AS y, S.id AS s FROM R [RANGE 3 SECONDS] AS x, R [RANGE 2 SECONDS] AS y, "
@@ -50,7 +51,7 @@ def reference_merge(sources: dict[str, list[dict]], aliases: list[str], lateness
     return sorted(merged), late
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data(), self_join=st.booleans(), lateness=st.sampled_from([0, 0, 1, 3]),
        chunk=st.integers(1, 7))
 def test_merge_equals_the_definition(data, self_join, lateness, chunk):

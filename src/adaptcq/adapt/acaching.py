@@ -24,10 +24,11 @@ runs (``set_memory``), and caches shrink (fewer buckets) or are dropped to stay 
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 
-from adaptcq.adapt.caching import Candidate, Estimate, enumerate_candidates, select
+from adaptcq.adapt.caching import METHODS, Candidate, Estimate, enumerate_candidates, select
 from adaptcq.engine.mjoin import cache_key
 from adaptcq.stats.estimators import W_DEFAULT, BloomMissRate, WindowAverage
 from adaptcq.stats.profiler import Profiler
@@ -111,8 +112,9 @@ class ACaching:
                  caches: str = "prefix", m: int = M_DEFAULT, memory: int | None = None,
                  W_d: int = 100, alpha: float = 4.0, method: str = "auto",
                  interval: int = 500, seed: int = 0, reorder=None, trace: bool = False):
-        if caches not in ("prefix", "global"):
-            raise ValueError("caches must be 'prefix' or 'global'")
+        _check_options(W=W, p=p, reopt_interval=reopt_interval, change=change, caches=caches,
+                       m=m, memory=memory, W_d=W_d, alpha=alpha, method=method,
+                       interval=interval)
         self.W, self.W_d, self.alpha = W, W_d, alpha
         self.p = p
         self._p_i: dict[int, float] = {}
@@ -370,6 +372,8 @@ class ACaching:
 
     def set_memory(self, memory: int | None) -> None:
         """Change the cache memory budget (bytes; None = unlimited) while the query runs."""
+        if memory is not None and not (_is_number(memory) and memory >= 0):
+            raise ValueError(f"--cache-memory must be ≥ 0 bytes, got {memory!r}")
         self.memory = memory
 
     def _enforce_memory(self, ex, arrivals, ts) -> None:
@@ -430,6 +434,44 @@ class ACaching:
             "cache_memory_peak_bytes": self.peak_bytes,
             "cache_history": self.history,
         }
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _check_options(*, W, p, reopt_interval, change, caches, m, memory, W_d, alpha, method,
+                   interval) -> None:
+    """Refuse bad A-Caching options up front, naming each as the user writes it (the
+    command-line option where there is one): a zero interval I divided by zero in p_i, a
+    negative I or memory budget was accepted and silently meant "never" or "no caches"."""
+    if not (_is_count(reopt_interval) and reopt_interval > 0):
+        raise ValueError(f"--reopt-interval must be a positive number of tuples, "
+                         f"got {reopt_interval!r}")
+    if memory is not None and not (_is_number(memory) and memory >= 0):
+        raise ValueError(f"--cache-memory must be ≥ 0 bytes, got {memory!r}")
+    if caches not in ("prefix", "global"):
+        raise ValueError(f"--caches must be prefix or global, got {caches!r}")
+    if method not in METHODS:
+        raise ValueError(f"unknown cache selection method {method!r}; choose one of "
+                         f"{', '.join(METHODS)}")
+    for name, value in (("W", W), ("W_d", W_d), ("interval", interval)):
+        if not (_is_count(value) and value >= 1):
+            raise ValueError(f"A-Caching option {name} must be a whole number ≥ 1, got {value!r}")
+    if not (_is_count(m) and m >= 0):
+        raise ValueError(f"A-Caching option m (the §6 quota) must be a whole number ≥ 0, got {m!r}")
+    if not (_is_number(p) and 0 <= p <= 1):
+        raise ValueError(f"A-Caching option p (the profiling probability) must be in [0, 1], "
+                         f"got {p!r}")
+    if not (_is_number(change) and change >= 0):
+        raise ValueError(f"A-Caching option change must be a number ≥ 0, got {change!r}")
+    if not (_is_number(alpha) and alpha > 0):
+        raise ValueError(f"A-Caching option alpha (Bloom-filter bits per key) must be > 0, "
+                         f"got {alpha!r}")
 
 
 def _net(st: CandidateState) -> float:

@@ -7,7 +7,9 @@ the segment and those in it), v a set of tuples of the segment's join. Here:
 - the store is a *direct-mapped* hash table (§3.3): a key hashes to one slot; a new key
   colliding with another simply replaces it (caches promise consistency, not completeness);
 - v maps the identity of a segment tuple (the ``id`` of each of its base rows) to the tuple
-  of base rows, in the canonical order of the segment's streams: references, never copies;
+  of base rows, in the canonical order of the segment's streams: references, never copies.
+  So no two tuples of one SteM may be one Python object while caches exist: MJoin copies
+  an arriving row then (a caller may pass one tuple object for two arrivals);
 - *consistency* (Def. 3.1): v = σ_{K=u}(segment join) for the prefix-invariant kind; the
   *global-consistency invariant* (Def. 6.1) for a globally-consistent X ⋈ Y cache:
   σ_{K=u}(X) ⋉ Y ⊆ v ⊆ σ_{K=u}(X).
@@ -16,10 +18,13 @@ Maintenance. Insertions reach a cache through CacheUpdate operators placed in th
 of the segment's streams (of X ∪ Y for a global cache) after their first |Z| - 1 joins, where
 the prefix invariant (Def. 3.2) guarantees that the tuples passing are exactly the new
 tuples of the join of Z; the cache adds their X part if it holds their key (``add``).
-Deletions of a base row r of a segment stream remove every cached segment tuple that holds
+Deletions: a prefix-invariant cache is maintained by the same CacheUpdate operators run on
+the deletion (in append mode a pipeline truncated after its last CacheUpdate). A
+globally-consistent cache drops every cached segment tuple that holds the deleted base row
 r (``evict_row``): the entry is found from r's own key columns where r has them, otherwise
-through a reverse map from rows to keys. Removing by row identity keeps the invariants
-without running any pipeline for the deletion, in append and retract mode alike.
+through a reverse map from rows to keys. One with the pipeline's own stream R_i in Y also
+drops the entry for key u when the last R_i tuple with key u leaves (``evict_key``), after
+the deletion's own pipeline ran: that pipeline's CacheLookup may create the entry on a miss.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from adaptcq.errors import AdaptcqError
+from adaptcq.errors import OptionError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.stream.windows import CountWindow, ExpiryClock
 
@@ -40,9 +40,6 @@ _HINTS = {
     "cache_options": "cache options belong to the A-Caching policy (adapt.acaching.ACaching)",
 }
 
-
-class OptionError(AdaptcqError, ValueError):
-    """An unknown executor, mode or option (names it and the accepted ones)."""
 
 
 @dataclass

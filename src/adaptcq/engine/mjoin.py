@@ -81,12 +81,16 @@ class MJoin:
                  nested_loop: Sequence[str] = ()):
         # Joins into these streams ("S"), or probing these columns ("S.b"), scan the window
         # instead of probing a hash index (a-caching.txt §7.2, Figure 10).
+        if isinstance(nested_loop, str):
+            nested_loop = [nested_loop]
         self.nested_loop = frozenset(nested_loop)
-        for item in self.nested_loop:
-            stream, _, column = item.partition(".")
-            if stream not in query.aliases or (column and column not in query.columns[stream]):
-                raise ValueError(f"nested-loop join {item!r}: no such stream or join column "
-                                 f"(streams: {', '.join(query.aliases)})")
+        for item in sorted(self.nested_loop):
+            _check_nested_loop(query, item)
+        unknown = sorted(set(orders or ()) - set(query.aliases))
+        if unknown:
+            raise ValueError(f"pipeline order for {', '.join(unknown)}: no stream "
+                             f"{' or '.join(unknown)} in the query (streams: "
+                             f"{', '.join(query.aliases)})")
         self.query = query
         self._aliases = query.aliases
         self.retract = mode == "retract"
@@ -106,10 +110,16 @@ class MJoin:
         # a cache not in use, for its Bloom-filter miss estimate): (pipeline, start) -> fns.
         self.observers: dict[tuple[str, int], list] = {}
         self._member_caches: list[list[JoinCache]] = [[] for _ in query.aliases]
+        # While caches exist, every SteM row is a distinct object (see ``_rebuild``).
+        self._distinct = False
         for a in query.aliases:
             self.orders[a] = check_order(query, a, (orders or {}).get(a)
                                          or connected_order(query, a))
         self._rebuild()
+
+    def set_emit(self, emit) -> None:
+        """Where result tuples go (``out.append`` by default; a driver may bound them)."""
+        self._emit = emit
 
     # ----- plan ------------------------------------------------------------------------
     def set_order(self, stream: str, order: Sequence[str]) -> None:
@@ -141,6 +151,15 @@ class MJoin:
                                for a in self.query.aliases]
         self._guarded = [[c for c in self.caches.values() if c.guard and c.guard[0] == a]
                          for a in self.query.aliases]
+        # Caches identify a segment tuple by the ids of its base rows, so two tuples of one
+        # SteM must never be one object (a caller may pass the same tuple object for two
+        # arrivals: a cache then kept one of their results). While caches exist, insertion
+        # pipelines copy the arriving row; when the first cache appears, the rows inserted
+        # before without a copy are made distinct.
+        if self.caches and not self._distinct:
+            for stem in self.stems:
+                stem.make_rows_distinct()
+        self._distinct = bool(self.caches)
         for i, a in enumerate(self.query.aliases):
             self._pipelines[i] = self._compile(a, self.orders[a], "insert")
             self._del_pipelines[i] = self._compile(
@@ -166,6 +185,7 @@ class MJoin:
         so only the joins up to the last CacheUpdate run; None when there is none)."""
         q = self.query
         ups = self._updates_in(start, prefix_only=kind != "insert")
+        copy = kind == "insert" and bool(self.caches)
         if kind == "maintain":
             if not ups:
                 return None
@@ -178,6 +198,8 @@ class MJoin:
         ns: dict = {}
         lines = ["def pipeline(v0, sign, ts, emit):"]
         ind = "    "
+        if copy:  # a distinct row object (see ``_rebuild``); returned for the SteM insert
+            lines.append(f"{ind}v0 = (*v0,)")
         prefix = [start]
         segments = {} if kind == "maintain" else {j: (k, c) for j, k, c in self.placements[start]}
 
@@ -270,6 +292,8 @@ class MJoin:
             lines.append(f"{ind}pass")
         else:
             lines.append(f"{ind}emit(({projection_source(q, resolve)} sign, ts))")
+        if kind == "insert":
+            lines.append("    return v0")
         return compile_function("pipeline", lines, ns)
 
     def _index_for(self, stem: SteM, positions: tuple[int, ...]):
@@ -390,21 +414,25 @@ class MJoin:
 
     # ----- updates ---------------------------------------------------------------------
     def insert(self, i: int, rid: int, row: tuple, ts) -> None:
-        self._pipelines[i](row, 1, ts, self._emit)
-        self.stems[i].insert(rid, row)
+        # The pipeline returns the row object to store (a copy while caches exist).
+        self.stems[i].insert(rid, self._pipelines[i](row, 1, ts, self._emit))
 
     def delete(self, i: int, rid: int, ts) -> None:
         row = self.stems[i].delete(rid)
         for c in self._member_caches[i]:
             c.evict_row(self._aliases[i], row)
-        for c in self._guarded[i]:  # §6 with R_i in Y: no R_i tuple left for the key
+        pipeline = self._del_pipelines[i]
+        if pipeline is not None:
+            pipeline(row, -1, ts, self._emit)
+        # §6 with R_i in Y: no R_i tuple left for the key. After the deletion pipeline,
+        # whose CacheLookup may (re)create the entry for the deleted row's key on a miss:
+        # evicting first let a retraction leave an entry that no R_i tuple guards, and
+        # X tuples arriving while no R_i tuple has the key never reach it (a lost result).
+        for c in self._guarded[i]:
             _, positions, keyfn = c.guard
             u = keyfn(row)
             if u is not None and not self.stems[i].index(positions).get(u):
                 c.evict_key(u)
-        pipeline = self._del_pipelines[i]
-        if pipeline is not None:
-            pipeline(row, -1, ts, self._emit)
 
     # ----- profiling (the mechanism; statistics and policies live in stats/ and adapt/) --
     def profile_insert(self, i: int, rid: int, row: tuple, ts, fanouts: bool = True) -> Observation:
@@ -412,6 +440,8 @@ class MJoin:
 
         Gives the same output as ``insert``; slower, so drivers use it for a sample of
         tuples only (a-caching.txt App. A: profile with probability p_i, no caches used)."""
+        if self._distinct:  # see ``_rebuild``
+            row = (*row,)
         obs = self._profiled(i, row, 1, ts, fanouts)
         self.stems[i].insert(rid, row)
         return obs
@@ -534,7 +564,7 @@ class MJoin:
         """Restore stream i's window contents (rid -> row) without producing output."""
         stem = self.stems[i]
         for rid, row in rows.items():
-            stem.insert(rid, row)
+            stem.insert(rid, (*row,) if self._distinct else row)
 
     # ----- introspection ---------------------------------------------------------------
     def state_tuples(self) -> int:
@@ -548,6 +578,28 @@ class MJoin:
             return "\n".join([*(f"ΔR {s}: " + " ⋈ ".join(o) for s, o in self.orders.items()),
                               f"nested-loop joins into {', '.join(sorted(self.nested_loop))}"])
         return "\n".join(f"ΔR {s}: " + " ⋈ ".join(o) for s, o in self.orders.items())
+
+
+def join_columns(query: LogicalQuery, stream: str) -> list[str]:
+    """Columns of ``stream`` that a join predicate probes: those equated to a column of
+    another stream (in the stream's column order)."""
+    probed = {c.column for cls in query.classes if any(x.stream != stream for x in cls)
+              for c in cls if c.stream == stream}
+    return [c for c in query.columns[stream] if c in probed]
+
+
+def _check_nested_loop(query: LogicalQuery, item) -> None:
+    """``STREAM`` or ``STREAM.COLUMN`` with COLUMN a join column of STREAM."""
+    stream, dot, column = str(item).partition(".")
+    if stream not in query.aliases:
+        raise ValueError(f"nested-loop join {item!r}: no stream {stream} in the query "
+                         f"(streams: {', '.join(query.aliases)})")
+    if not dot:
+        return
+    cols = join_columns(query, stream)
+    if column not in cols:
+        raise ValueError(f"nested-loop join {item!r}: {stream}.{column} is not a join column; "
+                         f"{stream}'s join columns are: {', '.join(cols) or 'none'}")
 
 
 def prefix_invariant(orders: dict[str, list[str]], z: Sequence[str]) -> bool:

@@ -51,6 +51,19 @@ def parse_tree(text: str) -> Tree:
     return tree
 
 
+def check_tree(tree) -> Tree:
+    """A tree given in Python: a stream alias, or a pair (list or tuple) of trees; returned
+    with tuples for pairs. Anything else (a join of one or of three inputs) is refused."""
+    if isinstance(tree, str):
+        return tree
+    pair = isinstance(tree, (tuple, list))
+    if pair and len(tree) == 2:
+        return (check_tree(tree[0]), check_tree(tree[1]))
+    what = f"each join takes exactly two inputs, got {len(tree)}:" if pair else \
+        "a leaf must be a stream name, got"
+    raise ValueError(f"XJoin tree: {what} {tree!r}")
+
+
 def left_deep(order: Sequence[str]) -> Tree:
     tree: Tree = order[0]
     for s in order[1:]:
@@ -100,7 +113,8 @@ class XJoin:
         self.query = query
         self.retract = mode == "retract"
         self.out = [] if out is None else out
-        self.tree = tree if tree is not None else left_deep(
+        self._emit = self.out.append
+        self.tree = check_tree(tree) if tree is not None else left_deep(
             [query.aliases[0], *connected_order(query, query.aliases[0])])
         leaves = tree_leaves(self.tree)
         if sorted(leaves) != sorted(query.aliases):
@@ -167,6 +181,12 @@ class XJoin:
             "    for c in delta:",
             f"        emit(({projection_source(q, resolve)} sign, ts))"], {})
 
+    def set_emit(self, emit) -> None:
+        """Where result tuples go (``out.append`` by default). An XJoin materializes each
+        update's results at its root before emitting them, so a bound applies between
+        result tuples of the projection, not to that list."""
+        self._emit = emit
+
     # ----- updates ---------------------------------------------------------------------
     def insert(self, i: int, rid: int, row: tuple, ts) -> None:
         self._propagate(self.query.aliases[i], rid, row, 1, ts)
@@ -203,7 +223,7 @@ class XJoin:
             if node.store is not None:
                 (_store_insert if sign > 0 else _store_delete)(node, delta)
         if emit and node.parent is None and delta and (sign > 0 or self.retract):
-            self._project([c for _, c in delta], sign, ts, self.out.append)
+            self._project([c for _, c in delta], sign, ts, self._emit)
 
     # ----- checkpoints -----------------------------------------------------------------
     def plan_state(self) -> dict:

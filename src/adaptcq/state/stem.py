@@ -101,6 +101,21 @@ class SteM:
         exec(code, ns)  # noqa: S102 - generated from column positions only
         self.insert, self.delete = ns["insert"], ns["delete"]
 
+    def make_rows_distinct(self) -> None:
+        """Replace every row object held under a second row id by a copy (in ``rows`` and
+        every index): caches identify rows by object identity (engine.cache)."""
+        seen: set[int] = set()
+        for rid, row in list(self.rows.items()):
+            if id(row) not in seen:
+                seen.add(id(row))
+                continue
+            new = (*row,)
+            self.rows[rid] = new
+            for positions, idx in self._indexes.items():
+                k = key_function(positions)(row)
+                if k is not None:
+                    idx[k][rid] = new
+
     # ----- probes ----------------------------------------------------------------------
     def probe(self, positions: tuple[int, ...], key) -> Iterable[tuple]:
         """Rows whose columns at ``positions`` equal ``key`` (none for a NULL key)."""
