@@ -406,6 +406,8 @@ def summary_table(result):
         t.add_row("input rows read", ", ".join(f"{n}: {k:,}" for n, k in s["rows_read"].items()))
     if s.get("stopped"):
         t.add_row("stopped", s["stopped"])
+        t.add_row("input rows processed",
+                  ", ".join(f"{n}: {k:,}" for n, k in s["rows_processed"].items()))
     for key, value in s.items():  # what the adaptive policies report
         if key in _CORE or key == "cache_history":
             continue
@@ -427,7 +429,7 @@ def summary_table(result):
 
 _CORE = {"executor", "mode", "arrivals", "updates", "insertions", "deletions", "filtered",
          "results", "rejected", "cpu_seconds", "load_cpu_seconds", "throughput",
-         "peak_state_tuples", "peak_state_bytes", "peak_rss_bytes", "rows_read", "stopped",
+         "peak_state_tuples", "peak_state_bytes", "peak_rss_bytes", "rows_read", "rows_processed", "stopped",
          "last_event_time"}
 
 
