@@ -8,6 +8,11 @@ and building the output table. Reported: input updates (ΔR insertions and delet
 CPU-second, median of ``--runs`` runs, and the engine-only figure beside it.
 
     python -m adaptcq.bench.mjoin_xjoin [--arrivals 600000] [--runs 5] [--out results/mjoin_xjoin]
+
+``--baseline SRC`` also runs every executor from another checkout's ``src`` folder (e.g. made
+with ``git worktree add /tmp/before HEAD~3``), interleaved with this one on the same input,
+and reports this tree's throughput as a ratio of the baseline's: the check that a change
+costs no speed.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="retract", choices=["append", "retract"])
     p.add_argument("--executors", default="mjoin,xjoin")
     p.add_argument("--out", default="results/mjoin_xjoin")
+    p.add_argument("--baseline", metavar="SRC",
+                   help="also run the executors from this src folder of another checkout")
     p.add_argument("--single", help=argparse.SUPPRESS)
     p.add_argument("--input", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -72,11 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"workload: {wl.sql}\n  {args.arrivals:,} arrivals, r = {args.r}; inputs in {data}")
     rows = []
     executors = args.executors.split(",")
+    trees = [("", None)] + ([("baseline:", args.baseline)] if args.baseline else [])
+    runs = [(ex, tag, src) for ex in executors for tag, src in trees]
     for run_no in range(args.runs):
-        for ex in executors:  # interleaved, so drift hits both alike
+        # interleaved (and alternated), so drift hits every variant alike
+        for ex, tag, src in (runs if run_no % 2 == 0 else runs[::-1]):
             cmd = [sys.executable, "-m", "adaptcq.bench.mjoin_xjoin", "--single", ex,
                    "--input", str(data), "--mode", args.mode]
             env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+            if src:
+                env["PYTHONPATH"] = str(Path(src).resolve())
             res = subprocess.run(["taskset", "-c", "0", *cmd] if _has_taskset() else cmd,
                                  capture_output=True, text=True, env=env, check=False)
             if res.returncode != 0:
@@ -84,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             row = json.loads(res.stdout.strip().splitlines()[-1])
             row["run"] = run_no
+            row["executor"] = tag + ex
             rows.append(row)
-            print(f"  run {run_no + 1}/{args.runs} {ex:6s} "
+            print(f"  run {run_no + 1}/{args.runs} {tag + ex:15s} "
                   f"{row['updates_per_cpu_s']:>10,.0f} updates/CPU-s whole process "
                   f"({row['engine_updates_per_cpu_s']:,.0f} engine only)")
     with open(out / "runs.csv", "w", newline="") as f:
@@ -93,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         w.writeheader()
         w.writerows(rows)
     summary = {}
+    executors = [tag + ex for ex in executors for tag, _ in trees]
     for ex in executors:
         mine = [r for r in rows if r["executor"] == ex]
         summary[ex] = {k: statistics.median(r[k] for r in mine) for k in
@@ -115,6 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {ex:6s} {s['updates_per_cpu_s']:>10,.0f} input updates per CPU-second "
               f"(engine only {s['engine_updates_per_cpu_s']:,.0f}); {s['updates']:,} updates, "
               f"{s['results']:,} results, peak state {s['peak_state_tuples']:,} tuples")
+    for ex in executors:
+        base = summary.get("baseline:" + ex)
+        if base:
+            print(f"  {ex} against the baseline ({args.baseline}): "
+                  f"{summary[ex]['updates_per_cpu_s'] / base['updates_per_cpu_s']:.3f}x whole "
+                  f"process, {summary[ex]['engine_updates_per_cpu_s'] / base['engine_updates_per_cpu_s']:.3f}x "
+                  "engine only")
     if "mjoin" in summary and "xjoin" in summary:
         ratio = summary["mjoin"]["updates_per_cpu_s"] / summary["xjoin"]["updates_per_cpu_s"]
         print(f"  MJoin / XJoin throughput ratio: {ratio:.2f}")
