@@ -67,3 +67,17 @@ def spark(tmp_path_factory):
         pytest.skip(f"Spark tests need Java: {e}")
     yield session
     session.stop()
+
+
+def run_to_end(spark, frame, name: str, end_folder):
+    """Run a streaming result frame into a memory sink until its input is exhausted, then
+    signal the end of input (``end_folder``) and let it finish; its rows as Arrow."""
+    from adaptcq.runtime.spark import signal_end
+    q = frame.writeStream.format("memory").queryName(name).start()
+    try:
+        q.processAllAvailable()
+        signal_end(end_folder)
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    return spark.table(name).toArrow()

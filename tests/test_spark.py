@@ -22,6 +22,7 @@ import adaptcq
 from adaptcq.errors import JavaMissingError
 from adaptcq.query.cql import parse_query
 from adaptcq.runtime.spark import SplitWarning, plan_split, run_files
+from conftest import run_to_end
 
 PARTITIONED = ("SELECT R.id AS rid, S.id AS sid, T.id AS tid, R.a AS a "
                "FROM R [RANGE 1 SECONDS], S [RANGE 1.5 SECONDS], T [RANGE 1 SECONDS] "
@@ -238,7 +239,7 @@ def test_continuous_query_over_a_source_without_files(spark, tmp_path):
     """A source with neither files nor an order column (here the ``adaptcq`` format): rows
     are ordered by their position in their Spark partition (streaming DataFrames refuse
     ``monotonically_increasing_id``), and the results equal the local runtime's."""
-    from adaptcq.runtime.spark import continuous_query, signal_end
+    from adaptcq.runtime.spark import continuous_query
     from adaptcq.stream.datasource import register
     from adaptcq.stream.workloads import three_way
     register(spark)
@@ -252,14 +253,7 @@ def test_continuous_query_over_a_source_without_files(spark, tmp_path):
         warnings.simplefilter("ignore", SplitWarning)
         res = continuous_query(spark, wl.sql, streams, timestamp=wl.timestamp, mode="retract",
                                end_of_input=str(ctl))
-    q = res.writeStream.format("memory").queryName("adaptcq_src_cq").start()
-    try:
-        q.processAllAvailable()
-        signal_end(ctl)
-        q.processAllAvailable()
-    finally:
-        q.stop()
-    got = spark.table("adaptcq_src_cq").toArrow()
+    got = run_to_end(spark, res, "adaptcq_src_cq", ctl)
     local = adaptcq.run(wl.sql, wl.tables, timestamp=wl.timestamp, mode="retract")
     assert local.table.num_rows > 100
     assert _rows(got) == _rows(local.table)
