@@ -197,8 +197,8 @@ def test_acaching_with_agreedy_and_budget_changes_never_changes_results(data, mo
     ({"reopt_interval": 0}, "--reopt-interval must be a positive number of tuples, got 0"),
     ({"reopt_interval": -5}, "--reopt-interval must be a positive number of tuples, got -5"),
     ({"reopt_interval": 2.5}, "--reopt-interval must be a positive number of tuples, got 2.5"),
-    ({"memory": -1}, "--cache-memory must be ≥ 0 bytes, got -1"),
-    ({"memory": float("nan")}, "--cache-memory must be ≥ 0 bytes, got nan"),
+    ({"memory": -1}, "--cache-memory must be >= 0 bytes, got -1"),
+    ({"memory": float("nan")}, "--cache-memory must be >= 0 bytes, got nan"),
     ({"caches": "all"}, "--caches must be prefix or global, got 'all'"),
     ({"method": "best"}, "unknown cache selection method 'best'"),
     ({"W": 0}, "option W must be a whole number ≥ 1, got 0"),
@@ -219,7 +219,7 @@ def test_acaching_memory_budget_checks():
     pol = ACaching(memory=0, reopt_interval=1)   # the bounds themselves are valid
     pol.set_memory(10_000)
     pol.set_memory(None)
-    with pytest.raises(ValueError, match="--cache-memory must be ≥ 0 bytes, got -3"):
+    with pytest.raises(ValueError, match="--cache-memory must be >= 0 bytes, got -3"):
         pol.set_memory(-3)
     assert pol.memory is None
 

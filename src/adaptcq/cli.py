@@ -194,12 +194,7 @@ def _run_options(args) -> dict:
         if not mjoin:
             raise AdaptcqError("--nested-loop is for --executor mjoin or acaching")
         options["nested_loop"] = args.nested_loop
-    if args.executor == "acaching":
-        if args.cache_memory is not None and args.cache_memory < 0:
-            raise AdaptcqError(f"--cache-memory must be >= 0 bytes, got {args.cache_memory}")
-        if args.reopt_interval is not None and args.reopt_interval < 1:
-            raise AdaptcqError("--reopt-interval must be a positive number of tuples, got "
-                               f"{args.reopt_interval}")
+    if args.executor == "acaching":  # ACaching checks the values (adapt/acaching.py)
         options["cache_options"] = {
             "caches": args.caches or "prefix", "memory": args.cache_memory,
             "reopt_interval": 10_000 if args.reopt_interval is None else args.reopt_interval}

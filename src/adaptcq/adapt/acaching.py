@@ -373,7 +373,7 @@ class ACaching:
     def set_memory(self, memory: int | None) -> None:
         """Change the cache memory budget (bytes; None = unlimited) while the query runs."""
         if memory is not None and not (_is_number(memory) and memory >= 0):
-            raise ValueError(f"--cache-memory must be ≥ 0 bytes, got {memory!r}")
+            raise ValueError(f"--cache-memory must be >= 0 bytes, got {memory!r}")
         self.memory = memory
 
     def _enforce_memory(self, ex, arrivals, ts) -> None:
@@ -453,7 +453,7 @@ def _check_options(*, W, p, reopt_interval, change, caches, m, memory, W_d, alph
         raise ValueError(f"--reopt-interval must be a positive number of tuples, "
                          f"got {reopt_interval!r}")
     if memory is not None and not (_is_number(memory) and memory >= 0):
-        raise ValueError(f"--cache-memory must be ≥ 0 bytes, got {memory!r}")
+        raise ValueError(f"--cache-memory must be >= 0 bytes, got {memory!r}")
     if caches not in ("prefix", "global"):
         raise ValueError(f"--caches must be prefix or global, got {caches!r}")
     if method not in METHODS:

@@ -144,7 +144,6 @@ class LocalRun:
         self.sink = None  # a Sink: batches are written to it instead of being yielded
         self._stop = False
         self._started = False
-        self._finished = False
         self._bounded = False
         self._results = 0
         self._buf: list = []
@@ -249,10 +248,8 @@ class LocalRun:
                     if cq.rejected_rows:
                         self._engine_rejected()
                     yield from self._take_ready()
-                if self._buf:  # results of this chunk leave now: a live consumer waits for them
-                    self._emit_batch(self._buf)
-                    self._buf = []
-                    yield from self._take_ready()
+                # Results of this chunk leave now: a live consumer waits for them.
+                yield from self._flush()
                 if self.progress:
                     self.progress(sum(merger.positions().values()), self.total_rows)
                 if cq.stats.arrivals >= next_rss:
@@ -265,15 +262,11 @@ class LocalRun:
                     break
         except _ResultBound:
             self._unprocessed(*self._at)
-        if self._buf:
-            self._emit_batch(self._buf)
-            self._buf = []
-        yield from self._take_ready()
+        yield from self._flush()
         self._flush_rejected()
         self._engine_rejected()
         cq.sample(cq.now)
         self.rss_samples.append((cq.stats.arrivals, current_rss()))
-        self._finished = True
 
     def _unprocessed(self, arr: Arrivals, lo: int) -> None:
         """At a stop: per source, the rows read but not processed (buffered in the merger,
@@ -315,6 +308,13 @@ class LocalRun:
             self.sink.write(batch)  # straight out: nothing waits in memory
         else:
             self._ready.append(batch)
+
+    def _flush(self) -> Iterator[pa.RecordBatch]:
+        """Every buffered result out, now."""
+        if self._buf:
+            self._emit_batch(self._buf)
+            self._buf = []
+        yield from self._take_ready()
 
     def _take_ready(self) -> Iterator[pa.RecordBatch]:
         while self._ready:

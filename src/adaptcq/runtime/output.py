@@ -44,13 +44,17 @@ def format_of(path: str | None, fmt: str | None) -> str:
     return "parquet"
 
 
+def overlaps(a: str | Path, b: str | Path) -> bool:
+    """The two paths are one place, or one holds the other (after resolving links)."""
+    pa_, pb = Path(a).expanduser().resolve(), Path(b).expanduser().resolve()
+    return pa_ == pb or pa_ in pb.parents or pb in pa_.parents
+
+
 def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output") -> Path:
     """Refuse an output path that would destroy an input or cannot be written."""
     out = Path(path).expanduser()
-    resolved = out.resolve()
     for p in inputs:
-        q = Path(p).expanduser().resolve()
-        if resolved == q or q in resolved.parents or resolved in q.parents:
+        if overlaps(out, p):
             raise AdaptcqError(f"{what} {path!r} is the input {str(p)!r} (or holds it, or is "
                                "inside it); writing there would destroy the input")
     if out.is_dir():

@@ -67,6 +67,7 @@ from pyspark.sql.streaming import StatefulProcessor
 from adaptcq import errors as _errors
 from adaptcq.errors import AdaptcqError, InputError, QueryError
 from adaptcq.query.logical import LogicalQuery
+from adaptcq.runtime.output import overlaps
 from adaptcq.stream import eventtime as et
 from adaptcq.stream.eventtime import lateness_ns
 
@@ -1386,11 +1387,6 @@ def _result_schema(spark, raw, names, ts_type):
                       for n in names] + [pa.field("_sign", pa.int8()), pa.field("_ts", ts_type)])
 
 
-def _overlaps(a: str, b: str) -> bool:
-    pa_, pb = Path(a), Path(b)
-    return pa_ == pb or pa_ in pb.parents or pb in pa_.parents
-
-
 def _check_places(inputs: dict, output: str | None, rejected: str | None,
                   checkpoint: str) -> None:
     """Refuse an output that is, holds or is inside an input (it would be read back, or
@@ -1401,10 +1397,10 @@ def _check_places(inputs: dict, output: str | None, rejected: str | None,
             continue
         real = os.path.realpath(path)
         for inp in inputs.values():
-            hit = any(_overlaps(real, os.path.realpath(f)) for f in inp.files)
+            hit = any(overlaps(real, os.path.realpath(f)) for f in inp.files)
             if inp.pattern is None:
                 root = os.path.realpath(os.path.expanduser(inp.given))
-                hit = hit or _overlaps(real, root)
+                hit = hit or overlaps(real, root)
             else:
                 hit = hit or any(fnmatch.fnmatchcase(str(p), inp.pattern)
                                  for p in (Path(real), *Path(real).parents))
@@ -1413,7 +1409,7 @@ def _check_places(inputs: dict, output: str | None, rejected: str | None,
                     f"{label} {path} is the input {inp.given} of stream {inp.name} (or holds "
                     "it, or is inside it): the results would be read back as input, or "
                     "destroy it; write them somewhere else")
-        if _overlaps(real, ck):
+        if overlaps(real, ck):
             raise AdaptcqError(f"{label} {path} and --checkpoint {checkpoint} are the same "
                                "folder (or one holds the other); give them separate folders")
     if output and rejected and os.path.realpath(output) == os.path.realpath(rejected):

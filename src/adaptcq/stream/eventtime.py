@@ -170,8 +170,7 @@ def from_nanoseconds(ns: np.ndarray, out_type: pa.DataType, unit: str | None) ->
     """Engine times (int64 ns) as ``_ts`` values of ``out_type`` (exact for integer types)."""
     ns = np.asarray(ns, dtype=np.int64)
     if pa.types.is_timestamp(out_type):
-        return pa.array(ns // UNITS[out_type.unit], pa.int64()).view(out_type) \
-            if UNITS[out_type.unit] != 1 else pa.array(ns, pa.int64()).view(out_type)
+        return pa.array(ns // UNITS[out_type.unit], pa.int64()).view(out_type)
     factor = UNITS[check_unit(unit)]
     if pa.types.is_integer(out_type):
         return pa.array(ns // factor, pa.int64())

@@ -31,7 +31,7 @@ import pyarrow as pa
 from adaptcq.errors import InputError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.stream.eventtime import to_nanoseconds
-from adaptcq.stream.sources import Source
+from adaptcq.stream.sources import Source, naive_schema
 
 SECOND = 1_000_000_000
 
@@ -69,7 +69,7 @@ class _Feed:
         self.next_row = 0
         self.columns = sorted({c for _, cols in aliases for c in cols})
         empty = pa.table({c: pa.array([], src.schema.field(c).type) for c in self.columns})
-        self.table = empty.cast(_naive(empty.schema))
+        self.table = empty.cast(naive_schema(empty.schema))
         self.ts = np.empty(0, np.int64)
         self.pos = np.empty(0, np.int64)
         self.signs = np.empty(0, np.int64) if sign else None
@@ -172,11 +172,6 @@ class _Feed:
                 rows = [()] * k
             out.append((i, ts, pos, signs, rows))
         return out
-
-
-def _naive(schema: pa.Schema) -> pa.Schema:
-    from adaptcq.stream.sources import _naive as naive
-    return naive(schema)
 
 
 class ArrivalMerger:

@@ -350,14 +350,8 @@ def schema_kinds(schema: pa.Schema | pa.Table) -> dict[str, str]:
     return {f.name: column_kind(f.type) for f in schema}
 
 
-def load_source(name: str, source, timestamp: str, unit: str | None = None) -> pa.Table:
-    """One stream's whole input as a Table (for batch jobs and tests, not for runs)."""
-    src = open_source(name, source, timestamp, unit)
-    batches = list(src.chunks())
-    return pa.Table.from_batches(batches, schema=_naive(src.schema))
-
-
-def _naive(schema: pa.Schema) -> pa.Schema:
+def naive_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema of ``normalize``d batches (timezones dropped, dictionaries decoded)."""
     return pa.schema([pa.field(f.name, pa.timestamp(f.type.unit))
                       if pa.types.is_timestamp(f.type) and f.type.tz
                       else pa.field(f.name, value_type(f.type)) for f in schema])
