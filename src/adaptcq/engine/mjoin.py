@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from time import perf_counter
 
 from adaptcq.engine.cache import EMPTY, JoinCache
+from adaptcq.engine.interp import Observation
 from adaptcq.engine.compile import (
     compile_function,
     composite_key,
@@ -45,25 +46,6 @@ def check_order(query: LogicalQuery, start: str, order: Sequence[str]) -> list[s
             f"pipeline order for {start} must list each of {', '.join(others)} once, "
             f"got {', '.join(order) or 'nothing'}")
     return list(order)
-
-
-@dataclass
-class Observation:
-    """One profiled tuple's trip through its pipeline (a-caching.txt Appendix A).
-
-    ``delta[j]`` is the number of tuples operator j (0-based) processed for it, ``tau[j]``
-    the seconds spent there, and ``fanout[j]`` maps every stream not yet joined before
-    operator j (the one joined there included) to the number of its tuples that match the
-    ``delta[j]`` tuples reaching operator j: the conditional selectivities that A-Greedy's
-    greedy invariant is checked against ([5]; join-ordering.txt §3.2).
-    """
-
-    stream: str
-    order: tuple[str, ...]
-    delta: list[int]
-    tau: list[float]
-    fanout: list[dict[str, int]]
-    results: int
 
 
 class MJoin:
@@ -452,7 +434,7 @@ class MJoin:
         order = self.orders[start]
         steps, project, ups, watchers = self._profile_plan(start)
         level = [(row,)]
-        delta, tau, fan = [], [], []
+        delta, tau, fan, work = [], [], [], []
         remaining = list(order)
         if sign > 0:
             _apply_updates(ups.get(0, ()), level)
@@ -476,13 +458,14 @@ class MJoin:
                         nxt.extend([comp + (v,) for v in b.values()])
             tau.append(perf_counter() - t0)
             delta.append(len(level))
+            work.append(len(level) + len(nxt))
             remaining.pop(0)
             level = nxt
             if sign > 0:
                 _apply_updates(ups.get(k + 1, ()), level)
         for comp in level:
             project(comp, sign, ts, self._emit)
-        return Observation(start, tuple(order), delta, tau, fan, len(level))
+        return Observation(start, tuple(order), delta, tau, fan, len(level), work)
 
     def _profile_plan(self, start: str):
         """Per operator: (SteM, index or None for a cartesian step, key of a composite),
