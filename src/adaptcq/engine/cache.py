@@ -74,7 +74,7 @@ class JoinCache:
 
     # ----- CacheLookup ---------------------------------------------------------------------
     # (Compiled pipelines inline the hit path of lookup and the whole of add; these
-    # methods are the reference versions, used by the profiled path and the tests.)
+    # methods are the reference versions, used by the interpreter and the tests.)
     def lookup(self, u):
         """probe(u): the entry's tuples on a hit, None on a miss; a key with a NULL joins
         nothing, so it is an empty hit."""
@@ -104,6 +104,13 @@ class JoinCache:
             e[1][ids] = comp  # assigning again is a no-op: idempotent for global caches
             if self.rev_positions:
                 self._remember(u, (comp,))
+
+    def remove(self, u, ids: tuple) -> None:
+        """delete(u, r) of a prefix-invariant cache: drop segment tuple r from entry u
+        (a deletion's CacheUpdate; compiled pipelines inline it)."""
+        e = self.table[hash(u) % self.buckets] if u is not None else None
+        if e is not None and e[0] == u:
+            e[1].pop(ids, None)
 
     def evict_row(self, stream: str, row: tuple) -> None:
         """delete: drop every cached segment tuple that holds base row ``row``."""

@@ -6,46 +6,34 @@ with all predicates between the joined relation and the prefix; the result tuple
 insertions (or deletions) to the n-way join. Then R_i's SteM is updated. No join
 subresult is kept, so a pipeline can be re-ordered between any two updates without any
 effect on results.
+
+This module is plan state and mechanism only: the pipelines are plans (``engine.plan``),
+compiled for speed (``engine.codegen``) or interpreted with work counts for profiling
+(``engine.interp``); the rules they obey are in ``engine.rules``; which order or cache to
+use is decided in ``adapt/``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from time import perf_counter
 
-from adaptcq.engine.cache import EMPTY, JoinCache
-from adaptcq.engine.interp import Observation
-from adaptcq.engine.compile import (
-    compile_function,
+from adaptcq.engine import plan as plans
+from adaptcq.engine.cache import JoinCache
+from adaptcq.engine.codegen import Compiled, compile_plan, compile_source, projection_source
+from adaptcq.engine.interp import Observation, interpret
+from adaptcq.engine.plan import CacheSpec, PipelinePlan, Probe
+from adaptcq.engine.rules import (
+    cache_key,
+    check_order,
     composite_key,
-    key_source,
+    connected_order,
+    key_function,
+    prefix_invariant,
     probe_plan,
-    projection_source,
+    row_key_positions,
 )
-from adaptcq.query.logical import ColumnRef, LogicalQuery
+from adaptcq.query.logical import LogicalQuery
 from adaptcq.state.stem import ScanIndex, SteM
-
-
-def connected_order(query: LogicalQuery, start: str) -> list[str]:
-    """A pipeline order that never takes a cartesian product while a stream connected to
-    the prefix remains: repeatedly the first stream in FROM order adjacent to the prefix."""
-    g = query.join_graph
-    prefix, rest = [start], [a for a in query.aliases if a != start]
-    while rest:
-        nxt = next((a for a in rest if any(g.has_edge(a, p) for p in prefix)), rest[0])
-        prefix.append(nxt)
-        rest.remove(nxt)
-    return prefix[1:]
-
-
-def check_order(query: LogicalQuery, start: str, order: Sequence[str]) -> list[str]:
-    others = sorted(a for a in query.aliases if a != start)
-    if sorted(order) != others:
-        raise ValueError(
-            f"pipeline order for {start} must list each of {', '.join(others)} once, "
-            f"got {', '.join(order) or 'nothing'}")
-    return list(order)
 
 
 class MJoin:
@@ -54,6 +42,99 @@ class MJoin:
     ``out`` receives output tuples ``(*select values, sign, ts)``. In append mode deletions
     only update the SteM (expiries emit nothing); in retract mode they run the pipeline
     and emit result deletions.
+
+    A worked update (after Flink's ``StreamingMultiJoinOperator`` documentation). The query
+    R(a, id) ⋈_a S(a, b, id) ⋈_b T(b, id); rows are tuples in ``query.columns`` order, and
+    insert(i, rid, row, ts) takes the stream's index, the arrival sequence number, the row
+    and its event time.
+
+        >>> from adaptcq.query.cql import parse_query
+        >>> from adaptcq.engine.plan import describe
+        >>> q = parse_query("SELECT R.id AS r, S.id AS s, T.id AS t FROM R, S, T "
+        ...                 "WHERE R.a = S.a AND S.b = T.b",
+        ...                 {x: {"a": "number", "b": "number", "id": "number"} for x in "RST"})
+        >>> q.columns
+        {'R': ('a', 'id'), 'S': ('a', 'b', 'id'), 'T': ('b', 'id')}
+
+    State before: S holds (a=1, b=7, id=10), T holds (b=7, id=20), R is empty. ΔR's pipeline
+    is S then T, with a cache of S⋈T keyed on S.a (a-caching.txt §3.2: the prefix invariant
+    holds because ΔS's pipeline starts with T and ΔT's with S).
+
+        >>> ex = MJoin(q, orders={"R": ["S", "T"], "S": ["T", "R"], "T": ["S", "R"]})
+        >>> ex.insert(1, 1, (1, 7, 10), 0)
+        >>> ex.insert(2, 2, (7, 20), 0)
+        >>> cache = ex.place_cache("R", 1, 2, buckets=7)
+
+    The plan (engine.plan): the cached segment's probes run only on a miss. ΔS's pipeline
+    carries the CacheUpdate that keeps the cache consistent when S or T rows arrive.
+
+        >>> print(describe(ex.plan("R")))
+        <pipeline ΔR: S⋈T>
+          CacheLookup C0 on v0[0] -> v1, v2 (on a miss:)
+            Probe S -> v1 (hash on v0[0])
+            Probe T -> v2 (hash on v1[1])
+          Emit
+        >>> print(describe(ex.plan("S")))
+        <pipeline ΔS: T⋈R>
+          Probe T -> v1 (hash on v0[1])
+          CacheUpdate C0 insert S⋈T on v0[0]
+          Probe R -> v2 (hash on v0[0])
+          Emit
+
+    The generated code (engine.codegen; ``adaptcq explain --code`` prints it). ``I1`` and
+    ``I2`` are the hash indexes on S.a and T.b, ``C0T`` the cache's slots, ``C0N`` its hit
+    and miss counters.
+
+        >>> print(ex.pipeline_sources()["<pipeline ΔR: S⋈T>"])
+        def pipeline(v0, sign, ts, emit):
+            v0 = (*v0,)
+            # CacheLookup C0 over S⋈T: probe(u); on a miss run the segment and create(u, v)
+            u = v0[0]
+            if u is None:
+                seg = EMPTY
+            else:
+                e = C0T[hash(u) % 7]
+                if e is not None and e[0] == u:
+                    seg = e[1]
+                    C0N[0] += 1
+                else:
+                    seg = None
+            if seg is None:
+                seg = {}
+                # ⋈ S
+                b1 = I1.get(v0[0])
+                if b1:
+                    for v1 in b1.values():
+                        # ⋈ T
+                        b2 = I2.get(v1[1])
+                        if b2:
+                            for v2 in b2.values():
+                                seg[(id(v1), id(v2),)] = (v1, v2,)
+                if u is not None:
+                    C0T[hash(u) % 7] = (u, seg)
+                C0N[1] += 1
+            for v1, v2, in seg.values():
+                emit((v0[1], v1[2], v2[1], sign, ts))
+            return v0
+        <BLANKLINE>
+
+    R(a=1, id=1) arrives at t=5: the cache misses (counts are [hits, misses]), the segment
+    runs, the entry for u=1 is created, one result (r, s, t, sign, ts) is emitted, and the row
+    enters R's SteM with its time.
+
+        >>> ex.insert(0, 3, (1, 1), 5)
+        >>> cache.counts, ex.out
+        ([0, 1], [(1, 10, 20, 1, 5)])
+        >>> [(e[0], list(e[1].values())) for e in cache.table if e is not None]
+        [(1, [((1, 7, 10), (7, 20))])]
+        >>> ex.stems[0].rows, ex.stems[0].times
+        ({3: (1, 1)}, {3: 5})
+
+    State after a second R(a=1, id=2) at t=6: a cache hit, no probe of S or T.
+
+        >>> ex.insert(0, 4, (1, 2), 6)
+        >>> cache.counts, ex.out[-1]
+        ([1, 1], (2, 10, 20, 1, 6))
     """
 
     name = "mjoin"
@@ -77,25 +158,33 @@ class MJoin:
         self._aliases = query.aliases
         self.retract = mode == "retract"
         self.stems = [SteM(a, query.columns[a]) for a in query.aliases]
+        self._stem = dict(zip(query.aliases, self.stems))
         self.out = [] if out is None else out
         self._emit = self.out.append
         self.orders: dict[str, list[str]] = {}
-        self._pipelines: list = [None] * len(self.stems)     # insertions (with CacheUpdates)
-        self._del_pipelines: list = [None] * len(self.stems)  # deletions (retract mode)
-        self._profile_cache: dict = {}
+        # The current plans and their compiled functions, per stream: insertions (with
+        # CacheUpdates) and deletions ("delete" in retract mode, "maintain" in append).
+        self.plans: dict[tuple[str, str], PipelinePlan] = {}
+        self.compiled: dict[tuple[str, str], Compiled] = {}
+        self._pipelines: list = [None] * len(self.stems)
+        self._del_pipelines: list = [None] * len(self.stems)
+        self._projections: dict[PipelinePlan, object] = {}
         # Caches (a-caching.txt §3.2): placements per pipeline, the shared cache objects,
         # and for each stream the caches holding its rows (evicted on its deletions).
         self.placements: dict[str, list[tuple[int, int, JoinCache]]] = {
             a: [] for a in query.aliases}
         self.caches: dict[tuple, JoinCache] = {}
+        self._cache_names: dict[int, str] = {}   # id(cache) -> its name in the plans
+        self._by_name: dict[str, JoinCache] = {}
         # Probe-key observers (App. A: a CacheLookup that only watches the probe stream of
         # a cache not in use, for its Bloom-filter miss estimate): (pipeline, start) -> fns.
         self.observers: dict[tuple[str, int], list] = {}
         self._member_caches: list[list[JoinCache]] = [[] for _ in query.aliases]
+        self._guarded: list[list[JoinCache]] = [[] for _ in query.aliases]
         # While caches exist, every SteM row is a distinct object (see ``_rebuild``).
         self._distinct = False
         for a in query.aliases:
-            self.orders[a] = check_order(query, a, (orders or {}).get(a)
+            self.orders[a] = check_order(query.aliases, a, (orders or {}).get(a)
                                          or connected_order(query, a))
         self._rebuild()
 
@@ -108,7 +197,7 @@ class MJoin:
         """Re-order ``stream``'s pipeline; valid between any two updates. The caches used
         in that pipeline are removed, and so is any cache elsewhere whose prefix invariant
         the new order breaks (a-caching.txt §4.5 step 5)."""
-        self.orders[stream] = check_order(self.query, stream, order)
+        self.orders[stream] = check_order(self.query.aliases, stream, order)
         self.placements[stream] = []
         self.observers = {k: v for k, v in self.observers.items() if k[0] != stream}
         for pipeline, placed in self.placements.items():
@@ -118,15 +207,18 @@ class MJoin:
         self._rebuild()
 
     def _rebuild(self) -> None:
-        """Recompile every pipeline for the current orders and caches; drop indexes and
-        caches no longer used."""
-        self._profile_cache.clear()  # it holds index dicts that a re-order may drop
+        """Re-plan and recompile every pipeline for the current orders and caches; drop
+        indexes and caches no longer used."""
         used = {c for placed in self.placements.values() for _, _, c in placed}
         for key in [k for k, c in self.caches.items() if c not in used]:
             self.caches.pop(key).clear()
         for c in self.caches.values():
             c.users = {p for p, placed in self.placements.items()
                        if any(x is c for _, _, x in placed)}
+        # Cache names in the plans: C0, C1, ... in a deterministic order of the caches.
+        ordered = sorted(self.caches.items(), key=lambda kv: repr(kv[0]))
+        self._cache_names = {id(c): f"C{n}" for n, (_, c) in enumerate(ordered)}
+        self._by_name = {f"C{n}": c for n, (_, c) in enumerate(ordered)}
         # Globally-consistent caches drop deleted rows by identity (Def. 6.1 allows extra
         # tuples, so their CacheUpdates cannot find every tuple a deletion ends).
         self._member_caches = [[c for c in self.caches.values() if a in c.members and c.extra]
@@ -142,150 +234,100 @@ class MJoin:
             for stem in self.stems:
                 stem.make_rows_distinct()
         self._distinct = bool(self.caches)
+        self._projections.clear()
         for i, a in enumerate(self.query.aliases):
-            self._pipelines[i] = self._compile(a, self.orders[a], "insert")
-            self._del_pipelines[i] = self._compile(
-                a, self.orders[a], "delete" if self.retract else "maintain")
+            self._pipelines[i] = self._compile(a, "insert")
+            self._del_pipelines[i] = self._compile(a, "delete" if self.retract else "maintain")
         self._drop_unused_indexes()
 
-    def _updates_in(self, start: str, prefix_only: bool = False) -> dict[int, list[JoinCache]]:
-        """CacheUpdate operators of ``start``'s pipeline: for each used cache whose
-        Z = X ∪ Y holds ``start``, one after the first |Z| - 1 joins (§3.2, §6)."""
-        ups: dict[int, list[JoinCache]] = {}
-        for c in self.caches.values():
-            z = set(c.members) | c.extra
-            if start in z and not (prefix_only and c.extra):
-                ups.setdefault(len(z) - 1, []).append(c)
-        return ups
+    def _spec(self, c: JoinCache) -> CacheSpec:
+        return CacheSpec(self._cache_names[id(c)], c.members, c.extra, c.key,
+                         bool(c.rev_positions))
 
-    def _compile(self, start: str, order: list[str], kind: str):
-        """Nested loops over index buckets (see ``engine.compile``), with CacheLookup
-        before each cached segment and CacheUpdate operators where the caches need them.
+    def plan(self, stream: str, kind: str = "insert") -> PipelinePlan:
+        """The plan of ``stream``'s pipeline of ``kind`` for the current orders, caches and
+        observers (engine.plan)."""
+        specs = [self._spec(c) for c in self.caches.values()]
+        placements = [(j, k, self._spec(c)) for j, k, c in self.placements[stream]]
+        watches = []
+        for (pipeline, position), obs in sorted(self.observers.items()):
+            if pipeline == stream:
+                watches += [(position, key, f"O{position}_{n}")
+                            for n, (key, _) in enumerate(obs)]
+        return plans.build(self.query, stream, self.orders[stream], kind, caches=specs,
+                           placements=placements, watches=watches, scans=self._scans)
 
-        ``kind``: "insert" (CacheUpdates insert), "delete" (retract mode: CacheUpdates of
-        prefix-invariant caches delete), "maintain" (append mode: a deletion emits nothing,
-        so only the joins up to the last CacheUpdate run; None when there is none)."""
-        q = self.query
-        ups = self._updates_in(start, prefix_only=kind != "insert")
-        copy = kind == "insert" and bool(self.caches)
-        if kind == "maintain":
-            if not ups:
-                return None
-            order = order[:max(ups)]
-        var = {start: "v0"}
+    def _compile(self, stream: str, kind: str):
+        plan = self.plan(stream, kind)
+        self.plans[(stream, kind)] = plan
+        if plan.empty:
+            self.compiled.pop((stream, kind), None)
+            return None
+        buckets = {name: c.buckets for name, c in self._by_name.items()}
+        compiled = compile_plan(self.query, plan, lambda name, what: self._bind(plan, name, what),
+                                buckets)
+        self.compiled[(stream, kind)] = compiled
+        return compiled.fn
 
-        def resolve(ref: ColumnRef) -> str:
-            return f"{var[ref.stream]}[{q.columns[ref.stream].index(ref.column)}]"
+    def _bind(self, plan: PipelinePlan, name: str, what: str):
+        """The object behind a free name of generated code (engine.codegen.generate)."""
+        if what in ("index", "rows"):
+            op = next(o for o in _probes(plan.ops) if o.slot == int(name[1:]))
+            return self.index(op)
+        if what == "cache":
+            return self._by_name[name]
+        if what == "table":
+            return self._by_name[name[:-1]].table
+        if what == "counts":
+            return self._by_name[name[:-1]].counts
+        if what == "watcher":
+            return self.watcher(plan.stream, name)
+        if what == "empty":
+            from adaptcq.engine.cache import EMPTY
+            return EMPTY
+        raise KeyError(name)
 
-        ns: dict = {}
-        lines = ["def pipeline(v0, sign, ts, emit):"]
-        ind = "    "
-        if copy:  # a distinct row object (see ``_rebuild``); returned for the SteM insert
-            lines.append(f"{ind}v0 = (*v0,)")
-        prefix = [start]
-        segments = {} if kind == "maintain" else {j: (k, c) for j, k, c in self.placements[start]}
+    def pipeline_sources(self) -> dict[str, str]:
+        """The generated source of every compiled pipeline, by pipeline name
+        (``<pipeline ΔR: S⋈T>``): what ``adaptcq explain --code`` prints."""
+        return {self.plans[key].name: c.source for key, c in self.compiled.items()}
 
-        def cache_updates(position: int, ind: str) -> None:
-            for c in ups.get(position, ()):
-                name = f"C{id(c)}"
-                ns[name], ns[name + "T"] = c, c.table
-                ids = "(" + "".join(f"id({var[m]}), " for m in c.members) + ")"
-                comp = "(" + "".join(f"{var[m]}, " for m in c.members) + ")"
-                if kind != "insert":  # delete(u, r), inlined (prefix-invariant caches)
-                    lines.extend([f"{ind}u = {_key_src(c.key, resolve)}",
-                                  f"{ind}e = {name}T[hash(u) % {c.buckets}]",
-                                  f"{ind}if e is not None and e[0] == u:",
-                                  f"{ind}    e[1].pop({ids}, None)"])
-                elif c.rev_positions:  # rows that need the reverse map: the method does it
-                    lines.append(f"{ind}{name}.add({_key_src(c.key, resolve)}, {ids}, {comp})")
-                else:  # insert(u, r), inlined: only if the cache holds key u (§3.2)
-                    lines.extend([f"{ind}u = {_key_src(c.key, resolve)}",
-                                  f"{ind}e = {name}T[hash(u) % {c.buckets}]",
-                                  f"{ind}if e is not None and e[0] == u:",
-                                  f"{ind}    e[1][{ids}] = {comp}"])
+    # ----- bindings the back ends read (engine.interp.Bindings) -------------------------
+    def index(self, op: Probe):
+        """The index a Probe reads: a hash index, a window scan (nested loop), or the
+        window's rows for a cartesian step."""
+        stem = self._stem[op.stream]
+        if not op.positions:
+            return stem.rows
+        return ScanIndex(stem, op.positions) if op.scan else stem.index(op.positions)
 
-        def probe_loop(k: int, s: str, ind: str) -> str:
-            stem = self.stems[q.aliases.index(s)]
-            positions, refs = probe_plan(q, s, prefix)
-            if positions:
-                ns[f"I{k}"] = self._index_for(stem, positions)
-                lines.append(f"{ind}b{k} = I{k}.get({key_source(refs, resolve)})")
-                lines.append(f"{ind}if b{k}:")
-                ind += "    "
-                lines.append(f"{ind}for v{k} in b{k}.values():")
-            else:  # cartesian product step: only when forced by a given order
-                ns[f"R{k}"] = stem.rows
-                lines.append(f"{ind}for v{k} in R{k}.values():")
-            var[s] = f"v{k}"
-            prefix.append(s)
-            return ind + "    "
+    def cache(self, name: str) -> JoinCache:
+        return self._by_name[name]
 
-        def observe(position: int, ind: str) -> None:
-            for n, (key, fn) in enumerate(self.observers.get((start, position), ())):
-                ns[f"O{position}_{n}"] = fn
-                probe = _key_src(key, lambda ref: resolve(_probe_ref(q, ref, prefix)))
-                lines.append(f"{ind}O{position}_{n}({probe})")
+    def watcher(self, stream: str, name: str):
+        """Observer ``O<position>_<n>`` of ``stream``'s pipeline."""
+        position, n = name[1:].split("_")
+        return self.observers[(stream, int(position))][int(n)][1]
 
-        cache_updates(0, ind)
-        k = 1
-        while k <= len(order):
-            if kind == "insert":
-                observe(k, ind)
-            if k in segments:  # CacheLookup, the segment on a miss, CacheUpdate of create
-                end, c = segments[k]
-                name = f"C{id(c)}"
-                ns[name], ns[name + "T"], ns[name + "N"] = c, c.table, c.counts
-                ns["EMPTY"] = EMPTY
-                probe = _key_src(c.key, lambda ref: resolve(_probe_ref(q, ref, prefix)))
-                null = "u is None" if len(c.key) == 1 else "None in u"
-                # probe(u), inlined; a NULL key joins nothing (an empty hit)
-                lines += [f"{ind}u = {probe}",
-                          f"{ind}if {null}:", f"{ind}    seg = EMPTY",
-                          f"{ind}else:",
-                          f"{ind}    e = {name}T[hash(u) % {c.buckets}]",
-                          f"{ind}    if e is not None and e[0] == u:",
-                          f"{ind}        seg = e[1]",
-                          f"{ind}        {name}N[0] += 1",
-                          f"{ind}    else:",
-                          f"{ind}        seg = None",
-                          f"{ind}if seg is None:", f"{ind}    seg = {{}}"]
-                inner = ind + "    "
-                for pos in range(k, end + 1):
-                    inner = probe_loop(pos, order[pos - 1], inner)
-                members = [var[m] for m in c.members]
-                lines.append(f"{inner}seg[({''.join(f'id({v}), ' for v in members)})] = "
-                             f"({''.join(f'{v}, ' for v in members)})")
-                # create(u, v), inlined (direct-mapped: replaces the slot's entry); the
-                # method is needed only to record rows in the reverse map.
-                if c.rev_positions:
-                    lines.append(f"{ind}    {name}.create(u, seg)")
-                else:
-                    lines += [f"{ind}    if {'u is not None' if len(c.key) == 1 else 'None not in u'}:",
-                              f"{ind}        {name}T[hash(u) % {c.buckets}] = (u, seg)",
-                              f"{ind}    {name}N[1] += 1"]
-                lines.append(f"{ind}for {''.join(f'{v}, ' for v in members)} in seg.values():")
-                ind += "    "
-                k = end + 1
-            else:
-                ind = probe_loop(k, order[k - 1], ind)
-                k += 1
-            cache_updates(k - 1, ind)
-        if kind == "maintain":
-            lines.append(f"{ind}pass")
-        else:
-            lines.append(f"{ind}emit(({projection_source(q, resolve)} sign, ts))")
-        if kind == "insert":
-            lines.append("    return v0")
-        return compile_function("pipeline", lines, ns)
+    def projection(self, plan: PipelinePlan):
+        """fn(composite, sign, ts, emit) for a plan's Emit (the interpreter's)."""
+        fn = self._projections.get(plan)
+        if fn is None:
+            slots = dict(plan.slots)
+            q = self.query
 
-    def _index_for(self, stem: SteM, positions: tuple[int, ...]):
-        """The hash index a join into ``stem`` probes (a scan for a nested-loop stream)."""
-        return ScanIndex(stem, positions) if self._scans(stem, positions) \
-            else stem.index(positions)
+            def resolve(ref):
+                return f"c[{slots[ref.stream]}][{q.columns[ref.stream].index(ref.column)}]"
+            fn = compile_source("project", f"<projection Δ{plan.stream}>", "\n".join([
+                "def project(c, sign, ts, emit):",
+                f"    emit(({projection_source(q, resolve)}sign, ts))", ""]), {}).fn
+            self._projections[plan] = fn
+        return fn
 
-    def _scans(self, stem: SteM, positions: tuple[int, ...]) -> bool:
-        return stem.name in self.nested_loop or any(
-            f"{stem.name}.{stem.columns[p]}" in self.nested_loop for p in positions)
+    def _scans(self, stream: str, positions: tuple[int, ...]) -> bool:
+        cols = self._stem[stream].columns
+        return stream in self.nested_loop or any(
+            f"{stream}.{cols[p]}" in self.nested_loop for p in positions)
 
     def _drop_unused_indexes(self) -> None:
         used: dict[str, set] = {a: set() for a in self.query.aliases}
@@ -293,7 +335,7 @@ class MJoin:
             prefix = [start]
             for s in order:
                 positions, _ = probe_plan(self.query, s, prefix)
-                if positions and not self._scans(self.stems[self._aliases.index(s)], positions):
+                if positions and not self._scans(s, positions):
                     used[s].add(positions)
                 prefix.append(s)
         for c in self.caches.values():
@@ -325,7 +367,8 @@ class MJoin:
             raise ValueError(f"Y = {sorted(extra)} must not hold a relation of the segment")
         z = tuple(segment) + tuple(sorted(extra))
         if not prefix_invariant(self.orders, z):
-            what = "prefix invariant (Def. 3.2)" if not extra else                 "prefix invariant of X ∪ Y (§6)"
+            what = "prefix invariant (Def. 3.2)" if not extra else \
+                "prefix invariant of X ∪ Y (§6)"
             raise ValueError(f"a cache of {'⋈'.join(segment)} in {pipeline}'s pipeline breaks "
                              f"the {what} for the current orders")
         members = tuple(a for a in q.aliases if a in segment)
@@ -368,7 +411,7 @@ class MJoin:
     def observe_probes(self, watches) -> None:
         """For each (pipeline, start, key, fn) in ``watches``, call ``fn(u)`` with the cache
         key u of every tuple reaching operator ``start`` of ``pipeline`` (key: segment-side
-        ColumnRefs as ``cache_key`` gives them). One recompilation for all of them."""
+        ColumnRefs as ``rules.cache_key`` gives them). One recompilation for all of them."""
         for pipeline, start, key, fn in watches:
             self.observers.setdefault((pipeline, start), []).append((tuple(key), fn))
         self._recompile_inserts({p for p, *_ in watches})
@@ -380,11 +423,9 @@ class MJoin:
             self._recompile_inserts(pipelines)
 
     def _recompile_inserts(self, pipelines) -> None:
-        """Observers live only in the insertion pipelines (and the profiled path)."""
-        self._profile_cache.clear()
+        """Observers live only in the insertion pipelines."""
         for a in pipelines:
-            i = self._aliases.index(a)
-            self._pipelines[i] = self._compile(a, self.orders[a], "insert")
+            self._pipelines[self._aliases.index(a)] = self._compile(a, "insert")
 
     def resize_cache(self, cache: JoinCache, buckets: int) -> None:
         """Change a cache's bucket count (§3.3: chosen from its estimated size; §5)."""
@@ -397,7 +438,7 @@ class MJoin:
     # ----- updates ---------------------------------------------------------------------
     def insert(self, i: int, rid: int, row: tuple, ts) -> None:
         # The pipeline returns the row object to store (a copy while caches exist).
-        self.stems[i].insert(rid, self._pipelines[i](row, 1, ts, self._emit))
+        self.stems[i].insert(rid, self._pipelines[i](row, 1, ts, self._emit), ts)
 
     def delete(self, i: int, rid: int, ts) -> None:
         row = self.stems[i].delete(rid)
@@ -416,138 +457,91 @@ class MJoin:
             if u is not None and not self.stems[i].index(positions).get(u):
                 c.evict_key(u)
 
-    # ----- profiling (the mechanism; statistics and policies live in stats/ and adapt/) --
+    # ----- the interpreted back end (profiling, the work clock) ---------------------------
+    def interpret_insert(self, i: int, rid: int, row: tuple, ts, *, use_caches: bool = True,
+                         fanouts: bool = False):
+        """Process an insertion with the interpreter (engine.interp): the same output and
+        state as ``insert``, with per-operator counts (returned)."""
+        stream = self._aliases[i]
+        fan = self._fanouts(stream) if fanouts else None
+        row, counts = interpret(self.plans[(stream, "insert")], self, row, 1, ts, self._emit,
+                                use_caches=use_caches, fanouts=fan)
+        self.stems[i].insert(rid, row, ts)
+        return counts
+
+    def interpret_delete(self, i: int, rid: int, ts):
+        """``delete`` with the interpreter; returns the counts (None when the deletion
+        pipeline is empty: an append-mode expiry with no CacheUpdate to run)."""
+        row = self.stems[i].delete(rid)
+        for c in self._member_caches[i]:
+            c.evict_row(self._aliases[i], row)
+        plan = self.plans[(self._aliases[i], "delete" if self.retract else "maintain")]
+        counts = None
+        if not plan.empty:
+            _, counts = interpret(plan, self, row, -1, ts, self._emit)
+        for c in self._guarded[i]:
+            _, positions, keyfn = c.guard
+            u = keyfn(row)
+            if u is not None and not self.stems[i].index(positions).get(u):
+                c.evict_key(u)
+        return counts
+
     def profile_insert(self, i: int, rid: int, row: tuple, ts, fanouts: bool = True) -> Observation:
         """Process an insertion fully, breadth-first, measuring each operator.
 
         Gives the same output as ``insert``; slower, so drivers use it for a sample of
         tuples only (a-caching.txt App. A: profile with probability p_i, no caches used)."""
-        if self._distinct:  # see ``_rebuild``
-            row = (*row,)
-        obs = self._profiled(i, row, 1, ts, fanouts)
-        self.stems[i].insert(rid, row)
-        return obs
+        counts = self.interpret_insert(i, rid, row, ts, use_caches=False, fanouts=fanouts)
+        stream = self._aliases[i]
+        return Observation(stream, tuple(self.orders[stream]), counts.delta, counts.tau,
+                           counts.fanout, counts.results, counts.work)
 
-    def _profiled(self, i: int, row: tuple, sign: int, ts, fanouts: bool) -> Observation:
+    def _fanouts(self, stream: str):
+        """fn(level, k): matches of each stream not yet joined before operator k for the
+        composites reaching it (A-Greedy's conditional fan-outs). Probe plans per prefix
+        are built on first use after a plan change."""
+        order = self.orders[stream]
         q = self.query
-        start = q.aliases[i]
-        order = self.orders[start]
-        steps, project, ups, watchers = self._profile_plan(start)
-        level = [(row,)]
-        delta, tau, fan, work = [], [], [], []
-        remaining = list(order)
-        if sign > 0:
-            _apply_updates(ups.get(0, ()), level)
-        for k, (stem, idx, keyfn) in enumerate(steps):
-            for fn, okey in watchers.get(k + 1, ()) if sign > 0 else ():
-                for comp in level:  # probe-key observers see profiled tuples too
-                    fn(okey(comp))
-            if fanouts:
-                fan.append(self._fanouts(level, start, order[:k], remaining))
-            t0 = perf_counter()
-            nxt = []
-            if idx is None:
-                rows = stem.rows.values()
+        plans_at: dict[int, list] = {}
+
+        def fan(level, k):
+            probes = plans_at.get(k)
+            if probes is None:
+                prefix = [stream, *order[:k]]
+                probes = plans_at[k] = []
+                for s in order[k:]:
+                    positions, refs = probe_plan(q, s, prefix)
+                    slots = [(prefix.index(r.stream), q.columns[r.stream].index(r.column))
+                             for r in refs]
+                    probes.append((s, self._stem[s], self.index(Probe(
+                        s, k + 1, positions, tuple(slots), self._scans(s, positions)))
+                        if positions else None, composite_key(slots)))
+            out = {}
+            for s, stem, idx, keyfn in probes:
+                if idx is None:
+                    out[s] = len(stem) * len(level)
+                    continue
+                n = 0
                 for comp in level:
-                    nxt.extend([comp + (v,) for v in rows])
-            else:
-                for comp in level:
-                    key = keyfn(comp)
-                    b = idx.get(key) if key is not None else None
+                    b = idx.get(keyfn(comp))
                     if b:
-                        nxt.extend([comp + (v,) for v in b.values()])
-            tau.append(perf_counter() - t0)
-            delta.append(len(level))
-            work.append(len(level) + len(nxt))
-            remaining.pop(0)
-            level = nxt
-            if sign > 0:
-                _apply_updates(ups.get(k + 1, ()), level)
-        for comp in level:
-            project(comp, sign, ts, self._emit)
-        return Observation(start, tuple(order), delta, tau, fan, len(level), work)
-
-    def _profile_plan(self, start: str):
-        """Per operator: (SteM, index or None for a cartesian step, key of a composite),
-        and the projection of a full composite (in pipeline order)."""
-        cached = self._profile_cache.get(start)
-        order = tuple(self.orders[start])
-        if cached is not None and cached[0] == order:
-            return cached[1:]
-        q = self.query
-        prefix = [start]
-        steps = []
-        for s in order:
-            positions, refs = probe_plan(q, s, prefix)
-            stem = self.stems[q.aliases.index(s)]
-            slots = [(prefix.index(r.stream), q.columns[r.stream].index(r.column)) for r in refs]
-            steps.append((stem, self._index_for(stem, positions) if positions else None,
-                          composite_key(slots)))
-            prefix.append(s)
-
-        def resolve(ref: ColumnRef) -> str:
-            return f"c[{prefix.index(ref.stream)}][{q.columns[ref.stream].index(ref.column)}]"
-
-        project = compile_function("project", [
-            "def project(c, sign, ts, emit):",
-            f"    emit(({projection_source(q, resolve)} sign, ts))"], {})
-        # CacheUpdate operators at each position: (cache, key of a composite, member slots)
-        ups = {pos: [(c, composite_key([(prefix.index(r.stream), q.columns[r.stream].index(r.column))
-                                    for r in c.key]),
-                      tuple(prefix.index(m) for m in c.members)) for c in caches]
-               for pos, caches in self._updates_in(start).items()}
-        watchers = {}
-        for (pipeline, position), obs in self.observers.items():
-            if pipeline == start and position <= len(order):
-                pre = prefix[:position]
-                watchers[position] = [
-                    (fn, composite_key([(pre.index(r.stream), q.columns[r.stream].index(r.column))
-                                    for r in (_probe_ref(q, ref, pre) for ref in key)]))
-                    for key, fn in obs]
-        self._profile_cache[start] = (order, steps, project, ups, watchers)
-        return steps, project, ups, watchers
-
-    def _fanouts(self, level, start, joined, remaining) -> dict[str, int]:
-        """Matches of each remaining stream for the tuples at this point of the pipeline.
-        The probe plans are kept per (pipeline, prefix) until the next plan change."""
-        key = ("fanouts", start, tuple(joined))
-        plans = self._profile_cache.get(key)
-        if plans is None:
-            q = self.query
-            prefix = [start, *joined]
-            plans = []
-            for s in remaining:
-                positions, refs = probe_plan(q, s, prefix)
-                stem = self.stems[q.aliases.index(s)]
-                plans.append((s, stem, self._index_for(stem, positions) if positions else None,
-                              composite_key([(prefix.index(r.stream),
-                                          q.columns[r.stream].index(r.column)) for r in refs])
-                              if positions else None))
-            self._profile_cache[key] = plans
-        out = {}
-        for s, stem, idx, keyfn in plans:
-            if idx is None:
-                out[s] = len(stem) * len(level)
-                continue
-            n = 0
-            for comp in level:
-                k = keyfn(comp)
-                b = idx.get(k) if k is not None else None
-                if b:
-                    n += len(b)
-            out[s] = n
-        return out
+                        n += len(b)
+                out[s] = n
+            return out
+        return fan
 
     # ----- checkpoints -----------------------------------------------------------------
     def plan_state(self) -> dict:
         return {"orders": {a: list(o) for a, o in self.orders.items()},
                 "nested_loop": sorted(self.nested_loop)}
 
-    def load(self, i: int, rows: dict) -> None:
-        """Restore stream i's window contents (rid -> row) without producing output."""
+    def load(self, i: int, rows: dict, times: dict | None = None) -> None:
+        """Restore stream i's window contents (rid -> row, rid -> event time) without
+        producing output."""
         stem = self.stems[i]
+        times = times or {}
         for rid, row in rows.items():
-            stem.insert(rid, (*row,) if self._distinct else row)
+            stem.insert(rid, (*row,) if self._distinct else row, times.get(rid))
 
     # ----- introspection ---------------------------------------------------------------
     def state_tuples(self) -> int:
@@ -557,10 +551,19 @@ class MJoin:
         return sum(s.size_bytes() for s in self.stems)
 
     def describe(self) -> str:
+        lines = [f"ΔR {s}: " + " ⋈ ".join(o) for s, o in self.orders.items()]
         if self.nested_loop:
-            return "\n".join([*(f"ΔR {s}: " + " ⋈ ".join(o) for s, o in self.orders.items()),
-                              f"nested-loop joins into {', '.join(sorted(self.nested_loop))}"])
-        return "\n".join(f"ΔR {s}: " + " ⋈ ".join(o) for s, o in self.orders.items())
+            lines.append(f"nested-loop joins into {', '.join(sorted(self.nested_loop))}")
+        return "\n".join(lines)
+
+
+def _probes(ops):
+    """Every Probe of a plan's operators, cached segments included."""
+    for op in ops:
+        if isinstance(op, Probe):
+            yield op
+        elif isinstance(op, plans.CacheLookup):
+            yield from _probes(op.segment)
 
 
 def join_columns(query: LogicalQuery, stream: str) -> list[str]:
@@ -585,65 +588,10 @@ def _check_nested_loop(query: LogicalQuery, item) -> None:
                          f"{stream}'s join columns are: {', '.join(cols) or 'none'}")
 
 
-def prefix_invariant(orders: dict[str, list[str]], z: Sequence[str]) -> bool:
-    """Def. 3.2: for each R_l in Z, the first |Z| - 1 joins of ΔR_l's pipeline are with the
-    other relations of Z (for a global cache, Z = X ∪ Y: §6)."""
-    zs = set(z)
-    return all(set(orders[s][:len(zs) - 1]) == zs - {s} for s in zs)
-
-
-def cache_key(query: LogicalQuery, prefix: Sequence[str], members: Sequence[str]):
-    """K: the join attributes between the relations before the segment and those in it,
-    as segment-side columns, one per attribute class (equal within a segment tuple)."""
-    key = []
-    for cls in query.classes:
-        if any(c.stream in prefix for c in cls):
-            mine = sorted((c for c in cls if c.stream in members),
-                          key=lambda c: (query.aliases.index(c.stream),
-                                         query.columns[c.stream].index(c.column)))
-            if mine:
-                key.append(mine[0])
-    return tuple(sorted(key, key=lambda c: (query.aliases.index(c.stream), c.column)))
-
-
-def _probe_ref(query: LogicalQuery, ref: ColumnRef, prefix: Sequence[str]) -> ColumnRef:
-    """A prefix column equated to key column ``ref`` (same attribute class)."""
-    for cls in query.classes:
-        if ref in cls:
-            return min((c for c in cls if c.stream in prefix),
-                       key=lambda c: (list(prefix).index(c.stream), c.column))
-    raise ValueError(f"{ref} is not a join attribute")
-
-
-def _key_src(key: Sequence[ColumnRef], resolve) -> str:
-    if len(key) == 1:
-        return resolve(key[0])
-    return "(" + "".join(resolve(r) + ", " for r in key) + ")"
-
-
-def _row_key(query: LogicalQuery, key: Sequence[ColumnRef], stream: str):
-    """row -> cache key when ``stream``'s row alone determines it (each key column's class
-    has a column of ``stream``), else None."""
-    cols = query.columns[stream]
-    positions = []
-    for ref in key:
-        cls = next(c for c in query.classes if ref in c)
-        mine = [c for c in cls if c.stream == stream]
-        if not mine:
-            return None
-        positions.append(cols.index(mine[0].column))
-    if len(positions) == 1:
-        (p,) = positions
-        return lambda row: row[p]
-    return lambda row, _ps=tuple(positions): tuple(row[p] for p in _ps)
-
-
-def _apply_updates(ups, level) -> None:
-    """CacheUpdate for composites of the profiled (breadth-first) path."""
-    for cache, keyfn, slots in ups:
-        for comp in level:
-            part = tuple(comp[p] for p in slots)
-            cache.add(keyfn(comp), tuple(map(id, part)), part)
+def _row_key(query: LogicalQuery, key, stream: str):
+    """row -> cache key when ``stream``'s row alone determines it, else None."""
+    positions = row_key_positions(query, key, stream)
+    return None if positions is None else key_function(positions)
 
 
 def _guard(query: LogicalQuery, pipeline: str, start: int, key, extra: frozenset[str]):

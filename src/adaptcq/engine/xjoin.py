@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adaptcq.engine.compile import compile_function, composite_key, projection_source
-from adaptcq.engine.mjoin import connected_order
+from adaptcq.engine.codegen import compile_source, projection_source
+from adaptcq.engine.rules import composite_key, connected_order
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.state.stem import SteM
 
@@ -176,10 +176,10 @@ class XJoin:
         def resolve(ref: ColumnRef) -> str:
             return f"c[{streams.index(ref.stream)}][{q.columns[ref.stream].index(ref.column)}]"
 
-        return compile_function("project", [
+        return compile_source("project", f"<XJoin projection {tree_str(self.tree)}>", "\n".join([
             "def project(delta, sign, ts, emit):",
             "    for c in delta:",
-            f"        emit(({projection_source(q, resolve)} sign, ts))"], {})
+            f"        emit(({projection_source(q, resolve)}sign, ts))", ""]), {}).fn
 
     def set_emit(self, emit) -> None:
         """Where result tuples go (``out.append`` by default). An XJoin materializes each
@@ -190,7 +190,7 @@ class XJoin:
     # ----- updates ---------------------------------------------------------------------
     def insert(self, i: int, rid: int, row: tuple, ts) -> None:
         self._propagate(self.query.aliases[i], rid, row, 1, ts)
-        self.stems[i].insert(rid, row)
+        self.stems[i].insert(rid, row, ts)
 
     def delete(self, i: int, rid: int, ts) -> None:
         row = self.stems[i].delete(rid)
@@ -229,13 +229,13 @@ class XJoin:
     def plan_state(self) -> dict:
         return {"tree": self.tree}
 
-    def load(self, i: int, rows: dict) -> None:
+    def load(self, i: int, rows: dict, times: dict | None = None) -> None:
         """Restore stream i's window contents (rid -> row) and the subresults they take
         part in, without producing output (symmetric joins: load order does not matter)."""
         alias = self.query.aliases[i]
         for rid, row in rows.items():
             self._propagate(alias, rid, row, 1, 0.0, emit=False)
-            self.stems[i].insert(rid, row)
+            self.stems[i].insert(rid, row, (times or {}).get(rid))
 
     # ----- introspection ---------------------------------------------------------------
     def subresults(self) -> dict[str, int]:

@@ -665,7 +665,13 @@ class _Parser:
         for tree in trees:
             for ref in _column_refs(tree):
                 needed[ref.stream][ref.column] = None
-        return {a: tuple(cols) for a, cols in needed.items()}
+        # A SteM row is its *source's* row (ARCHITECTURE.md "Rows per source"): every alias
+        # of one source gets the same layout, the union of what its aliases need, so that
+        # rows can be shared between aliases (self-joins) and, later, between queries.
+        per_source: dict[str, dict[str, None]] = {}
+        for s in self.streams:
+            per_source.setdefault(s.source, {}).update(needed[s.alias])
+        return {s.alias: tuple(per_source[s.source]) for s in self.streams}
 
     def check_connected(self, query: LogicalQuery) -> None:
         parts = list(nx.connected_components(query.join_graph))

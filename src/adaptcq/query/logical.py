@@ -104,9 +104,11 @@ class LogicalQuery:
     - ``selections``: per stream alias, the conjunction of predicates that mention only that
       stream (None when there are none); columns qualified as in ``outputs``.
     - ``outputs``: the SELECT list, ``*`` expanded to ``<alias>_<column>`` names.
-    - ``columns``: per stream alias, the columns the query needs from it, in a fixed order
-      (join attributes, then selection and output columns); rows inside the engine are
-      tuples in exactly this order.
+    - ``columns``: per stream alias, the layout of its *source's* rows: the columns any
+      alias of that source needs, in a fixed order (join attributes, then selection and
+      output columns, alias by alias in FROM order). Aliases of one source (a self-join)
+      share the layout. Rows inside the engine are tuples in exactly this order; the
+      projection onto ``outputs`` happens when a result is emitted.
     - ``types``: per stream alias, column -> kind in {"number", "string", "timestamp",
       "bool", "list", "struct", "map", "other"} for the columns known from the schemas
       (``cql.KINDS``; the Arrow types of the outputs: :func:`output_types`).

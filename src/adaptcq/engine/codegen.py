@@ -1,0 +1,213 @@
+"""The compiled back end of a pipeline plan (engine.plan): plan → Python source → function.
+
+A pipeline compiles to nested loops over index buckets with the output projection inlined
+in the innermost loop, cache probes and CacheUpdates inlined around them: the executors'
+hot path. Names in the source are deterministic (slots ``v0``, ``v1``…, indexes ``I1``…,
+caches ``C0``… in the executor's cache order, watchers ``O1_0``…), so the same plan gives
+the same source in every run. Each source is registered with ``linecache`` under a
+filename naming the pipeline (``<pipeline ΔR: S⋈T 1a2b3c4d>``, the suffix a digest of the
+source), so a traceback through generated code shows its line; ``adaptcq explain --code``
+prints it. Generated code only reads SteMs; it never mutates them.
+
+The function's signature: ``pipeline(v0, sign, ts, emit)``; an insertion pipeline returns
+the row object to store in the SteM (a copy while caches exist: engine.cache).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import linecache
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from adaptcq.engine.plan import (
+    CacheLookup,
+    CacheUpdate,
+    Emit,
+    Key,
+    Observe,
+    PipelinePlan,
+    Probe,
+)
+from adaptcq.query.logical import ColumnRef, LogicalQuery
+
+
+@dataclass
+class Compiled:
+    """A compiled pipeline: the function, its source and the filename it runs under."""
+
+    fn: Callable
+    source: str
+    filename: str
+
+
+def projection_source(query: LogicalQuery, resolve: Callable[[ColumnRef], str]) -> str:
+    """Python source of the output tuple's SELECT values (each followed by ", ")."""
+    import sqlglot.expressions as exp
+
+    from adaptcq.query.expr import to_python
+
+    def one(e: exp.Expression) -> str:
+        if isinstance(e, exp.Column):  # the common case, kept to a bare subscript
+            return resolve(ColumnRef(e.table, e.name))
+        return to_python(e, resolve, query.types)
+
+    return "".join(one(o.expr) + ", " for o in query.outputs)
+
+
+def key_source(key: Key, var: Callable[[int], str] = lambda slot: f"v{slot}") -> str:
+    """A key read from slots: ``v1[0]`` for one part, ``(v1[0], v2[3], )`` for several."""
+    parts = [f"{var(s)}[{p}]" for s, p in key]
+    return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ",)"
+
+
+def null_test(key: Key, name: str = "u") -> str:
+    """The NULL-key test of engine.rules (``is_null_key``) on a key variable."""
+    return f"{name} is None" if len(key) == 1 else f"None in {name}"
+
+
+def generate(query: LogicalQuery, plan: PipelinePlan, buckets: Mapping[str, int],
+             ) -> tuple[str, list[tuple[str, str]]]:
+    """The source of ``plan`` and the free names it uses, as (name, what) pairs:
+    ``("I1", "index")`` for slot 1's index (or window rows for a cartesian step),
+    ``("C0", "cache")``, ``("C0T", "table")``, ``("C0N", "counts")``, ``("O1_0",
+    "watcher")``, ``("EMPTY", "empty")``. ``buckets``: each cache's bucket count, inlined."""
+    cols = dict(plan.slots)
+    stream_of = {k: s for s, k in plan.slots}
+    names: dict[str, str] = {}
+
+    def resolve(ref: ColumnRef) -> str:
+        return f"v{cols[ref.stream]}[{query.columns[ref.stream].index(ref.column)}]"
+
+    lines = ["def pipeline(v0, sign, ts, emit):"]
+    if plan.copy:  # a distinct row object (engine.cache); returned for the SteM insert
+        lines.append("    v0 = (*v0,)")
+
+    def probe(op: Probe, ind: str) -> str:
+        k = op.slot
+        names[f"I{k}"] = "index" if op.positions else "rows"
+        lines.append(f"{ind}# ⋈ {op.stream}" + (" (window scan)" if op.scan else "")
+                     + ("" if op.positions else " (cartesian)"))
+        if op.positions:
+            lines.append(f"{ind}b{k} = I{k}.get({key_source(op.key)})")
+            lines.append(f"{ind}if b{k}:")
+            ind += "    "
+            lines.append(f"{ind}for v{k} in b{k}.values():")
+        else:
+            lines.append(f"{ind}for v{k} in I{k}.values():")
+        return ind + "    "
+
+    def members(slots) -> tuple[str, str]:
+        ids = "(" + ", ".join(f"id(v{m})" for m in slots) + ",)"
+        comp = "(" + ", ".join(f"v{m}" for m in slots) + ",)"
+        return ids, comp
+
+    def cache_names(c: str) -> tuple[str, str, str, int]:
+        names[c], names[c + "T"], names[c + "N"] = "cache", "table", "counts"
+        return c, c + "T", c + "N", buckets[c]
+
+    def update(op: CacheUpdate, ind: str) -> None:
+        c, table, _, nb = cache_names(op.cache)
+        ids, comp = members(op.members)
+        u = key_source(op.key)
+        lines.append(f"{ind}# CacheUpdate {c}" + (" (delete)" if op.delete else ""))
+        if op.delete:
+            lines.extend([f"{ind}u = {u}", f"{ind}e = {table}[hash(u) % {nb}]",
+                      f"{ind}if e is not None and e[0] == u:",
+                      f"{ind}    e[1].pop({ids}, None)"])
+        elif op.tracked:  # rows that need the reverse map: the method does it
+            lines.append(f"{ind}{c}.add({u}, {ids}, {comp})")
+        else:  # insert(u, r), inlined: only if the cache holds key u (§3.2)
+            lines.extend([f"{ind}u = {u}", f"{ind}e = {table}[hash(u) % {nb}]",
+                      f"{ind}if e is not None and e[0] == u:",
+                      f"{ind}    e[1][{ids}] = {comp}"])
+
+    def observe(op: Observe, ind: str) -> None:
+        names[op.name] = "watcher"
+        lines.append(f"{ind}{op.name}({key_source(op.key)})")
+
+    def lookup(op: CacheLookup, ind: str) -> str:
+        c, table, counts, nb = cache_names(op.cache)
+        names["EMPTY"] = "empty"
+        segment = "⋈".join(stream_of[p.slot] for p in op.segment if isinstance(p, Probe))
+        lines.append(f"{ind}# CacheLookup {c} over {segment}: probe(u); on a miss run the "
+                     "segment and create(u, v)")
+        # probe(u), inlined; a NULL key joins nothing (an empty hit)
+        lines.extend([f"{ind}u = {key_source(op.key)}",
+                      f"{ind}if {null_test(op.key)}:", f"{ind}    seg = EMPTY",
+                      f"{ind}else:",
+                      f"{ind}    e = {table}[hash(u) % {nb}]",
+                      f"{ind}    if e is not None and e[0] == u:",
+                      f"{ind}        seg = e[1]",
+                      f"{ind}        {counts}[0] += 1",
+                      f"{ind}    else:",
+                      f"{ind}        seg = None",
+                      f"{ind}if seg is None:", f"{ind}    seg = {{}}"])
+        inner = ind + "    "
+        for sub in op.segment:
+            inner = step(sub, inner)
+        ids, comp = members(op.members)
+        lines.append(f"{inner}seg[{ids}] = {comp}")
+        # create(u, v), inlined (direct-mapped: replaces the slot's entry); the method is
+        # needed only to record rows in the reverse map.
+        if op.tracked:
+            lines.append(f"{ind}    {c}.create(u, seg)")
+        else:
+            lines.extend([f"{ind}    if {'u is not None' if len(op.key) == 1 else 'None not in u'}:",
+                      f"{ind}        {table}[hash(u) % {nb}] = (u, seg)",
+                      f"{ind}    {counts}[1] += 1"])
+        lines.append(f"{ind}for {', '.join(f'v{m}' for m in op.members)}, in seg.values():")
+        return ind + "    "
+
+    def step(op, ind: str) -> str:
+        if isinstance(op, Probe):
+            return probe(op, ind)
+        if isinstance(op, CacheLookup):
+            return lookup(op, ind)
+        if isinstance(op, CacheUpdate):
+            update(op, ind)
+        elif isinstance(op, Observe):
+            observe(op, ind)
+        elif isinstance(op, Emit):
+            lines.append(f"{ind}emit(({projection_source(query, resolve)}sign, ts))")
+        return ind
+
+    ind = "    "
+    for op in plan.ops:
+        ind = step(op, ind)
+    if plan.kind == "insert":
+        lines.append("    return v0")
+    return "\n".join(lines) + "\n", sorted(names.items())
+
+
+def compile_plan(query: LogicalQuery, plan: PipelinePlan, bind: Callable[[str, str], object],
+                 buckets: Mapping[str, int]) -> Compiled:
+    """Compile ``plan``; ``bind(name, what)`` gives the object for each free name (see
+    :func:`generate`)."""
+    source, free = generate(query, plan, buckets)
+    namespace = {name: bind(name, what) for name, what in free}
+    return compile_source("pipeline", plan.name, source, namespace)
+
+
+def compile_source(fn_name: str, label: str, source: str, namespace: dict) -> Compiled:
+    """Compile generated ``source`` defining ``fn_name`` (see :func:`exec_source`)."""
+    ns, filename = exec_source(label, source, namespace)
+    fn = ns[fn_name]
+    fn.__source__ = source
+    return Compiled(fn, source, filename)
+
+
+def exec_source(label: str, source: str, namespace: dict) -> tuple[dict, str]:
+    """Run generated ``source`` in a copy of ``namespace`` under a filename made of
+    ``label`` (``<pipeline ΔR: S⋈T>``) and a digest of the source, registered with
+    ``linecache`` so that tracebacks and ``inspect`` show the generated lines. Returns the
+    namespace and the filename."""
+    digest = hashlib.sha1(source.encode()).hexdigest()[:8]
+    stem = label[1:-1] if label.startswith("<") and label.endswith(">") else label
+    filename = f"<{stem} {digest}>"
+    # mtime None: linecache.checkcache leaves the entry alone (there is no file).
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    code = compile(source, filename, "exec")
+    ns = dict(namespace)
+    exec(code, ns)  # noqa: S102 - generated from the parsed query, not from user text
+    return ns, filename
