@@ -174,17 +174,20 @@ def test_acaching_uses_the_cache_when_joins_are_expensive(tmp_path, capsys):
 def test_acaching_with_agreedy_and_budget_changes_never_changes_results(data, mode, seed):
     """A-Caching and A-Greedy in one query (re-orderings drop and restart caches), with the
     memory budget changed at random points: the output equals the oracle's."""
-    from adaptcq.adapt.reorder import AGreedy
+    from adaptcq.adapt import make_policies
 
     q = data.draw(queries(max_streams=4))
     streams, ts, rows = data.draw(arrivals(len(q.aliases), max_rows=40))
     rows = as_tuples(q, streams, rows)
     rnd = random.Random(seed)
     cq = ContinuousQuery(q, "mjoin", mode, trace=True)
-    policy = eager(caches=rnd.choice(["prefix", "global"]), seed=seed,
-                   reorder=AGreedy(p=1.0, W=2, alpha=2.0, interval=2, seed=seed))
+    agreedy, policy = make_policies(
+        reorder="agreedy", W=2, interval=2, seed=seed, p=1.0, alpha=2.0,
+        caching={"caches": rnd.choice(["prefix", "global"]), "p": 1.0, "reopt_interval": 16,
+                 "W_d": 2, "alpha": 2})
     if seed % 2:
         chaotic(policy, seed)
+    cq.attach(agreedy)
     cq.attach(policy)
     out = []
     for k in range(0, len(rows), 4):

@@ -117,10 +117,11 @@ def test_example_4_2_shared_caches(six):
     assert by_segment[frozenset({"R1", "R2"})] == ["R3", "R4", "R6"]
     # "R1,R2,R3 is shared in the pipelines for ΔR4 and ΔR5."
     assert by_segment[frozenset({"R1", "R2", "R3"})] == ["R4", "R5"]
-    # "the key for each cache is attribute A": one group per segment, keyed on its A's.
+    # "the key for each cache is attribute A": one group per segment, keyed on A — one
+    # segment-side column of the class (engine.rules.cache_key: the first in FROM order).
     assert len(groups) == 4
     for segment, key, extra in groups:
-        assert key == A(*segment) and extra == frozenset()
+        assert key == A(min(segment, key=SIX.index)) and extra == frozenset()
     # Forced by the statements (not stated): R4,R5 sits at positions 3..4 of ΔR1..ΔR3.
     assert by_segment[frozenset({"R4", "R5"})] == ["R1", "R2", "R3", "R6"]
     assert by_segment[frozenset(SIX[:5])] == ["R6"]
@@ -128,8 +129,8 @@ def test_example_4_2_shared_caches(six):
 
 def test_candidate_names_and_keys(six):
     c = next(c for c in prefix_candidates(six, FIG5) if c.pipeline == "R4" and c.end == 3)
-    assert (c.start, c.end, c.segment, c.key) == (2, 3, frozenset({"R1", "R2"}), A("R1", "R2"))
-    assert c.name == "C[R4: R1⋈R2 | key R1.A,R2.A]"
+    assert (c.start, c.end, c.segment, c.key) == (2, 3, frozenset({"R1", "R2"}), A("R1"))
+    assert c.name == "C[R4: R1⋈R2 | key R1.A]"
     assert c.operators == (("R4", 2), ("R4", 3))
 
 
@@ -141,8 +142,8 @@ def test_example_6_1_globally_consistent_cache(six):
                    for c in prefix_candidates(six, orders))
     c = global_candidate(six, orders, "R6", 1, 2, extra=["R1"])
     assert (c.kind, c.segment, c.extra, c.key) == (
-        "global", frozenset({"R2", "R3"}), frozenset({"R1"}), A("R2", "R3"))
-    assert c.name == "C[R6: (R2⋈R3)⋈R1 | key R2.A,R3.A]"
+        "global", frozenset({"R2", "R3"}), frozenset({"R1"}), A("R2"))
+    assert c.name == "C[R6: (R2⋈R3)⋈R1 | key R2.A]"
     with pytest.raises(ValueError, match="prefix invariant"):
         global_candidate(six, orders, "R6", 1, 2, extra=["R4"])
     # The default Y is every relation not in X: then X ∪ Y is all six, always valid.
@@ -160,7 +161,7 @@ def test_section_6_quota(six):
         ("R1", 1, 5), ("R2", 1, 5), ("R3", 1, 5), ("R4", 1, 5), ("R5", 1, 5), ("R1", 1, 4)]
     for c in got:
         assert c.kind == "global" and c.extra == frozenset(SIX) - c.segment
-    assert got[0].name == "C[R1: (R2⋈R3⋈R4⋈R5⋈R6)⋈R1 | key R2.A,R3.A,R4.A,R5.A,R6.A]"
+    assert got[0].name == "C[R1: (R2⋈R3⋈R4⋈R5⋈R6)⋈R1 | key R2.A]"
     assert global_candidates(six, FIG5, m=p + 2) == got[:2]
     assert enumerate_candidates(six, FIG5, m=p + 6) == prefix_candidates(six, FIG5) + got
 

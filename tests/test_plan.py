@@ -179,6 +179,6 @@ def test_mjoin_worked_example_holds():
     """The worked update in MJoin's docstring is a doctest: state, plan, code, output."""
     import doctest
 
-    import adaptcq.engine.mjoin as mjoin
+    from adaptcq.engine import mjoin
     result = doctest.testmod(mjoin, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 10 and result.failed == 0

@@ -11,15 +11,29 @@ SCHEMA = {"a": "number", "id": "number"}
 
 
 class Counting:
-    def __init__(self, p, interval, seed=0):
-        self.sample_probability, self.interval, self.seed = p, interval, seed
+    """A minimal policy (engine.protocols.Policy): records what it is shown."""
+
+    needs_fanouts = False
+
+    def __init__(self, p, interval, seed=0, W=None):
+        self.sample_probability, self.interval, self.seed, self.W = p, interval, seed, W
         self.profiled, self.ticks = [], []
+        self.profiler = None
+
+    def stream_probability(self, i):
+        return self.sample_probability
+
+    def bind(self, profiler):
+        self.profiler = profiler
 
     def on_profile(self, cq, obs, ts):
         self.profiled.append(obs)
 
     def on_interval(self, cq, ts):
         self.ticks.append(cq.next_rid)
+
+    def report(self):
+        return {"profiled": len(self.profiled)}
 
 
 def run(policy, n=20_000):
@@ -41,13 +55,17 @@ def test_each_insertion_is_profiled_with_probability_p(p):
     plain, _ = run(Counting(0.0, None))
     assert cq.stats.results == plain.stats.results  # profiled tuples give the same output
     assert sum(o.results for o in pol.profiled) > 0
+    # The query's profiler saw each of them once.
+    assert sum(s.observations for s in cq.profiler.pipelines.values()) == len(pol.profiled)
+    assert pol.profiler is cq.profiler
 
 
 def test_ticks_every_interval_and_no_profiling_at_p_zero():
     pol = Counting(0.0, 1000)
-    run(pol, n=10_500)
+    cq, _ = run(pol, n=10_500)
     assert pol.profiled == []
     assert pol.ticks == list(range(1000, 10_001, 1000))
+    assert cq.profiler.ticks == len(pol.ticks)
 
 
 def test_xjoin_refuses_policies():

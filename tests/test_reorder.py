@@ -14,21 +14,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from adaptcq.adapt import make_policies
+from adaptcq.adapt.graph import join_graph_from_stats
 from adaptcq.adapt.reorder import (
     AGreedy,
     InitialPlan,
     greedy_violation,
-    make_policies,
     move_to,
 )
 from adaptcq.engine.continuous import ContinuousQuery
-from adaptcq.engine.mjoin import Observation
+from adaptcq.engine.interp import Observation
 from adaptcq.errors import AdaptcqError
 from adaptcq.explain import add_arguments, explain_graph, graph_from_json
 from adaptcq.explain import main as explain_main
 from adaptcq.optimizer import ALGORITHMS, JoinGraph, plan, plan_cost, qaware_algorithm
 from adaptcq.query.cql import parse_query
-from adaptcq.stats.profiler import PipelineStats, Profiler, WindowRatio, join_graph_from_stats
+from adaptcq.stats.profiler import PipelineStats, Profiler, WindowRatio
 from conftest import examples
 from oracle import Oracle, engine_outputs
 from test_engine_oracle import arrivals, as_tuples, queries
@@ -61,7 +62,8 @@ def test_agreedy_reorderings_never_change_results(data, mode, seed):
     streams, ts, rows = data.draw(arrivals(len(q.aliases), max_rows=26))
     policy = AGreedy(p=1.0, W=1, alpha=1.0, interval=3, seed=seed)
     cq = run_checked(q, mode, streams, ts, as_tuples(q, streams, rows), policy)
-    profiled = sum(p.observations for p in policy.profile.pipelines.values())
+    profiled = sum(p.observations for p in policy.profiler.pipelines.values())
+    assert policy.profiler is cq.profiler
     assert profiled == cq.stats.insertions  # p = 1: every insertion was profiled
     REORDERINGS.append(policy.reorderings)
 
@@ -128,22 +130,23 @@ def _obs(stream, order, fan0, delta=None, tau=None, fans=None):
     return Observation(stream, tuple(order), delta, tau, fanout, 0)
 
 
-def _feed_measurements(policy, cq, rates, sizes, sigma, W):
-    """Ticks with exact per-stream counts, and W position-0 observations per pipeline
-    whose matches divided by |R_j| are exactly σ."""
+def _feed_measurements(cq, rates, sizes, sigma, W):
+    """Through the query (its profiler, then its policies): ticks with exact per-stream
+    counts, and W position-0 observations per pipeline whose matches divided by |R_j| are
+    exactly σ."""
     aliases = cq.query.aliases
     for i, a in enumerate(aliases):
         cq.executor.load(i, {10_000 * i + r: (r, r, r, r) for r in range(sizes[a])})
     for t in range(W + 1):
         cq.per_stream = [int(rates[a] * t) for a in aliases]
-        policy.on_interval(cq, float(t))
+        cq.feed_tick(float(t))
     g = cq.query.join_graph
     for _ in range(W):
         for a in aliases:
             order = cq.executor.orders[a]
             fan0 = {s: (round(sigma[frozenset((a, s))] * sizes[s]) if g.has_edge(a, s)
                         else sizes[s]) for s in order}
-            policy.on_profile(cq, _obs(a, order, fan0), float(W))
+            cq.feed_observation(_obs(a, order, fan0), float(W))
 
 
 def test_initial_plan_sets_the_optimizers_plan_from_measured_statistics():
@@ -156,7 +159,8 @@ def test_initial_plan_sets_the_optimizers_plan_from_measured_statistics():
     for algorithm in ALGORITHMS:
         cq = ContinuousQuery(q, "mjoin", "append")
         policy = InitialPlan(algorithm, W=4)
-        _feed_measurements(policy, cq, rates, sizes, sigma, W=4)
+        cq.attach(policy)
+        _feed_measurements(cq, rates, sizes, sigma, W=4)
         assert policy.done
         assert policy.graph.rates == pytest.approx(expected.rates)
         assert dict(policy.graph.selectivities) == pytest.approx(dict(expected.selectivities))
@@ -175,10 +179,11 @@ def test_initial_plan_waits_for_W_observations():
     q = parse_query(STAR)
     cq = ContinuousQuery(q, "mjoin", "append")
     policy = InitialPlan("fgreedy", W=5)
+    cq.attach(policy)
     before = {a: list(o) for a, o in cq.executor.orders.items()}
     for t in range(3):
         cq.per_stream = [t, t, t, t]
-        policy.on_interval(cq, float(t))
+        cq.feed_tick(float(t))
     assert not policy.done and cq.executor.orders == before
     assert "not set" in policy.report()["optimizer_plan"]
 
@@ -188,9 +193,11 @@ def test_unequal_windows_keep_measured_state_sizes():
     q = parse_query("SELECT R.id FROM R [ROWS 30], S [RANGE 1 SECONDS] WHERE R.a = S.a")
     cq = ContinuousQuery(q, "mjoin", "append")
     prof = Profiler(W=2)
+    cq.attach(prof)  # attached alone, it is the query's profiler
+    assert cq.profiler is prof
     rates, sizes = {"R": 10.0, "S": 50.0}, {"R": 30, "S": 50}
     sigma = {frozenset(("R", "S")): 0.2}
-    _feed_measurements(prof, cq, rates, sizes, sigma, W=2)
+    _feed_measurements(cq, rates, sizes, sigma, W=2)
     g = join_graph_from_stats(q, prof)
     assert g.window == pytest.approx(80 / 60)
     assert g.rates["R"] * g.window == pytest.approx(30)
@@ -202,21 +209,25 @@ def test_unequal_windows_keep_measured_state_sizes():
 def test_pipeline_stats_on_hand_built_observations():
     ps = PipelineStats("R", ["S", "T", "U"], W=2)
     sizes = {"S": 10, "T": 4, "U": 5}
-    # tuple 1: 1 -> 3 -> 6 tuples reach the operators; fan-outs of each remaining stream
+    # tuple 1: 1 -> 3 -> 6 tuples reach the operators; fan-outs of each remaining stream;
+    # work units per operator (one per probe, one per entry scanned)
     ps.update(Observation("R", ("S", "T", "U"), [1, 3, 6], [0.1, 0.3, 0.6],
-                          [{"S": 3, "T": 4, "U": 1}, {"T": 6, "U": 3}, {"U": 0}], 0), sizes)
+                          [{"S": 3, "T": 4, "U": 1}, {"T": 6, "U": 3}, {"U": 0}], 2,
+                          [4, 9, 6]), sizes)
     assert not ps.ready(0)
     # tuple 2: stops after S (no tuple reaches T or U)
     ps.update(Observation("R", ("S", "T", "U"), [1, 0, 0], [0.1, 0.0, 0.0],
-                          [{"S": 0, "T": 2, "U": 5}, {}, {}], 0), sizes)
+                          [{"S": 0, "T": 2, "U": 5}, {}, {}], 0, [1, 0, 0]), sizes)
     assert ps.ready(0) and not ps.ready(1) and ps.reached(1) == 1
     assert ps.fanout(0, "S") == pytest.approx(1.5)      # (3 + 0) / (1 + 1)
     assert ps.fanout(0, "U") == pytest.approx(3.0)      # (1 + 5) / 2
     assert ps.fanout(1, "T") == pytest.approx(2.0)      # 6 / 3 (tuple 2 never reached it)
     assert ps.fanout(2, "U") == pytest.approx(0.0)
     assert ps.d(1, rate=100.0) == pytest.approx(100 * (3 + 0) / 2)  # rate · sum(δ)/W
-    assert ps.c(0) == pytest.approx(0.2 / 2)                         # sum(τ)/sum(δ)
-    assert ps.c(2) == pytest.approx(0.6 / 6)
+    assert ps.c(0) == pytest.approx((4 + 1) / 2)        # sum(work)/sum(δ): work units
+    assert ps.c(1) == pytest.approx(9 / 3)
+    assert ps.c(2) == pytest.approx(6 / 6)
+    assert ps.output() == pytest.approx(1.0)            # (2 + 0) / 2 results per tuple
     # σ from position 0: matches / |R_j|, averaged
     assert ps.selectivity("S") == (pytest.approx(0.3), 2)  # 3/10 + 0/10
     assert ps.selectivity("T") == (pytest.approx(1.5), 2)  # 4/4 + 2/4
@@ -228,6 +239,7 @@ def test_pipeline_stats_on_hand_built_observations():
     # a re-ordering at position 1 keeps position 0 and resets 1 and 2
     assert ps.set_order(("S", "U", "T")) == 1
     assert ps.ready(0) and ps.reached(1) == 0 and ps.fanout(1, "U") is None
+    assert ps.c(0) is not None and ps.c(1) is None     # work kept before k, reset from k
     assert ps.set_order(("S", "U", "T")) is None
     with pytest.raises(ValueError, match="does not match"):
         ps.update(Observation("R", ("S", "T", "U"), [1, 0, 0], [0, 0, 0], [{}, {}, {}], 0))
@@ -243,7 +255,7 @@ def test_window_ratio_and_profiler_selectivity():
     q = parse_query("SELECT R.id FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] "
                     "WHERE R.a = S.a")
     cq = ContinuousQuery(q, "mjoin", "append")
-    prof = Profiler(W=3).bind(cq.executor)
+    prof = Profiler(W=3).start(cq.executor)
     prof.pipelines["R"].update(_obs("R", ["S"], {"S": 2}), {"S": 10})   # 0.2
     prof.pipelines["S"].update(_obs("S", ["R"], {"R": 0}), {"R": 4})    # 0.0
     assert prof.selectivity("R", "S") == pytest.approx(0.1)

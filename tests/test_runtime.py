@@ -225,6 +225,32 @@ def test_cli_unknown_option_exits_nonzero(capsys):
     assert "unrecognized arguments: --frobnicate" in capsys.readouterr().err
 
 
+def test_explain_code_prints_every_pipeline(tmp_path, capsys):
+    """``adaptcq explain --code``: the generated source of every MJoin pipeline, for the
+    default orders or --order; the same text on every call; refused with a reason for XJoin
+    and Spark, and its plan options refused without it."""
+    import json
+    assert main(["explain", "--code", "--sql", SQL3, "--order", "R:T,S"]) == 0
+    text = capsys.readouterr().out
+    for name in ("ΔR: T⋈S", "ΔS: R⋈T", "ΔT: S⋈R"):
+        assert f"# <pipeline {name}>" in text
+    assert text.count("def pipeline(") == 3
+    assert main(["explain", "--code", "--sql", SQL3, "--order", "R:T,S"]) == 0
+    assert capsys.readouterr().out == text  # deterministic names, deterministic source
+    assert main(["explain", "--code", "--json", "--mode", "retract", "--sql", SQL3]) == 0
+    code = json.loads(capsys.readouterr().out)["code"]
+    assert len(code) == 6 and "<pipeline ΔR: S⋈T>" in code  # insertions and deletions
+    for name, source in code.items():
+        compile(source, name, "exec")
+    for extra, message in [(["--engine", "spark"], "--code with --engine spark: on Spark"),
+                           (["--executor", "xjoin"], "XJoin has no generated pipelines"),
+                           (["--order", "R:X"], "pipeline order for R must list")]:
+        assert main(["explain", "--code", "--sql", SQL3, *extra]) == 1
+        assert message in capsys.readouterr().err
+    assert main(["explain", "--sql", SQL3, "--order", "R:T,S"]) == 1
+    assert "--order is for --code" in capsys.readouterr().err
+
+
 def test_cli_writes_workloads(tmp_path, capsys):
     assert main(["workload", "three-way", "--out", str(tmp_path), "--n-updates", "700"]) == 0
     assert {p.name for p in tmp_path.iterdir()} >= {"R.parquet", "S.parquet", "T.parquet",

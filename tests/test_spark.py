@@ -8,6 +8,7 @@ Each Spark test runs a real Structured Streaming query on the shared local[2] se
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import warnings
 from collections import Counter
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import adaptcq
-from adaptcq.errors import JavaMissingError
+from adaptcq.errors import AdaptcqError, JavaMissingError
 from adaptcq.query.cql import parse_query
 from adaptcq.runtime.spark import SplitWarning, plan_split, run_files
 from conftest import run_to_end
@@ -77,6 +78,135 @@ def test_split_plan():
     rows = plan_split(parse_query(PARTITIONED.replace("T [RANGE 1 SECONDS]", "T [ROWS 5]"),
                                   SCHEMAS), 4)
     assert rows.groups == 1 and "[ROWS n]" in rows.reason
+
+
+# ----- adaptivity in a partition group, across restores (no Spark job) ----------------------
+
+def _group_config(sql: str, tables: dict, spec, mode: str = "retract"):
+    from adaptcq.runtime.spark import _adaptivity, _Config
+    from adaptcq.stream.sources import schema_kinds
+    schemas = {n: schema_kinds(t) for n, t in tables.items()}
+    q = parse_query(sql, schemas)
+    executor, spec = _adaptivity("mjoin", spec)
+    return _Config(
+        qid=f"test-{id(tables)}-{id(spec)}", sql=sql, schemas=schemas, executor=executor,
+        mode=mode, options={}, adaptivity=spec, groups=1, keys=[0], lateness=0.0,
+        lateness_ns=0, signed=False, n_streams=len(q.streams),
+        stream_columns=[[f"c{i}_{k}" for k in range(len(q.columns[a]))]
+                        for i, a in enumerate(q.aliases)],
+        reported=[True] * len(q.streams), sources=[st.source for st in q.streams],
+        names=[o.name for o in q.outputs])
+
+
+def _run_group(cfg, prepared, chunks: int, restore_after=(), each=None):
+    """Feed ``prepared`` to one group in ``chunks`` micro-batches (as the split would),
+    restoring the group from its pickled state after the batches in ``restore_after``."""
+    from adaptcq.runtime.spark import _GroupEngine
+    n = len(prepared.rows)
+    cuts = np.linspace(0, n, chunks + 1).astype(int)
+    eng = _GroupEngine.new(cfg)
+    out = []
+    for k, (a, b) in enumerate(itertools.pairwise(cuts)):
+        streams = prepared.streams[a:b].tolist()
+        ts = prepared.timestamps[a:b].tolist()
+        maxima = [(i, max(t for s, t in zip(streams, ts, strict=True) if s == i),
+                   streams.count(i)) for i in sorted(set(streams))]
+        packet = (False, maxima, streams, ts, None, [""] * (b - a), list(range(a, b)),
+                  list(prepared.rows[a:b]))
+        out += eng.step(cfg, [packet])[0]
+        if k in restore_after:
+            before = eng
+            eng = _GroupEngine.loads(cfg, eng.dumps())
+            if each is not None:
+                each(before, eng)
+    out += eng.step(cfg, [(True, [], [], [], None, [], [], [])])[0]
+    return Counter(out), eng
+
+
+SPEC = {"optimizer": "qaware", "reorder": "agreedy", "caching": {"reopt_interval": 300},
+        "p": 0.5, "W": 3, "interval": 40}
+
+
+def test_group_policies_survive_a_restore_and_results_stay_exact():
+    """docs/spark.md "Adaptivity": a group restored from its pickled state keeps its orders,
+    its profiler and its ordering policies (statistics, history, the initial plan); A-Caching
+    restarts (its caches are not in the engine's snapshot). Results equal the local runtime's
+    and those of a run without policies or restores."""
+    from adaptcq.adapt.acaching import ACaching
+    from adaptcq.runtime.local import prepare
+    tables = {k: pa.concat_tables(v) for k, v in _workload(7, n=400, files=1).items()}
+    prepared = prepare(PARTITIONED, tables, "ts")
+    plain, _ = _run_group(_group_config(PARTITIONED, tables, None), prepared, 6)
+    local = adaptcq.run(PARTITIONED, tables, mode="retract").table
+    want = Counter((*r[:-1], round(r[-1] * 1e9)) for r in _rows(local).elements())
+    assert sum(want.values()) > 100 and plain == want
+    seen = []
+
+    def continued(before, after):
+        seen.append(after)
+        assert after.cq.executor.orders == before.cq.executor.orders
+        old = {type(p).__name__: p for p in before.policies}
+        new = {type(p).__name__: p for p in after.policies}
+        assert new["AGreedy"].reorderings == old["AGreedy"].reorderings
+        assert new["AGreedy"].history == old["AGreedy"].history
+        assert new["InitialPlan"].done == old["InitialPlan"].done
+        assert new["AGreedy"].wait_for is new["InitialPlan"]  # pickled together
+        assert after.cq.profiler.report() == before.cq.profiler.report()
+        assert isinstance(new["ACaching"], ACaching) and new["ACaching"] is not old["ACaching"]
+        assert new["ACaching"].selections == 0  # restarted
+
+    got, eng = _run_group(_group_config(PARTITIONED, tables, SPEC), prepared, 6,
+                          restore_after={1, 2, 4}, each=continued)
+    assert got == want
+    assert eng.restores == 3 and eng.continued == 3 and len(seen) == 3
+    rep = eng.report()
+    assert rep["optimizer_chosen"] and rep["optimizer_planned_at_arrival"] > 0
+    assert rep["agreedy_reorderings"] > 0 and rep["agreedy_profiled"] > 0
+    assert "cache_selections" in rep and "cache_history" not in rep
+    assert len(eng.earlier) == 3  # A-Caching's report at each restart
+    json.dumps(rep)
+
+
+def test_group_policies_that_do_not_pickle_restart_keeping_the_plan(monkeypatch):
+    """The fallback: policies that do not pickle start afresh after a restore; the optimizer
+    whose initial plan was set does not plan again (its plan is the restored orders)."""
+    import adaptcq.runtime.spark as rs
+    from adaptcq.runtime.local import prepare
+    monkeypatch.setattr(rs, "_dump_policies", lambda cq, saved: None)
+    tables = {k: pa.concat_tables(v) for k, v in _workload(8, n=300, files=1).items()}
+    prepared = prepare(PARTITIONED, tables, "ts")
+    spec = {"optimizer": "fgreedy", "reorder": "agreedy", "p": 1.0, "W": 2, "interval": 20}
+    plain, _ = _run_group(_group_config(PARTITIONED, tables, None), prepared, 4)
+
+    def restarted(before, after):
+        assert before.planned is not None  # the plan was set in the first batches
+        assert after.cq.executor.orders == before.cq.executor.orders
+        assert [type(p).__name__ for p in after.policies] == ["AGreedy"]
+        assert after.policies[0].reorderings == 0 and after.continued == 0
+
+    got, eng = _run_group(_group_config(PARTITIONED, tables, spec), prepared, 4,
+                          restore_after={2}, each=restarted)
+    assert got == plain
+    rep = eng.report()
+    assert rep["optimizer"] == "fgreedy" and "optimizer_plan_cost" in rep
+    assert eng.earlier and "agreedy_reorderings" in eng.earlier[-1]
+
+
+def test_adaptivity_is_refused_where_it_cannot_run(tmp_path):
+    from adaptcq.errors import OptionError
+    from adaptcq.runtime.spark import prepare_files
+    srcs = _write(tmp_path / "in", _workload(9, n=40, files=1))
+    with pytest.raises(OptionError, match="the xjoin executor has none"):
+        prepare_files(PARTITIONED, srcs, tmp_path / "ck", None, executor="xjoin",
+                      adaptivity={"reorder": "agreedy"})
+    with pytest.raises(AdaptcqError, match="unknown policy parameter"):
+        prepare_files(PARTITIONED, srcs, tmp_path / "ck", None,
+                      adaptivity={"reorder": "agreedy", "nonsense": 1})
+    with pytest.raises(OptionError, match="no policy"):
+        prepare_files(PARTITIONED, srcs, tmp_path / "ck", None, adaptivity={"p": 0.5})
+    with pytest.raises(AdaptcqError, match="reopt-interval"):
+        prepare_files(PARTITIONED, srcs, tmp_path / "ck", None, executor="acaching",
+                      adaptivity={"caching": {"reopt_interval": -1}})
 
 
 # ----- helpers ---------------------------------------------------------------------------------
@@ -257,3 +387,60 @@ def test_continuous_query_over_a_source_without_files(spark, tmp_path):
     local = adaptcq.run(wl.sql, wl.tables, timestamp=wl.timestamp, mode="retract")
     assert local.table.num_rows > 100
     assert _rows(got) == _rows(local.table)
+
+
+@pytest.mark.parametrize(("flags", "keys"), [
+    (["--reorder", "agreedy"], {"agreedy_reorderings", "agreedy_profiled"}),
+    (["--optimizer", "qaware"], {"optimizer", "optimizer_plan"}),
+    (["--executor", "acaching", "--caches", "global", "--reopt-interval", "200"],
+     {"caches_used", "cache_selections", "cache_candidates"}),
+])
+def test_cli_runs_adaptive_policies_in_every_group(spark, tmp_path, capsys, flags, keys):
+    """`adaptcq run --engine spark` with --reorder, --optimizer or --executor acaching runs
+    the policy in every partition group: results equal the local runtime's, and the summary
+    (console and --summary-json) has each group's decisions."""
+    from adaptcq.cli import main
+    srcs = _write(tmp_path / "in", _workload(11, n=200, files=2))
+    out, summary = tmp_path / "out", tmp_path / "summary.json"
+    argv = ["run", "--engine", "spark", "--master", "local[2]", "--partitions", "2",
+            "--mode", "retract", "--sql", PARTITIONED,
+            *[f"--input={k}={v}" for k, v in srcs.items()], "--output", str(out),
+            "--summary-json", str(summary), *flags]
+    assert main(argv) == 0
+    console = capsys.readouterr().out
+    _assert_same(adaptcq.run(PARTITIONED, srcs, mode="retract").table, out, min_rows=20)
+    doc = json.loads(summary.read_text())
+    assert doc["adaptivity"]["reorder"] == ("agreedy" if "agreedy" in flags else "off")
+    assert (doc["adaptivity"]["caching"] is not None) == ("acaching" in flags)
+    assert len(doc["groups"]) == 2
+    for g in doc["groups"]:
+        assert keys <= set(g["policies"]), g["policies"]
+        assert g["plan"].startswith("ΔR R: ")
+    assert "adaptive decisions per partition group" in console
+    assert "adaptive policies (in every group)" in console
+
+
+def test_restart_from_checkpoint_with_adaptivity_stays_exact(spark, tmp_path):
+    """Stopped and restarted from its checkpoint with every policy on, aggressive enough
+    to decide within a few hundred rows: the output equals one uninterrupted local run,
+    the groups' decisions survive the restart, and another adaptivity is refused."""
+    pieces = _workload(12, n=240, files=4)
+    srcs = _write(tmp_path / "in", {k: v[:2] for k, v in pieces.items()})
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    run1 = run_files(spark, PARTITIONED, srcs, ck, out, mode="retract", partitions=2,
+                     max_files_per_trigger=1, finish=False, adaptivity=SPEC)
+    assert run1.adaptivity["caching"] == {"reopt_interval": 300}
+    planned = {k: g["policies"].get("optimizer_plan") for k, g in run1.groups.items()}
+    assert all(p and not p.startswith("not set") for p in planned.values()), planned
+    _write(tmp_path / "in", {k: v[2:] for k, v in pieces.items()}, start=2)
+    with pytest.raises(AdaptcqError, match="adaptive policies"):
+        run_files(spark, PARTITIONED, srcs, ck, out, mode="retract", partitions=2,
+                  adaptivity={**SPEC, "reorder": "off"})
+    run2 = run_files(spark, PARTITIONED, srcs, ck, out, mode="retract", partitions=2,
+                     max_files_per_trigger=1, adaptivity=SPEC)
+    _assert_same(adaptcq.run(PARTITIONED, srcs, mode="retract").table, out, min_rows=20)
+    for k, g in run2.groups.items():
+        assert g["policy_restores"] >= 1  # the new query's workers restored every group
+        assert g["policies"]["optimizer_plan"] == planned[k]  # planned once, kept
+        assert g["policies"]["agreedy_profiled"] > 0
+    assert sum(g["policies"]["agreedy_reorderings"] for g in run2.groups.values()) > 0

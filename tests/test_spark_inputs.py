@@ -76,11 +76,11 @@ def test_normalized_sql_keeps_quoted_text():
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--executor", "acaching"], ("--executor acaching is not supported with --engine spark "
-                                 "yet: it runs on the local engine only for now")),
-    (["--reorder", "agreedy"], ("--reorder agreedy is not supported with --engine spark yet: "
-                               "it runs on the local engine only for now")),
-    (["--optimizer", "qaware"], "--optimizer qaware is not supported with --engine spark yet"),
+    (["--executor", "xjoin", "--reorder", "agreedy"],
+     "--optimizer and --reorder order MJoin pipelines; use them with --executor mjoin"),
+    (["--caches", "global"], ("--caches, --cache-memory and --reopt-interval need "
+                              "--executor acaching")),
+    (["--executor", "acaching", "--reopt-interval", "0"], "--reopt-interval must be"),
     (["--max-results", "10"], "--max-results 10 is not supported with --engine spark yet"),
     (["--format", "csv"], "--format csv is not supported with --engine spark"),
     (["--master", "nonsense"], "--master 'nonsense' is not a Spark master URL"),

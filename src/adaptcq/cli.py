@@ -7,112 +7,30 @@ import os
 import sys
 from pathlib import Path
 
+from adaptcq.cliargs import (
+    Parser,
+    adaptivity_spec,
+    add_run_arguments,
+    parse_inputs,
+    parse_orders,
+    sql_arg,
+)
 from adaptcq.errors import AdaptcqError
+from adaptcq.explain import add_arguments as add_explain_arguments
 
-
-def _sql_arg(text: str) -> str:
-    if text.startswith("@"):
-        path = Path(text[1:])
-        if not path.exists():
-            raise AdaptcqError(f"query file {str(path)!r} does not exist")
-        if path.is_dir():
-            raise AdaptcqError(f"query file {str(path)!r} is a folder; give the file "
-                               "holding the query")
-        try:
-            text = path.read_text(encoding="utf-8-sig")  # a BOM is not part of the query
-        except (OSError, UnicodeDecodeError) as e:
-            raise AdaptcqError(f"cannot read query file {str(path)!r}: {e}") from None
-    return text.lstrip("\ufeff")
-
-
-def _inputs(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise AdaptcqError(f"--input {item!r}: expected NAME=PATH, e.g. --input R=r.parquet")
-        if name in out:
-            raise AdaptcqError(f"--input {name} is given twice")
-        out[name] = path
-    return out
-
-
-def _orders(items: list[str]) -> dict[str, list[str]]:
-    out = {}
-    for item in items:
-        stream, sep, rest = item.partition(":")
-        if not sep or not stream or not rest:
-            raise AdaptcqError(f"--order {item!r}: expected STREAM:S2,S3,..., e.g. --order R:S,T")
-        if stream in out:
-            raise AdaptcqError(f"--order {stream}:... is given twice; give each pipeline once")
-        out[stream] = [s.strip() for s in rest.split(",") if s.strip()]
-    return out
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors are one line and exit 1, like every other error."""
-
-    def error(self, message: str):
-        self.exit(1, f"adaptcq: error: {message} (see {self.prog} --help)\n")
+# Shared with ``adaptcq explain`` and the Spark driver (adaptcq.cliargs); the old private
+# names stay for callers that used them.
+_sql_arg, _inputs, _orders, _Parser = sql_arg, parse_inputs, parse_orders, Parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="adaptcq", description=(
+    p = Parser(prog="adaptcq", description=(
         "Adaptive continuous queries over multi-way stream joins. "
         "With no command, runs the embedded default (same as `adaptcq run`)."))
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", parser_class=Parser)
 
     r = sub.add_parser("run", help="run a continuous query (the embedded default without --sql)")
-    r.add_argument("--sql", help="the CQL query text, or @FILE to read it from a file")
-    r.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
-                   help="a stream's input file (Parquet or CSV); repeat for each stream")
-    r.add_argument("--timestamp", default="ts", help="the timestamp column (default: ts)")
-    r.add_argument("--timestamp-unit", choices=["s", "ms", "us", "ns"],
-                   help="unit of a numeric timestamp column (default: s); timestamp-typed "
-                   "columns carry their own")
-    r.add_argument("--executor", default="mjoin", choices=["mjoin", "xjoin", "acaching"],
-                   help="acaching: MJoin with adaptive join-subresult caches (A-Caching)")
-    r.add_argument("--caches", choices=["prefix", "global"],
-                   help="A-Caching candidates: prefix-invariant only, or also the "
-                   "globally-consistent ones (a-caching.txt §6)")
-    r.add_argument("--cache-memory", type=int, metavar="BYTES",
-                   help="A-Caching memory budget for caches (default: unlimited)")
-    r.add_argument("--reopt-interval", type=int, metavar="TUPLES",
-                   help="A-Caching re-optimization interval I in tuples (default 10,000)")
-    r.add_argument("--mode", default="append", choices=["append", "retract"])
-    r.add_argument("--output", help="write the result rows to this file as they are produced "
-                   "(Parquet, or CSV / JSON lines by suffix or --format; - for stdout)")
-    r.add_argument("--format", choices=["parquet", "csv", "jsonl"],
-                   help="output format (default: from --output's suffix; csv for stdout)")
-    r.add_argument("--max-results", type=int, metavar="N",
-                   help="stop with an error once the output has N rows (a guard against an "
-                   "exploding join)")
-    r.add_argument("--rejected", help="write rejected input rows to this Parquet file "
-                   "(default: OUTPUT with .rejected.parquet when there are any)")
-    r.add_argument("--order", action="append", default=[], metavar="STREAM:S2,S3,...",
-                   help="fix STREAM's MJoin pipeline order")
-    r.add_argument("--tree", help="XJoin tree, e.g. '((R,S),T)' (default: left-deep)")
-    r.add_argument("--nested-loop", action="append", default=[], metavar="STREAM[.COLUMN]",
-                   help="MJoin: joins into STREAM (or probing its COLUMN) scan its window "
-                   "instead of a hash index (a-caching.txt Figure 10)")
-    r.add_argument("--sign", help="column holding +1/-1 (explicit deletions; unbounded streams)")
-    r.add_argument("--allowed-lateness", type=float, default=0.0, metavar="SECONDS",
-                   help="rows later than this behind their stream's newest row are rejected")
-    r.add_argument("--no-progress", action="store_true", help="no progress bar")
-    r.add_argument("--summary-json", metavar="FILE",
-                   help="also write the run summary as JSON (with the memory samples)")
-    r.add_argument("--optimizer", choices=["dmjoin", "fgreedy", "treeopt", "fab", "qaware"],
-                   help="choose the MJoin's plan with this ordering algorithm "
-                   "(join-ordering.txt) once online statistics are warm")
-    r.add_argument("--reorder", choices=["agreedy", "off"], default="off",
-                   help="adaptive re-ordering at run time: A-Greedy (a-caching.txt §4, [5])")
-    r.add_argument("--engine", default="local", choices=["local", "spark"],
-                   help="local: this process; spark: a partitioned Structured Streaming job")
-    r.add_argument("--master", help="Spark master (with --engine spark; default local[*])")
-    r.add_argument("--partitions", type=int, default=None,
-                   help="number of partition groups P (with --engine spark; default: cores)")
-    r.add_argument("--checkpoint", help="Spark checkpoint folder: a restarted run continues "
-                   "exactly from it (with --engine spark)")
+    add_run_arguments(r)
 
     w = sub.add_parser("workload", help="write one of the papers' synthetic workloads to Parquet")
     w.add_argument("name", help="three-way, nway, table2 or default")
@@ -124,7 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("explain", help="show the join graph, each ordering algorithm's "
                        "pipelines and costs, and Q-Aware's choice")
-    from adaptcq.explain import add_arguments as add_explain_arguments
     add_explain_arguments(e)
 
     b = sub.add_parser("bench", help="benchmarks (write CSV/PNG, print figures)")
@@ -174,7 +91,7 @@ def cmd_run(args) -> int:
             raise AdaptcqError("--sql needs an --input NAME=PATH for each stream")
     console.print(f"query: {' '.join(sql.split())}", highlight=False)
     if args.engine == "spark":
-        from adaptcq.runtime.spark import run_cli
+        from adaptcq.runtime.spark_cli import run_cli
         args.master = args.master or "local[*]"
         return run_cli(args, sql, sources, timestamp, options, console)
     if args.checkpoint is not None or args.partitions is not None or args.master is not None:
@@ -183,7 +100,9 @@ def cmd_run(args) -> int:
 
 
 def _run_options(args) -> dict:
-    """Engine options from the command line, each checked against the executor."""
+    """Engine options from the command line, each checked against the executor. With
+    ``--engine spark`` only the plan options (orders, nested-loop joins, tree): the
+    adaptive policies are built in every partition group (``cliargs.adaptivity_spec``)."""
     options: dict = {}
     mjoin = args.executor in ("mjoin", "acaching")
     if args.order:
@@ -194,20 +113,17 @@ def _run_options(args) -> dict:
         if not mjoin:
             raise AdaptcqError("--nested-loop is for --executor mjoin or acaching")
         options["nested_loop"] = args.nested_loop
-    if args.executor == "acaching":  # ACaching checks the values (adapt/acaching.py)
-        options["cache_options"] = {
-            "caches": args.caches or "prefix", "memory": args.cache_memory,
-            "reopt_interval": 10_000 if args.reopt_interval is None else args.reopt_interval}
-    elif (args.cache_memory is not None or args.caches is not None
-          or args.reopt_interval is not None):
-        raise AdaptcqError("--caches, --cache-memory and --reopt-interval need "
-                           "--executor acaching")
-    if args.optimizer or args.reorder != "off":
-        if not mjoin:
-            raise AdaptcqError("--optimizer and --reorder order MJoin pipelines; "
-                               "use them with --executor mjoin")
-        from adaptcq.adapt.reorder import make_policies
-        options["policies"] = make_policies(optimizer=args.optimizer, reorder=args.reorder)
+    # --executor acaching's cache options, --optimizer, --reorder (ACaching and the
+    # policies check the values). The Spark driver builds every group's policies from
+    # the same spec in its workers (runtime.spark_cli).
+    spec = adaptivity_spec(args)
+    if spec is not None and args.engine != "spark":
+        if spec["caching"] is not None:
+            options["cache_options"] = spec["caching"]
+        if spec["optimizer"] or spec["reorder"] != "off":
+            from adaptcq.adapt import make_policies
+            options["policies"] = make_policies(optimizer=spec["optimizer"],
+                                                reorder=spec["reorder"])
     if args.tree:
         if args.executor != "xjoin":
             raise AdaptcqError("--tree is for --executor xjoin")

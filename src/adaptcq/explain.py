@@ -17,6 +17,10 @@ The statistics file is JSON::
 
 Every stream of the query needs a rate, every joined pair (an edge of the query's join
 graph) a selectivity; names are the query's stream aliases.
+
+``--code`` prints the Python source generated for every MJoin pipeline of the query
+(``MJoin.pipeline_sources``, engine/codegen.py), for the default orders or the ones given
+with ``--order`` (and ``--nested-loop``, ``--mode``); it needs no statistics.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import argparse
 import json
 from pathlib import Path
 
+from adaptcq.cliargs import parse_inputs, parse_orders, sql_arg
 from adaptcq.errors import AdaptcqError
 
 
@@ -41,13 +46,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--caches", choices=["prefix", "global"],
                    help="also run A-Caching over the measured prefix and show its candidate "
                    "caches (a-caching.txt §4.2, §6) with benefit and cost, and which it uses")
+    c = p.add_argument_group("generated code (--code)")
+    c.add_argument("--code", action="store_true",
+                   help="print the generated Python source of every MJoin pipeline (for the "
+                   "default orders, or --order); needs no statistics")
+    c.add_argument("--order", action="append", default=[], metavar="STREAM:S2,S3,...",
+                   help="with --code: STREAM's pipeline order (as adaptcq run --order)")
+    c.add_argument("--nested-loop", action="append", default=[], metavar="STREAM[.COLUMN]",
+                   help="with --code: joins into STREAM scan its window (as adaptcq run)")
+    c.add_argument("--mode", choices=["append", "retract"],
+                   help="with --code: retract also has deletion pipelines (default append)")
+    c.add_argument("--executor", choices=["mjoin", "xjoin", "acaching"],
+                   help="with --code: the executor adaptcq run would use (mjoin; xjoin has "
+                   "no generated pipelines)")
+    c.add_argument("--engine", choices=["local", "spark"],
+                   help="with --code: the engine adaptcq run would use (local)")
 
 
 # ----- statistics ----------------------------------------------------------------------------
 def graph_from_json(query, data) -> object:
     """The ``JoinGraph`` of a statistics file's parsed JSON, checked against ``query``."""
+    from adaptcq.adapt.graph import common_range
     from adaptcq.optimizer import JoinGraph
-    from adaptcq.stats.profiler import common_range
 
     if not isinstance(data, dict):
         raise AdaptcqError("statistics must be a JSON object with 'rates' and "
@@ -110,9 +130,10 @@ def graph_from_json(query, data) -> object:
 def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | None = None):
     """Run the query over at most ``prefix`` input rows with the Profiler attached and
     return (query, join graph from the measured statistics, profiler, rows used)."""
+    from adaptcq.adapt.graph import join_graph_from_stats
     from adaptcq.engine.continuous import ContinuousQuery
     from adaptcq.runtime.local import prepare
-    from adaptcq.stats.profiler import Profiler, join_graph_from_stats
+    from adaptcq.stats.profiler import Profiler
 
     prepared = prepare(sql, sources, timestamp)
     n = min(len(prepared.rows), max(0, prefix))
@@ -222,10 +243,12 @@ def _print(report: dict, query, source: str) -> None:
 
 
 def main(args) -> int:
-    from adaptcq.cli import _inputs, _sql_arg
     from adaptcq.query.cql import parse_query
 
-    sql = _sql_arg(args.sql)
+    sql = sql_arg(args.sql)
+    code = _code_request(args)
+    if code is not None and not args.stats and not args.input:
+        return _print_code(pipeline_code(sql, **code), getattr(args, "json", False))
     if args.stats and args.input:
         raise AdaptcqError("give either --stats FILE or --input NAME=PATH ..., not both")
     if args.stats:
@@ -243,7 +266,7 @@ def main(args) -> int:
     elif args.input:
         if args.prefix < 1:
             raise AdaptcqError(f"--prefix must be at least 1, got {args.prefix}")
-        query, graph, profiler, n = measure(sql, _inputs(args.input), args.timestamp,
+        query, graph, profiler, n = measure(sql, parse_inputs(args.input), args.timestamp,
                                             args.prefix)
         seen = sum(p.observations for p in profiler.pipelines.values())
         source = (f"measured over the first {n:,} input rows "
@@ -255,14 +278,84 @@ def main(args) -> int:
     if getattr(args, "caches", None):
         if not args.input:
             raise AdaptcqError("--caches measures cache statistics: it needs --input")
-        report["caches"] = cache_candidates(sql, _inputs(args.input), args.timestamp,
+        report["caches"] = cache_candidates(sql, parse_inputs(args.input), args.timestamp,
                                             args.prefix, args.caches)
+    if code is not None:
+        report["code"] = pipeline_code(sql, **code, sources=parse_inputs(args.input),
+                                       timestamp=args.timestamp)
     if getattr(args, "json", False):
         print(json.dumps({"statistics": source, **report}, indent=2, default=str))
     else:
         _print(report, query, source)
         if "caches" in report:
             _print_caches(report["caches"])
+        if code is not None:
+            _print_code(report["code"], False)
+    return 0
+
+
+# ----- generated code --------------------------------------------------------------------------
+_CODE_ONLY = ("order", "nested_loop", "mode", "executor", "engine")
+
+
+def _code_request(args) -> dict | None:
+    """``--code`` and its plan options (orders, nested-loop joins, mode), or None. XJoin and
+    Spark are refused with the reason; a plan option without ``--code`` is an error, not
+    ignored."""
+    if not getattr(args, "code", False):
+        given = [f"--{k.replace('_', '-')}" for k in _CODE_ONLY
+                 if getattr(args, k, None) not in (None, [])]
+        if given:
+            raise AdaptcqError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} "
+                               "for --code (they choose the plan whose generated code it "
+                               "prints); give --code")
+        return None
+    if getattr(args, "engine", None) == "spark":
+        raise AdaptcqError(
+            "--code with --engine spark: on Spark every partition group compiles these same "
+            "pipelines in its Python worker, and with adaptive policies each group re-orders "
+            "them on its own data, so there is no one program to show; --code (--engine "
+            "local) shows the pipelines every group starts from")
+    if getattr(args, "executor", None) == "xjoin":
+        raise AdaptcqError(
+            "--code with --executor xjoin: XJoin has no generated pipelines (it runs a tree "
+            "of binary joins, operator by operator, with only its output projection "
+            "compiled); --code shows MJoin's")
+    return {"orders": parse_orders(getattr(args, "order", []) or []),
+            "nested_loop": list(getattr(args, "nested_loop", []) or []),
+            "mode": getattr(args, "mode", None) or "append"}
+
+
+def pipeline_code(sql: str, orders: dict | None = None, nested_loop=(), mode: str = "append",
+                  sources: dict | None = None, timestamp: str = "ts") -> dict[str, str]:
+    """The generated source of every MJoin pipeline of ``sql`` for ``orders`` (default: each
+    pipeline's connected order), by pipeline name (``<pipeline ΔR: S⋈T>``). With
+    ``sources`` the query is typed by the inputs' columns, as a run would type it."""
+    from adaptcq.engine.continuous import ContinuousQuery
+    from adaptcq.query.cql import parse_query
+
+    schemas = None
+    if sources:
+        from adaptcq.stream.sources import open_source, schema_kinds
+        schemas = {n: schema_kinds(open_source(n, p, timestamp).schema)
+                   for n, p in sources.items()}
+    query = parse_query(sql, schemas)
+    options = {k: v for k, v in (("orders", orders), ("nested_loop", nested_loop)) if v}
+    try:
+        cq = ContinuousQuery(query, "mjoin", mode, **options)
+    except (ValueError, KeyError, TypeError) as e:
+        raise AdaptcqError(str(e).strip('"')) from None
+    return dict(cq.executor.pipeline_sources())
+
+
+def _print_code(code: dict[str, str], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"code": code}, indent=2))
+        return 0
+    for name, source in code.items():
+        print(f"# {name}")
+        print(source.rstrip("\n"))
+        print()
     return 0
 
 

@@ -1,10 +1,27 @@
 """A-Caching: the adaptive cache selection policy (a-caching.txt Figure 4, §4.3–§4.5, §5).
 
-Profiler: a sample of tuples (probability p) is profiled through each pipeline without
-caches (``MJoin.profile_insert``), giving d_ij and c_ij (Appendix A, ``stats.profiler``);
-the miss probability of a cache in use is observed, that of a candidate not in use is
+Profiler: a sample of tuples (probability p_i) is profiled through each pipeline without
+caches (``MJoin.profile_insert``); the query's one Profiler (``stats.profiler``, shared
+with A-Greedy and the initial plan when they run too) keeps d_ij and c_ij (Appendix A).
+The miss probability of a cache in use is observed, that of a candidate not in use is
 estimated with a Bloom filter of alpha·W_d bits over windows of W_d probe keys, watched
 on the complete probe stream by an observer the executor compiles into the pipeline.
+
+Cost model, on the work clock. §4.1's benefit and cost of a cache C_ijk,
+
+    benefit = Σ_{l=j..k} d_il·c_il − d_ij·probe_cost − miss·(Σ_{l=j..k} d_il·c_il
+              + d_{i,k+1}·update_cost)
+    cost    = update_cost · Σ_{R_l ∈ Z} d_{l,|Z|-1}
+
+are in *work units per unit time*: c_il is the executor's counted work per tuple at
+operator l, sum(w_l)/sum(δ_l) over the W most recent profiled tuples (``PipelineStats.c``;
+the executor's virtual work clock: a unit per probe, per bucket entry or window row
+examined, ..., ``engine.interp``), a cache probe costs ``probe_cost`` =
+1 unit and a cache insert ``update_cost`` = 1 unit. §4.3 says probe_cost and update_cost
+are "derived from the cache implementation"; ours are counted, not timed, so they are
+deterministic and machine-independent, and so is every decision: the same input gives
+the same sequence of cache events on every run and machine. (Wall time is never read;
+event time only measures rates.)
 
 Re-optimizer (§4.5): candidates (§4.2: the caches satisfying the prefix invariant, plus
 §6's globally-consistent ones up to the quota m with ``caches="global"``) start
@@ -13,8 +30,10 @@ Re-optimizer (§4.5): candidates (§4.2: the caches satisfying the prefix invari
 whose benefit minus cost turns negative is dropped at once (§4.5 a). Every re-optimization
 interval I the unused candidates are profiled again (used ones keep being observed:
 §4.5 b), and the offline algorithm runs again only if some benefit or cost changed by more
-than ``change`` (p = 20%, §4.5 c). A re-ordering of a pipeline (A-Greedy) removes its
-caches and restarts its candidates as profiled (§4.5 step 5).
+than ``change`` (p = 20%, §4.5 c). A re-ordering of a pipeline (by A-Greedy or the initial
+plan, other policies in the same query) removes its caches and restarts its candidates as
+profiled (§4.5 step 5); list A-Caching after them (``adapt.make_policies`` does) so it
+sees a re-ordering at the tick it happens.
 
 Memory (§5): caches are chosen as if memory were unlimited, then memory is granted greedily
 by priority, (benefit − cost) per expected byte; the budget can change while the query
@@ -25,72 +44,19 @@ from __future__ import annotations
 
 import math
 import numbers
-import time
 from dataclasses import dataclass, field
 
+from adaptcq.adapt.base import PolicyBase
 from adaptcq.adapt.caching import METHODS, Candidate, Estimate, enumerate_candidates, select
-from adaptcq.engine.mjoin import cache_key
+from adaptcq.engine.rules import cache_key
 from adaptcq.stats.estimators import W_DEFAULT, BloomMissRate, WindowAverage
-from adaptcq.stats.profiler import Profiler
 
 P_DEFAULT = 0.01          # profiling probability p_i (the paper gives no default)
 REOPT_INTERVAL = 10_000   # I in tuples (a-caching.txt §7.4: "I was set to 10,000 tuples")
 CHANGE = 0.20             # p of §4.5 c: re-select only after a change of more than 20%
 M_DEFAULT = 6             # §6 quota m (§7.3: m = 6)
-
-
-def calibrate(repeats: int = 7) -> tuple[float, float, float]:
-    """The minimum of ``repeats`` timings of each (robust to other work on the machine);
-    see ``_calibrate_once``."""
-    runs = [_calibrate_once() for _ in range(repeats)]
-    return tuple(min(r[k] for r in runs) for k in range(3))
-
-
-def _calibrate_once(n: int = 10_000) -> tuple[float, float, float]:
-    """Seconds per cache probe and per cache insert on this machine (§4.3's probe_cost and
-    update_cost, "derived from the cache implementation" by timing it, here as the compiled
-    pipelines run them), and the factor that turns a c_ij measured on the breadth-first
-    profiled path into the cost of the same join in a compiled pipeline: profiled tuples
-    take a slower path than the others, so their timings are rescaled (our addition; in
-    STREAM a profiled tuple runs the same operators)."""
-    index = {u: {u: (u, u)} for u in range(1024)}
-    keys = [k & 1023 for k in range(n)]
-    out: list = []
-    emit = out.append
-    t0 = time.perf_counter()
-    for u in keys:  # a compiled pipeline's join step
-        b = index.get(u)
-        if b:
-            for v in b.values():
-                emit(v)
-    compiled = time.perf_counter() - t0
-    level = [((u, u),) for u in keys]
-    t0 = time.perf_counter()
-    nxt: list = []
-    for comp in level:  # the profiled path's join step (MJoin._profiled)
-        b = index.get(comp[0][0])
-        if b:
-            nxt.extend([comp + (v,) for v in b.values()])
-    breadth_first = time.perf_counter() - t0
-    scale = min(1.0, compiled / breadth_first) if breadth_first > 0 else 1.0
-    table = [None] * 1024
-    for u in range(0, 1024, 2):
-        table[u] = (u, {})
-    keys = [k & 1023 for k in range(n)]
-    t0 = time.perf_counter()
-    for u in keys:
-        e = table[hash(u) % 1024]
-        if e is not None and e[0] == u:
-            pass
-    probe = (time.perf_counter() - t0) / n
-    row = (1, 2)
-    t0 = time.perf_counter()
-    for u in keys:
-        e = table[hash(u) % 1024]
-        if e is not None and e[0] == u:
-            e[1][(id(row), u)] = (row, row)
-    update = (time.perf_counter() - t0) / n
-    return probe, max(update, probe), scale
+PROBE_COST = 1.0          # work units of one cache probe (§4.3 probe_cost)
+UPDATE_COST = 1.0         # work units of one cache insert (§4.3 update_cost)
 
 
 @dataclass
@@ -104,14 +70,17 @@ class CandidateState:
     estimate: Estimate | None = None
 
 
-class ACaching:
-    """The A-Caching policy for an MJoin executor (attach with ``ContinuousQuery.attach``)."""
+class ACaching(PolicyBase):
+    """The A-Caching policy for an MJoin executor (attach with ``ContinuousQuery.attach``,
+    alone or after A-Greedy and the initial plan: ``adapt.make_policies``)."""
+
+    needs_fanouts = False  # d_ij and c_ij only
 
     def __init__(self, W: int = W_DEFAULT, p: float = P_DEFAULT,
                  reopt_interval: int = REOPT_INTERVAL, change: float = CHANGE,
                  caches: str = "prefix", m: int = M_DEFAULT, memory: int | None = None,
                  W_d: int = 100, alpha: float = 4.0, method: str = "auto",
-                 interval: int = 500, seed: int = 0, reorder=None, trace: bool = False):
+                 interval: int = 500, seed: int = 0):
         _check_options(W=W, p=p, reopt_interval=reopt_interval, change=change, caches=caches,
                        m=m, memory=memory, W_d=W_d, alpha=alpha, method=method,
                        interval=interval)
@@ -120,26 +89,22 @@ class ACaching:
         self._p_i: dict[int, float] = {}
         self.interval = interval
         self.seed = seed
+        self.profiler = None                # the query's, from ``bind``
         self.reopt_interval = reopt_interval
         self.change = change
         self.caches = caches
         self.m = m
         self.memory = memory
         self.method = method
-        self.reorder = reorder              # an AGreedy to run in the same query, or None
-        self.needs_fanouts = reorder is not None  # A-Greedy's conditional fan-outs
-        self.profiler = Profiler(W, p, interval, seed)
-        self.results: dict[str, WindowAverage] = {}
         self.states: dict[Candidate, CandidateState] = {}
         self.orders: dict[str, tuple[str, ...]] = {}
-        self.probe_cost, self.update_cost, self.c_scale = calibrate()
+        self.probe_cost, self.update_cost = PROBE_COST, UPDATE_COST
         self.next_reopt = reopt_interval
         self.selections = 0
         self.chosen: set[Candidate] = set()     # the last offline selection
         self._arrivals = 0                      # arrivals at the last tick
         self.profiling_since = 0                # arrivals when profiling last started
         self.history: list[dict] = []        # cache changes over time
-        self.trace = trace
         self.peak_bytes = 0
 
     # ----- policy hooks ------------------------------------------------------------------
@@ -160,19 +125,10 @@ class ACaching:
                                          (self.reopt_interval * max(c, 1))))
                          for i, c in enumerate(per_stream)}
 
-    def on_profile(self, cq, obs, ts) -> None:
-        self.profiler.observe(obs, cq.executor)
-        self.results.setdefault(obs.stream, WindowAverage(self.W)).update(obs.results)
-        if self.reorder is not None:
-            self.reorder.on_profile(cq, obs, ts)
-
     def on_interval(self, cq, ts) -> None:
         ex = cq.executor
         self._arrivals = cq.next_rid
-        self.profiler.tick(cq.per_stream, ex, ts)
         self._set_p_i(cq.per_stream)
-        if self.reorder is not None:
-            self.reorder.on_interval(cq, ts)
         arrivals = cq.next_rid
         if {a: tuple(o) for a, o in ex.orders.items()} != self.orders:
             self._new_candidates(ex, arrivals, ts)
@@ -222,8 +178,7 @@ class ACaching:
         st.bloom = BloomMissRate(self.W_d, self.alpha, self.W)
         c = st.candidate
         prefix = [c.pipeline, *ex.orders[c.pipeline][:c.start - 1]]
-        members = [a for a in ex.query.aliases if a in c.segment]
-        key = cache_key(ex.query, prefix, members)
+        key = cache_key(ex.query, prefix, c.segment)  # c.key as the engine orders it
         return [(c.pipeline, c.start, key, st.bloom.update)] if key else []
 
     # ----- estimates (§4.1, §4.3, App. A) ----------------------------------------------------
@@ -237,10 +192,11 @@ class ACaching:
         if pos0 < len(stats.order):
             # δ is observed (zeros included) for every profiled tuple at every position.
             return stats.d(pos0, rate) if stats.delta[pos0].ready else None
-        res = self.results.get(pipeline)
-        return rate * res.get() if res is not None and res.n else None
+        out = stats.output()
+        return None if out is None else rate * out
 
     def _operator_cost(self, pipeline: str, pos1: int) -> float | None:
+        """d_ij·c_ij of the operator at 1-based position pos1: work units per unit time."""
         stats = self.profiler.pipelines.get(pipeline)
         d = self._d(pipeline, pos1 - 1)
         if stats is None or d is None:
@@ -248,11 +204,12 @@ class ACaching:
         if d == 0:  # no tuple reaches this operator: it costs nothing
             return 0.0
         c = stats.c(pos1 - 1)
-        return None if c is None else d * c * self.c_scale
+        return None if c is None else d * c
 
     def estimate(self, st: CandidateState) -> Estimate | None:
-        """benefit(C_ijk) and cost(C_ijk) of §4.1 from the current statistics (None until
-        every statistic has W observations, §4.5 step 2)."""
+        """benefit(C_ijk) and cost(C_ijk) of §4.1 from the current statistics, in work
+        units per second of event time (None until every statistic has W observations,
+        §4.5 step 2)."""
         c = st.candidate
         ops = [self._operator_cost(c.pipeline, j) for j in range(c.start, c.end + 1)]
         d_in = self._d(c.pipeline, c.start - 1)
@@ -423,8 +380,7 @@ class ACaching:
 
     def report(self) -> dict:
         used = [st for st in self.states.values() if st.state == "used" and st.cache]
-        extra = self.reorder.report() if self.reorder is not None else {}
-        return {**extra,
+        return {
             "caches_used": [f"{st.candidate.name} hit rate {st.cache.hits / st.cache.probes:.1%}"
                             if st.cache.probes else st.candidate.name for st in used],
             "cache_candidates": len(self.states),
@@ -432,7 +388,7 @@ class ACaching:
             "cache_changes": sum(h["event"] in ("use", "drop", "shrink", "grow")
                                  for h in self.history),
             "cache_memory_peak_bytes": self.peak_bytes,
-            "cache_history": self.history,
+            "cache_history": [dict(h) for h in self.history],
         }
 
 

@@ -27,7 +27,8 @@ What we filled in (ours, not the papers'):
   order has conditional fan-out f_k(s) with α·f_k(s) < f_k(order[k]);
 * only *admissible* streams are candidates — those sharing a predicate with the prefix, or
   all remaining ones when none does — so A-Greedy never introduces a cartesian product
-  the optimizer would not (``optimizer.admissible``); fan-outs are compared without a
+  the optimizer would not (``engine.rules.admissible``, the one definition the engine and
+  the optimizer use too); fan-outs are compared without a
   per-operator cost (every operator is one hash probe per input tuple, and its output
   size is what the fan-out measures);
 * statistics at position k count as ready after W profiled tuples reached position k
@@ -43,29 +44,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from adaptcq.adapt.base import PolicyBase
+from adaptcq.adapt.graph import join_graph_from_stats
+from adaptcq.engine import rules
 from adaptcq.errors import AdaptcqError
 from adaptcq.stats.estimators import W_DEFAULT
-from adaptcq.stats.profiler import (
-    INTERVAL_DEFAULT,
-    P_DEFAULT,
-    PipelineStats,
-    Profiler,
-    join_graph_from_stats,
-)
+from adaptcq.stats.profiler import INTERVAL_DEFAULT, P_DEFAULT, PipelineStats
 
 #: Default tolerance α (our choice; see docs/adaptive-ordering.md for its effect).
 ALPHA_DEFAULT = 1.25
 
 REORDER_CHOICES = ("agreedy", "off")
-
-
-def admissible(adjacency: Mapping[str, Iterable[str]], prefix: set[str],
-               remaining: Iterable[str]) -> list[str]:
-    """Streams of ``remaining`` (in their order) sharing a predicate with ``prefix``, or all
-    of them when none does (the prefix's connected component is exhausted)."""
-    rest = list(remaining)
-    linked = [s for s in rest if any(t in prefix for t in adjacency.get(s, ()))]
-    return linked or rest
 
 
 def greedy_violation(stats: PipelineStats, adjacency: Mapping[str, Iterable[str]],
@@ -82,7 +71,7 @@ def greedy_violation(stats: PipelineStats, adjacency: Mapping[str, Iterable[str]
         f_cur = windows[current].get()
         if f_cur:  # None (no data) or 0 (nothing is smaller) cannot be violated
             best, f_best = None, None
-            for s in admissible(adjacency, prefix, order[k:]):
+            for s in rules.admissible(adjacency, prefix, order[k:]):
                 f = windows[s].get()
                 if s != current and f is not None and (f_best is None or f < f_best):
                     best, f_best = s, f
@@ -98,31 +87,7 @@ def move_to(order: tuple[str, ...] | list[str], k: int, s: str) -> list[str]:
     return [*order[:k], s, *rest]
 
 
-def adjacency_of(query) -> dict[str, tuple[str, ...]]:
-    g = query.join_graph
-    return {a: tuple(g.neighbors(a)) for a in query.aliases}
-
-
-class _Profiled:
-    """A policy that owns a Profiler: the hook attributes ContinuousQuery.attach reads
-    come from it."""
-
-    profile: Profiler
-
-    @property
-    def interval(self) -> int:
-        return self.profile.interval
-
-    @property
-    def seed(self) -> int:
-        return self.profile.seed
-
-    @property
-    def W(self) -> int:
-        return self.profile.W
-
-
-class AGreedy(_Profiled):
+class AGreedy(PolicyBase):
     """A-Greedy (Babu et al. [5]; a-caching.txt §4) as a policy of a running query.
 
     Parameters, with the papers' names where they have one:
@@ -135,32 +100,29 @@ class AGreedy(_Profiled):
     * ``wait_for`` — another policy with a ``done`` flag (``InitialPlan``): no re-ordering
       before it has set the initial plan.
 
-    The invariant is checked on every profiled tuple of a pipeline (the check is O(n²) on
-    at most n-1 positions, cheap beside profiling itself).
+    The statistics are the query's Profiler's (``bind``). The invariant is checked on
+    every profiled tuple of a pipeline (the check is O(n²) on at most n-1 positions, cheap
+    beside profiling itself).
     """
 
     def __init__(self, p: float = P_DEFAULT, W: int = W_DEFAULT, alpha: float = ALPHA_DEFAULT,
                  interval: int = INTERVAL_DEFAULT, seed: int = 0, wait_for=None):
         if alpha < 1:
             raise ValueError(f"the tolerance alpha must be at least 1, got {alpha!r}")
-        self.profile = Profiler(W=W, p=p, interval=interval, seed=seed)
+        super().__init__(p=p, W=W, interval=interval, seed=seed)
         self.alpha = float(alpha)
         self.wait_for = wait_for
         self.reorderings = 0
         self.history: list[dict] = []  # one entry per re-ordering
         self._adjacency: dict[str, tuple[str, ...]] | None = None
 
-    @property
-    def sample_probability(self) -> float:
-        return self.profile.sample_probability
-
     # ----- hooks -------------------------------------------------------------------------
     def on_profile(self, cq, obs, ts) -> None:
-        stats = self.profile.observe(obs, cq.executor)
         if self.wait_for is not None and not getattr(self.wait_for, "done", True):
             return
+        stats = self.profiler.pipelines[obs.stream]
         if self._adjacency is None:
-            self._adjacency = adjacency_of(cq.executor.query)
+            self._adjacency = rules.adjacency(cq.executor.query)
         found = greedy_violation(stats, self._adjacency, self.alpha)
         if found is None:
             return
@@ -173,26 +135,27 @@ class AGreedy(_Profiled):
         self.history.append({"arrival": cq.next_rid, "ts": ts, "stream": stats.stream,
                              "position": k, "old": list(old), "new": new})
 
-    def on_interval(self, cq, ts) -> None:
-        self.profile.on_interval(cq, ts)
-
     def report(self) -> dict:
         orders = "; ".join(f"ΔR {h['stream']}@{h['arrival']}: " + " ⋈ ".join(h["new"])
                            for h in self.history[-5:])
+        profiled = (sum(p.observations for p in self.profiler.pipelines.values())
+                    if self.profiler is not None else 0)
         return {"agreedy_reorderings": self.reorderings,
-                "agreedy_profiled": sum(p.observations for p in self.profile.pipelines.values()),
+                "agreedy_profiled": profiled,
                 "agreedy_last_reorderings": orders}
 
 
-class InitialPlan(_Profiled):
+class InitialPlan(PolicyBase):
     """The MJoin's initial plan from the optimizer over measured statistics (issue 4,
     ``--optimizer``): join-ordering.txt's algorithms on the join graph of §2.1–2.2.
 
-    Profiles (probability ``p``) and ticks until the profiler is ready — W observations
-    at position 0 of every pipeline and W rate measurements per stream, a-caching.txt §4.5
-    step 2 — then builds the join graph (``join_graph_from_stats``), calls
-    ``optimizer.plan(graph, algorithm)`` and sets every pipeline's order once. After that it
-    stops profiling (``sample_probability`` becomes 0) and ``done`` is True.
+    Profiles (probability ``p``) and ticks until the query's profiler is ready — W
+    observations at position 0 of every pipeline and W rate measurements per stream,
+    a-caching.txt §4.5 step 2 — then builds the join graph (``adapt.graph``), calls
+    ``optimizer.plan(graph, algorithm)`` and sets every pipeline's order once. After that
+    it stops asking for profiling (``sample_probability`` becomes 0) and ``done`` is True.
+    DMJoin on more than ``optimizer.DMJOIN_MAX_STREAMS`` streams is refused when the policy
+    is attached, before any profiling.
     """
 
     def __init__(self, algorithm: str = "qaware", p: float = P_DEFAULT * 5,
@@ -205,10 +168,9 @@ class InitialPlan(_Profiled):
         if objective not in OBJECTIVES:
             raise AdaptcqError(f"unknown objective {objective!r}; choose one of "
                                f"{', '.join(OBJECTIVES)}")
+        super().__init__(p=p, W=W, interval=interval, seed=seed)
         self.algorithm = algorithm
         self.objective = objective
-        self.profile = Profiler(W=W, p=p, interval=interval, seed=seed)
-        self.sample_probability = p
         self.done = False
         self.graph = None
         self.plan: dict[str, list[str]] | None = None
@@ -216,37 +178,32 @@ class InitialPlan(_Profiled):
         self.chosen: str | None = None  # the algorithm Q-Aware picked
         self.planned_at: int | None = None
 
-    def on_profile(self, cq, obs, ts) -> None:
-        if self.done:
-            return
-        self._bind(cq)
-        self.profile.observe(obs, cq.executor)
-        self._maybe_plan(cq)
-
-    def on_interval(self, cq, ts) -> None:
-        if self.done:
-            return
-        self._bind(cq)
-        self.profile.on_interval(cq, ts)
-        self._maybe_plan(cq)
-
-    def _bind(self, cq) -> None:
-        """On the first hook: refuse an intractable DMJoin before profiling for nothing."""
-        if self.profile.query is not None:
+    def bind(self, profiler) -> None:
+        """Refuse an intractable DMJoin before profiling for nothing."""
+        super().bind(profiler)
+        if profiler.query is None:
             return
         from adaptcq.optimizer import DMJOIN_MAX_STREAMS
-        n = len(cq.executor.query.aliases)
+        n = len(profiler.query.aliases)
         if self.algorithm == "dmjoin" and n > DMJOIN_MAX_STREAMS:
             raise AdaptcqError(f"--optimizer dmjoin is exponential and allows at most "
                                f"{DMJOIN_MAX_STREAMS} streams; this query joins {n}. Use "
                                "qaware, fab or treeopt")
 
+    def on_profile(self, cq, obs, ts) -> None:
+        if not self.done:
+            self._maybe_plan(cq)
+
+    def on_interval(self, cq, ts) -> None:
+        if not self.done:
+            self._maybe_plan(cq)
+
     def _maybe_plan(self, cq) -> None:
-        if not self.profile.ready():
+        if not self.profiler.ready():
             return
         from adaptcq.optimizer import plan, plan_cost, qaware_algorithm
         query = cq.executor.query
-        self.graph = join_graph_from_stats(query, self.profile)
+        self.graph = join_graph_from_stats(query, self.profiler)
         self.plan = plan(self.graph, self.algorithm, objective=self.objective)
         self.cost = plan_cost(self.graph, self.plan)
         self.chosen = (qaware_algorithm(self.graph) if self.algorithm == "qaware"
@@ -265,32 +222,3 @@ class InitialPlan(_Profiled):
                 "optimizer_plan": "; ".join(f"ΔR {s}: " + " ⋈ ".join(o)
                                             for s, o in self.plan.items()),
                 "optimizer_plan_cost": self.cost, "optimizer_planned_at_arrival": self.planned_at}
-
-
-def make_policies(optimizer: str | None = None, reorder: str = "off", **params) -> list:
-    """The policies for ``adaptcq run --optimizer ALGORITHM --reorder agreedy|off``.
-
-    ``params``: ``p``, ``W``, ``alpha``, ``interval``, ``seed`` (A-Greedy) and ``p``, ``W``,
-    ``interval``, ``seed``, ``objective`` (the initial plan; ``initial_p`` overrides its
-    profiling probability). With both, A-Greedy starts re-ordering once the initial plan
-    is set."""
-    if reorder not in REORDER_CHOICES:
-        raise AdaptcqError(f"unknown --reorder {reorder!r}; choose one of "
-                           f"{', '.join(REORDER_CHOICES)}")
-    known = {"p", "W", "alpha", "interval", "seed", "objective", "initial_p"}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise AdaptcqError(f"unknown policy parameter(s) {', '.join(unknown)}; "
-                           f"known: {', '.join(sorted(known))}")
-    common = {k: params[k] for k in ("W", "interval", "seed") if k in params}
-    policies: list = []
-    initial = None
-    if optimizer is not None:
-        p0 = params.get("initial_p", params.get("p"))
-        initial = InitialPlan(optimizer, objective=params.get("objective", "cost"),
-                              **({"p": p0} if p0 is not None else {}), **common)
-        policies.append(initial)
-    if reorder == "agreedy":
-        extra = {k: params[k] for k in ("p", "alpha") if k in params}
-        policies.append(AGreedy(wait_for=initial, **extra, **common))
-    return policies

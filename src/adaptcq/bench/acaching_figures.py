@@ -656,19 +656,6 @@ def _digest(rows: list) -> int:
     return hash(tuple(sorted(map(repr, rows))))
 
 
-def _text_png(path: Path, text: str) -> None:
-    import textwrap
-
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig = plt.figure(figsize=(8, 3))
-    fig.text(0.02, 0.95, "\n".join(textwrap.fill(p, 100) for p in text.split("\n")),
-             va="top", fontsize=8, family="monospace")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 # ---------------------------------------------------------------------------------------------
 # Figure 11 and 13: Table 2's 4-way join
 # ---------------------------------------------------------------------------------------------

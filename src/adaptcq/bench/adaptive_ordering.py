@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             if policy is not None and r == 0:
                 policy_info = {"reorderings": policy.reorderings, "history": policy.history,
                                "profiled": sum(s.observations for s in
-                                               policy.profile.pipelines.values()),
+                                               policy.profiler.pipelines.values()),
                                "final_orders": {s: list(o) for s, o in
                                                 cq.executor.orders.items()}}
             print(f"run {r + 1}/{args.runs} {name}: "

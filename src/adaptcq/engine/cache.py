@@ -32,6 +32,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from adaptcq.engine.rules import is_null_key
 from adaptcq.query.logical import ColumnRef
 
 EMPTY: dict = {}
@@ -78,7 +79,7 @@ class JoinCache:
     def lookup(self, u):
         """probe(u): the entry's tuples on a hit, None on a miss; a key with a NULL joins
         nothing, so it is an empty hit."""
-        if u is None or (type(u) is tuple and None in u):
+        if is_null_key(u):
             return EMPTY
         e = self.table[hash(u) % self.buckets]
         if e is not None and e[0] == u:
@@ -89,7 +90,7 @@ class JoinCache:
     def create(self, u, v: dict) -> None:
         """create(u, v) after a miss: direct-mapped, replacing whatever held the slot."""
         self.counts[1] += 1
-        if u is None or (type(u) is tuple and None in u):
+        if is_null_key(u):
             return
         self.table[hash(u) % self.buckets] = (u, v)
         if self.rev_positions:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from adaptcq.errors import OptionError
 from adaptcq.query.logical import LogicalQuery
+from adaptcq.stats.estimators import W_DEFAULT
+from adaptcq.stats.profiler import INTERVAL_DEFAULT
 from adaptcq.stream.windows import CountWindow, ExpiryClock
 
 EXECUTORS = ("mjoin", "xjoin")
@@ -175,7 +177,8 @@ class ContinuousQuery:
         self.rejected_rows: list[tuple[int, float, tuple, str]] = []
         self.trace: list | None = [] if trace else None
         self.per_stream = [0] * len(query.streams)  # arrivals per stream (rates)
-        self.policies: list = []
+        self.policies: list = []      # engine.protocols.Policy objects, in attach order
+        self.profiler = None          # the one stats.profiler.Profiler all policies share
         self._next_event = float("inf")  # row id of the next profiling or policy tick
         self._next_profile = float("inf")
         self._next_tick = float("inf")
@@ -183,19 +186,86 @@ class ContinuousQuery:
 
     # ----- policies ----------------------------------------------------------------------
     def attach(self, policy) -> None:
-        """Attach an adaptive policy (adapt/): it is shown a sample of profiled insertions
-        (``policy.sample_probability``, ``policy.on_profile(cq, observation, ts)``) and
-        ticked every ``policy.interval`` arrivals (``policy.on_interval(cq, ts)``). A policy
-        may give each pipeline its own probability p_i (a-caching.txt App. A) with
-        ``policy.stream_probability(i) -> p_i`` (at most its ``sample_probability``). A policy
-        changes the plan only through the executor's narrow interface (``set_order``...)."""
+        """Attach an adaptive policy (``engine.protocols.Policy``; adapt/).
+
+        Refused, naming what is wrong: an executor that cannot be profiled (XJoin), an
+        object lacking a hook of the Policy protocol, a policy whose W differs from the
+        query's profiler's.
+
+        The query has **one** Profiler (``self.profiler``, ``stats.profiler``): created at
+        the first attach with that policy's W (or the Profiler itself, when one is
+        attached, becomes it), bound to every policy (``policy.bind``), and fed by the
+        query — every profiled Observation exactly once and one tick per interval, before
+        the policies' hooks run. The policies of one query combine so:
+
+        * profiling: insertion of stream i is profiled with p_i = the maximum over the
+          policies of ``stream_probability(i)`` (the schedule draws with p = the maximum
+          ``sample_probability`` and keeps a draw with probability p_i / p; read live, so
+          a policy may lower or raise its p while running); the observation carries
+          fan-outs when any policy ``needs_fanouts``;
+        * ticks: every min over the policies of ``interval`` arrivals (None: none wanted);
+          every policy's ``on_interval`` is called at each;
+        * W: one per query (the profiler's); a policy with ``W`` None accepts it;
+        * seed: the first policy's seeds the sampling.
+
+        A policy changes the plan only through the executor's narrow interface
+        (``engine.protocols.AdaptiveExecutor``: ``set_order``...)."""
         import random
-        if not hasattr(self.executor, "profile_insert"):
-            raise ValueError(f"the {self.executor.name} executor cannot be profiled; "
-                             "adaptive policies need --executor mjoin")
+
+        from adaptcq.engine.protocols import AdaptiveExecutor, Policy, missing
+        from adaptcq.stats.profiler import Profiler
+
+        if not isinstance(self.executor, AdaptiveExecutor):
+            raise OptionError(f"the {self.executor.name} executor cannot be profiled; "
+                              "adaptive policies need --executor mjoin")
+        lacking = missing(policy, Policy)
+        if lacking:
+            raise OptionError(f"{type(policy).__name__} is not an adaptive policy: it lacks "
+                              f"{', '.join(lacking)} (see adaptcq.engine.protocols.Policy)")
+        if isinstance(policy, Profiler):
+            if self.profiler is not None and self.profiler is not policy:
+                raise OptionError("this query already has a profiler (cq.profiler, shared "
+                                  "by its policies); attach no second one")
+            profiler = policy
+        elif self.profiler is None:
+            # Created here: it asks for no profiling itself (p = 0), the policies do.
+            profiler = Profiler(W=policy.W or W_DEFAULT, p=0.0,
+                                interval=policy.interval or INTERVAL_DEFAULT,
+                                seed=policy.seed)
+        else:
+            profiler = self.profiler
+        if policy.W is not None and policy.W != profiler.W:
+            raise OptionError(
+                f"{type(policy).__name__} averages W = {policy.W} observations, but this "
+                f"query's profiler keeps W = {profiler.W} (set by the first policy "
+                "attached); the policies of one query share one profiler: give them the "
+                "same W")
+        profiler.start(self.executor)
+        policy.bind(profiler)
+        self.profiler = profiler
         self.policies.append(policy)
-        self._rng = self._rng or random.Random(int(getattr(policy, "seed", 0)))
+        intervals = [pol.interval for pol in self.policies if pol.interval]
+        if intervals and profiler not in self.policies:
+            profiler.interval = min(intervals)  # it is ticked at the query's ticks
+        self._rng = self._rng or random.Random(int(policy.seed))
+        # The combined schedule changed: draw the next profiled insertion and tick anew.
+        self._next_profile = self._next_tick = float("inf")
         self._schedule()
+
+    def feed_observation(self, obs, ts: float) -> None:
+        """One profiled insertion's Observation: to the profiler, then to every policy
+        (``ts`` in seconds of event time). ``_event`` calls it; a test or a replay may
+        feed hand-built observations the same way."""
+        self.profiler.observe(obs, self.executor)
+        for pol in self.policies:
+            pol.on_profile(self, obs, ts)
+
+    def feed_tick(self, ts: float) -> None:
+        """A tick: the profiler measures rates and state sizes, then every policy's
+        ``on_interval`` runs (``ts`` in seconds of event time)."""
+        self.profiler.tick(self.per_stream, self.executor, ts)
+        for pol in self.policies:
+            pol.on_interval(self, ts)
 
     def _schedule(self) -> None:
         p = max((pol.sample_probability for pol in self.policies), default=0.0)
@@ -216,8 +286,7 @@ class ContinuousQuery:
         """Thinning: the schedule samples insertions with p = max p_i; pipeline i keeps a
         sampled insertion with probability p_i / p, so each is profiled with p_i."""
         p = max(pol.sample_probability for pol in self.policies)
-        p_i = max(pol.stream_probability(i) if hasattr(pol, "stream_probability")
-                  else pol.sample_probability for pol in self.policies)
+        p_i = max(pol.stream_probability(i) for pol in self.policies)
         return p_i >= p or self._rng.random() < p_i / p
 
     def _event(self, i: int, rid: int, row: tuple, ts: float) -> bool:
@@ -227,14 +296,12 @@ class ContinuousQuery:
         done = False
         seconds = ts * self.time_unit  # policies see seconds
         if rid >= self._next_profile and self._accept(i):
-            fanouts = any(getattr(pol, "needs_fanouts", True) for pol in self.policies)
-            obs = self.executor.profile_insert(i, rid, row, ts, fanouts)
-            for pol in self.policies:
-                pol.on_profile(self, obs, seconds)
+            fanouts = any(pol.needs_fanouts for pol in self.policies)
+            self.feed_observation(self.executor.profile_insert(i, rid, row, ts, fanouts),
+                                  seconds)
             done = True
         if rid >= self._next_tick:
-            for pol in self.policies:
-                pol.on_interval(self, seconds)
+            self.feed_tick(seconds)
         self._schedule()
         return done
 
@@ -378,6 +445,7 @@ class ContinuousQuery:
             "executor": self.executor.name,
             "plan": self.executor.plan_state(),
             "rows": [stem.rows for stem in self.executor.stems],
+            "times": [stem.times for stem in self.executor.stems],
             "heap": self.clock.heap,
             "counts": [None if c is None else list(c.rids) for c in self.counts],
             "values": self.values,
@@ -405,8 +473,9 @@ class ContinuousQuery:
         options = {**options, **state["plan"], "time_unit": state.get("time_unit", 1.0),
                    "explicit_deletions": explicit}
         cq = cls(query, state["executor"], mode, **options)
+        times = state.get("times") or [None] * len(state["rows"])
         for i, rows in enumerate(state["rows"]):
-            cq.executor.load(i, rows)
+            cq.executor.load(i, rows, times[i])
         cq.clock.heap = state["heap"]
         for cw, rids in zip(cq.counts, state["counts"]):
             if cw is not None:

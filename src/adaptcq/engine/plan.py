@@ -298,8 +298,8 @@ def describe(plan: PipelinePlan) -> str:
             return [head] + [x for sub in op.segment for x in one(sub, ind + "  ")]
         if isinstance(op, CacheUpdate):
             members = "⋈".join(streams[m] for m in op.members)
-            return [f"{ind}CacheUpdate {op.cache} {'delete' if op.delete else 'insert'} "
-                    f"{members} on {key(op.key)}"]
+            what = "delete" if op.delete else "insert"
+            return [f"{ind}CacheUpdate {op.cache} {what} {members} on {key(op.key)}"]
         if isinstance(op, Observe):
             return [f"{ind}Observe {op.name} on {key(op.key)}"]
         return [f"{ind}Emit"]

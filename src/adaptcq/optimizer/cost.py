@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
+from adaptcq.engine import rules
 from adaptcq.optimizer.graph import JoinGraph, OptimizerError
 
 Objective = Literal["cost", "tuples"]
@@ -45,14 +46,17 @@ def check_objective(objective: str) -> Objective:
 
 
 def check_order(graph: JoinGraph, start: str, order: Sequence[str]) -> None:
-    """Raise unless ``order`` lists every stream other than ``start`` exactly once."""
+    """Raise unless ``order`` lists every stream other than ``start`` exactly once (the
+    rule of ``engine.rules.check_order``, with the optimizer's messages)."""
     if start not in graph.rates:
         raise OptimizerError(f"unknown start stream {start!r} "
                              f"(streams: {', '.join(graph.streams)})")
-    others = set(graph.streams) - {start}
-    if len(order) != len(others) or set(order) != others:
+    try:
+        rules.check_order(graph.streams, start, order)
+    except ValueError:
+        others = set(graph.streams) - {start}
         raise OptimizerError(f"the pipeline of {start!r} must list each of "
-                             f"{sorted(others)} exactly once, got {list(order)}")
+                             f"{sorted(others)} exactly once, got {list(order)}") from None
 
 
 def join_factor(graph: JoinGraph, prefix: Iterable[str], s: str) -> float:
@@ -126,11 +130,11 @@ def plan_objective(graph: JoinGraph, plan: Mapping[str, Sequence[str]],
 def admissible(graph: JoinGraph, prefix: set[str] | frozenset[str],
                remaining: Iterable[str]) -> list[str]:
     """The streams of ``remaining`` that may join next without a needless cartesian
-    product: those sharing a predicate with ``prefix``, or all of them (sorted) when none
-    does (the prefix's connected component is exhausted)."""
+    product: those sharing a predicate with ``prefix``, or all of them when none does (the
+    prefix's connected component is exhausted); sorted by name. ``engine.rules.admissible``
+    on the graph's neighbours."""
     rest = sorted(remaining)
-    linked = [s for s in rest if any(t in prefix for t in graph.neighbors(s))]
-    return linked or rest
+    return rules.admissible({s: graph.neighbors(s) for s in rest}, prefix, rest)
 
 
 def is_cartesian_free(graph: JoinGraph, start: str, order: Sequence[str]) -> bool:

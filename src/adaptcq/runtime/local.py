@@ -180,16 +180,18 @@ class LocalRun:
         return sign
 
     def _engine(self, executor: str, mode: str, options: dict) -> ContinuousQuery:
+        """The query and its policies. ``executor="acaching"`` is a shorthand for MJoin with
+        the A-Caching policy (``cache_options`` are its options, ``adapt.make_policies``'s
+        ``caching``) appended after the given ``policies``; every policy shares the
+        query's one profiler."""
         policies = list(options.pop("policies", None) or [])
         cache_options = options.pop("cache_options", None) or {}
         engine_executor = executor
         if executor == "acaching":  # MJoin + the A-Caching policy (a-caching.txt §4.5)
-            from adaptcq.adapt.acaching import ACaching
-            reorder = next((p for p in policies if type(p).__name__ == "AGreedy"), None)
-            policies = [p for p in policies if p is not reorder]
+            from adaptcq.adapt import make_policies
             try:
-                policies.append(ACaching(reorder=reorder, **cache_options))
-            except (TypeError, ValueError) as e:
+                policies += make_policies(caching=dict(cache_options))
+            except (TypeError, ValueError, AdaptcqError) as e:
                 raise OptionError(str(e)) from None
             engine_executor = "mjoin"
         elif cache_options:
@@ -376,9 +378,8 @@ class LocalRun:
         }
         if self.last_ts is not None:
             stats["last_event_time"] = self.last_ts * TIME_UNIT
-        for policy in self.policies:
-            if hasattr(policy, "report"):
-                stats.update(policy.report())
+        for policy in self.policies:  # engine.protocols.Policy: report() is JSON-safe
+            stats.update(policy.report())
         return stats
 
     def result(self, table: pa.Table) -> RunResult:

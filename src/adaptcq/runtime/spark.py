@@ -30,6 +30,10 @@ Pipeline (ARCHITECTURE.md "The Spark pipeline"; docs/spark.md)::
   worker (``_LIVE``) and is reused while the stored token matches, so a micro-batch costs a
   snapshot write, not a rebuild; on any mismatch (another worker, a restart, a retried batch)
   the engine is restored from the store, which is the source of truth.
+* **Adaptivity** (``adaptivity=``, ``executor="acaching"``): every group builds its own
+  policies (``make_policies``: an optimizer's initial plan, A-Greedy, A-Caching) and adapts
+  on its own data; the orders they set travel in the engine's snapshot, their statistics
+  restart after a restore (``_GroupEngine``), and their reports are in every statistics row.
 
 Output rows have the local runtime's columns (SELECT names, ``_sign`` int8, ``_ts`` of the
 type ``eventtime.output_time_type`` gives, converted from int64 nanoseconds with integer
@@ -37,7 +41,7 @@ arithmetic). ``side_outputs=True`` instead returns every row of the stateful ope
 ``_aq_kind`` column: 0 result, 1 rejected input row (late, or an unmatched explicit deletion),
 2 group statistics, and ``_ts`` as int64 nanoseconds; ``write_batch`` routes them to Parquet.
 
-``run_files`` (and the CLI) run a query over files: inputs checked and resolved as the local
+``run_files`` (and the CLI's driver, ``runtime.spark_cli``) run a query over files: inputs checked and resolved as the local
 runtime resolves them (a file, a folder, a glob), a fingerprint of the query in the
 checkpoint (a restart with another query is refused), and output folders that never mix
 the results of two queries (docs/spark.md, "Files, checkpoints and outputs").
@@ -48,12 +52,10 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import json
-import logging
 import math
 import os
 import pickle
 import re
-import tempfile
 import time
 import uuid
 import warnings
@@ -65,7 +67,7 @@ import numpy as np
 from pyspark.sql.streaming import StatefulProcessor
 
 from adaptcq import errors as _errors
-from adaptcq.errors import AdaptcqError, InputError, QueryError
+from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.output import overlaps
 from adaptcq.stream import eventtime as et
@@ -79,9 +81,9 @@ __all__ = [
     "SparkRun",
     "SplitPlan",
     "continuous_query",
+    "make_policies",
     "plan_split",
     "prepare_files",
-    "run_cli",
     "run_files",
     "signal_end",
     "write_batch",
@@ -167,6 +169,73 @@ def plan_split(query: LogicalQuery, partitions: int) -> SplitPlan:
 
 
 # ---------------------------------------------------------------------------------------------
+# Adaptivity: the same policies in every partition group
+# ---------------------------------------------------------------------------------------------
+
+#: The keys of an adaptivity spec besides ``adapt.make_policies``' policy parameters.
+_SPEC_KEYS = ("optimizer", "reorder", "caching")
+
+
+def make_policies(spec: Mapping) -> list:
+    """Fresh policy objects for one partition group from an adaptivity ``spec``: the keyword
+    arguments of ``adapt.make_policies`` (``optimizer``, ``reorder``, ``caching`` (a dict
+    of A-Caching options, or None) and policy parameters such as ``p``, ``W``,
+    ``interval``, ``seed``). Policy objects hold one group's statistics, so every group
+    builds its own from the spec (a spec pickles; compiled engines and their policies do
+    not travel)."""
+    from adaptcq.adapt import make_policies as make
+    return list(make(**spec))
+
+
+def _adaptivity(executor: str, adaptivity: Mapping | None) -> tuple[str, dict | None]:
+    """(engine executor, adaptivity spec or None). ``executor="acaching"`` is shorthand for
+    mjoin with A-Caching (its default options unless the spec gives ``caching``). A spec
+    that asks for nothing is None; XJoin with a policy is refused."""
+    spec = None if adaptivity is None else dict(adaptivity)
+    if spec is not None and not isinstance(spec.get("caching", None), Mapping | None):
+        raise OptionError("adaptivity['caching'] must be a dict of A-Caching options "
+                          "(adapt.acaching.ACaching's keyword arguments) or None")
+    if executor == "acaching":
+        spec = spec or {}
+        spec["caching"] = dict(spec.get("caching") or {})
+        executor = "mjoin"
+    if spec is not None:
+        spec.setdefault("optimizer", None)
+        spec.setdefault("reorder", "off")
+        spec.setdefault("caching", None)
+        if spec["caching"] is not None:
+            spec["caching"] = dict(spec["caching"])
+        if spec["optimizer"] is None and spec["reorder"] == "off" and spec["caching"] is None:
+            if set(spec) - set(_SPEC_KEYS):
+                raise OptionError(
+                    f"policy parameter(s) {', '.join(sorted(set(spec) - set(_SPEC_KEYS)))} "
+                    "given, but no policy: set optimizer, reorder='agreedy' or caching")
+            spec = None
+    if spec is not None and executor != "mjoin":
+        raise OptionError(
+            f"adaptive policies (optimizer, A-Greedy re-ordering, A-Caching) re-order and "
+            f"cache MJoin pipelines, and the {executor} executor has none: its tree of "
+            "binary joins keeps intermediate results that depend on the tree, so it cannot "
+            "be re-ordered between updates; use executor mjoin (or acaching)")
+    return executor, spec
+
+
+_CHANGES = ("use", "drop", "shrink", "grow")
+
+
+def _jsonable_report(report: dict) -> dict:
+    """A policies' report as JSON-able values, small enough to travel every micro-batch:
+    A-Caching's full ``cache_history`` becomes its last few cache changes."""
+    out = dict(report)
+    history = out.pop("cache_history", None)
+    if history is not None:
+        changes = [h for h in history if h.get("event") in _CHANGES]
+        out["cache_last_changes"] = [f"at arrival {h['arrival']:,}: {h['event']} {h['what']}"
+                                     for h in changes[-5:]]
+    return json.loads(json.dumps(out, default=str))
+
+
+# ---------------------------------------------------------------------------------------------
 # Building the streaming plan
 # ---------------------------------------------------------------------------------------------
 
@@ -221,7 +290,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
                      order: str | Mapping[str, str] | None = None,
                      end_of_input: str | os.PathLike | None = None,
                      side_outputs: bool = False, timestamp_unit: str | None = None,
-                     **options):
+                     adaptivity: Mapping | None = None, **options):
     """Run ``sql`` over streaming DataFrames; return the streaming DataFrame of its results.
 
     ``streams`` maps each source named in FROM to a streaming DataFrame (files, Kafka, rate,
@@ -243,6 +312,13 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     runtime's input. ``side_outputs=True`` returns the raw operator output (results, rejected
     rows, group statistics, ``_ts`` in int64 nanoseconds; see ``write_batch``).
 
+    ``adaptivity`` runs adaptive policies inside every partition group, each on its own
+    data: the keyword arguments of ``adapt.make_policies`` (``optimizer``: an ordering
+    algorithm for the initial plan; ``reorder="agreedy"``; ``caching``: a dict of A-Caching
+    options; policy parameters ``p``, ``W``, ``interval``, ...). ``executor="acaching"`` is
+    mjoin with A-Caching. Each group's decisions are in its statistics rows (``policies``;
+    docs/spark.md, "Adaptivity").
+
     A time that is null, not finite, or outside what int64 nanoseconds hold stops the query
     with the local runtime's message (stream, row, value; ``run_files`` raises it as an
     ``InputError``).
@@ -250,7 +326,6 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from adaptcq.engine.continuous import ContinuousQuery
     from adaptcq.query.cql import parse_query
     from adaptcq.runtime.local import _check_join_types, require_inputs
 
@@ -280,11 +355,10 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     _check_join_types(query)
     late_ns = lateness_ns(allowed_lateness)
     signed = _signed_streams(query, streams, sign)
-    try:  # validates executor, mode and plan options (orders, tree) before Spark starts work
-        ContinuousQuery(query, executor, mode, time_unit=TIME_UNIT,
-                        explicit_deletions=bool(signed), **options)
-    except (ValueError, KeyError, TypeError) as e:
-        raise AdaptcqError(str(e).strip('"')) from None
+    executor, spec = _adaptivity(executor, adaptivity)
+    # Validates executor, mode, plan options (orders, tree) and the policies' options
+    # before Spark starts work: what every group will build.
+    _check_engine(query, executor, mode, bool(signed), spec, options)
     names = [o.name for o in query.outputs]
     clash = sorted(set(names) & set(SIDE_COLUMNS))
     if clash:
@@ -348,7 +422,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
 
     cfg = _Config(
         qid=uuid.uuid4().hex, sql=sql, schemas=schemas, executor=executor, mode=mode,
-        options=dict(options), groups=P, keys=keys, lateness=float(allowed_lateness),
+        options=dict(options), adaptivity=spec, groups=P, keys=keys, lateness=float(allowed_lateness),
         lateness_ns=late_ns, signed=bool(signed), n_streams=len(query.streams),
         stream_columns=[[f"c{i}_{k}" for k in range(len(query.columns[a]))]
                         for i, a in enumerate(query.aliases)],
@@ -360,7 +434,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         statefulProcessor=_Processor(cfg), outputStructType=out_schema,
         outputMode="Append", timeMode="None")
     info = {"query": query, "plan": plan, "config": cfg, "names": names,
-            "ts_type": ts_type, "unit": timestamp_unit}
+            "ts_type": ts_type, "unit": timestamp_unit, "adaptivity": spec}
     raw._adaptcq = info
     if side_outputs:
         return raw
@@ -368,6 +442,22 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         *names, "_sign", _ts_out(ts_type, timestamp_unit).alias("_ts"))
     res._adaptcq = info
     return res
+
+
+def _check_engine(query: LogicalQuery, executor: str, mode: str, signed: bool,
+                  spec: dict | None, options: dict) -> None:
+    """Build one group's engine and policies on the driver: a bad option fails here, in
+    one line, not in a Spark worker."""
+    from adaptcq.engine.continuous import ContinuousQuery
+    try:
+        cq = ContinuousQuery(query, executor, mode, time_unit=TIME_UNIT,
+                             explicit_deletions=signed, **options)
+        for policy in make_policies(spec) if spec is not None else ():
+            cq.attach(policy)
+    except AdaptcqError:
+        raise
+    except (ValueError, KeyError, TypeError) as e:
+        raise OptionError(str(e).strip('"')) from None
 
 
 def _is_timestamp(t) -> bool:
@@ -595,6 +685,7 @@ class _Config:
     executor: str
     mode: str
     options: dict
+    adaptivity: dict | None
     groups: int
     keys: list[int]
     lateness: float
@@ -761,8 +852,6 @@ def _logical(cfg: _Config) -> LogicalQuery:
 
 
 @dataclass
-
-@dataclass
 class _GroupEngine:
     """A partition group's engine and the buffer in front of it.
 
@@ -773,6 +862,27 @@ class _GroupEngine:
     only if its timestamp is at least ``frontier[i] - lateness`` (else it is late), so a
     pending row x can go once ``(x.ts, x.stream) <= (frontier[i] - lateness, i)`` for every
     stream i.
+
+    ``policies`` are the group's adaptive policies (``cfg.adaptivity``), attached to ``cq``
+    (docs/spark.md, "Adaptivity"). Between micro-batches they live on with the live engine
+    in the worker (``_LIVE``). The group's pickled state keeps them too, so that a restore
+    from the store (another worker got the group, a retried batch, a restart from the
+    checkpoint) continues them, not only the engine:
+
+    * the orders in force are in the engine's snapshot (``plan_state``);
+    * the query's Profiler and the ordering policies (the optimizer's initial plan,
+      A-Greedy) are pickled with the group (``policy_state``; the logical query they refer
+      to is not pickled but re-bound to this worker's copy): statistics, history and the
+      initial plan carry on as if nothing happened;
+    * A-Caching starts afresh: the caches it placed are join subresults held by the engine,
+      which its snapshot does not carry (SteMs determine them), so the restored engine has
+      none, and A-Caching profiles its candidates and selects again (on the restored
+      profiler's statistics). Its report before the restore is kept in ``earlier``.
+
+    Policies that do not pickle (a policy holding the engine, say) fall back to the same
+    fresh start, with an optimizer whose plan was set (``planned``) not planning again: its
+    plan is the restored orders. Results never depend on any of this: MJoin is exact under
+    any order and any cache.
     """
 
     cq: object
@@ -784,12 +894,70 @@ class _GroupEngine:
     late: int = 0
     peak_tuples: int = 0
     peak_bytes: int = 0
+    policies: list = field(default_factory=list)
+    planned: dict | None = None  # the optimizer's report once its initial plan is set
+    earlier: list = field(default_factory=list)  # reports of policies restarted by a restore
+    restores: int = 0  # restores from the store with policies
+    continued: int = 0  # of them, restores that continued the saved profiler and policies
 
     def dumps(self) -> bytes:
+        adapt = None
+        if self.policies or self.planned is not None:
+            full = self.report()  # (also records ``planned``)
+            saved = self.policy_state()
+            blob = _dump_policies(self.cq, saved) if saved is not None else None
+            restarting = self.policies if blob is None else \
+                [p for p, kept in zip(self.policies, saved[1], strict=True) if kept is None]
+            adapt = {"saved": blob, "full": full,
+                     "restarting": self.report(restarting) if restarting else {},
+                     "planned": self.planned, "earlier": self.earlier,
+                     "restores": self.restores, "continued": self.continued}
         return pickle.dumps({
             "v": 1, "cq": self.cq.snapshot(), "groups": self.groups, "frontier": self.frontier,
             "pending": self.pending, "seq": self.seq, "closed": self.closed, "late": self.late,
-            "peak": (self.peak_tuples, self.peak_bytes)}, protocol=pickle.HIGHEST_PROTOCOL)
+            "peak": (self.peak_tuples, self.peak_bytes), "adapt": adapt},
+            protocol=pickle.HIGHEST_PROTOCOL)
+
+    def policy_state(self) -> tuple | None:
+        """(the query's profiler, each policy or None where it restarts after a restore)."""
+        if not self.policies or getattr(self.cq, "profiler", None) is None:
+            return None
+        from adaptcq.adapt.acaching import ACaching
+        return (self.cq.profiler,
+                [None if isinstance(p, ACaching) else p for p in self.policies])
+
+    def attach(self, cfg: _Config, saved: tuple | None = None) -> None:
+        """Attach the group's policies: fresh ones from ``cfg.adaptivity``, or those of
+        ``saved`` (``policy_state``, unpickled) with fresh ones where it has None."""
+        spec = cfg.adaptivity
+        if spec is None:
+            return
+        if saved is None and self.planned is not None and spec.get("optimizer") is not None:
+            # The initial plan was set before the snapshot and is in the restored orders.
+            spec = {**spec, "optimizer": None}
+            if spec["reorder"] == "off" and spec["caching"] is None:
+                return
+        fresh = make_policies(spec)
+        if saved is not None:
+            profiler, kept = saved
+            if len(kept) != len(fresh):
+                raise AdaptcqError("the group's saved policies do not match the query's "
+                                   "adaptivity; restart with a new --checkpoint")
+            self.cq.attach(profiler)  # the query's profiler, statistics and all
+            fresh = [f if k is None else k for k, f in zip(kept, fresh, strict=True)]
+        self.policies = fresh
+        for policy in self.policies:
+            self.cq.attach(policy)
+
+    def report(self, policies: list | None = None) -> dict:
+        """What the group's policies decided: their ``report()`` dicts merged (JSON-able),
+        with the optimizer's once its plan is set, even from before a restore."""
+        merged: dict = {} if policies is not None else dict(self.planned or {})
+        for policy in self.policies if policies is None else policies:
+            if type(policy).__name__ == "InitialPlan" and getattr(policy, "done", False):
+                self.planned = _jsonable_report(policy.report())
+            merged.update(policy.report())
+        return _jsonable_report(merged)
 
     @classmethod
     def loads(cls, cfg: _Config, blob: bytes) -> _GroupEngine:
@@ -800,9 +968,35 @@ class _GroupEngine:
                 f"the checkpoint was written with {st['groups']} partition groups and the "
                 f"query now has {cfg.groups}; restart with the same --partitions (rows would "
                 "otherwise meet state of other keys)")
-        cq = ContinuousQuery.restore(_logical(cfg), st["cq"], cfg.mode, **cfg.options)
-        g = cls(cq, st["groups"], st["frontier"], st["pending"], st["seq"], st["closed"],
-                st["late"], *st["peak"])
+
+        def engine():
+            cq = ContinuousQuery.restore(_logical(cfg), st["cq"], cfg.mode, **cfg.options)
+            return cls(cq, st["groups"], st["frontier"], st["pending"], st["seq"],
+                       st["closed"], st["late"], *st["peak"])
+
+        g = engine()
+        adapt = st.get("adapt")
+        if adapt is None:
+            g.attach(cfg)
+            return g
+
+        def carry(g: _GroupEngine, restarted: dict, continued: int = 0) -> _GroupEngine:
+            g.planned, g.restores = adapt["planned"], adapt["restores"] + 1
+            g.continued = adapt.get("continued", 0) + continued
+            g.earlier = [*adapt["earlier"], restarted][-_EARLIER:] if restarted else \
+                list(adapt["earlier"])
+            return g
+
+        if adapt["saved"] is not None:
+            try:
+                carry(g, adapt["restarting"], 1).attach(cfg,
+                                                        _load_policies(cfg, adapt["saved"]))
+                return g
+            except AdaptcqError:
+                raise
+            except Exception:  # noqa: BLE001 - saved policies that no longer load: fresh ones
+                g = engine()
+        carry(g, adapt["full"]).attach(cfg)
         return g
 
     @classmethod
@@ -810,7 +1004,9 @@ class _GroupEngine:
         from adaptcq.engine.continuous import ContinuousQuery
         cq = ContinuousQuery(_logical(cfg), cfg.executor, cfg.mode, time_unit=TIME_UNIT,
                              explicit_deletions=cfg.signed, **cfg.options)
-        return cls(cq, cfg.groups, [-math.inf] * cfg.n_streams)
+        g = cls(cq, cfg.groups, [-math.inf] * cfg.n_streams)
+        g.attach(cfg)
+        return g
 
     def step(self, cfg: _Config, packets: list[tuple]) -> tuple[list, list]:
         """One micro-batch: lateness, ordering, release, expiry. Returns (results, rejected)."""
@@ -885,7 +1081,53 @@ class _GroupEngine:
         return out, rejected
 
 
+class _PolicyPickler(pickle.Pickler):
+    """Pickles a group's profiler and policies: the logical query they refer to becomes a
+    reference (re-bound on load to the worker's copy, which the restored engine runs); the
+    engine itself must not be reachable (it would not survive as the same object)."""
+
+    def __init__(self, file, cq):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.cq = cq
+
+    def persistent_id(self, obj):
+        if isinstance(obj, LogicalQuery):
+            return "query"
+        if obj is self.cq or obj is self.cq.executor:
+            raise pickle.PicklingError("a policy holds the engine")
+        return None
+
+
+class _PolicyUnpickler(pickle.Unpickler):
+    def __init__(self, file, query: LogicalQuery):
+        super().__init__(file)
+        self.query = query
+
+    def persistent_load(self, pid):
+        if pid == "query":
+            return self.query
+        raise pickle.UnpicklingError(f"unknown reference {pid!r}")
+
+
+def _dump_policies(cq, saved: tuple) -> bytes | None:
+    """``saved`` pickled, or None when it does not pickle (the policies then restart after a
+    restore, as A-Caching always does)."""
+    import io
+    buf = io.BytesIO()
+    try:
+        _PolicyPickler(buf, cq).dump(saved)
+    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+        return None
+    return buf.getvalue()
+
+
+def _load_policies(cfg: _Config, blob: bytes) -> tuple:
+    import io
+    return _PolicyUnpickler(io.BytesIO(blob), _logical(cfg)).load()
+
+
 _LIVE: dict[tuple[str, int], tuple[tuple[int, int], _GroupEngine]] = {}
+_EARLIER = 4  # reports of earlier policy generations kept per group
 
 
 class _Processor(StatefulProcessor):
@@ -979,7 +1221,13 @@ def _frames(cfg: _Config, gkey: int, eng: _GroupEngine, out: list, rejected: lis
             "state_bytes": eng.cq.executor.state_bytes(), "peak_state_tuples": eng.peak_tuples,
             "peak_state_bytes": eng.peak_bytes, "snapshot_bytes": snapshot_bytes,
             "engine_cpu_seconds": cpu, "cache_hit": cache_hit, "pid": os.getpid(),
-            "now": eng.cq.now if math.isfinite(eng.cq.now) else None}
+            "now": eng.cq.now if math.isfinite(eng.cq.now) else None,
+            "plan": eng.cq.executor.describe()}
+    if cfg.adaptivity is not None:
+        info["policies"] = eng.report()
+        info["policy_restores"] = eng.restores
+        info["policy_continued"] = eng.continued
+        info["restarted_policies"] = eng.earlier
     data = {"_aq_kind": [KIND_STATS]}
     for k in range(n):
         data[names[k]] = [None]
@@ -1023,6 +1271,7 @@ class SparkRun:
     restarted: bool = False  # continued from a checkpoint that had processed input
     ts_type: object = None  # pyarrow type of _ts (None: leave int64 nanoseconds)
     unit: str | None = None  # --timestamp-unit
+    adaptivity: dict | None = None  # the policies every group ran (continuous_query)
 
     @property
     def peak_state_tuples(self) -> int:
@@ -1235,6 +1484,8 @@ _LABELS = {
     "groups": "partition groups (--partitions)",
     "allowed_lateness_ns": "--allowed-lateness (ns)", "sign": "--sign",
     "order": "order column", "options": "engine options (--order, --tree, --nested-loop)",
+    "adaptivity": "adaptive policies (--optimizer, --reorder, --executor acaching and its "
+                  "cache options)",
     "inputs": "inputs", "schemas": "input columns", "output": "--output",
     "rejected": "--rejected",
 }
@@ -1281,6 +1532,7 @@ class FileJob:
     sign: str | None
     unit: str | None
     options: dict
+    adaptivity: dict | None
     fingerprint: dict
     fresh: bool
     output_state: str | None
@@ -1335,7 +1587,7 @@ class FileJob:
                 mode=self.mode, partitions=self.partitions,
                 allowed_lateness=self.allowed_lateness, sign=self.sign,
                 end_of_input=str(ctl), side_outputs=True, timestamp_unit=self.unit,
-                **self.options)
+                adaptivity=self.adaptivity, **self.options)
         except AdaptcqError:
             raise
         except Exception as e:  # noqa: BLE001 - Spark's analysis errors, in one line
@@ -1345,6 +1597,7 @@ class FileJob:
         names = info["names"]
         run = self._run_record()
         run.ts_type, run.unit = info["ts_type"], info["unit"]
+        run.adaptivity = info["adaptivity"]
         output, rejected = self.output, self.rejected
         t0 = time.perf_counter()
         q = None
@@ -1493,7 +1746,8 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
                   output: str | None, rejected: str | None = None, timestamp: str = "ts",
                   executor: str = "mjoin", mode: str = "append", partitions: int = 1,
                   allowed_lateness: float = 0.0, sign: str | None = None,
-                  timestamp_unit: str | None = None, **options) -> FileJob:
+                  timestamp_unit: str | None = None, adaptivity: Mapping | None = None,
+                  **options) -> FileJob:
     """Check a run over files before Spark does any work: the inputs (as the local runtime
     reads them), the query, the places (no output inside an input or the checkpoint), the
     checkpoint (its fingerprint must be this query's) and the output folders."""
@@ -1516,6 +1770,14 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
                          "columns: " + "; ".join(f"{n}: {', '.join(i.schema.names)}"
                                                  for n, i in inputs.items()))
     groups = plan_split(query, partitions).groups
+    _, spec = _adaptivity(executor, adaptivity)
+    if spec is not None:  # the policies' options, before Spark starts (run checks them again)
+        try:
+            make_policies(spec)
+        except AdaptcqError:
+            raise
+        except (ValueError, KeyError, TypeError) as e:
+            raise OptionError(str(e).strip('"')) from None
     ck_label = str(checkpoint)
     ck = Path(os.path.expanduser(ck_label))
     _check_places(inputs, output, rejected, str(ck))
@@ -1525,6 +1787,9 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
         "groups": groups, "allowed_lateness_ns": late, "sign": sign,
         "order": _canonical(options.get("order")),
         "options": _canonical({k: v for k, v in options.items() if k != "order"}),
+        # Results never depend on the policies (MJoin is exact under any order and cache),
+        # but a restart continues the policies' plan, so it must be the same request.
+        "adaptivity": _canonical(spec),
         "inputs": {n: i.pattern or os.path.realpath(os.path.expanduser(i.given))
                    for n, i in inputs.items()},
         "schemas": {n: [f"{f.name}: {f.type}" for f in i.schema] for n, i in inputs.items()},
@@ -1539,8 +1804,9 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     out_state = _output_state(output, "--output", fresh, fp["run"], ck_label, True)
     rej_state = _output_state(rejected, "--rejected", fresh, fp["run"], ck_label, False)
     return FileJob(sql, inputs, ck, ck_label, output, rejected, timestamp, executor, mode,
-                   partitions, allowed_lateness, sign, timestamp_unit, dict(options), fp,
-                   fresh, out_state, rej_state)
+                   partitions, allowed_lateness, sign, timestamp_unit, dict(options),
+                   None if adaptivity is None else dict(adaptivity), fp, fresh, out_state,
+                   rej_state)
 
 
 def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, output: str | None,
@@ -1548,7 +1814,7 @@ def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, outp
               mode: str = "append", partitions: int | None = None,
               allowed_lateness: float = 0.0, sign: str | None = None, finish: bool = True,
               max_files_per_trigger: int | None = None, timestamp_unit: str | None = None,
-              **options) -> SparkRun:
+              adaptivity: Mapping | None = None, **options) -> SparkRun:
     """Run ``sql`` over Parquet/CSV files (a file, a folder or a glob per source) to Parquet.
 
     Processes every file present (several micro-batches with ``max_files_per_trigger``),
@@ -1556,12 +1822,14 @@ def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, outp
     local runtime would at the end of its input. Restarting with the same ``checkpoint``
     continues exactly where the previous run stopped (new files only); a checkpoint written
     by another query, or an output folder holding another query's results, is refused
-    (``prepare_files``; docs/spark.md).
+    (``prepare_files``; docs/spark.md). ``adaptivity``: adaptive policies in every
+    partition group (``continuous_query``).
     """
     P = partitions if partitions is not None else \
         int(spark.conf.get("spark.sql.shuffle.partitions"))
     job = prepare_files(sql, sources, checkpoint, output, rejected, timestamp, executor, mode,
-                        P, allowed_lateness, sign, timestamp_unit, **options)
+                        P, allowed_lateness, sign, timestamp_unit, adaptivity=adaptivity,
+                        **options)
     return job.run(spark, finish, max_files_per_trigger)
 
 
@@ -1590,177 +1858,3 @@ def spark_error(exc: BaseException) -> AdaptcqError:
     head = text.split("terminated with exception: ", 1)[-1].strip()
     line = next((x.strip() for x in head.splitlines() if x.strip()), type(exc).__name__)
     return AdaptcqError(f"the Spark query failed: {line}")
-
-
-# ---------------------------------------------------------------------------------------------
-# The CLI: adaptcq run --engine spark
-# ---------------------------------------------------------------------------------------------
-
-_LOCAL_ONLY = ("it runs on the local engine only for now (adaptive policies and caches on "
-               "Spark are a later issue); use --engine local")
-_REFUSED = {
-    "optimizer": _LOCAL_ONLY, "reorder": _LOCAL_ONLY, "caches": _LOCAL_ONLY,
-    "cache_memory": _LOCAL_ONLY, "reopt_interval": _LOCAL_ONLY,
-    "max_results": ("the Spark runtime writes results a micro-batch at a time from P "
-                    "partition groups, so it has no first N results to stop at; use --engine "
-                    "local"),
-}
-# Options the Spark path uses (or, --no-progress, that have nothing to turn off there).
-_HANDLED = {"command", "help", "sql", "input", "timestamp", "timestamp_unit", "executor",
-            "mode", "output", "rejected", "order", "tree", "nested_loop", "sign",
-            "allowed_lateness", "no_progress", "engine", "master", "partitions", "checkpoint",
-            "format", "summary_json"}
-_PARSER_DEFAULTS = {"reorder": "off", "caches": None, "cache_memory": None,
-                    "reopt_interval": None, "max_results": None, "optimizer": None}
-
-
-def _run_actions() -> dict:
-    """``adaptcq run``'s options: dest -> (flag, default)."""
-    try:
-        import argparse
-
-        from adaptcq.cli import build_parser
-        sub = next(a for a in build_parser()._actions
-                   if isinstance(a, argparse._SubParsersAction))
-        return {a.dest: (a.option_strings[0] if a.option_strings else a.dest, a.default)
-                for a in sub.choices["run"]._actions}
-    except Exception:  # noqa: BLE001 - no parser to read: check the options named here
-        return {d: ("--" + d.replace("_", "-"), v) for d, v in _PARSER_DEFAULTS.items()}
-
-
-def refuse_unsupported(args) -> None:
-    """Every ``adaptcq run`` option works on Spark or is refused with a reason: none is
-    ignored."""
-    if getattr(args, "executor", None) == "acaching":
-        raise AdaptcqError(f"--executor acaching is not supported with --engine spark yet: "
-                           f"{_LOCAL_ONLY}")
-    fmt = getattr(args, "format", None)
-    if getattr(args, "output", None) == "-":
-        raise AdaptcqError("--output - (stdout) is not supported with --engine spark: its "
-                           "output is a folder of Parquet files, one per micro-batch; give a "
-                           "folder, or use --engine local")
-    if fmt not in (None, "parquet"):
-        raise AdaptcqError(f"--format {fmt} is not supported with --engine spark: its output "
-                           "is a folder of Parquet files, one per micro-batch (convert it "
-                           "afterwards, or use --engine local)")
-    for dest, (flag, default) in _run_actions().items():
-        if dest in _HANDLED or not hasattr(args, dest):
-            continue
-        value = getattr(args, dest)
-        if value == default or value is None or value is False or value == []:
-            continue
-        shown = f"{flag} {value}" if not isinstance(value, bool) else flag
-        reason = _REFUSED.get(dest, "the Spark runtime does not implement it; use --engine "
-                                    "local")
-        raise AdaptcqError(f"{shown} is not supported with --engine spark yet: {reason}")
-
-
-def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, options: dict,
-            console) -> int:
-    """``adaptcq run --engine spark``: the query on Spark, files in, Parquet out, a summary."""
-    from rich.table import Table
-
-    from adaptcq.runtime.spark_session import check_master, get_spark, local_cores
-
-    refuse_unsupported(args)
-    unknown = sorted(set(options) - {"orders", "tree", "nested_loop"})
-    if unknown:
-        raise AdaptcqError(f"engine option {unknown[0]} is not supported with --engine spark "
-                           f"yet: {_LOCAL_ONLY}")
-    master = getattr(args, "master", None) or "local[*]"
-    check_master(master)
-    partitions = getattr(args, "partitions", None)
-    if partitions is not None and partitions < 1:
-        raise AdaptcqError(f"--partitions must be >= 1, got {partitions}")
-    partitions = partitions or local_cores(master)
-    unit = getattr(args, "timestamp_unit", None)
-    output = (args.output.rstrip("/") or "/") if args.output else None
-    with contextlib.ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="adaptcq-spark-")))
-        paths = {}
-        for name, src in sources.items():
-            if isinstance(src, str | os.PathLike):
-                paths[name] = str(src)
-            else:  # an in-memory table (the embedded default): stream it from Parquet
-                import pyarrow as pa
-                import pyarrow.parquet as pq
-                table = src if isinstance(src, pa.Table) else pa.Table.from_pandas(
-                    src, preserve_index=False)
-                d = tmp / "inputs" / name
-                d.mkdir(parents=True)
-                pq.write_table(table, d / "part-0.parquet", coerce_timestamps="us",
-                               allow_truncated_timestamps=False)
-                paths[name] = str(d)
-        checkpoint = args.checkpoint or str(tmp / "checkpoint")
-        rejected = args.rejected or (f"{output}.rejected" if output else None)
-        job = prepare_files(sql, paths, checkpoint, output, rejected, timestamp,
-                            args.executor, args.mode, partitions, args.allowed_lateness,
-                            args.sign, unit, **options)
-        spark = get_spark(master, "adaptcq run")
-        # Failures are reported as one line (AdaptcqError); Spark's own log of them would
-        # be hundreds of lines of JVM and Python stack traces.
-        # (py4j logs a failed foreachBatch call with its traceback, too.)
-        spark.sparkContext.setLogLevel("OFF")
-        py4j_log = logging.getLogger("py4j")
-        level = py4j_log.level
-        py4j_log.setLevel(logging.CRITICAL + 1)
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", SplitWarning)
-                run = job.run(spark)
-        finally:
-            spark.sparkContext.setLogLevel("ERROR")
-            py4j_log.setLevel(level)
-        for w in caught:
-            if issubclass(w.category, SplitWarning):
-                console.print(f"[yellow]warning:[/] {w.message}")
-    if output:
-        console.print(f"wrote {run.results:,} result rows to {output}/ (Parquet)",
-                      highlight=False)
-    if run.rejected and rejected:
-        console.print(f"wrote {run.rejected:,} rejected rows to {rejected}/ (Parquet)",
-                      highlight=False)
-    t = Table(title="run summary (Spark)", show_header=False)
-    t.add_column("what")
-    t.add_column("value", justify="right")
-    t.add_row("executor / mode", f"{args.executor} / {args.mode}")
-    t.add_row("master / partition groups", f"{master} / {len(run.groups)}")
-    t.add_row("checkpoint", ("continued from " if run.restarted else "new: ")
-              + (args.checkpoint or "(temporary)"))
-    t.add_row("micro-batches", f"{run.batches:,}")
-    t.add_row("input rows", f"{run.rows_in:,}")
-    t.add_row("updates processed (ΔR insertions + deletions)", f"{run.updates:,}")
-    t.add_row("results", f"{run.results:,}")
-    t.add_row("wall seconds (streaming query)", f"{run.wall_seconds:.2f}")
-    t.add_row("throughput (input rows per second)",
-              f"{run.rows_in / run.wall_seconds:,.0f}" if run.wall_seconds else "-")
-    t.add_row("peak state, summed over groups (tuples)", f"{run.peak_state_tuples:,}")
-    t.add_row("peak state, summed over groups (bytes)", f"{run.peak_state_bytes:,}")
-    t.add_row("rejected rows", f"{run.rejected:,}")
-    console.print(t)
-    if getattr(args, "summary_json", None):
-        _write_summary_json(args.summary_json, run, args.executor, args.mode, master)
-    return 0
-
-
-def summary(run: SparkRun) -> dict:
-    """A run's figures (what the CLI's summary shows, plus each group's latest statistics)."""
-    return {
-        "engine": "spark", "batches": run.batches, "input_rows": run.rows_in,
-        "updates": run.updates, "results": run.results, "rejected": run.rejected,
-        "wall_seconds": run.wall_seconds,
-        "throughput": run.rows_in / run.wall_seconds if run.wall_seconds else None,
-        "peak_state_tuples": run.peak_state_tuples, "peak_state_bytes": run.peak_state_bytes,
-        "partition_groups": len(run.groups), "checkpoint": run.checkpoint,
-        "restarted": run.restarted, "output": run.output,
-        "groups": [run.groups[k] for k in sorted(run.groups)]}
-
-
-def _write_summary_json(path: str, run: SparkRun, executor: str, mode: str,
-                        master: str) -> None:
-    doc = {"executor": executor, "mode": mode, "master": master, **summary(run)}
-    try:
-        _write_text(Path(path), json.dumps(doc, indent=1, default=str) + "\n")
-    except OSError as e:
-        raise AdaptcqError(f"--summary-json {path!r}: cannot write: {e.strerror or e}") \
-            from None

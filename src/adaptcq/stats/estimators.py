@@ -43,9 +43,6 @@ class WindowAverage:
     def ready(self) -> bool:
         return len(self._values) >= self.W
 
-    def reset(self) -> None:
-        self._values.clear()
-
 
 class Rate:
     """Tuples per unit time of one stream: the average of the W most recent

@@ -1,16 +1,23 @@
 """The Profiler of a-caching.txt Figure 4: online statistics of a running MJoin.
 
-Everything here is *statistics*: it reads profiled tuples (``engine.mjoin.Observation``,
+Everything here is *statistics*: it reads profiled tuples (``engine.interp.Observation``,
 produced by the executor for a sample of insertions) and periodic ticks, and never changes
-the plan. Policies in ``adapt/`` read it and ask the executor to change its plan.
+the plan. Policies in ``adapt/`` read it and ask the executor to change its plan. A running
+query has **one** Profiler (``ContinuousQuery.profiler``), fed by the query itself — every
+observation once, one tick per interval — and shared by all its policies.
 
 Every estimate is "the average of its W most recent measurements" (a-caching.txt Table 1,
 §4.3; W = 10 by default, §7.1). Per pipeline (:class:`PipelineStats`, for its *current*
 order):
 
-* δ_j and τ_j of each join operator ⋈_{i_j} (Appendix A): tuples it processed for one
-  profiled tuple, and seconds spent in it; d_ij = rate(R_i) · sum(δ_j)/W and
-  c_ij = sum(τ_j)/sum(δ_j);
+* δ_j and the work w_j of each join operator ⋈_{i_j} (Appendix A, with work units for
+  τ_j): tuples it processed for one profiled tuple, and the work units it did for them
+  (the executor's virtual work clock: one per probe, one per bucket entry scanned);
+  d_ij = rate(R_i) · sum(δ_j)/W and c_ij = sum(w_j)/sum(δ_j), work units per tuple —
+  counted, so deterministic and the same on every machine (Appendix A times τ_j in
+  seconds instead);
+* the output per profiled tuple (the rate past the last operator, d_{i,n} for caches
+  that end there);
 * the conditional fan-out of every stream s not yet joined before position k: matches of s
   per tuple reaching position k, given the prefix (the conditional selectivities of
   A-Greedy's greedy invariant, Babu et al. [5] of a-caching.txt). Estimated as
@@ -25,11 +32,12 @@ order):
 
 Per stream (:class:`Profiler`): rate(R_i) from the insertions counted by the running query
 (``ContinuousQuery.per_stream``) at periodic ticks, and the state size |R_i|.
-:func:`join_graph_from_stats` turns all of it into the optimizer's :class:`JoinGraph`.
+``adapt.graph.join_graph_from_stats`` turns all of it into the optimizer's ``JoinGraph``.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections import deque
 from collections.abc import Mapping, Sequence
 
@@ -84,18 +92,14 @@ class WindowRatio:
     def ready(self) -> bool:
         return len(self._obs) >= self.W
 
-    def reset(self) -> None:
-        self._obs.clear()
-        self._num = self._den = 0.0
-
 
 class PipelineStats:
     """Statistics of one MJoin pipeline ΔR_i: ⋈_{i_1}, …, ⋈_{i_(n-1)} for its current order.
 
     Position k (0-based) is the operator joining ``order[k]``. ``set_order`` keeps the
     statistics of the positions before the first change (their prefixes are unchanged, so
-    are their δ, τ and fan-outs) and resets the rest. The σ observations from position 0
-    do not depend on the order and are never reset.
+    are their δ, work and fan-outs) and resets the rest. The σ observations from position
+    0 and the output per tuple do not depend on the order and are never reset.
     """
 
     def __init__(self, stream: str, order: Sequence[str], W: int = W_DEFAULT):
@@ -104,7 +108,8 @@ class PipelineStats:
         self.order: tuple[str, ...] = tuple(order)
         n = len(self.order)
         self.delta = [WindowAverage(W) for _ in range(n)]
-        self.tau = [WindowAverage(W) for _ in range(n)]
+        self.work = [WindowRatio(W) for _ in range(n)]  # (work units, δ) per observation
+        self.results = WindowAverage(W)                  # output rows per profiled tuple
         self.fanouts: list[dict[str, WindowRatio]] = [
             {s: WindowRatio(W) for s in self.order[k:]} for k in range(n)]
         self.sigma: dict[str, WindowAverage] = {s: WindowAverage(W) for s in self.order}
@@ -124,7 +129,7 @@ class PipelineStats:
         self.order = order
         for j in range(k, len(order)):
             self.delta[j] = WindowAverage(self.W)
-            self.tau[j] = WindowAverage(self.W)
+            self.work[j] = WindowRatio(self.W)
             self.fanouts[j] = {s: WindowRatio(self.W) for s in order[j:]}
         return k
 
@@ -138,9 +143,12 @@ class PipelineStats:
             raise ValueError(f"observation of {obs.stream} along {list(obs.order)} does not "
                              f"match pipeline {self.stream} along {list(self.order)}")
         self.observations += 1
-        for k, (d, t) in enumerate(zip(obs.delta, obs.tau)):
+        self.results.update(obs.results)
+        work = obs.work
+        for k, d in enumerate(obs.delta):
             self.delta[k].update(d)
-            self.tau[k].update(t)
+            if k < len(work):
+                self.work[k].update(work[k], d)
             if d > 0 and k < len(obs.fanout):
                 for s, matches in obs.fanout[k].items():
                     self.fanouts[k][s].update(matches, d)
@@ -174,9 +182,14 @@ class PipelineStats:
         return rate * self.delta[k].get()
 
     def c(self, k: int) -> float | None:
-        """c_ij = sum(τ_j)/sum(δ_j) (Appendix A): seconds per tuple at position k."""
-        den = self.delta[k].sum()
-        return self.tau[k].sum() / den if den > 0 else None
+        """c_ij = sum(w_j)/sum(δ_j) over the W most recent observations: work units per
+        tuple at position k (Appendix A's sum(τ_j)/sum(δ_j) on the work clock); None while
+        no tuple reached position k in the window."""
+        return self.work[k].get()
+
+    def output(self) -> float | None:
+        """Output rows per profiled tuple (None before any observation)."""
+        return self.results.get() if self.results.n else None
 
     def selectivity(self, s: str) -> tuple[float, int] | None:
         """(sum, count) of the σ_(stream, s) observations in the window, or None."""
@@ -190,26 +203,42 @@ def _count(avg: WindowAverage | None) -> int:
     return 0 if avg is None else min(avg.n, avg.W)
 
 
+def check_schedule(W, p, interval) -> None:
+    """Refuse a window W, profiling probability p or tick interval that cannot work (the
+    messages every policy and the Profiler give). ``interval`` may be None (no ticks)."""
+    if isinstance(W, bool) or not isinstance(W, numbers.Integral) or W < 1:
+        raise ValueError(f"W must be at least 1, got {W!r}")
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:
+        raise ValueError(f"the profiling probability p must be in [0, 1], got {p!r}")
+    if interval is not None and (isinstance(interval, bool)
+                                 or not isinstance(interval, numbers.Integral) or interval < 1):
+        raise ValueError(f"the tick interval must be at least 1 arrival, got {interval!r}")
+
+
 class Profiler:
     """All statistics of one running MJoin query (the Profiler of a-caching.txt Fig. 4).
 
-    It can be attached to a ``ContinuousQuery`` on its own (it has the policy hooks but
-    changes nothing: ``adaptcq explain`` uses it that way), or be owned by a policy that
-    forwards its hooks (``adapt.reorder``).
+    A ``ContinuousQuery`` has one (``cq.profiler``), created when the first policy is
+    attached, fed by the query (:meth:`observe` for every profiled insertion, :meth:`tick`
+    once per interval) and shared by every policy (``Policy.bind``). It can also be
+    attached on its own, to observe only (``adaptcq explain`` does): then it *is* the
+    query's profiler, and as a policy it asks for profiling with probability
+    ``sample_probability`` and ticks every ``interval`` arrivals; its hooks do nothing
+    (the query has fed it before they run).
 
-    * ``sample_probability`` — p_i of Appendix A (the same for every pipeline);
-    * ``interval`` — arrivals between ticks, at which rates and state sizes are measured;
-    * ``W`` — the number of recent observations every estimate averages.
+    * ``W`` — the number of recent observations every estimate averages (one W per query:
+      ``ContinuousQuery.attach`` refuses a policy with another W);
+    * ``sample_probability`` — p_i of Appendix A (the same for every pipeline) when
+      attached as a policy; a profiler the query creates asks for nothing itself (0: the
+      policies' p_i decide);
+    * ``interval`` — arrivals between ticks, at which rates and state sizes are measured.
     """
+
+    needs_fanouts = True  # σ and the conditional fan-outs
 
     def __init__(self, W: int = W_DEFAULT, p: float = P_DEFAULT,
                  interval: int = INTERVAL_DEFAULT, seed: int = 0):
-        if W < 1:
-            raise ValueError("W must be at least 1")
-        if not 0 <= p <= 1:
-            raise ValueError(f"the profiling probability p must be in [0, 1], got {p!r}")
-        if interval < 1:
-            raise ValueError(f"the tick interval must be at least 1 arrival, got {interval!r}")
+        check_schedule(W, p, interval)
         self.W = W
         self.sample_probability = p
         self.interval = interval
@@ -221,9 +250,18 @@ class Profiler:
         self.ticks = 0
 
     # ----- set-up ------------------------------------------------------------------------
-    def bind(self, executor) -> Profiler:
-        """Start profiling ``executor`` (an MJoin) with its current orders."""
-        if self.query is executor.query:
+    def start(self, executor) -> Profiler:
+        """Start profiling ``executor`` (an MJoin) with its current orders (once: later
+        calls with the same query do nothing). A profiler restored from a checkpoint is
+        given the restored executor, whose query is an equal but new object: it keeps its
+        statistics and follows the executor's orders (``PipelineStats.set_order``)."""
+        q = executor.query
+        if self.query is q:
+            return self
+        if self.query is not None and (self.query.sql, self.query.aliases) == (q.sql, q.aliases):
+            self.query = q
+            for a, stats in self.pipelines.items():
+                stats.set_order(executor.orders[a])
             return self
         self.query = executor.query
         self.pipelines = {a: PipelineStats(a, executor.orders[a], self.W)
@@ -232,18 +270,30 @@ class Profiler:
         self.sizes = {a: WindowAverage(self.W) for a in self.query.aliases}
         return self
 
-    # ----- the policy hooks (observing only) ---------------------------------------------
-    def on_profile(self, cq, obs, ts) -> PipelineStats:
-        return self.observe(obs, cq.executor)
+    # ----- the policy hooks (observing only: the query feeds its profiler itself) --------
+    def stream_probability(self, i: int) -> float:
+        return self.sample_probability
+
+    def bind(self, profiler: Profiler) -> None:
+        if profiler is not self:
+            raise ValueError("a Profiler attached to a query is that query's profiler; "
+                             "this query already has another one (read cq.profiler)")
+
+    def on_profile(self, cq, obs, ts) -> None:
+        pass
 
     def on_interval(self, cq, ts) -> None:
-        self.tick(cq.per_stream, cq.executor, ts)
+        pass
+
+    def report(self) -> dict:
+        return {"profiled_tuples": sum(p.observations for p in self.pipelines.values()),
+                "profiler_ticks": self.ticks}
 
     # ----- updates -----------------------------------------------------------------------
     def observe(self, obs, executor) -> PipelineStats:
         """Add a profiled tuple; follows a re-ordering of its pipeline first (resetting the
         positions from the first change on). Returns the pipeline's statistics."""
-        self.bind(executor)
+        self.start(executor)
         stats = self.pipelines[obs.stream]
         if tuple(obs.order) != stats.order:
             stats.set_order(obs.order)
@@ -253,7 +303,7 @@ class Profiler:
     def tick(self, per_stream: Sequence[int], executor, ts: float) -> None:
         """Measure rates (insertions so far per stream, at event time ``ts``) and state
         sizes |R_i|."""
-        self.bind(executor)
+        self.start(executor)
         self.ticks += 1
         for a, count, stem in zip(self.query.aliases, per_stream, executor.stems):
             self.rates[a].update(count, ts)
@@ -301,59 +351,3 @@ class Profiler:
         return (all(p.ready(0) for p in self.pipelines.values() if p.order)
                 and all(r.ready for r in self.rates.values()))
 
-
-#: Rates below this are treated as this (the cost model needs λ > 0).
-MIN_RATE = 1e-9
-
-
-def common_range(query) -> float | None:
-    """The window length w when every stream has the same ``[RANGE w]`` window, else None."""
-    sizes = {(s.window.kind, s.window.size) for s in query.streams}
-    if len(sizes) == 1:
-        kind, size = next(iter(sizes))
-        if kind == "range" and size and size > 0:
-            return float(size)
-    return None
-
-
-def join_graph_from_stats(query, profile: Profiler, *, c_insert: float = 1.0,
-                          c_delete: float = 1.0, c_join: float = 1.0):
-    """The optimizer's join graph (join-ordering.txt §2.1–2.2) from measured statistics.
-
-    * λ_i — measured rate(R_i) (insertions per second of event time);
-    * σ_ij — :meth:`Profiler.selectivity` for every pair the query joins (its join graph's
-      edges); 0 measured becomes :meth:`Profiler.sigma_floor`, none measured becomes 1
-      (nothing known: the pessimistic value);
-    * W — when every stream has the same ``[RANGE w]`` window, w (so λ_i·W is the expected
-      state size). Otherwise (``[ROWS n]``, unbounded, or different ranges) one W cannot
-      make λ_i·W the state size of every stream. Each pipeline's *order* depends only on
-      the state sizes λ_j·W of the other streams and the σ's (λ_start scales the whole
-      pipeline, Eq. 2), so we keep the measured state sizes exact: W = Σ|R_j| / Σ rate(R_j)
-      and λ_j = |R_j| / W. Orders are then those for the true state sizes; the plan's total
-      cost weighs pipelines by λ_j ∝ |R_j| rather than by the true rates.
-
-    Unit costs default to 1 (Table 1's C_insert, C_delete, C_join).
-    """
-    from adaptcq.optimizer import JoinGraph
-
-    aliases = query.aliases
-    rates = {a: max(MIN_RATE, profile.rate(a)) for a in aliases}
-    window = common_range(query)
-    if window is None:
-        sizes = {a: profile.state_size(a) for a in aliases}
-        total_rate = sum(profile.rate(a) for a in aliases)
-        if sum(sizes.values()) > 0 and total_rate > 0:
-            window = sum(sizes.values()) / total_rate
-            rates = {a: max(MIN_RATE, sizes[a] / window) for a in aliases}
-        else:
-            window = 1.0
-    sel = {}
-    for a, b in query.join_graph.edges():
-        sigma = profile.selectivity(a, b)
-        if sigma is None:
-            sigma = 1.0
-        elif sigma <= 0:
-            sigma = profile.sigma_floor(a, b)
-        sel[frozenset((a, b))] = min(1.0, sigma)
-    return JoinGraph(rates, sel, window=window, c_insert=c_insert, c_delete=c_delete,
-                     c_join=c_join)

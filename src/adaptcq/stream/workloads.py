@@ -534,10 +534,6 @@ def _fit_nested(names: Sequence[str], sel: Mapping[frozenset, float]) -> dict[st
     return {s: math.exp(x) for s, x in zip(order, xs, strict=True)}
 
 
-def _interval_sigma(o: np.ndarray, d: np.ndarray, i: int, j: int) -> float:
-    return max(0.0, min(o[i] + d[i], o[j] + d[j]) - max(o[i], o[j])) / (d[i] * d[j])
-
-
 def _fit_intervals(names: Sequence[str], sel: Mapping[frozenset, float], start: Mapping[str, int],
                    min_domain: int) -> dict[str, tuple[int, int]]:
     key = (tuple(names), tuple(sorted((tuple(sorted(p)), float(s)) for p, s in sel.items())),

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from adaptcq.adapt.caching.model import Candidate, shared_groups
+from adaptcq.engine.rules import cache_key, check_order, prefix_invariant
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 
 __all__ = [
@@ -41,38 +42,32 @@ __all__ = [
 
 
 def check_orders(query: LogicalQuery, orders: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
-    """Every stream of ``query`` has a pipeline listing each other stream once."""
+    """Every stream of ``query`` has a pipeline listing each other stream once
+    (``engine.rules.check_order`` per pipeline)."""
     aliases = query.aliases
     if set(orders) != set(aliases):
         missing = [a for a in aliases if a not in orders]
         unknown = sorted(set(orders) - set(aliases))
         raise ValueError(f"orders must give one pipeline per stream of the query; "
                          f"missing {missing}, unknown {unknown}")
-    out = {}
-    for a in aliases:
-        order = list(orders[a])
-        others = sorted(x for x in aliases if x != a)
-        if sorted(order) != others:
-            raise ValueError(f"pipeline order for {a} must list each of {', '.join(others)} "
-                             f"once, got {', '.join(order) or 'nothing'}")
-        out[a] = order
-    return out
+    return {a: check_order(aliases, a, orders[a]) for a in aliases}
 
 
 def prefix_property(orders: Mapping[str, Sequence[str]], relations: frozenset[str] | set[str]) -> bool:
     """Def. 3.2 on a relation set S: for every R_l ∈ S the first |S| − 1 join operators of
     ΔR_l's pipeline join with S − {R_l} (in some order). Then every update to the join of S
-    is computed by regular join processing."""
-    s = frozenset(relations)
-    return all(frozenset(orders[r][:len(s) - 1]) == s - {r} for r in s)
+    is computed by regular join processing. (``engine.rules.prefix_invariant``: the rule
+    the executor checks when it places a cache.)"""
+    return prefix_invariant(orders, relations)
 
 
 def segment_key(query: LogicalQuery, before: frozenset[str] | set[str],
                 segment: frozenset[str] | set[str]) -> frozenset[ColumnRef]:
-    """K_ijk (§3.2): the segment-side columns equated (through the query's attribute
-    classes, :meth:`LogicalQuery.join_key`) to columns of the streams ``before`` the segment
-    (R_i, R_{i_1}, .., R_{i_{j-1}})."""
-    return frozenset(ColumnRef(s, col) for s in segment for col, _ in query.join_key(s, set(before)))
+    """K_ijk (§3.2) as a candidate holds it: ``engine.rules.cache_key`` — the segment-side
+    columns joined to the streams ``before`` the segment (R_i, R_{i_1}, .., R_{i_{j-1}}),
+    one per attribute class — as a set. The executor keys the cache it places for the
+    candidate by the same columns, so a candidate and its cache agree on K_ijk."""
+    return frozenset(cache_key(query, before, segment))
 
 
 def _segments(orders: Mapping[str, Sequence[str]], pipeline: str, size: int):

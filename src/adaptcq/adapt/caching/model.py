@@ -54,9 +54,10 @@ class Candidate:
     - ``pipeline``: R_i, the stream whose pipeline ΔR_i holds the cache;
     - ``start``, ``end``: j and k, the 1-based positions of ⋈_{i_j} and ⋈_{i_k} (inclusive);
     - ``segment``: {R_{i_j}, .., R_{i_k}};
-    - ``key``: K_ijk, the segment-side columns equated to columns of the streams before the
-      segment (R_i, R_{i_1}, .., R_{i_{j-1}}); the segment side is what identifies the cached
-      content across pipelines (Def. 4.1);
+    - ``key``: K_ijk, the segment-side columns joined to the streams before the segment
+      (R_i, R_{i_1}, .., R_{i_{j-1}}), one per attribute class (``engine.rules.cache_key``,
+      the columns the executor keys the cache by); the segment side is what identifies the
+      cached content across pipelines (Def. 4.1);
     - ``kind``: ``"prefix"`` for a cache satisfying the prefix invariant (Def. 3.2), or
       ``"global"`` for a globally-consistent cache X ⋈ Y of §6 (Def. 6.1) where X is the
       segment and ``extra`` is Y (nonempty, disjoint from X, X ∪ Y satisfies Def. 3.2).

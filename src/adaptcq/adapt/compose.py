@@ -1,0 +1,92 @@
+"""Adaptive policies composed as a list (``adapt.make_policies``): the initial plan from the
+optimizer, A-Greedy and A-Caching, attached to one query in that order and sharing its
+one Profiler.
+
+How the policies of one query combine (``ContinuousQuery.attach``):
+
+* **p** — each pipeline i is profiled with p_i = the maximum of the policies'
+  ``stream_probability(i)`` (the query samples with the maximum p and thins per
+  pipeline), so every policy gets at least the observations it asked for;
+* **interval** — the query ticks at the smallest interval of its policies, and every
+  policy is ticked then;
+* **W** — one per query: the profiler keeps W observations per statistic, set by the
+  first policy attached; a policy with another W is refused. ``make_policies`` gives
+  every policy the same ``W``.
+
+Order matters where policies interact: the initial plan sets the orders, A-Greedy waits
+for it (``wait_for``), and A-Caching comes last so that at a tick it sees the orders the
+others have just set (a re-ordering restarts the candidates of that pipeline, §4.5 step 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from adaptcq.errors import AdaptcqError
+
+#: Parameters shared by every policy built (one W per query; one seed; one tick interval).
+COMMON = ("W", "interval", "seed")
+#: Parameters of the ordering policies: ``p`` (A-Greedy's and the initial plan's profiling
+#: probability; ``initial_p`` overrides the initial plan's), ``alpha`` (A-Greedy),
+#: ``objective`` (the initial plan).
+ORDERING = ("p", "alpha", "objective", "initial_p")
+#: Keys of ``caching`` (``adapt.acaching.ACaching``'s options; W, interval and seed come
+#: from the common parameters unless given here).
+CACHING = ("caches", "memory", "reopt_interval", "change", "m", "W_d", "alpha", "method",
+           "p", "W", "interval", "seed")
+
+
+def make_policies(optimizer: str | None = None, reorder: str = "off",
+                  caching: Mapping | None = None, **params) -> list:
+    """The policies for ``adaptcq run --optimizer ALGORITHM --reorder agreedy|off`` and
+    A-Caching (``--executor acaching``), in the order they must be attached.
+
+    * ``optimizer`` — an ``optimizer.ALGORITHMS`` name: ``InitialPlan(optimizer)``;
+    * ``reorder`` — ``"agreedy"``: ``AGreedy`` (after the initial plan, waiting for it);
+    * ``caching`` — None, or a dict of ``ACaching`` options (``caches``, ``memory``,
+      ``reopt_interval``, ``change``, ``m``, ``W_d``, ``alpha``, ``method``, ``p``, and
+      ``W``/``interval``/``seed`` overriding the common ones): ``ACaching``, last;
+    * ``params`` — ``W``, ``interval``, ``seed`` for every policy; ``p``, ``alpha``,
+      ``objective``, ``initial_p`` for the ordering policies.
+
+    Unknown parameters, reorder values and caching options are refused, naming them; bad
+    values are refused by the policies (ACaching names the command-line option). Returns
+    a list (empty when nothing is asked for); every policy's ``report()`` is a
+    JSON-serialisable dict."""
+    from adaptcq.adapt.reorder import REORDER_CHOICES, AGreedy, InitialPlan
+
+    if reorder not in REORDER_CHOICES:
+        raise AdaptcqError(f"unknown --reorder {reorder!r}; choose one of "
+                           f"{', '.join(REORDER_CHOICES)}")
+    known = set(COMMON) | set(ORDERING)
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise AdaptcqError(f"unknown policy parameter(s) {', '.join(unknown)}; "
+                           f"known: {', '.join(sorted(known))}")
+    if caching is not None and not isinstance(caching, Mapping):
+        raise AdaptcqError(f"caching must be None or a dict of A-Caching options, got "
+                           f"{type(caching).__name__}")
+    bad = sorted(set(caching or ()) - set(CACHING))
+    if bad:
+        raise AdaptcqError(f"unknown A-Caching option(s) {', '.join(map(str, bad))}; "
+                           f"known: {', '.join(sorted(CACHING))}")
+    common = {k: params[k] for k in COMMON if k in params}
+    policies: list = []
+    initial = None
+    if optimizer is not None:
+        p0 = params.get("initial_p", params.get("p"))
+        initial = InitialPlan(optimizer, objective=params.get("objective", "cost"),
+                              **({"p": p0} if p0 is not None else {}), **common)
+        policies.append(initial)
+    if reorder == "agreedy":
+        extra = {k: params[k] for k in ("p", "alpha") if k in params}
+        policies.append(AGreedy(wait_for=initial, **extra, **common))
+    if caching is not None:
+        from adaptcq.adapt.acaching import ACaching
+        policies.append(ACaching(**{**common, **caching}))
+    windows = sorted({pol.W for pol in policies})
+    if len(windows) > 1:
+        raise AdaptcqError(f"the policies of one query share one profiler, so one W; got "
+                           f"W = {', '.join(map(str, windows))} (give W once, as a common "
+                           "parameter)")
+    return policies

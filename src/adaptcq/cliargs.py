@@ -1,0 +1,160 @@
+"""Command-line argument helpers shared by ``adaptcq run`` (cli), ``adaptcq explain``
+(explain) and the Spark driver of ``adaptcq run --engine spark`` (runtime.spark_cli).
+
+Nothing here imports another adaptcq command module, so each of them can import this one
+without an import cycle (``tests/test_imports.py`` checks the graph).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from adaptcq.errors import AdaptcqError
+
+__all__ = ["Parser", "adaptivity_spec", "add_run_arguments", "parse_inputs", "parse_orders",
+           "run_defaults", "sql_arg"]
+
+
+def sql_arg(text: str) -> str:
+    """``--sql``: the query text, or ``@FILE`` to read it from a file."""
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.exists():
+            raise AdaptcqError(f"query file {str(path)!r} does not exist")
+        if path.is_dir():
+            raise AdaptcqError(f"query file {str(path)!r} is a folder; give the file "
+                               "holding the query")
+        try:
+            text = path.read_text(encoding="utf-8-sig")  # a BOM is not part of the query
+        except (OSError, UnicodeDecodeError) as e:
+            raise AdaptcqError(f"cannot read query file {str(path)!r}: {e}") from None
+    return text.lstrip("\ufeff")
+
+
+def parse_inputs(items: list[str]) -> dict[str, str]:
+    """``--input NAME=PATH`` (repeated) as {NAME: PATH}."""
+    out = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise AdaptcqError(f"--input {item!r}: expected NAME=PATH, e.g. --input R=r.parquet")
+        if name in out:
+            raise AdaptcqError(f"--input {name} is given twice")
+        out[name] = path
+    return out
+
+
+def parse_orders(items: list[str]) -> dict[str, list[str]]:
+    """``--order STREAM:S2,S3,...`` (repeated) as {STREAM: [S2, S3, ...]}."""
+    out = {}
+    for item in items:
+        stream, sep, rest = item.partition(":")
+        if not sep or not stream or not rest:
+            raise AdaptcqError(f"--order {item!r}: expected STREAM:S2,S3,..., e.g. --order R:S,T")
+        if stream in out:
+            raise AdaptcqError(f"--order {stream}:... is given twice; give each pipeline once")
+        out[stream] = [s.strip() for s in rest.split(",") if s.strip()]
+    return out
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors are one line and exit 1, like every other error."""
+
+    def error(self, message: str):
+        self.exit(1, f"adaptcq: error: {message} (see {self.prog} --help)\n")
+
+
+def add_run_arguments(r: argparse.ArgumentParser) -> None:
+    """The options of ``adaptcq run``."""
+    r.add_argument("--sql", help="the CQL query text, or @FILE to read it from a file")
+    r.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
+                   help="a stream's input file (Parquet or CSV); repeat for each stream")
+    r.add_argument("--timestamp", default="ts", help="the timestamp column (default: ts)")
+    r.add_argument("--timestamp-unit", choices=["s", "ms", "us", "ns"],
+                   help="unit of a numeric timestamp column (default: s); timestamp-typed "
+                   "columns carry their own")
+    r.add_argument("--executor", default="mjoin", choices=["mjoin", "xjoin", "acaching"],
+                   help="acaching: MJoin with adaptive join-subresult caches (A-Caching)")
+    r.add_argument("--caches", choices=["prefix", "global"],
+                   help="A-Caching candidates: prefix-invariant only, or also the "
+                   "globally-consistent ones (a-caching.txt §6)")
+    r.add_argument("--cache-memory", type=int, metavar="BYTES",
+                   help="A-Caching memory budget for caches (default: unlimited)")
+    r.add_argument("--reopt-interval", type=int, metavar="TUPLES",
+                   help="A-Caching re-optimization interval I in tuples (default 10,000)")
+    r.add_argument("--mode", default="append", choices=["append", "retract"])
+    r.add_argument("--output", help="write the result rows to this file as they are produced "
+                   "(Parquet, or CSV / JSON lines by suffix or --format; - for stdout)")
+    r.add_argument("--format", choices=["parquet", "csv", "jsonl"],
+                   help="output format (default: from --output's suffix; csv for stdout)")
+    r.add_argument("--max-results", type=int, metavar="N",
+                   help="stop with an error once the output has N rows (a guard against an "
+                   "exploding join)")
+    r.add_argument("--rejected", help="write rejected input rows to this Parquet file "
+                   "(default: OUTPUT with .rejected.parquet when there are any)")
+    r.add_argument("--order", action="append", default=[], metavar="STREAM:S2,S3,...",
+                   help="fix STREAM's MJoin pipeline order")
+    r.add_argument("--tree", help="XJoin tree, e.g. '((R,S),T)' (default: left-deep)")
+    r.add_argument("--nested-loop", action="append", default=[], metavar="STREAM[.COLUMN]",
+                   help="MJoin: joins into STREAM (or probing its COLUMN) scan its window "
+                   "instead of a hash index (a-caching.txt Figure 10)")
+    r.add_argument("--sign", help="column holding +1/-1 (explicit deletions; unbounded streams)")
+    r.add_argument("--allowed-lateness", type=float, default=0.0, metavar="SECONDS",
+                   help="rows later than this behind their stream's newest row are rejected")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--summary-json", metavar="FILE",
+                   help="also write the run summary as JSON (with the memory samples)")
+    r.add_argument("--optimizer", choices=["dmjoin", "fgreedy", "treeopt", "fab", "qaware"],
+                   help="choose the MJoin's plan with this ordering algorithm "
+                   "(join-ordering.txt) once online statistics are warm (on Spark: in "
+                   "every partition group, over its own data)")
+    r.add_argument("--reorder", choices=["agreedy", "off"], default="off",
+                   help="adaptive re-ordering at run time: A-Greedy (a-caching.txt §4, [5]; "
+                   "on Spark: in every partition group)")
+    r.add_argument("--engine", default="local", choices=["local", "spark"],
+                   help="local: this process; spark: a partitioned Structured Streaming job")
+    r.add_argument("--master", help="Spark master (with --engine spark; default local[*])")
+    r.add_argument("--partitions", type=int, default=None,
+                   help="number of partition groups P (with --engine spark; default: cores)")
+    r.add_argument("--checkpoint", help="Spark checkpoint folder: a restarted run continues "
+                   "exactly from it (with --engine spark)")
+
+
+def run_defaults() -> dict[str, tuple[str, object]]:
+    """``adaptcq run``'s options: dest -> (flag, default)."""
+    p = Parser(prog="adaptcq run")
+    add_run_arguments(p)
+    return {a.dest: (a.option_strings[0] if a.option_strings else a.dest, a.default)
+            for a in p._actions}
+
+
+def cache_options(args) -> dict | None:
+    """A-Caching's options from ``--executor acaching --caches --cache-memory
+    --reopt-interval`` (the keyword arguments of ``adapt.acaching.ACaching``, which checks
+    their values); None without ``--executor acaching``. The cache flags without it are
+    an error."""
+    if args.executor == "acaching":
+        return {"caches": args.caches or "prefix", "memory": args.cache_memory,
+                "reopt_interval": 10_000 if args.reopt_interval is None
+                else args.reopt_interval}
+    if args.cache_memory is not None or args.caches is not None or \
+            args.reopt_interval is not None:
+        raise AdaptcqError("--caches, --cache-memory and --reopt-interval need "
+                           "--executor acaching")
+    return None
+
+
+def adaptivity_spec(args) -> dict | None:
+    """What ``--optimizer``, ``--reorder`` and ``--executor acaching`` (with its cache
+    options) ask for, as the keyword arguments of ``adapt.make_policies``:
+    ``{"optimizer": ..., "reorder": ..., "caching": {...} or None}``; None when no adaptive
+    policy is asked for. XJoin with a policy is refused (policies re-order and cache
+    MJoin pipelines)."""
+    caching = cache_options(args)
+    if args.optimizer is None and args.reorder == "off" and caching is None:
+        return None
+    if args.executor == "xjoin":
+        raise AdaptcqError("--optimizer and --reorder order MJoin pipelines; "
+                           "use them with --executor mjoin")
+    return {"optimizer": args.optimizer, "reorder": args.reorder, "caching": caching}

@@ -1,0 +1,248 @@
+"""``adaptcq run --engine spark``: the command line's driver of the Spark runtime.
+
+Checks the options (each works on Spark or is refused with a reason, none is ignored),
+turns in-memory inputs into Parquet, runs ``runtime.spark.prepare_files(...).run(spark)``
+and prints the run summary, with one line per partition group saying what its adaptive
+policies decided (docs/spark.md, "Adaptivity"). The Spark runtime itself
+(``runtime.spark``) knows nothing of the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+from adaptcq.cliargs import adaptivity_spec, run_defaults
+from adaptcq.errors import AdaptcqError
+from adaptcq.runtime.spark import SparkRun, SplitWarning, prepare_files
+
+__all__ = ["refuse_unsupported", "run_cli", "summary"]
+
+_REFUSED = {
+    "max_results": ("the Spark runtime writes results a micro-batch at a time from P "
+                    "partition groups, so it has no first N results to stop at; use --engine "
+                    "local"),
+}
+# Options the Spark path uses (or, --no-progress, that have nothing to turn off there).
+_HANDLED = {"command", "help", "sql", "input", "timestamp", "timestamp_unit", "executor",
+            "mode", "output", "rejected", "order", "tree", "nested_loop", "sign",
+            "allowed_lateness", "no_progress", "engine", "master", "partitions", "checkpoint",
+            "format", "summary_json", "optimizer", "reorder", "caches", "cache_memory",
+            "reopt_interval"}
+
+
+def refuse_unsupported(args) -> None:
+    """Every ``adaptcq run`` option works on Spark or is refused with a reason: none is
+    ignored."""
+    fmt = getattr(args, "format", None)
+    if getattr(args, "output", None) == "-":
+        raise AdaptcqError("--output - (stdout) is not supported with --engine spark: its "
+                           "output is a folder of Parquet files, one per micro-batch; give a "
+                           "folder, or use --engine local")
+    if fmt not in (None, "parquet"):
+        raise AdaptcqError(f"--format {fmt} is not supported with --engine spark: its output "
+                           "is a folder of Parquet files, one per micro-batch (convert it "
+                           "afterwards, or use --engine local)")
+    for dest, (flag, default) in run_defaults().items():
+        if dest in _HANDLED or not hasattr(args, dest):
+            continue
+        value = getattr(args, dest)
+        if value == default or value is None or value is False or value == []:
+            continue
+        shown = f"{flag} {value}" if not isinstance(value, bool) else flag
+        reason = _REFUSED.get(dest, "the Spark runtime does not implement it; use --engine "
+                                    "local")
+        raise AdaptcqError(f"{shown} is not supported with --engine spark yet: {reason}")
+
+
+def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, options: dict,
+            console) -> int:
+    """``adaptcq run --engine spark``: the query on Spark, files in, Parquet out, a summary.
+    ``options`` are the plan options (``--order``, ``--nested-loop``, ``--tree``); the
+    adaptive policies come from ``--optimizer``, ``--reorder`` and ``--executor acaching``
+    (``cliargs.adaptivity_spec``) and run in every partition group."""
+    from adaptcq.runtime.spark_session import check_master, get_spark, local_cores
+
+    refuse_unsupported(args)
+    unknown = sorted(set(options) - {"orders", "tree", "nested_loop"})
+    if unknown:  # the CLI builds no others for Spark: a programming error if it does
+        raise AdaptcqError(f"engine option {unknown[0]} is not supported with --engine spark")
+    adaptivity = adaptivity_spec(args)
+    executor = "mjoin" if args.executor == "acaching" else args.executor
+    master = getattr(args, "master", None) or "local[*]"
+    check_master(master)
+    partitions = getattr(args, "partitions", None)
+    if partitions is not None and partitions < 1:
+        raise AdaptcqError(f"--partitions must be >= 1, got {partitions}")
+    partitions = partitions or local_cores(master)
+    unit = getattr(args, "timestamp_unit", None)
+    output = (args.output.rstrip("/") or "/") if args.output else None
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="adaptcq-spark-")))
+        paths = {}
+        for name, src in sources.items():
+            if isinstance(src, str | os.PathLike):
+                paths[name] = str(src)
+            else:  # an in-memory table (the embedded default): stream it from Parquet
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+                table = src if isinstance(src, pa.Table) else pa.Table.from_pandas(
+                    src, preserve_index=False)
+                d = tmp / "inputs" / name
+                d.mkdir(parents=True)
+                pq.write_table(table, d / "part-0.parquet", coerce_timestamps="us",
+                               allow_truncated_timestamps=False)
+                paths[name] = str(d)
+        checkpoint = args.checkpoint or str(tmp / "checkpoint")
+        rejected = args.rejected or (f"{output}.rejected" if output else None)
+        job = prepare_files(sql, paths, checkpoint, output, rejected, timestamp,
+                            executor, args.mode, partitions, args.allowed_lateness,
+                            args.sign, unit, adaptivity=adaptivity, **options)
+        spark = get_spark(master, "adaptcq run")
+        # Failures are reported as one line (AdaptcqError); Spark's own log of them would
+        # be hundreds of lines of JVM and Python stack traces.
+        # (py4j logs a failed foreachBatch call with its traceback, too.)
+        spark.sparkContext.setLogLevel("OFF")
+        py4j_log = logging.getLogger("py4j")
+        level = py4j_log.level
+        py4j_log.setLevel(logging.CRITICAL + 1)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", SplitWarning)
+                run = job.run(spark)
+        finally:
+            spark.sparkContext.setLogLevel("ERROR")
+            py4j_log.setLevel(level)
+        for w in caught:
+            if issubclass(w.category, SplitWarning):
+                console.print(f"[yellow]warning:[/] {w.message}")
+    if output:
+        console.print(f"wrote {run.results:,} result rows to {output}/ (Parquet)",
+                      highlight=False)
+    if run.rejected and rejected:
+        console.print(f"wrote {run.rejected:,} rejected rows to {rejected}/ (Parquet)",
+                      highlight=False)
+    console.print(summary_table(run, args, master))
+    if run.adaptivity is not None:
+        console.print(decisions_table(run))
+    if getattr(args, "summary_json", None):
+        _write_summary_json(args.summary_json, run, args.executor, args.mode, master)
+    return 0
+
+
+def summary_table(run: SparkRun, args, master: str):
+    from rich.table import Table
+
+    t = Table(title="run summary (Spark)", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    t.add_row("executor / mode", f"{args.executor} / {args.mode}")
+    t.add_row("master / partition groups", f"{master} / {len(run.groups)}")
+    t.add_row("checkpoint", ("continued from " if run.restarted else "new: ")
+              + (args.checkpoint or "(temporary)"))
+    t.add_row("micro-batches", f"{run.batches:,}")
+    t.add_row("input rows", f"{run.rows_in:,}")
+    t.add_row("updates processed (ΔR insertions + deletions)", f"{run.updates:,}")
+    t.add_row("results", f"{run.results:,}")
+    t.add_row("wall seconds (streaming query)", f"{run.wall_seconds:.2f}")
+    t.add_row("throughput (input rows per second)",
+              f"{run.rows_in / run.wall_seconds:,.0f}" if run.wall_seconds else "-")
+    t.add_row("peak state, summed over groups (tuples)", f"{run.peak_state_tuples:,}")
+    t.add_row("peak state, summed over groups (bytes)", f"{run.peak_state_bytes:,}")
+    t.add_row("rejected rows", f"{run.rejected:,}")
+    if run.adaptivity is not None:
+        t.add_row("adaptive policies (in every group)", describe_adaptivity(run.adaptivity))
+    return t
+
+
+def describe_adaptivity(spec: Mapping) -> str:
+    parts = []
+    if spec.get("optimizer"):
+        parts.append(f"initial plan by {spec['optimizer']}")
+    if spec.get("reorder") not in (None, "off"):
+        parts.append(f"re-ordering by {spec['reorder']}")
+    if spec.get("caching") is not None:
+        opts = ", ".join(f"{k} {v}" for k, v in spec["caching"].items() if v is not None)
+        parts.append("A-Caching" + (f" ({opts})" if opts else ""))
+    return "; ".join(parts) or "none"
+
+
+def _entries(report: Mapping, skip_empty: bool = False) -> list[str]:
+    items = []
+    for key, value in report.items():
+        if skip_empty and value in (0, 0.0, "", None, [], {}):
+            continue
+        if isinstance(value, list):
+            value = ", ".join(map(str, value)) or "none"
+        elif isinstance(value, float):
+            value = f"{value:,.4g}"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            value = f"{value:,}"
+        if value in ("", None):
+            continue
+        items.append(f"{key.replace('_', ' ')}: {value}")
+    return items
+
+
+def group_decisions(info: Mapping) -> str:
+    """One group's policies' decisions, readable: their ``report()`` entries, and what the
+    policies restarted by a restore from the state store (A-Caching) had decided."""
+    items = _entries(info.get("policies") or {})
+    restores = info.get("policy_restores") or 0
+    if restores:
+        continued = info.get("policy_continued") or 0
+        items.append(f"restored from the state store {restores:,} time(s): orders kept; "
+                     f"profiler and ordering policies continued {continued:,} time(s), "
+                     f"restarted {restores - continued:,}"
+                     + ("; A-Caching restarted each time"
+                        if "cache_selections" in (info.get("policies") or {}) else ""))
+        earlier = info.get("restarted_policies") or []
+        if earlier:
+            before = _entries(earlier[-1], skip_empty=True)
+            items.append("before the last restart: " + (", ".join(before) or "no decision"))
+    return "; ".join(items) or "no decision"
+
+
+def decisions_table(run: SparkRun):
+    from rich.table import Table
+
+    t = Table(title="adaptive decisions per partition group (each on its own data)")
+    t.add_column("group", justify="right")
+    t.add_column("updates", justify="right")
+    t.add_column("plan now")
+    t.add_column("decisions")
+    for k in sorted(run.groups):
+        info = run.groups[k]
+        t.add_row(str(k), f"{info['updates']:,}", info.get("plan", ""), group_decisions(info))
+    return t
+
+
+def summary(run: SparkRun) -> dict:
+    """A run's figures (what the CLI's summary shows, plus each group's latest statistics:
+    its plan and, with adaptive policies, their reports under ``policies``)."""
+    return {
+        "engine": "spark", "batches": run.batches, "input_rows": run.rows_in,
+        "updates": run.updates, "results": run.results, "rejected": run.rejected,
+        "wall_seconds": run.wall_seconds,
+        "throughput": run.rows_in / run.wall_seconds if run.wall_seconds else None,
+        "peak_state_tuples": run.peak_state_tuples, "peak_state_bytes": run.peak_state_bytes,
+        "partition_groups": len(run.groups), "checkpoint": run.checkpoint,
+        "restarted": run.restarted, "output": run.output, "adaptivity": run.adaptivity,
+        "groups": [run.groups[k] for k in sorted(run.groups)]}
+
+
+def _write_summary_json(path: str, run: SparkRun, executor: str, mode: str,
+                        master: str) -> None:
+    from adaptcq.runtime.spark import _write_text
+    doc = {"executor": executor, "mode": mode, "master": master, **summary(run)}
+    try:
+        _write_text(Path(path), json.dumps(doc, indent=1, default=str) + "\n")
+    except OSError as e:
+        raise AdaptcqError(f"--summary-json {path!r}: cannot write: {e.strerror or e}") \
+            from None
