@@ -309,7 +309,7 @@ class ContinuousQuery:
     def process(self, streams: Sequence[int], signs: Sequence[int] | None,
                 timestamps: Sequence[float], rows: Sequence[tuple]) -> list:
         ex, st = self.executor, self.stats
-        insert, delete = ex.insert, ex.delete
+        inserts, deletes = ex.inserts, ex.deletes  # per stream, replaced in place
         ranges, counts, sels, values = self.ranges, self.counts, self.selections, self.values
         trace, per_stream = self.trace, self.per_stream
         heap, heappush, heappop = self.clock.heap, heapq.heappush, heapq.heappop
@@ -325,7 +325,7 @@ class ContinuousQuery:
                 n_del += 1
                 if trace is not None:
                     trace.append((j, -1, expires_at, ex.stems[j].rows[old], self.emitted()))
-                delete(j, old, expires_at)
+                deletes[j](old, expires_at)
             if signs is not None and signs[k] < 0:
                 st.arrivals += 1
                 n_del += self._explicit_delete(i, ts, row)
@@ -340,7 +340,7 @@ class ContinuousQuery:
                     n_del += 1
                     if trace is not None:
                         trace.append((i, -1, ts, ex.stems[i].rows[gone], self.emitted()))
-                    delete(i, gone, ts)
+                    deletes[i](gone, ts)
             if not passed:
                 n_filtered += 1
                 if values[i] is not None:
@@ -351,7 +351,7 @@ class ContinuousQuery:
             if trace is not None:
                 trace.append((i, 1, ts, row, self.emitted()))
             if rid < self._next_event or not self._event(i, rid, row, ts):
-                insert(i, rid, row, ts)
+                inserts[i](rid, row, ts)
             w = ranges[i]
             if w is not None:
                 heappush(heap, (ts + w, rid, i, rid))

@@ -19,7 +19,13 @@ from collections.abc import Sequence
 
 from adaptcq.engine import plan as plans
 from adaptcq.engine.cache import JoinCache
-from adaptcq.engine.codegen import Compiled, compile_plan, compile_source, projection_source
+from adaptcq.engine.codegen import (
+    Compiled,
+    compile_plan,
+    compile_source,
+    exec_source,
+    projection_source,
+)
 from adaptcq.engine.interp import Observation, interpret
 from adaptcq.engine.plan import CacheSpec, PipelinePlan, Probe
 from adaptcq.engine.rules import (
@@ -168,6 +174,11 @@ class MJoin:
         self.compiled: dict[tuple[str, str], Compiled] = {}
         self._pipelines: list = [None] * len(self.stems)
         self._del_pipelines: list = [None] * len(self.stems)
+        # Per stream, the whole update as one generated function (``_wire``): what the
+        # query's update loop calls, one Python call less per update than insert(i, ...).
+        # Replaced in place, so a loop holding the lists sees every plan change at once.
+        self.inserts: list = [None] * len(self.stems)
+        self.deletes: list = [None] * len(self.stems)
         self._projections: dict[PipelinePlan, object] = {}
         # Caches (a-caching.txt §3.2): placements per pipeline, the shared cache objects,
         # and for each stream the caches holding its rows (evicted on its deletions).
@@ -191,6 +202,31 @@ class MJoin:
     def set_emit(self, emit) -> None:
         """Where result tuples go (``out.append`` by default; a driver may bound them)."""
         self._emit = emit
+        for i in range(len(self.stems)):
+            self._wire(i)
+
+    def _wire(self, i: int) -> None:
+        """Generate stream i's update functions for the current pipelines: insert(rid,
+        row, ts) runs the insertion pipeline and stores the row it returns; delete(rid,
+        ts) removes the row, evicts it from §6 caches, runs the deletion pipeline and
+        drops guarded cache entries left without an R_i tuple (see ``delete``)."""
+        alias = self._aliases[i]
+        ns = {"stem": self.stems[i], "ins": self._pipelines[i], "dele": self._del_pipelines[i],
+              "emit": self._emit, "members": tuple(self._member_caches[i]),
+              "guards": tuple((c, *c.guard[1:]) for c in self._guarded[i]), "alias": alias}
+        lines = ["def insert(rid, row, ts):",
+                 "    stem.insert(rid, ins(row, 1, ts, emit), ts)",
+                 "", "def delete(rid, ts):", "    row = stem.delete(rid)"]
+        if ns["members"]:
+            lines += ["    for c in members:", "        c.evict_row(alias, row)"]
+        if ns["dele"] is not None:
+            lines.append("    dele(row, -1, ts, emit)")
+        if ns["guards"]:
+            lines += ["    for c, positions, keyfn in guards:", "        u = keyfn(row)",
+                      "        if u is not None and not stem.index(positions).get(u):",
+                      "            c.evict_key(u)"]
+        ns, _ = exec_source(f"<MJoin updates Δ{alias}>", "\n".join(lines) + "\n", ns)
+        self.inserts[i], self.deletes[i] = ns["insert"], ns["delete"]
 
     # ----- plan ------------------------------------------------------------------------
     def set_order(self, stream: str, order: Sequence[str]) -> None:
@@ -238,6 +274,7 @@ class MJoin:
         for i, a in enumerate(self.query.aliases):
             self._pipelines[i] = self._compile(a, "insert")
             self._del_pipelines[i] = self._compile(a, "delete" if self.retract else "maintain")
+            self._wire(i)
         self._drop_unused_indexes()
 
     def _spec(self, c: JoinCache) -> CacheSpec:
@@ -425,7 +462,9 @@ class MJoin:
     def _recompile_inserts(self, pipelines) -> None:
         """Observers live only in the insertion pipelines."""
         for a in pipelines:
-            self._pipelines[self._aliases.index(a)] = self._compile(a, "insert")
+            i = self._aliases.index(a)
+            self._pipelines[i] = self._compile(a, "insert")
+            self._wire(i)
 
     def resize_cache(self, cache: JoinCache, buckets: int) -> None:
         """Change a cache's bucket count (§3.3: chosen from its estimated size; §5)."""
@@ -437,10 +476,13 @@ class MJoin:
 
     # ----- updates ---------------------------------------------------------------------
     def insert(self, i: int, rid: int, row: tuple, ts) -> None:
-        # The pipeline returns the row object to store (a copy while caches exist).
-        self.stems[i].insert(rid, self._pipelines[i](row, 1, ts, self._emit), ts)
+        """Insert ``row`` (arrival ``rid``, event time ``ts``) into stream i: run its
+        pipeline, then store the row it returns (a copy while caches exist)."""
+        self.inserts[i](rid, row, ts)
 
     def delete(self, i: int, rid: int, ts) -> None:
+        """Delete stream i's row ``rid``: the reference version of the generated
+        ``deletes[i]`` (``_wire``)."""
         row = self.stems[i].delete(rid)
         for c in self._member_caches[i]:
             c.evict_row(self._aliases[i], row)

@@ -35,6 +35,11 @@ class Executor(Protocol):
     name: str
     query: LogicalQuery
     stems: Sequence[Any]
+    #: Per stream i, ``inserts[i](rid, row, ts)`` and ``deletes[i](rid, ts)``: the same as
+    #: ``insert(i, ...)`` and ``delete(i, ...)``, one call less (the update loop's hot path).
+    #: The lists are updated in place when the plan changes.
+    inserts: Sequence[Callable[[int, tuple, Any], None]]
+    deletes: Sequence[Callable[[int, Any], None]]
 
     def insert(self, i: int, rid: int, row: tuple, ts) -> None:
         """Process the insertion of ``row`` (row id ``rid``) into stream i at time ``ts``

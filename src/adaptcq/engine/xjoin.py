@@ -15,6 +15,7 @@ with the SteMs, never copied.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from adaptcq.engine.codegen import compile_source, projection_source
 from adaptcq.engine.rules import composite_key, connected_order
@@ -121,6 +122,9 @@ class XJoin:
             raise ValueError(f"XJoin tree {tree_str(self.tree)} must hold each of "
                              f"{', '.join(query.aliases)} exactly once")
         self.stems = [SteM(a, query.columns[a]) for a in query.aliases]
+        # Per-stream update functions (engine.protocols.Executor).
+        self.inserts = [partial(self.insert, i) for i in range(len(self.stems))]
+        self.deletes = [partial(self.delete, i) for i in range(len(self.stems))]
         self._leaves: dict[str, _Node] = {}
         self.root = self._build(self.tree)
         self.root.store = None
