@@ -236,11 +236,8 @@ def run_plan(inp: Input, plan: Plan, series_every: int | None = None,
         bounds = sorted(set(bounds) | set(marks))
     count = 0
     chunk_cpu, chunk_upd = 0.0, cq.stats.updates
-    for a, b in itertools.pairwise(bounds):
+    for a, b, out, dt in cq.run_batches(inp.streams, None, inp.timestamps, inp.rows, bounds):
         sl = slice(a, b)
-        t0 = time.process_time()
-        out = cq.process(inp.streams[sl], None, inp.timestamps[sl], inp.rows[sl])
-        dt = time.process_time() - t0
         cpu += dt
         chunk_cpu += dt
         dig.add(out)
@@ -608,11 +605,11 @@ def fig10(out: Path, quick: bool, runs: int) -> list[dict]:
                     pol = ACaching(reopt_interval=5000)
                     cq.attach(pol)
                 got, cpu = [], 0.0
-                for k in range(0, len(inp.rows), BATCH):
-                    sl = slice(k, k + BATCH)
-                    t0 = time.process_time()
-                    got += cq.process(inp.streams[sl], None, inp.timestamps[sl], inp.rows[sl])
-                    cpu += time.process_time() - t0
+                n = len(inp.rows)
+                for _, _, part, dt in cq.run_batches(inp.streams, None, inp.timestamps,
+                                                     inp.rows, [*range(BATCH, n, BATCH), n]):
+                    got += part
+                    cpu += dt
                 speeds.append(cq.stats.updates / cpu)
                 outs[label] = _digest(got)
                 size_s = len(cq.executor.stems[inp.query.aliases.index("S")])  # steady state

@@ -13,8 +13,9 @@ import dataclasses
 import heapq
 import math
 import pickle
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from adaptcq.errors import OptionError
@@ -373,6 +374,25 @@ class ContinuousQuery:
         st.deletions += n_del
         st.filtered += n_filtered
         st.arrivals += n_ins + n_filtered
+
+    def run_batches(self, streams: Sequence[int], signs: Sequence[int] | None,
+                    timestamps: Sequence[float], rows: Sequence[tuple],
+                    bounds: Iterable[int], start: int = 0,
+                    ) -> Iterator[tuple[int, int, list, float]]:
+        """The one loop every driver runs around ``process``: the arrivals in slices
+        [start, b1), [b1, b2), … for the increasing ``bounds``; yields (lo, hi, output,
+        CPU seconds of the engine) per slice. A driver chooses the bounds (fixed batches,
+        marks for a time series, output-driven sizes) and does what it wants between
+        slices (a policy change, a flush, a stop)."""
+        lo = start
+        for hi in bounds:
+            if hi <= lo:
+                continue
+            t0 = time.process_time()
+            out = self.process(streams[lo:hi], None if signs is None else signs[lo:hi],
+                               timestamps[lo:hi], rows[lo:hi])
+            yield lo, hi, out, time.process_time() - t0
+            lo = hi
 
     def advance_to(self, now: float) -> None:
         """Process every time-window deletion due before ``now`` (see stream.windows)."""
