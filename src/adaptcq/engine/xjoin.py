@@ -15,7 +15,6 @@ with the SteMs, never copied.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 from adaptcq.engine.codegen import compile_source, projection_source
 from adaptcq.engine.rules import composite_key, connected_order
@@ -122,9 +121,10 @@ class XJoin:
             raise ValueError(f"XJoin tree {tree_str(self.tree)} must hold each of "
                              f"{', '.join(query.aliases)} exactly once")
         self.stems = [SteM(a, query.columns[a]) for a in query.aliases]
-        # Per-stream update functions (engine.protocols.Executor).
-        self.inserts = [partial(self.insert, i) for i in range(len(self.stems))]
-        self.deletes = [partial(self.delete, i) for i in range(len(self.stems))]
+        # Per-stream update functions (engine.protocols.Executor): closures over the
+        # stream's SteM and alias, so the update loop's call does no lookups.
+        self.inserts = [self._inserter(a, s) for a, s in zip(query.aliases, self.stems)]
+        self.deletes = [self._deleter(a, s) for a, s in zip(query.aliases, self.stems)]
         self._leaves: dict[str, _Node] = {}
         self.root = self._build(self.tree)
         self.root.store = None
@@ -193,12 +193,25 @@ class XJoin:
 
     # ----- updates ---------------------------------------------------------------------
     def insert(self, i: int, rid: int, row: tuple, ts) -> None:
-        self._propagate(self.query.aliases[i], rid, row, 1, ts)
-        self.stems[i].insert(rid, row, ts)
+        self.inserts[i](rid, row, ts)
 
     def delete(self, i: int, rid: int, ts) -> None:
-        row = self.stems[i].delete(rid)
-        self._propagate(self.query.aliases[i], rid, row, -1, ts)
+        self.deletes[i](rid, ts)
+
+    def _inserter(self, alias: str, stem: SteM):
+        propagate = self._propagate
+
+        def insert(rid: int, row: tuple, ts) -> None:
+            propagate(alias, rid, row, 1, ts)
+            stem.insert(rid, row, ts)  # an attribute: SteM recompiles it per index set
+        return insert
+
+    def _deleter(self, alias: str, stem: SteM):
+        propagate = self._propagate
+
+        def delete(rid: int, ts) -> None:
+            propagate(alias, rid, stem.delete(rid), -1, ts)
+        return delete
 
     def _propagate(self, stream: str, rid: int, row: tuple, sign: int, ts,
                    emit: bool = True) -> None:
