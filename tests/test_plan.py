@@ -182,3 +182,20 @@ def test_mjoin_worked_example_holds():
     from adaptcq.engine import mjoin
     result = doctest.testmod(mjoin, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 10 and result.failed == 0
+
+
+def test_linecache_holds_only_the_sources_in_use():
+    """Re-planning for days must not grow linecache: a source leaves it with the last
+    function compiled from it."""
+    import gc
+    import linecache
+
+    ex = MJoin(chain())
+    names = {c.filename for c in ex.compiled.values()}
+    assert names and all(n in linecache.cache for n in names)
+    for _ in range(3):  # re-plans: new orders, then back
+        ex.set_order("R", ["T", "S"])
+        ex.set_order("R", ["S", "T"])
+    del ex
+    gc.collect()
+    assert not any(n in linecache.cache for n in names)

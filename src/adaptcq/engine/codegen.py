@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import linecache
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -210,4 +211,22 @@ def exec_source(label: str, source: str, namespace: dict) -> tuple[dict, str]:
     code = compile(source, filename, "exec")
     ns = dict(namespace)
     exec(code, ns)  # noqa: S102 - generated from the parsed query, not from user text
+    # A query runs for days and re-plans often: the entry lives as long as a function
+    # compiled from it does, so linecache holds the sources in use, not every one ever.
+    for fn in [v for v in ns.values() if getattr(v, "__code__", None) is not None
+               and v.__code__.co_filename == filename]:
+        _LIVE[filename] = _LIVE.get(filename, 0) + 1
+        weakref.finalize(fn, _release, filename)
     return ns, filename
+
+
+_LIVE: dict[str, int] = {}  # linecache filename -> functions alive compiled from it
+
+
+def _release(filename: str) -> None:
+    left = _LIVE.get(filename, 1) - 1
+    if left > 0:
+        _LIVE[filename] = left
+    else:
+        _LIVE.pop(filename, None)
+        linecache.cache.pop(filename, None)
