@@ -421,6 +421,29 @@ def test_stdout_closed_by_its_reader_stops_quietly(files, tmp_path):
     assert "Traceback" not in err and "stdout was closed by its reader" in err
 
 
+def test_stdout_closed_mid_run_reports_where_each_input_stopped(tmp_path):
+    """A run stopped by its reader (`| head`) says which rows were processed: they add up
+    to the arrivals, not to the rows the merge had read ahead."""
+    import json
+    import subprocess
+    import sys
+
+    from adaptcq.stream.workloads import three_way, write_workload
+    write_workload(three_way(n_updates=100_000, seed=1), tmp_path)
+    cmd = [sys.executable, "-m", "adaptcq.cli", "run", "--sql", f"@{tmp_path / 'query.sql'}",
+           *[x for s in "RST" for x in ("--input", f"{s}={tmp_path / f'{s}.parquet'}")],
+           "--output", "-", "--format", "jsonl", "--no-progress",
+           "--summary-json", str(tmp_path / "summary.json")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait() == 0, err
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["stopped"] == "stdout was closed by its reader"
+    assert sum(s["rows_processed"].values()) == s["arrivals"] < sum(s["rows_read"].values())
+
+
 def test_usage_errors_are_one_line_and_exit_1(capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", "--bogus"])

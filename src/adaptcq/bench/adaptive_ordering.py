@@ -130,7 +130,8 @@ def run_plan(prepared, mode: str, chunk: int, orders=None, policy=None):
                                           [*range(chunk, n, chunk), n]):
         out.extend(got)
         upd, before = cq.stats.updates - before, cq.stats.updates
-        rows.append({"arrivals": hi, "event_time": ts[hi - 1], "updates": upd, "cpu_s": cpu,
+        rows.append({"arrivals": hi, "event_time": ts[hi - 1] * prepared.time_unit,
+                     "updates": upd, "cpu_s": cpu,
                      "throughput": upd / cpu if cpu > 0 else float("inf")})
     return rows, Counter(out), cq
 
@@ -160,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     wl = drift_workload(args.seconds, args.rate, args.window, args.seed)
     prepared = prepare(wl.sql, wl.tables, wl.timestamp)
     change_ts = wl.params["phases"][1]["start"]
-    change_arrival = int(np.searchsorted(prepared.timestamps, change_ts))
+    # Engine times are in units of prepared.time_unit (int64 nanoseconds); the phase
+    # change is in seconds.
+    change_arrival = int(np.searchsorted(prepared.timestamps,
+                                         round(change_ts / prepared.time_unit)))
     graphs = [phase_graph(wl, k) for k in (0, 1)]
     static = {"static-before": plan(graphs[0], "dmjoin"),
               "static-after": plan(graphs[1], "dmjoin")}

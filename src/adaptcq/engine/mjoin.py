@@ -26,7 +26,7 @@ from adaptcq.engine.codegen import (
     exec_source,
     projection_source,
 )
-from adaptcq.engine.interp import Observation, interpret
+from adaptcq.engine.interp import Observation, interpret, prepare
 from adaptcq.engine.plan import CacheSpec, PipelinePlan, Probe
 from adaptcq.engine.rules import (
     cache_key,
@@ -179,7 +179,9 @@ class MJoin:
         # Replaced in place, so a loop holding the lists sees every plan change at once.
         self.inserts: list = [None] * len(self.stems)
         self.deletes: list = [None] * len(self.stems)
-        self._projections: dict[PipelinePlan, object] = {}
+        self._projections: dict[tuple, object] = {}  # slot layout -> projection
+        self._fanout_fns: dict[str, object] = {}  # stream -> fn(level, k), see _fanouts
+        self._programs: dict[tuple[str, str], tuple] = {}  # prepared plans (interpreter)
         # Caches (a-caching.txt §3.2): placements per pipeline, the shared cache objects,
         # and for each stream the caches holding its rows (evicted on its deletions).
         self.placements: dict[str, list[tuple[int, int, JoinCache]]] = {
@@ -271,6 +273,8 @@ class MJoin:
                 stem.make_rows_distinct()
         self._distinct = bool(self.caches)
         self._projections.clear()
+        self._fanout_fns.clear()  # they hold indexes a new plan may drop
+        self._programs.clear()
         for i, a in enumerate(self.query.aliases):
             self._pipelines[i] = self._compile(a, "insert")
             self._del_pipelines[i] = self._compile(a, "delete" if self.retract else "maintain")
@@ -348,7 +352,8 @@ class MJoin:
 
     def projection(self, plan: PipelinePlan):
         """fn(composite, sign, ts, emit) for a plan's Emit (the interpreter's)."""
-        fn = self._projections.get(plan)
+        # Keyed by the slot layout (a small tuple): hashing a whole plan costs more.
+        fn = self._projections.get(plan.slots)
         if fn is None:
             slots = dict(plan.slots)
             q = self.query
@@ -358,7 +363,7 @@ class MJoin:
             fn = compile_source("project", f"<projection Δ{plan.stream}>", "\n".join([
                 "def project(c, sign, ts, emit):",
                 f"    emit(({projection_source(q, resolve)}sign, ts))", ""]), {}).fn
-            self._projections[plan] = fn
+            self._projections[plan.slots] = fn
         return fn
 
     def _scans(self, stream: str, positions: tuple[int, ...]) -> bool:
@@ -505,8 +510,12 @@ class MJoin:
         """Process an insertion with the interpreter (engine.interp): the same output and
         state as ``insert``, with per-operator counts (returned)."""
         stream = self._aliases[i]
-        fan = self._fanouts(stream) if fanouts else None
-        row, counts = interpret(self.plans[(stream, "insert")], self, row, 1, ts, self._emit,
+        fan = None
+        if fanouts:
+            fan = self._fanout_fns.get(stream)
+            if fan is None:  # kept until the next plan change (``_rebuild``)
+                fan = self._fanout_fns[stream] = self._fanouts(stream)
+        row, counts = interpret(self._program(stream, "insert"), row, 1, ts, self._emit,
                                 use_caches=use_caches, fanouts=fan)
         self.stems[i].insert(rid, row, ts)
         return counts
@@ -517,16 +526,25 @@ class MJoin:
         row = self.stems[i].delete(rid)
         for c in self._member_caches[i]:
             c.evict_row(self._aliases[i], row)
-        plan = self.plans[(self._aliases[i], "delete" if self.retract else "maintain")]
+        kind = "delete" if self.retract else "maintain"
         counts = None
-        if not plan.empty:
-            _, counts = interpret(plan, self, row, -1, ts, self._emit)
+        if not self.plans[(self._aliases[i], kind)].empty:
+            _, counts = interpret(self._program(self._aliases[i], kind), row, -1, ts,
+                                  self._emit)
         for c in self._guarded[i]:
             _, positions, keyfn = c.guard
             u = keyfn(row)
             if u is not None and not self.stems[i].index(positions).get(u):
                 c.evict_key(u)
         return counts
+
+    def _program(self, stream: str, kind: str) -> tuple:
+        """The interpreter's prepared form of a current plan (engine.interp.prepare),
+        kept until the plan changes."""
+        program = self._programs.get((stream, kind))
+        if program is None or program[0] is not self.plans[(stream, kind)]:
+            program = self._programs[(stream, kind)] = prepare(self.plans[(stream, kind)], self)
+        return program
 
     def profile_insert(self, i: int, rid: int, row: tuple, ts, fanouts: bool = True) -> Observation:
         """Process an insertion fully, breadth-first, measuring each operator.

@@ -16,6 +16,7 @@ key or a NULL key is.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
 
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 
@@ -133,11 +134,8 @@ def key_function(positions: tuple[int, ...]) -> Callable[[tuple], object]:
     return key
 
 
-def composite_key(slots: Iterable[tuple[int, int]]) -> Callable[[tuple], object] | None:
-    """composite (a tuple of base rows) -> key, from (slot, column position) pairs, with
-    the NULL rule of :func:`key_function`; None when there are no pairs (a cartesian
-    step)."""
-    slots = tuple(slots)
+@lru_cache(maxsize=4096)
+def _composite_key(slots: tuple[tuple[int, int], ...]):
     if not slots:
         return None
     if len(slots) == 1:
@@ -148,6 +146,13 @@ def composite_key(slots: Iterable[tuple[int, int]]) -> Callable[[tuple], object]
         k = tuple(comp[a][c] for a, c in slots)
         return None if None in k else k
     return key
+
+
+def composite_key(slots: Iterable[tuple[int, int]]) -> Callable[[tuple], object] | None:
+    """composite (a tuple of base rows) -> key, from (slot, column position) pairs, with
+    the NULL rule of :func:`key_function`; None when there are no pairs (a cartesian
+    step). Built once per distinct key (the interpreter asks for them per update)."""
+    return _composite_key(tuple(slots))
 
 
 def row_key_positions(query: LogicalQuery, key: Sequence[ColumnRef],

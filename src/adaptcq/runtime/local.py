@@ -32,6 +32,7 @@ import pyarrow as pa
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
+from adaptcq.runtime.output import OutputClosed
 from adaptcq.stream.eventtime import (
     check_unit,
     from_nanoseconds,
@@ -149,6 +150,7 @@ class LocalRun:
         self._buf: list = []
         self._ready: list[pa.RecordBatch] = []
         self._left: dict[str, int] = {}  # rows read but not processed, at a stop
+        self._at: tuple | None = None     # (arrivals, end of the last slice processed)
 
     # ----- set-up checks -----------------------------------------------------------------
     def _check_columns(self) -> None:
@@ -264,6 +266,10 @@ class LocalRun:
                     break
         except _ResultBound:
             self._unprocessed(*self._at)
+        except OutputClosed:  # the reader closed stdout: say where each input stopped
+            if self._at is not None:
+                self._unprocessed(*self._at)
+            raise
         yield from self._flush()
         self._flush_rejected()
         self._engine_rejected()
