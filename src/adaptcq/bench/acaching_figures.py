@@ -31,8 +31,9 @@ Figure by figure (what the paper did, what we run; see docs/acaching-experiments
   (aligned values, ``aligned_nway``); best MJoin = best measured of ascending-multiplicity
   and FROM-order pipelines; caching plan = the ACaching policy (prefix caches, its offline
   step by exhaustive search over the candidates' online estimates) on that MJoin's orders.
-* fig10 — nested-loop join on S.B in ΔT's pipeline: NOT REPRODUCED (our MJoin only has
-  hash-index equijoins; explained in the output).
+* fig10 — nested-loop join on S.B in ΔT's pipeline (``MJoin(nested_loop=("S.b",))``:
+  the join into S scans its window): MJoin, the R⋈S cache in ΔT's pipeline, and the
+  A-Caching policy, as |S| grows.
 * fig11 — Table 2's 4-way join at D1..D8 (``workloads.table2_point``): M = best measured of
   A-Greedy's final orders and DMJoin's optimal orders (cost model fed with the generated
   rates and achieved selectivities); X = best of all 15 XJoin trees by measurement; P =
