@@ -9,8 +9,10 @@ filename naming the pipeline (``<pipeline ΔR: S⋈T 1a2b3c4d>``, the suffix a d
 source), so a traceback through generated code shows its line; ``adaptcq explain --code``
 prints it. Generated code only reads SteMs; it never mutates them.
 
-The function's signature: ``pipeline(v0, sign, ts, emit)``; an insertion pipeline returns
-the row object to store in the SteM (a copy while caches exist: engine.cache).
+An insertion pipeline is ``pipeline(rid, v0, ts)``: the whole insertion, ending with the
+row stored in the SteM (a copy while caches exist: engine.cache); ``emit`` is a global of
+its namespace, which the executor rebinds. A deletion pipeline is ``pipeline(v0, sign, ts,
+emit)``, run after the row left the SteM.
 """
 
 from __future__ import annotations
@@ -80,7 +82,10 @@ def generate(query: LogicalQuery, plan: PipelinePlan, buckets: Mapping[str, int]
     def resolve(ref: ColumnRef) -> str:
         return f"v{cols[ref.stream]}[{query.columns[ref.stream].index(ref.column)}]"
 
-    lines = ["def pipeline(v0, sign, ts, emit):"]
+    insert = plan.kind == "insert"
+    # An insertion pipeline is the whole update: it ends by storing its row in the SteM
+    # (one Python call per insertion); deletion pipelines run after the SteM delete.
+    lines = ["def pipeline(rid, v0, ts):" if insert else "def pipeline(v0, sign, ts, emit):"]
     if plan.copy:  # a distinct row object (engine.cache); returned for the SteM insert
         lines.append("    v0 = (*v0,)")
 
@@ -170,14 +175,16 @@ def generate(query: LogicalQuery, plan: PipelinePlan, buckets: Mapping[str, int]
         elif isinstance(op, Observe):
             observe(op, ind)
         elif isinstance(op, Emit):
-            lines.append(f"{ind}emit(({projection_source(query, resolve)}sign, ts))")
+            sign = "1" if insert else "sign"
+            lines.append(f"{ind}emit(({projection_source(query, resolve)}{sign}, ts))")
         return ind
 
     ind = "    "
     for op in plan.ops:
         ind = step(op, ind)
     if plan.kind == "insert":
-        lines.append("    return v0")
+        names["STEM"], names["emit"] = "stem", "emit"
+        lines.append("    STEM.insert(rid, v0, ts)  # an attribute: recompiled per index set")
     return "\n".join(lines) + "\n", sorted(names.items())
 
 

@@ -87,12 +87,12 @@ class MJoin:
           Probe R -> v2 (hash on v0[0])
           Emit
 
-    The generated code (engine.codegen; ``adaptcq explain --code`` prints it). ``I1`` and
-    ``I2`` are the hash indexes on S.a and T.b, ``C0T`` the cache's slots, ``C0N`` its hit
-    and miss counters.
+    The generated code (engine.codegen; ``adaptcq explain --code`` prints it): the whole
+    insertion, ending with the row stored in R's SteM. ``I1`` and ``I2`` are the hash
+    indexes on S.a and T.b, ``C0T`` the cache's slots, ``C0N`` its hit and miss counters.
 
         >>> print(ex.pipeline_sources()["<pipeline ΔR: S⋈T>"])
-        def pipeline(v0, sign, ts, emit):
+        def pipeline(rid, v0, ts):
             v0 = (*v0,)
             # CacheLookup C0 over S⋈T: probe(u); on a miss run the segment and create(u, v)
             u = v0[0]
@@ -120,8 +120,8 @@ class MJoin:
                     C0T[hash(u) % 7] = (u, seg)
                 C0N[1] += 1
             for v1, v2, in seg.values():
-                emit((v0[1], v1[2], v2[1], sign, ts))
-            return v0
+                emit((v0[1], v1[2], v2[1], 1, ts))
+            STEM.insert(rid, v0, ts)  # an attribute: recompiled per index set
         <BLANKLINE>
 
     R(a=1, id=1) arrives at t=5: the cache misses (counts are [hits, misses]), the segment
@@ -174,8 +174,8 @@ class MJoin:
         self.compiled: dict[tuple[str, str], Compiled] = {}
         self._pipelines: list = [None] * len(self.stems)
         self._del_pipelines: list = [None] * len(self.stems)
-        # Per stream, the whole update as one generated function (``_wire``): what the
-        # query's update loop calls, one Python call less per update than insert(i, ...).
+        # Per stream, the whole update as one generated function (``_wire``: the insertion
+        # pipeline itself, a generated delete): what the query's update loop calls.
         # Replaced in place, so a loop holding the lists sees every plan change at once.
         self.inserts: list = [None] * len(self.stems)
         self.deletes: list = [None] * len(self.stems)
@@ -206,19 +206,18 @@ class MJoin:
         self._emit = emit
         for i in range(len(self.stems)):
             self._wire(i)
+            self._pipelines[i].__globals__["emit"] = emit  # the insertion's own namespace
 
     def _wire(self, i: int) -> None:
-        """Generate stream i's update functions for the current pipelines: insert(rid,
-        row, ts) runs the insertion pipeline and stores the row it returns; delete(rid,
-        ts) removes the row, evicts it from §6 caches, runs the deletion pipeline and
-        drops guarded cache entries left without an R_i tuple (see ``delete``)."""
+        """Stream i's update functions for the current pipelines: the insertion pipeline
+        itself (it stores its row), and a generated delete(rid, ts) that removes the row,
+        evicts it from §6 caches, runs the deletion pipeline and drops guarded cache
+        entries left without an R_i tuple (see ``delete``)."""
         alias = self._aliases[i]
-        ns = {"stem": self.stems[i], "ins": self._pipelines[i], "dele": self._del_pipelines[i],
+        ns = {"stem": self.stems[i], "dele": self._del_pipelines[i],
               "emit": self._emit, "members": tuple(self._member_caches[i]),
               "guards": tuple((c, *c.guard[1:]) for c in self._guarded[i]), "alias": alias}
-        lines = ["def insert(rid, row, ts):",
-                 "    stem.insert(rid, ins(row, 1, ts, emit), ts)",
-                 "", "def delete(rid, ts):", "    row = stem.delete(rid)"]
+        lines = ["def delete(rid, ts):", "    row = stem.delete(rid)"]
         if ns["members"]:
             lines += ["    for c in members:", "        c.evict_row(alias, row)"]
         if ns["dele"] is not None:
@@ -228,7 +227,7 @@ class MJoin:
                       "        if u is not None and not stem.index(positions).get(u):",
                       "            c.evict_key(u)"]
         ns, _ = exec_source(f"<MJoin updates Δ{alias}>", "\n".join(lines) + "\n", ns)
-        self.inserts[i], self.deletes[i] = ns["insert"], ns["delete"]
+        self.inserts[i], self.deletes[i] = self._pipelines[i], ns["delete"]
 
     # ----- plan ------------------------------------------------------------------------
     def set_order(self, stream: str, order: Sequence[str]) -> None:
@@ -323,6 +322,10 @@ class MJoin:
             return self._by_name[name[:-1]].counts
         if what == "watcher":
             return self.watcher(plan.stream, name)
+        if what == "stem":
+            return self._stem[plan.stream]
+        if what == "emit":
+            return self._emit
         if what == "empty":
             from adaptcq.engine.cache import EMPTY
             return EMPTY
