@@ -199,6 +199,8 @@ class MJoin:
         for a in query.aliases:
             self.orders[a] = check_order(query.aliases, a, (orders or {}).get(a)
                                          or connected_order(query, a))
+        for i, stem in enumerate(self.stems):  # see _wire: deletes[i] may be stem.delete
+            stem.listeners.append(lambda i=i: self._wire(i))
         self._rebuild()
 
     def set_emit(self, emit) -> None:
@@ -213,10 +215,17 @@ class MJoin:
         itself (it stores its row), and a generated delete(rid, ts) that removes the row,
         evicts it from §6 caches, runs the deletion pipeline and drops guarded cache
         entries left without an R_i tuple (see ``delete``)."""
+        if self._pipelines[i] is None:  # a SteM recompiled before the first plan exists
+            return
         alias = self._aliases[i]
         ns = {"stem": self.stems[i], "dele": self._del_pipelines[i],
               "emit": self._emit, "members": tuple(self._member_caches[i]),
               "guards": tuple((c, *c.guard[1:]) for c in self._guarded[i]), "alias": alias}
+        if not (ns["members"] or ns["dele"] or ns["guards"]):
+            # Nothing but the SteM's own delete (an append-mode expiry without caches):
+            # call it directly; it is re-bound whenever the SteM recompiles it.
+            self.inserts[i], self.deletes[i] = self._pipelines[i], self.stems[i].delete
+            return
         lines = ["def delete(rid, ts):", "    row = stem.delete(rid)"]
         if ns["members"]:
             lines += ["    for c in members:", "        c.evict_row(alias, row)"]

@@ -35,13 +35,15 @@ class SteM:
     contents) the hash index on those column positions.
     """
 
-    __slots__ = ("_indexes", "columns", "delete", "insert", "name", "rows", "times")
+    __slots__ = ("_indexes", "columns", "delete", "insert", "listeners", "name", "rows",
+                 "times")
 
     def __init__(self, name: str, columns: tuple[str, ...]):
         self.name = name
         self.columns = columns
         self.rows: dict[int, tuple] = {}
         self.times: dict[int, object] = {}
+        self.listeners: list = []  # called after insert/delete are recompiled
         self._indexes: dict[tuple[int, ...], Index] = {}
         self._compile()
 
@@ -72,12 +74,15 @@ class SteM:
         return tuple(self._indexes)
 
     # ----- updates ---------------------------------------------------------------------
-    # ``insert(rid, row, ts)`` and ``delete(rid) -> row`` are compiled for the current index set
-    # (straight-line code, one block per index): they are the hottest code in every
-    # executor. They are instance attributes, replaced whenever an index is added or dropped.
+    # ``insert(rid, row, ts)`` and ``delete(rid, ts=None) -> row`` are compiled for the
+    # current index set (straight-line code, one block per index): they are the hottest
+    # code in every executor. They are instance attributes, replaced whenever an index is
+    # added or dropped; ``listeners`` are then called (an executor that calls ``delete``
+    # directly from its update loop re-binds it). ``ts`` is unused by ``delete``: it lets
+    # the function stand for an executor's whole deletion when that is all there is.
     def _compile(self) -> None:
         ins = ["def insert(rid, row, ts):", "    rows[rid] = row", "    times[rid] = ts"]
-        dele = ["def delete(rid):", "    row = rows.pop(rid)", "    del times[rid]"]
+        dele = ["def delete(rid, ts=None):", "    row = rows.pop(rid)", "    del times[rid]"]
         ns: dict = {"rows": self.rows, "times": self.times}
         for n, (positions, idx) in enumerate(self._indexes.items()):
             ns[f"I{n}"] = idx
@@ -95,6 +100,8 @@ class SteM:
         ns, _ = exec_source(f"<SteM {self.name}>",
                             "\n".join(ins) + "\n\n" + "\n".join(dele) + "\n", ns)
         self.insert, self.delete = ns["insert"], ns["delete"]
+        for fn in self.listeners:
+            fn()
 
     def make_rows_distinct(self) -> None:
         """Replace every row object held under a second row id by a copy (in ``rows`` and
