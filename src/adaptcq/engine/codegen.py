@@ -7,7 +7,8 @@ caches ``C0``… in the executor's cache order, watchers ``O1_0``…), so the sa
 the same source in every run. Each source is registered with ``linecache`` under a
 filename naming the pipeline (``<pipeline ΔR: S⋈T 1a2b3c4d>``, the suffix a digest of the
 source), so a traceback through generated code shows its line; ``adaptcq explain --code``
-prints it. Generated code only reads SteMs; it never mutates them.
+prints it. Generated code reads SteMs; the one write is an insertion pipeline's last line,
+which stores its row through the SteM's own ``insert``.
 
 An insertion pipeline is ``pipeline(rid, v0, ts)``: the whole insertion, ending with the
 row stored in the SteM (a copy while caches exist: engine.cache); ``emit`` is a global of
