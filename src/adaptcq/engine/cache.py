@@ -59,7 +59,6 @@ class JoinCache:
                               if extra and row_keys.get(s) is None]
         # [hits, misses]: compiled pipelines count hits inline, ``create`` counts misses.
         self.counts = [0, 0]
-        self.users: set[str] = set()    # pipelines using it now
         self.guard = None               # (R_i, positions, row -> key) when R_i is in Y
 
     @property

@@ -172,8 +172,6 @@ class MJoin:
         # CacheUpdates) and deletions ("delete" in retract mode, "maintain" in append).
         self.plans: dict[tuple[str, str], PipelinePlan] = {}
         self.compiled: dict[tuple[str, str], Compiled] = {}
-        self._pipelines: list = [None] * len(self.stems)
-        self._del_pipelines: list = [None] * len(self.stems)
         # Per stream, the whole update as one generated function (``_wire``: the insertion
         # pipeline itself, a generated delete): what the query's update loop calls.
         # Replaced in place, so a loop holding the lists sees every plan change at once.
@@ -206,25 +204,26 @@ class MJoin:
     def set_emit(self, emit) -> None:
         """Where result tuples go (``out.append`` by default; a driver may bound them)."""
         self._emit = emit
-        for i in range(len(self.stems)):
+        for i, a in enumerate(self._aliases):
             self._wire(i)
-            self._pipelines[i].__globals__["emit"] = emit  # the insertion's own namespace
+            self._fn(a, "insert").__globals__["emit"] = emit  # the insertion's namespace
 
     def _wire(self, i: int) -> None:
         """Stream i's update functions for the current pipelines: the insertion pipeline
         itself (it stores its row), and a generated delete(rid, ts) that removes the row,
         evicts it from §6 caches, runs the deletion pipeline and drops guarded cache
         entries left without an R_i tuple (see ``delete``)."""
-        if self._pipelines[i] is None:  # a SteM recompiled before the first plan exists
-            return
         alias = self._aliases[i]
-        ns = {"stem": self.stems[i], "dele": self._del_pipelines[i],
+        insert = self._fn(alias, "insert")
+        if insert is None:  # a SteM recompiled before the first plan exists
+            return
+        ns = {"stem": self.stems[i], "dele": self._fn(alias, self._delete_kind),
               "emit": self._emit, "members": tuple(self._member_caches[i]),
               "guards": tuple((c, *c.guard[1:]) for c in self._guarded[i]), "alias": alias}
         if not (ns["members"] or ns["dele"] or ns["guards"]):
             # Nothing but the SteM's own delete (an append-mode expiry without caches):
             # call it directly; it is re-bound whenever the SteM recompiles it.
-            self.inserts[i], self.deletes[i] = self._pipelines[i], self.stems[i].delete
+            self.inserts[i], self.deletes[i] = insert, self.stems[i].delete
             return
         lines = ["def delete(rid, ts):", "    row = stem.delete(rid)"]
         if ns["members"]:
@@ -236,7 +235,7 @@ class MJoin:
                       "        if u is not None and not stem.index(positions).get(u):",
                       "            c.evict_key(u)"]
         ns, _ = exec_source(f"<MJoin updates Δ{alias}>", "\n".join(lines) + "\n", ns)
-        self.inserts[i], self.deletes[i] = self._pipelines[i], ns["delete"]
+        self.inserts[i], self.deletes[i] = insert, ns["delete"]
 
     # ----- plan ------------------------------------------------------------------------
     def set_order(self, stream: str, order: Sequence[str]) -> None:
@@ -258,9 +257,6 @@ class MJoin:
         used = {c for placed in self.placements.values() for _, _, c in placed}
         for key in [k for k, c in self.caches.items() if c not in used]:
             self.caches.pop(key).clear()
-        for c in self.caches.values():
-            c.users = {p for p, placed in self.placements.items()
-                       if any(x is c for _, _, x in placed)}
         # Cache names in the plans: C0, C1, ... in a deterministic order of the caches.
         ordered = sorted(self.caches.items(), key=lambda kv: repr(kv[0]))
         self._cache_names = {id(c): f"C{n}" for n, (_, c) in enumerate(ordered)}
@@ -284,8 +280,8 @@ class MJoin:
         self._fanout_fns.clear()  # they hold indexes a new plan may drop
         self._programs.clear()
         for i, a in enumerate(self.query.aliases):
-            self._pipelines[i] = self._compile(a, "insert")
-            self._del_pipelines[i] = self._compile(a, "delete" if self.retract else "maintain")
+            self._compile(a, "insert")
+            self._compile(a, self._delete_kind)
             self._wire(i)
         self._drop_unused_indexes()
 
@@ -306,17 +302,25 @@ class MJoin:
         return plans.build(self.query, stream, self.orders[stream], kind, caches=specs,
                            placements=placements, watches=watches, scans=self._scans)
 
-    def _compile(self, stream: str, kind: str):
+    @property
+    def _delete_kind(self) -> str:
+        """Deletion pipelines: "delete" in retract mode, "maintain" in append mode."""
+        return "delete" if self.retract else "maintain"
+
+    def _compile(self, stream: str, kind: str) -> None:
         plan = self.plan(stream, kind)
         self.plans[(stream, kind)] = plan
         if plan.empty:
             self.compiled.pop((stream, kind), None)
-            return None
+            return
         buckets = {name: c.buckets for name, c in self._by_name.items()}
-        compiled = compile_plan(self.query, plan, lambda name, what: self._bind(plan, name, what),
-                                buckets)
-        self.compiled[(stream, kind)] = compiled
-        return compiled.fn
+        self.compiled[(stream, kind)] = compile_plan(
+            self.query, plan, lambda name, what: self._bind(plan, name, what), buckets)
+
+    def _fn(self, stream: str, kind: str):
+        """The compiled function of a current pipeline (None when there is none)."""
+        compiled = self.compiled.get((stream, kind))
+        return None if compiled is None else compiled.fn
 
     def _bind(self, plan: PipelinePlan, name: str, what: str):
         """The object behind a free name of generated code (engine.codegen.generate)."""
@@ -479,9 +483,8 @@ class MJoin:
     def _recompile_inserts(self, pipelines) -> None:
         """Observers live only in the insertion pipelines."""
         for a in pipelines:
-            i = self._aliases.index(a)
-            self._pipelines[i] = self._compile(a, "insert")
-            self._wire(i)
+            self._compile(a, "insert")
+            self._wire(self._aliases.index(a))
 
     def resize_cache(self, cache: JoinCache, buckets: int) -> None:
         """Change a cache's bucket count (§3.3: chosen from its estimated size; §5)."""
@@ -498,23 +501,10 @@ class MJoin:
         self.inserts[i](rid, row, ts)
 
     def delete(self, i: int, rid: int, ts) -> None:
-        """Delete stream i's row ``rid``: the reference version of the generated
-        ``deletes[i]`` (``_wire``)."""
-        row = self.stems[i].delete(rid)
-        for c in self._member_caches[i]:
-            c.evict_row(self._aliases[i], row)
-        pipeline = self._del_pipelines[i]
-        if pipeline is not None:
-            pipeline(row, -1, ts, self._emit)
-        # §6 with R_i in Y: no R_i tuple left for the key. After the deletion pipeline,
-        # whose CacheLookup may (re)create the entry for the deleted row's key on a miss:
-        # evicting first let a retraction leave an entry that no R_i tuple guards, and
-        # X tuples arriving while no R_i tuple has the key never reach it (a lost result).
-        for c in self._guarded[i]:
-            _, positions, keyfn = c.guard
-            u = keyfn(row)
-            if u is not None and not self.stems[i].index(positions).get(u):
-                c.evict_key(u)
+        """Delete stream i's row ``rid``: remove it from the SteM, evict it from §6
+        caches, run the deletion pipeline, drop guarded entries (``_wire`` generates it;
+        ``interpret_delete`` is the same steps with the interpreter)."""
+        self.deletes[i](rid, ts)
 
     # ----- the interpreted back end (profiling, the work clock) ---------------------------
     def interpret_insert(self, i: int, rid: int, row: tuple, ts, *, use_caches: bool = True,
@@ -534,15 +524,20 @@ class MJoin:
 
     def interpret_delete(self, i: int, rid: int, ts):
         """``delete`` with the interpreter; returns the counts (None when the deletion
-        pipeline is empty: an append-mode expiry with no CacheUpdate to run)."""
+        pipeline is empty: an append-mode expiry with no CacheUpdate to run). The steps
+        and their order are those of the generated delete (``_wire``)."""
+        alias = self._aliases[i]
         row = self.stems[i].delete(rid)
         for c in self._member_caches[i]:
-            c.evict_row(self._aliases[i], row)
-        kind = "delete" if self.retract else "maintain"
+            c.evict_row(alias, row)
         counts = None
-        if not self.plans[(self._aliases[i], kind)].empty:
-            _, counts = interpret(self._program(self._aliases[i], kind), row, -1, ts,
+        if not self.plans[(alias, self._delete_kind)].empty:
+            _, counts = interpret(self._program(alias, self._delete_kind), row, -1, ts,
                                   self._emit)
+        # §6 with R_i in Y: no R_i tuple left for the key. After the deletion pipeline,
+        # whose CacheLookup may (re)create the entry for the deleted row's key on a miss:
+        # evicting first let a retraction leave an entry that no R_i tuple guards, and
+        # X tuples arriving while no R_i tuple has the key never reach it (a lost result).
         for c in self._guarded[i]:
             _, positions, keyfn = c.guard
             u = keyfn(row)
