@@ -194,6 +194,8 @@ class MJoin:
         self._guarded: list[list[JoinCache]] = [[] for _ in query.aliases]
         # While caches exist, every SteM row is a distinct object (see ``_rebuild``).
         self._distinct = False
+        # Every update through the interpreter (``use_interpreter``), else compiled code.
+        self.interpreted = False
         for a in query.aliases:
             self.orders[a] = check_order(query.aliases, a, (orders or {}).get(a)
                                          or connected_order(query, a))
@@ -216,6 +218,10 @@ class MJoin:
         alias = self._aliases[i]
         insert = self._fn(alias, "insert")
         if insert is None:  # a SteM recompiled before the first plan exists
+            return
+        if self.interpreted:
+            self.inserts[i] = lambda rid, row, ts: self.interpret_insert(i, rid, row, ts)
+            self.deletes[i] = lambda rid, ts: self.interpret_delete(i, rid, ts)
             return
         ns = {"stem": self.stems[i], "dele": self._fn(alias, self._delete_kind),
               "emit": self._emit, "members": tuple(self._member_caches[i]),
@@ -507,6 +513,14 @@ class MJoin:
         self.deletes[i](rid, ts)
 
     # ----- the interpreted back end (profiling, the work clock) ---------------------------
+    def use_interpreter(self, on: bool = True) -> None:
+        """Run every update through the interpreter (engine.interp, caches used) instead of
+        the compiled pipelines: the same output and state, update by update (a property
+        test), with per-operator work counted; slower."""
+        self.interpreted = bool(on)
+        for i in range(len(self.stems)):
+            self._wire(i)
+
     def interpret_insert(self, i: int, rid: int, row: tuple, ts, *, use_caches: bool = True,
                          fanouts: bool = False):
         """Process an insertion with the interpreter (engine.interp): the same output and
