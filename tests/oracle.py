@@ -64,7 +64,9 @@ class Oracle:
     # ----- the updates -------------------------------------------------------------------
     def run(self, streams, signs, timestamps, rows):
         """Return (events, outputs): events are (stream, sign, ts, row) in processing order,
-        outputs[k] the Counter of (*values, sign, ts) emitted by event k."""
+        outputs[k] the Counter of (*values, sign, ts) emitted by event k. A stream of None
+        is a time marker: time passes to its timestamp (due deletions happen), nothing
+        arrives."""
         q = self.q
         live: list[tuple[int, int, tuple]] = []   # (stream, arrival number, row)
         arrived_ts: dict[int, float] = {}
@@ -100,6 +102,8 @@ class Oracle:
             for exp_at, j, s, r in sorted(due, key=lambda d: (d[0], d[1])):
                 live.remove((s, j, r))
                 step(s, -1, exp_at, r, self.mode == "retract")
+            if i is None:  # a time marker (an arrival of a stream the query does not read)
+                continue
             if sign < 0:
                 match = next((x for x in live if x[0] == i and x[2] == row), None)
                 if match is not None:

@@ -19,4 +19,13 @@ def run(sql, sources, timestamp="ts", executor="mjoin", mode="append", **options
     return _run(sql, sources, timestamp=timestamp, executor=executor, mode=mode, **options)
 
 
-__all__ = ["AdaptcqError", "InputError", "QueryError", "__version__", "run", "stream"]
+def __getattr__(name):
+    # adaptcq.Engine: many queries on one engine (CACQ), imported on first use.
+    if name == "Engine":
+        from adaptcq.runtime.multi import Engine
+        return Engine
+    raise AttributeError(f"module 'adaptcq' has no attribute {name!r}")
+
+
+__all__ = ["AdaptcqError", "Engine", "InputError", "QueryError", "__version__", "run",
+           "stream"]

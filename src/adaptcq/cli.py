@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 from adaptcq.cliargs import (
+    QUERYSET_EXECUTORS,
     Parser,
     adaptivity_spec,
     add_run_arguments,
     parse_inputs,
     parse_orders,
+    routing_options,
     sql_arg,
 )
 from adaptcq.errors import AdaptcqError
@@ -77,6 +79,18 @@ def cmd_run(args) -> int:
     to_stdout = args.output == "-"
     # With results on stdout, every message goes to stderr.
     console = Console(stderr=to_stdout)
+    if args.executor in QUERYSET_EXECUTORS:
+        return _run_queryset(args, console)
+    if args.sql is not None and len(args.sql) > 1:
+        raise AdaptcqError(f"{len(args.sql)} --sql options: several queries run on one engine "
+                           f"with --executor {' | '.join(QUERYSET_EXECUTORS)}")
+    for flag, value in (("--routing", args.routing), ("--queries", args.queries),
+                        ("--routing-option", args.routing_option)):
+        if value:
+            raise AdaptcqError(f"{flag} is for --executor eddy and its baselines "
+                               f"({', '.join(QUERYSET_EXECUTORS[1:])})")
+    if args.sql is not None:
+        args.sql = args.sql[0]
     options = _run_options(args)
     if args.sql is None:
         if args.input:
@@ -97,6 +111,93 @@ def cmd_run(args) -> int:
     if args.checkpoint is not None or args.partitions is not None or args.master is not None:
         raise AdaptcqError("--checkpoint, --partitions and --master need --engine spark")
     return _run_local(args, sql, sources, timestamp, options, console)
+
+
+def _run_queryset(args, console) -> int:
+    """``adaptcq run --executor eddy --sql @q1.sql --sql @q2.sql [--queries FILE]``: many
+    queries on one engine; each query's results go to OUTPUT/query_id=ID/part-0.parquet
+    (a folder partitioned by query_id, readable with pyarrow.dataset or Spark)."""
+    if args.engine == "spark":
+        from adaptcq.runtime.spark_multi import run_cli_multi
+        return run_cli_multi(args, console)
+    misfits = [flag for flag, v in (("--order", args.order), ("--tree", args.tree),
+                                    ("--nested-loop", args.nested_loop),
+                                    ("--optimizer", args.optimizer), ("--sign", args.sign),
+                                    ("--checkpoint", args.checkpoint),
+                                    ("--partitions", args.partitions),
+                                    ("--max-results", args.max_results),
+                                    ("--format", args.format), ("--rejected", args.rejected))
+               if v]
+    if args.reorder != "off":
+        misfits.append("--reorder")
+    if misfits:
+        raise AdaptcqError(f"{', '.join(misfits)}: not for --executor {args.executor} (a query "
+                           "set; see docs/cacq.md for its options)")
+    if not args.sql and not args.queries:
+        raise AdaptcqError(f"--executor {args.executor} needs queries: --sql (repeat it) "
+                           "and/or --queries FILE")
+    sources = _inputs(args.input)
+    if not sources:
+        raise AdaptcqError("give an --input NAME=PATH for each source")
+    if args.output in (None, "-"):
+        raise AdaptcqError(f"--executor {args.executor} writes one output per query: give "
+                           "--output FOLDER")
+    from adaptcq.runtime.local import source_paths
+    from adaptcq.runtime.multi import Engine
+    from adaptcq.runtime.output import check_output_path
+    out = Path(check_output_path(args.output, source_paths(sources)))
+    engine = Engine(sources, args.timestamp, mode=args.mode, executor=args.executor,
+                    routing=args.routing or "tickets",
+                    routing_options=routing_options(args.routing_option), seed=args.seed,
+                    timestamp_unit=args.timestamp_unit,
+                    allowed_lateness=args.allowed_lateness)
+    for k, text in enumerate(args.sql or [], 1):
+        engine.register(_sql_arg(text), query_id=f"q{k}",
+                        output=str(out / f"query_id=q{k}" / "part-0.parquet"))
+    if args.queries:
+        engine.load_control(args.queries)
+        for h in engine.handles.values():
+            if h.output is None:
+                h.output = str(out / f"query_id={h.id}" / "part-0.parquet")
+    import shutil
+    for stale in out.glob("query_id=*"):  # an earlier run's queries: replaced, not mixed
+        if stale.is_dir():
+            shutil.rmtree(stale)
+    for h in engine.handles.values():
+        Path(h.output).parent.mkdir(parents=True, exist_ok=True)
+    engine.run()
+    console.print(queryset_summary(engine, args))
+    for h in engine.handles.values():
+        console.print(f"query {h.id}: {h.emitted:,} result rows -> {h.output}"
+                      + (f"  [red]failed: {h.error}[/]" if h.error else ""))
+    if args.summary_json:
+        import json
+        Path(args.summary_json).write_text(json.dumps(engine.stats, indent=1, default=str))
+    return 0
+
+
+def queryset_summary(engine, args):
+    from rich.table import Table
+
+    s = engine.stats
+    t = Table(title="run summary (query set)", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    t.add_row("executor / routing / mode",
+              f"{args.executor} / {args.routing or 'tickets'} / {args.mode}")
+    t.add_row("queries", f"{len(engine.handles):,}")
+    t.add_row("input rows (arrivals)", f"{s['arrivals']:,}")
+    t.add_row("engine CPU seconds", f"{s['cpu_seconds']:.3f}")
+    if s["cpu_seconds"] > 0:
+        t.add_row("throughput (arrivals per CPU-second)",
+                  f"{s['arrivals'] / s['cpu_seconds']:,.0f}")
+    for key in ("routings", "probes", "outputs", "built", "dropped", "deletions"):
+        if key in s:
+            t.add_row(key, f"{s[key]:,}")
+    if s.get("arrivals") and "routings" in s:
+        t.add_row("routings per arrival", f"{s['routings'] / s['arrivals']:.3f}")
+    t.add_row("rejected rows (late)", f"{s['rejected']:,}")
+    return t
 
 
 def _run_options(args) -> dict:

@@ -65,17 +65,57 @@ class Parser(argparse.ArgumentParser):
         self.exit(1, f"adaptcq: error: {message} (see {self.prog} --help)\n")
 
 
+QUERYSET_EXECUTORS = ("eddy", "eddies", "pushdown", "pullup")
+
+
+def routing_options(items: list[str]) -> dict[str, object]:
+    """``--routing-option KEY=VALUE`` items as keyword arguments (numbers, true/false, or
+    text); the policy refuses unknown keys."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise AdaptcqError(f"--routing-option {item!r}: expected KEY=VALUE")
+        low = value.lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+            continue
+        try:
+            out[key] = int(value)
+        except ValueError:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = value
+    return out
+
+
 def add_run_arguments(r: argparse.ArgumentParser) -> None:
     """The options of ``adaptcq run``."""
-    r.add_argument("--sql", help="the CQL query text, or @FILE to read it from a file")
+    r.add_argument("--sql", action="append", default=None,
+                   help="the CQL query text, or @FILE to read it from a file; repeat it for "
+                   "several queries on one engine (--executor eddy, eddies, pushdown, pullup)")
     r.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
                    help="a stream's input file (Parquet or CSV); repeat for each stream")
     r.add_argument("--timestamp", default="ts", help="the timestamp column (default: ts)")
     r.add_argument("--timestamp-unit", choices=["s", "ms", "us", "ns"],
                    help="unit of a numeric timestamp column (default: s); timestamp-typed "
                    "columns carry their own")
-    r.add_argument("--executor", default="mjoin", choices=["mjoin", "xjoin", "acaching"],
-                   help="acaching: MJoin with adaptive join-subresult caches (A-Caching)")
+    r.add_argument("--executor", default="mjoin",
+                   choices=["mjoin", "xjoin", "acaching", *QUERYSET_EXECUTORS],
+                   help="acaching: MJoin with adaptive join-subresult caches (A-Caching); "
+                   "eddy: many queries in one CACQ eddy over shared state (cacq.txt); "
+                   "eddies, pushdown, pullup: its baselines (an eddy per query, NiagaraCQ's "
+                   "plans)")
+    r.add_argument("--routing", choices=["tickets", "lottery", "random", "fixed"],
+                   help="the eddy's routing policy (default tickets; cacq.txt §4)")
+    r.add_argument("--routing-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a routing policy parameter, e.g. decay=0.9 (docs/cacq-routing.md)")
+    r.add_argument("--queries", metavar="FILE",
+                   help="a control stream (Parquet or CSV; columns ts, action, query_id, "
+                   "sql; action register or deregister) for --executor eddy and its "
+                   "baselines")
+    r.add_argument("--seed", type=int, default=0, help="seed of a randomized routing policy")
     r.add_argument("--caches", choices=["prefix", "global"],
                    help="A-Caching candidates: prefix-invariant only, or also the "
                    "globally-consistent ones (a-caching.txt §6)")

@@ -34,7 +34,8 @@ from adaptcq.errors import AdaptcqError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sql", required=True, help="the CQL query text, or @FILE")
+    p.add_argument("--sql", required=True, action="append",
+                   help="the CQL query text, or @FILE (repeat it with --executor eddy)")
     p.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
                    help="measure statistics by running over these inputs")
     p.add_argument("--timestamp", default="ts")
@@ -56,9 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --code: joins into STREAM scan its window (as adaptcq run)")
     c.add_argument("--mode", choices=["append", "retract"],
                    help="with --code: retract also has deletion pipelines (default append)")
-    c.add_argument("--executor", choices=["mjoin", "xjoin", "acaching"],
+    c.add_argument("--executor", choices=["mjoin", "xjoin", "acaching", "eddy"],
                    help="with --code: the executor adaptcq run would use (mjoin; xjoin has "
-                   "no generated pipelines)")
+                   "no generated pipelines); eddy: run the queries (repeat --sql) in one "
+                   "CACQ eddy over the first --prefix input rows and show its shared "
+                   "operators, virtual sources, tickets and each query's mask")
+    c.add_argument("--routing", choices=["tickets", "lottery", "random", "fixed"],
+                   help="with --executor eddy: the routing policy (default tickets)")
     c.add_argument("--engine", choices=["local", "spark"],
                    help="with --code: the engine adaptcq run would use (local)")
 
@@ -245,7 +250,11 @@ def _print(report: dict, query, source: str) -> None:
 def main(args) -> int:
     from adaptcq.query.cql import parse_query
 
-    sql = sql_arg(args.sql)
+    if getattr(args, "executor", None) == "eddy":
+        return explain_eddy(args)
+    if len(args.sql) > 1:
+        raise AdaptcqError("several --sql: explain a query set with --executor eddy")
+    sql = sql_arg(args.sql[0])
     code = _code_request(args)
     if code is not None and not args.stats and not args.input:
         return _print_code(pipeline_code(sql, **code), getattr(args, "json", False))
@@ -403,3 +412,59 @@ def _print_caches(rows: list[dict]) -> None:
         t.add_row("no candidate satisfies the prefix invariant for these orders", "", "", "",
                   "", "", "")
     Console().print(t)
+
+
+# ----- a query set in one eddy (cacq.txt) --------------------------------------------------------
+def explain_eddy(args) -> int:
+    """Run the queries in one eddy over the first ``--prefix`` input rows and show what
+    they share: operators (grouped filters, SteMs) with their tickets, the virtual sources
+    created so far, and each query's bit and masks (``Eddy.describe``)."""
+    from adaptcq.runtime.multi import Engine
+    if not args.input:
+        raise AdaptcqError("--executor eddy runs the queries: give --input NAME=PATH for "
+                           "each source")
+    if args.prefix < 1:
+        raise AdaptcqError(f"--prefix must be at least 1, got {args.prefix}")
+    engine = Engine(parse_inputs(args.input), args.timestamp, mode=args.mode or "append",
+                    routing=args.routing or "tickets")
+    for k, text in enumerate(args.sql, 1):
+        engine.register(sql_arg(text), query_id=f"q{k}", output=lambda batch: None)
+    engine.run(max_arrivals=args.prefix)
+    report = engine.explain()
+    if getattr(args, "json", False):
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    console = Console()
+    console.print(f"[bold]eddy[/] over the first {engine.stats['arrivals']:,} arrivals "
+                  f"({args.routing or 'tickets'} routing)")
+    t = Table(title="shared operators")
+    for col in ("id", "operator", "predicates / rows", "tickets"):
+        t.add_column(col)
+    for op in report["operators"]:
+        size = op.get("predicates", op.get("rows"))
+        t.add_row(str(op["id"]), op["operator"], f"{size:,}",
+                  "-" if op["tickets"] is None else f"{op['tickets']:,.0f}")
+    console.print(t)
+    t = Table(title="virtual sources (§3.3.2)")
+    for col in ("id", "sources", "queries", "completion mask", "SteMs list"):
+        t.add_column(col)
+    for vs in report["virtual_sources"]:
+        t.add_row(str(vs["id"]), vs["sources"], _bitlist(vs["queries"]),
+                  _bitlist(vs["completion"]), ", ".join(vs["stems"]) or "-")
+    console.print(t)
+    t = Table(title="queries")
+    for col in ("query", "bit", "sources", "per alias: slot and filters", "results"):
+        t.add_column(col)
+    for q in report["queries"]:
+        aliases = "\n".join(f"{a}: slot {m['slot']}, {', '.join(m['filters']) or 'no filter'}"
+                            for a, m in q["aliases"].items())
+        t.add_row(q["query"], str(q["bit"]), q["virtual_source"], aliases,
+                  f"{q['emitted']:,}")
+    console.print(t)
+    return 0
+
+
+def _bitlist(bits: list[int]) -> str:
+    return "{" + ", ".join(f"q@{b}" for b in bits) + "}"

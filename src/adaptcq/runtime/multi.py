@@ -1,0 +1,352 @@
+"""Many continuous queries on one running engine (CACQ): ``adaptcq.Engine``.
+
+Queries are registered and removed by **control events** ordered with the data by
+timestamp (docs/cacq.md, "What a query sees"): an event at time t takes effect after every
+arrival with a timestamp below t and before every arrival at t or later (events at one
+time in the order given). So a run is deterministic, checkpointable, and the same on the
+local runtime and on Spark. Query q registered after arrival s_q and removed after arrival
+s'_q outputs exactly what the single-query engine produces for q alone on the arrivals in
+(s_q, s'_q], with time advanced to q's removal time at the end (arrivals of sources q does
+not read advance time too: its deletions come when event time passes, as in one engine).
+
+Inputs are read a chunk at a time and merged (``stream.merge``); each query's results
+leave as Arrow batches to its own output (collected, a Parquet/CSV file, or a callback), a
+few thousand at a time: memory is the engine's state plus a few chunks.
+
+>>> engine = Engine(sources={"S": "s.parquet"}, timestamp="ts")       # doctest: +SKIP
+>>> h = engine.register("SELECT * FROM S WHERE S.a > 90")             # doctest: +SKIP
+>>> engine.deregister(h, at=60.0)                                     # doctest: +SKIP
+>>> engine.run(); h.table()                                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+
+from adaptcq.errors import InputError, OptionError, QueryError
+from adaptcq.query.logical import LogicalQuery, StreamRef
+from adaptcq.runtime.local import TIME_UNIT, output_schema, rows_to_batch
+from adaptcq.stream.eventtime import check_unit, lateness_ns
+from adaptcq.stream.merge import ArrivalMerger
+from adaptcq.stream.sources import CHUNK_ROWS, open_source, schema_kinds
+
+OUT_CHUNK = 65_536          # result rows per output batch, per query
+ACTIONS = ("register", "deregister")
+CONTROL_COLUMNS = ("ts", "action", "query_id", "sql")
+
+QUERYSET_EXECUTORS = {
+    "eddy": "adaptcq.engine.eddy:Eddy",                       # CACQ: one shared eddy
+    "eddies": "adaptcq.engine.eddy:PerQueryEddies",           # baseline: an eddy per query
+    "pushdown": "adaptcq.engine.niagara:PushDown",            # NiagaraCQ baselines (§5)
+    "pullup": "adaptcq.engine.niagara:PullUp",
+}
+
+
+@dataclass
+class ControlEvent:
+    """One event of the control stream: register or deregister a query at time ``ts``
+    (engine units, int64 nanoseconds; -inf: before any data)."""
+
+    ts: float | int
+    action: str
+    query_id: str
+    sql: str | None = None
+    start: str = "now"
+    order: int = 0            # position in the control stream (ties at one time)
+
+
+@dataclass
+class QueryHandle:
+    """A registered query: its id, SQL and output (``table()`` when collected)."""
+
+    id: str
+    sql: str
+    query: LogicalQuery
+    schema: pa.Schema
+    output: object = None          # None (collect), a path, or a callable(batch)
+    start: str = "now"
+    emitted: int = 0
+    error: str | None = None
+    state: str = "pending"         # pending, running, removed, failed
+    rows: list = field(default_factory=list, repr=False)
+    batches: list = field(default_factory=list, repr=False)
+    sink: object = field(default=None, repr=False)
+
+    def table(self) -> pa.Table:
+        """The collected results (``output=None``)."""
+        if self.output is not None:
+            raise OptionError(f"query {self.id!r} writes to {self.output!r}; read it there")
+        return pa.Table.from_batches(self.batches, schema=self.schema)
+
+    def to_pandas(self):
+        return self.table().to_pandas()
+
+
+class Engine:
+    """Many continuous queries over shared sources, one engine (cacq.txt).
+
+    ``sources`` maps a source name to its input (a Parquet/CSV file, folder, glob, Arrow
+    table, or an iterable of batches / dicts, as ``adaptcq.run`` takes). ``executor`` is
+    ``eddy`` (CACQ), or a baseline: ``eddies`` (one eddy per query), ``pushdown`` or
+    ``pullup`` (NiagaraCQ's plans, cacq.txt §5). ``routing`` is the eddy's policy
+    (``adapt.routing``: tickets, lottery, random, fixed) with ``routing_options``.
+    ``routing_epoch`` (arrivals): follow a routing table the policy writes once per epoch,
+    compiled to Python (``engine.eddy_routes``), instead of a decision per routing step.
+    ``retain`` (seconds per source) keeps rows that long for queries registered with
+    ``start="window"``. ``udfs`` maps a name usable in the SQL to a Python callable.
+    """
+
+    def __init__(self, sources: Mapping[str, object], timestamp: str = "ts", *,
+                 mode: str = "append", executor: str = "eddy", routing: str = "tickets",
+                 routing_options: Mapping | None = None, seed: int = 0,
+                 timestamp_unit: str | None = None, allowed_lateness: float = 0.0,
+                 chunk_rows: int = CHUNK_ROWS, retain: Mapping[str, float] | None = None,
+                 udfs: Mapping[str, Callable] | None = None, capacity: int | None = None,
+                 routing_epoch: int | None = None):
+        if executor not in QUERYSET_EXECUTORS:
+            raise OptionError(f"unknown executor {executor!r} for a query set; choose one of "
+                              f"{', '.join(QUERYSET_EXECUTORS)}")
+        if not isinstance(sources, Mapping) or not sources:
+            raise InputError("no sources: give Engine(sources={name: input, ...})")
+        check_unit(timestamp_unit)
+        self.timestamp, self.unit, self.mode = timestamp, timestamp_unit, mode
+        self.executor_name = executor
+        self.sources = {n: open_source(n, s, timestamp, timestamp_unit, chunk_rows)
+                        for n, s in sources.items()}
+        self.kinds = {n: schema_kinds(s.schema) for n, s in self.sources.items()}
+        self.udfs = dict(udfs or {})
+        from adaptcq.adapt.routing import make_routing
+        self.policy = make_routing(routing, seed=seed, **dict(routing_options or {}))
+        self.ex = _load(executor)(self.kinds, self.policy, mode=mode, time_unit=TIME_UNIT,
+                                  retain=retain, udfs=self.udfs,
+                                  **({"capacity": capacity} if capacity else {}),
+                                  **({"routing_epoch": routing_epoch} if routing_epoch
+                                     else {}))
+        self.lateness = lateness_ns(allowed_lateness)
+        self.handles: dict[str, QueryHandle] = {}
+        self.control: list[ControlEvent] = []
+        self._order = 0
+        self._ran = False
+        self.stats: dict = {}
+
+    # ----- the control stream ------------------------------------------------------------
+    def register(self, sql: str, at=None, *, start: str = "now", output=None,
+                 query_id: str | None = None) -> QueryHandle:
+        """Register ``sql`` at time ``at`` (None: before any data; a number in the
+        timestamp unit, seconds by default, or a datetime). The query is parsed now, so a
+        bad query fails here, naming the position."""
+        qid = query_id or f"q{len(self.handles) + 1}"
+        if qid in self.handles:
+            raise OptionError(f"query id {qid!r} is already used")
+        query = self.parse(sql)
+        schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
+                               self.timestamp, self.unit)
+        h = QueryHandle(qid, sql, query, schema, output, start)
+        self.handles[qid] = h
+        self._event(ControlEvent(self._ts(at), "register", qid, sql, start))
+        return h
+
+    def deregister(self, handle: QueryHandle | str, at=None) -> None:
+        """Remove a query at time ``at`` (None: after all data)."""
+        qid = handle.id if isinstance(handle, QueryHandle) else handle
+        if qid not in self.handles:
+            raise OptionError(f"no query {qid!r} to deregister (registered: "
+                              f"{', '.join(self.handles) or 'none'})")
+        ts = self._ts(at) if at is not None else float("inf")
+        self._event(ControlEvent(ts, "deregister", qid))
+
+    def load_control(self, source) -> None:
+        """Read a control stream: rows (ts, action, query_id, sql) from a Parquet/CSV file,
+        an Arrow table or a list of dicts; ``action`` is register or deregister."""
+        table = source if isinstance(source, pa.Table) else (
+            pa.Table.from_pylist(source) if isinstance(source, list) else _read_table(source))
+        missing = [c for c in CONTROL_COLUMNS if c not in table.column_names
+                   and c != "sql"]
+        if missing:
+            raise InputError(f"control stream: missing column(s) {', '.join(missing)} "
+                             f"(columns: {', '.join(CONTROL_COLUMNS)})")
+        for r, row in enumerate(table.to_pylist()):
+            action = row.get("action")
+            where = f"control stream row {r}"
+            if action not in ACTIONS:
+                raise InputError(f"{where}: action {action!r}; choose register or deregister")
+            qid = row.get("query_id")
+            if not qid:
+                raise InputError(f"{where}: no query_id")
+            if action == "register":
+                if not row.get("sql"):
+                    raise InputError(f"{where}: register needs the query's sql")
+                try:
+                    self.register(row["sql"], row["ts"], query_id=str(qid))
+                except QueryError as e:
+                    raise QueryError(f"{where} (query {qid}): {e.message}", e.sql,
+                                     e.position) from None
+            else:
+                if str(qid) not in self.handles:
+                    raise InputError(f"{where}: deregisters {qid!r}, which no earlier row "
+                                     "registers")
+                self.deregister(str(qid), row["ts"])
+
+    def parse(self, sql: str) -> LogicalQuery:
+        from adaptcq.query.cql import parse_query
+        kw = {"udfs": self.udfs} if self.udfs else {}
+        query = parse_query(sql, self.kinds, **kw)
+        for s in query.streams:
+            if s.source not in self.sources:
+                raise QueryError(f"unknown source {s.source!r} (sources: "
+                                 f"{', '.join(self.sources)})", sql, s.position)
+        return query
+
+    def _ts(self, at):
+        if at is None:
+            return float("-inf")
+        if isinstance(at, datetime.datetime):
+            if at.tzinfo is not None:
+                at = at.astimezone(datetime.UTC).replace(tzinfo=None)
+            return round((at - datetime.datetime(1970, 1, 1)).total_seconds() * 1e9)
+        scale = {None: 1e9, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1}[self.unit]
+        return round(float(at) * scale)
+
+    def _event(self, ev: ControlEvent) -> None:
+        if self._ran:
+            raise OptionError("the engine has run; register before run()")
+        ev.order = self._order
+        self._order += 1
+        keys = [(e.ts, e.order) for e in self.control]
+        self.control.insert(bisect.bisect(keys, (ev.ts, ev.order)), ev)
+
+    # ----- running ------------------------------------------------------------------------
+    def run(self, max_arrivals: int | None = None) -> dict[str, QueryHandle]:
+        """Process every input (or the first ``max_arrivals``); returns the handles (each
+        with its output)."""
+        if self._ran:
+            raise OptionError("an Engine runs once")
+        self._ran = True
+        t0 = time.process_time()
+        for h in self.handles.values():
+            self._open_output(h)
+        view = SimpleNamespace(
+            streams=[StreamRef(n, n) for n in self.sources],
+            columns={n: tuple(s.schema.names) for n, s in self.sources.items()})
+        merger = ArrivalMerger(view, self.sources, self.timestamp, self.unit, self.lateness)
+        names = list(self.sources)
+        control, ci = self.control, 0
+        ex = self.ex
+        arrivals = 0
+        try:
+            for arr in merger:
+                ts_list = arr.timestamps
+                lo, n = 0, len(ts_list)
+                if max_arrivals is not None:
+                    n = min(n, max_arrivals - arrivals)
+                while lo < n:
+                    if ci < len(control):
+                        hi = min(n, bisect.bisect_left(ts_list, control[ci].ts, lo))
+                    else:
+                        hi = n
+                    process = ex.process
+                    streams, rows = arr.streams, arr.rows
+                    for k in range(lo, hi):
+                        process(names[streams[k]], ts_list[k], rows[k])
+                    arrivals += hi - lo
+                    lo = hi
+                    if lo < n:
+                        ci = self._apply(ci, ts_list[lo])
+                    self._flush(False)
+                self._flush(False)
+                if max_arrivals is not None and arrivals >= max_arrivals:
+                    break
+            else:
+                while ci < len(control):
+                    ci = self._apply(ci, float("inf"))
+        finally:
+            self._flush(True)
+            for h in self.handles.values():
+                if h.sink is not None:
+                    h.sink.close()
+        self.rejected = merger.rejected
+        self.stats = {"arrivals": arrivals, "cpu_seconds": time.process_time() - t0,
+                      "rejected": len(merger.rejected), **getattr(ex, "counts", {}),
+                      "queries": {h.id: {"emitted": h.emitted, "state": h.state,
+                                         **({"error": h.error} if h.error else {})}
+                                  for h in self.handles.values()}}
+        return self.handles
+
+    def _apply(self, ci: int, upto) -> int:
+        """Apply the control events with ts <= ``upto`` (before an arrival at ``upto``)."""
+        control, ex = self.control, self.ex
+        while ci < len(control) and control[ci].ts <= upto:
+            ev = control[ci]
+            ci += 1
+            if ev.ts != float("-inf") and ev.ts != float("inf"):
+                ex.advance_to(ev.ts)  # deletions due before the event belong to before it
+            h = self.handles[ev.query_id]
+            if ev.action == "register":
+                if h.state != "pending":
+                    raise OptionError(f"query {h.id!r} is registered twice")
+                ex.add_query(h.id, h.query, h.rows.append, ev.start)
+                h.state = "running"
+            elif h.state == "running":
+                ex.remove_query(h.id)
+                h.state = "removed"
+            self._failures()
+        self._failures()
+        return ci
+
+    def _failures(self) -> None:
+        for qid, err in getattr(self.ex, "failures", ()):
+            h = self.handles.get(qid)
+            if h is not None and h.state == "running":
+                h.state, h.error = "failed", err
+
+    def _open_output(self, h: QueryHandle) -> None:
+        if h.output is None or callable(h.output):
+            return
+        from adaptcq.runtime.output import FileSink, format_of
+        path = str(h.output)
+        h.sink = FileSink(path, h.schema, format_of(path, None), what=f"query {h.id} output")
+
+    def _flush(self, final: bool) -> None:
+        self._failures()
+        for h in self.handles.values():
+            if not h.rows or (not final and len(h.rows) < OUT_CHUNK):
+                continue
+            rows, h.rows[:] = list(h.rows), []
+            batch = rows_to_batch(rows, h.schema, self.unit)
+            h.emitted += len(rows)
+            if h.sink is not None:
+                h.sink.write(batch)
+            elif callable(h.output):
+                h.output(batch)
+            else:
+                h.batches.append(batch)
+
+    def explain(self) -> dict:
+        """The shared operators, virtual sources, tickets per operator and each query's
+        mask (``Eddy.describe``)."""
+        return self.ex.describe()
+
+
+def _load(path: str):
+    import importlib
+    mod, name = QUERYSET_EXECUTORS[path].split(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def _read_table(source) -> pa.Table:
+    path = Path(source)
+    if not path.exists():
+        raise InputError(f"control stream {str(path)!r} does not exist")
+    if path.suffix == ".csv":
+        import pyarrow.csv as pacsv
+        return pacsv.read_csv(path)
+    import pyarrow.parquet as pq
+    return pq.read_table(path)
