@@ -17,6 +17,7 @@ from adaptcq.adapt.routing import make_routing
 from adaptcq.engine.eddy import Eddy, PerQueryEddies
 from adaptcq.errors import OptionError, QueryError
 from adaptcq.query.cql import parse_query
+from conftest import examples
 from oracle import Oracle
 
 COLS = ("a", "b", "c", "d")
@@ -90,7 +91,8 @@ def scenarios(draw):
     mode = draw(st.sampled_from(["append", "retract"]))
     routing = draw(st.sampled_from(ROUTINGS))
     seed = draw(st.integers(0, 3))
-    return data, queries, mode, routing, seed
+    epoch = draw(st.sampled_from([None, None, 1, 4]))   # None: a decision per step
+    return data, queries, mode, (routing, epoch), seed
 
 
 def expected(sql: str, data, lo: int, hi: int, mode: str) -> Counter:
@@ -122,8 +124,9 @@ def expected(sql: str, data, lo: int, hi: int, mode: str) -> Counter:
 def run_eddy(queries, data, mode, routing, seed, cls=Eddy, snapshot_at=None):
     """Run the query set; queries register before arrival ``lo + 1`` and leave after
     arrival ``hi``. ``snapshot_at``: snapshot and restore the engine before that arrival."""
+    routing, epoch = routing if isinstance(routing, tuple) else (routing, None)
     policy = make_routing(routing, seed=seed)
-    ed = cls(SCHEMAS, policy, mode=mode)
+    ed = cls(SCHEMAS, policy, mode=mode, routing_epoch=epoch)
     outs = {h: [] for h in range(len(queries))}
     events = sorted([(lo, 0, h) for h, (_, lo, _) in enumerate(queries)]
                     + [(hi, 1, h) for h, (_, _, hi) in enumerate(queries)])
@@ -154,7 +157,8 @@ def check(queries, data, mode, outs) -> None:
                              f"{want - got}, extra {got - want}")
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(250), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_eddy_equals_oracle_per_query(scenario):
     data, queries, mode, routing, seed = scenario
@@ -162,7 +166,8 @@ def test_eddy_equals_oracle_per_query(scenario):
     check(queries, data, mode, outs)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.integers(0, 40))
 def test_snapshot_and_restore_mid_run(scenario, at):
     data, queries, mode, routing, seed = scenario
@@ -170,7 +175,8 @@ def test_snapshot_and_restore_mid_run(scenario, at):
     check(queries, data, mode, outs)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_one_eddy_per_query_baseline_equals_oracle(scenario):
     data, queries, mode, routing, seed = scenario
@@ -181,7 +187,7 @@ def test_one_eddy_per_query_baseline_equals_oracle(scenario):
 def test_self_join_pairs_a_row_with_itself_once():
     """Our semantics pair a tuple with itself through two aliases (the single-query
     engine's alias-by-alias arrivals); the strict sequence rule alone never would."""
-    sql = "SELECT x.a, y.a FROM R AS x, R AS y WHERE x.a = y.a"
+    sql = "SELECT x.a AS xa, y.a AS ya FROM R AS x, R AS y WHERE x.a = y.a"
     outs, _ = run_eddy([(sql, 0, 9)], [("R", 0.0, (1, 0, 0, "x")), ("R", 1.0, (1, 0, 0, "y"))],
                        "append", "random", 0)
     assert Counter(outs[0]) == Counter({(1, 1, 1, 0.0): 1, (1, 1, 1, 1.0): 3})

@@ -374,9 +374,11 @@ class Eddy:
             flags = 0
             dbit = None
             if len(atoms) > 1:
-                dbit = next(b for b in range(len(st.dbits).bit_length() + st.dbits.bit_length()
-                                             + 1) if not st.dbits >> b & 1)
-                st.dbits |= 1 << dbit
+                # Disjunct tags live above every slot tag: a filter's remove(tag) drops
+                # both kinds, so the two tag spaces must not meet.
+                local = (~st.dbits & (st.dbits + 1)).bit_length() - 1   # lowest free
+                st.dbits |= 1 << local
+                dbit = self.capacity * MAX_ROLES + local
             tag = dbit if dbit is not None else slot.bit_length() - 1
             for atom in atoms:
                 if atom.kind == "simple":
@@ -429,7 +431,7 @@ class Eddy:
             tag = slot.bit_length() - 1
             for d in [d for d in st.disjunctions if d.slot == slot]:
                 st.disjunctions.remove(d)
-                st.dbits &= ~(1 << d.dbit)
+                st.dbits &= ~(1 << (d.dbit - self.capacity * MAX_ROLES))
                 for op in st.ops:
                     op.impl.remove(d.dbit)
             for op in list(st.ops):
@@ -443,6 +445,7 @@ class Eddy:
                     else:
                         st.filters.pop(next(c for c, o in st.filters.items() if o is op))
                     self.policy.remove_op(op.id)
+                    self._n_in[op.id] = self._n_out[op.id] = 0  # nothing to report
 
     def _projection(self, q: EddyQuery) -> Callable:
         """comps dict {(source, role): row} -> the query's output values."""
@@ -488,6 +491,7 @@ class Eddy:
     def _refresh(self) -> None:
         """Recompute retention, roles and virtual sources after the query set changed
         (virtual sources are rebuilt lazily, on first use)."""
+        was_unbounded = {n for n, st in self.sources.items() if st.unbounded}
         for st in self.sources.values():
             st.keep_rows, st.keep_time, st.unbounded, st.roles = 0, None, False, 1
             w = self.retain.get(st.name)
@@ -503,6 +507,10 @@ class Eddy:
                     st.keep_rows = max(st.keep_rows, size)
                 else:
                     st.keep_time = size if st.keep_time is None else max(st.keep_time, size)
+        for name in was_unbounded:
+            st = self.sources[name]
+            if not st.unbounded:
+                self._bound_rows(st)
         self.vsources.clear()
         self._visible_cache = {}
         self._routes = {}
@@ -516,6 +524,20 @@ class Eddy:
                                 if kind == "rows"] for k in range(st.roles)]
             st.range_sizes = [sorted({size for kind, size, _ in self._alias_windows(st.name, k)
                                       if kind == "range"}) for k in range(st.roles)]
+
+    def _bound_rows(self, st: SourceState) -> None:
+        """The last query reading ``st`` unbounded left: its rows get the retention the
+        remaining windows ask for (they were held by none)."""
+        recent = set(st.recent)
+        for rid in list(st.stem.rows):
+            st.holds.pop(rid, None)
+            if st.keep_time is not None:
+                heapq.heappush(self.heap, (st.stem.times[rid] + st.keep_time,
+                                           rid * ROLE_BITS + ROLE_BITS - 1, 1, st.name, rid))
+                if st.keep_rows and rid in recent:
+                    st.holds[rid] = 3
+            elif not (st.keep_rows and rid in recent):
+                self._release(st, rid, 1)
 
     def vsource(self, key: frozenset) -> VirtualSource:
         """The virtual source of ``key``, created on first use (§3.3.2)."""
@@ -733,7 +755,10 @@ class Eddy:
                                        src, (rid, k, size)))
 
     def _release(self, st: SourceState, rid: int, flag: int) -> None:
-        """A retention hold (1: time, 2: count) lets go of row ``rid``."""
+        """A retention hold (1: time, 2: count) lets go of row ``rid``. While a query
+        reads the source unbounded, no row leaves."""
+        if st.unbounded:
+            return
         holds = st.holds
         if holds:
             h = holds.get(rid)
@@ -839,11 +864,13 @@ class Eddy:
         recompiled only when an order changed."""
         self._epoch_left = self.routing_epoch
         policy, n_in, n_out = self.policy, self._n_in, self._n_out
+        totals = {}
         for op, c in enumerate(n_in):
             if c:
-                policy.routed(op, c)
-                policy.returned(op, n_out[op], 1, c + n_out[op])
+                totals[op] = (c, n_out[op], 1, c + n_out[op])
                 n_in[op] = n_out[op] = 0
+        if totals:
+            policy.account(totals)
         groups = {vs.id: [t.id for t in vs.targets] for vs in self.vsources.values()
                   if len(vs.targets) > 1}
         for st in self.sources.values():
@@ -1079,6 +1106,9 @@ class Eddy:
         state. Nothing compiled is kept: ``restore`` recompiles from the SQL."""
         return {
             "version": 1, "mode": self.mode, "capacity": self.capacity,
+            "routing_epoch": self.routing_epoch, "orders": dict(self._orders),
+            "epoch_left": self._epoch_left, "n_in": list(self._n_in),
+            "n_out": list(self._n_out),
             "time_unit": self.time_unit, "retain": dict(self.retain),
             "sources": {n: {"rows": dict(st.stem.rows), "times": dict(st.stem.times),
                             "passed": dict(st.passed), "pos": dict(st.pos),
@@ -1101,7 +1131,7 @@ class Eddy:
         """The engine of ``snapshot`` (``policy``: restored from ``state["policy"]``;
         ``parse``: SQL -> LogicalQuery; ``emits``: each query's output callback)."""
         ed = cls(schemas, policy, mode=state["mode"], time_unit=state["time_unit"],
-                 capacity=state["capacity"], udfs=udfs)
+                 capacity=state["capacity"], udfs=udfs, routing_epoch=state["routing_epoch"])
         ed.retain = dict(state["retain"])
         ed.op_keys = dict(state["op_keys"])
         for name, s in state["sources"].items():
@@ -1117,6 +1147,9 @@ class Eddy:
         heapq.heapify(ed.heap)
         ed.rid, ed.now = state["rid"], state["now"]
         ed._counts = dict(state["counts"])
+        ed._orders, ed._epoch_left = dict(state["orders"]), state["epoch_left"]
+        ed._n_in[:len(state["n_in"])] = state["n_in"]
+        ed._n_out[:len(state["n_out"])] = state["n_out"]
         ed.built, ed.dropped = state["built"], state["dropped"]
         ed.failures = list(state["failures"])
         return ed
@@ -1129,7 +1162,7 @@ class Eddy:
         ops = []
         for st in self.sources.values():
             for op in st.ops:
-                ops.append({"id": op.id, "operator": op.label, "source": st.name,
+                ops.append({"id": op.id, "operator": self.op_labels[op.id], "source": st.name,
                             "flag": op.flag, "predicates": len(op.impl),
                             "tickets": tickets.get(op.id)})
         for (src, k), tid in sorted(self.targets.items()):
@@ -1178,8 +1211,10 @@ class PerQueryEddies:
     given one's kind and parameters). Same interface as :class:`Eddy`."""
 
     def __init__(self, schemas, policy, mode: str = "append", time_unit: float = 1.0,
-                 capacity: int = CAPACITY_DEFAULT, retain=None, udfs=None):
+                 capacity: int = CAPACITY_DEFAULT, retain=None, udfs=None,
+                 routing_epoch: int | None = None):
         self.schemas, self.policy, self.mode = schemas, policy, mode
+        self.routing_epoch = routing_epoch
         self.time_unit, self.capacity, self.retain, self.udfs = time_unit, capacity, retain, udfs
         self.eddies: dict[str, Eddy] = {}
         self.readers: dict[str, list[Eddy]] = {s: [] for s in schemas}
@@ -1191,7 +1226,7 @@ class PerQueryEddies:
                               "no earlier rows: start='window' needs the shared eddy")
         policy = type(self.policy).from_state(self.policy.state())
         ed = Eddy(self.schemas, policy, self.mode, self.time_unit, self.capacity,
-                  self.retain, self.udfs)
+                  self.retain, self.udfs, self.routing_epoch)
         q = ed.add_query(handle, query, emit, start)
         self.eddies[handle] = ed
         self._readers()
