@@ -85,6 +85,7 @@ def cmd_run(args) -> int:
         raise AdaptcqError(f"{len(args.sql)} --sql options: several queries run on one engine "
                            f"with --executor {' | '.join(QUERYSET_EXECUTORS)}")
     for flag, value in (("--routing", args.routing), ("--queries", args.queries),
+                        ("--routing-epoch", args.routing_epoch),
                         ("--routing-option", args.routing_option)):
         if value:
             raise AdaptcqError(f"{flag} is for --executor eddy and its baselines "
@@ -117,6 +118,10 @@ def _run_queryset(args, console) -> int:
     """``adaptcq run --executor eddy --sql @q1.sql --sql @q2.sql [--queries FILE]``: many
     queries on one engine; each query's results go to OUTPUT/query_id=ID/part-0.parquet
     (a folder partitioned by query_id, readable with pyarrow.dataset or Spark)."""
+    from adaptcq.runtime.multi import ROUTING_EPOCH
+    if args.routing_epoch is not None and args.routing_epoch < 0:
+        raise AdaptcqError(f"--routing-epoch must be 0 or a positive number of arrivals, "
+                           f"got {args.routing_epoch}")
     if args.engine == "spark":
         from adaptcq.runtime.spark_multi import run_cli_multi
         return run_cli_multi(args, console)
@@ -144,13 +149,22 @@ def _run_queryset(args, console) -> int:
                            "--output FOLDER")
     from adaptcq.runtime.local import source_paths
     from adaptcq.runtime.multi import Engine
-    from adaptcq.runtime.output import check_output_path
-    out = Path(check_output_path(args.output, source_paths(sources)))
+    from adaptcq.runtime.output import overlaps
+    out = Path(args.output).expanduser()
+    for p in source_paths(sources):
+        if overlaps(out, p):
+            raise AdaptcqError(f"--output {args.output!r} is the input {str(p)!r} (or holds "
+                               "it, or is inside it); writing there would destroy the input")
+    if out.exists() and not out.is_dir():
+        raise AdaptcqError(f"--output {args.output!r} is a file; --executor {args.executor} "
+                           "writes a folder with one sub-folder per query")
     engine = Engine(sources, args.timestamp, mode=args.mode, executor=args.executor,
                     routing=args.routing or "tickets",
                     routing_options=routing_options(args.routing_option), seed=args.seed,
                     timestamp_unit=args.timestamp_unit,
-                    allowed_lateness=args.allowed_lateness)
+                    allowed_lateness=args.allowed_lateness,
+                    routing_epoch=ROUTING_EPOCH if args.routing_epoch is None
+                    else args.routing_epoch or None)
     for k, text in enumerate(args.sql or [], 1):
         engine.register(_sql_arg(text), query_id=f"q{k}",
                         output=str(out / f"query_id=q{k}" / "part-0.parquet"))
@@ -191,7 +205,7 @@ def queryset_summary(engine, args):
     if s["cpu_seconds"] > 0:
         t.add_row("throughput (arrivals per CPU-second)",
                   f"{s['arrivals'] / s['cpu_seconds']:,.0f}")
-    for key in ("routings", "probes", "outputs", "built", "dropped", "deletions"):
+    for key in ("results", "routings", "built", "dropped", "deletions"):
         if key in s:
             t.add_row(key, f"{s[key]:,}")
     if s.get("arrivals") and "routings" in s:

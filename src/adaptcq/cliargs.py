@@ -111,6 +111,10 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    help="the eddy's routing policy (default tickets; cacq.txt §4)")
     r.add_argument("--routing-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a routing policy parameter, e.g. decay=0.9 (docs/cacq-routing.md)")
+    r.add_argument("--routing-epoch", type=int, default=None, metavar="ARRIVALS",
+                   help="the eddy follows a routing table the policy writes every ARRIVALS "
+                   "arrivals, compiled to Python (default 1000); 0: the policy decides "
+                   "every routing step (cacq.txt §4's per-tuple lottery)")
     r.add_argument("--queries", metavar="FILE",
                    help="a control stream (Parquet or CSV; columns ts, action, query_id, "
                    "sql; action register or deregister) for --executor eddy and its "

@@ -238,7 +238,8 @@ class Eddy:
         self.now = -math.inf
         self.last_reg = -1            # the largest registration sequence of a live query
         self.failures: list[tuple[str, str]] = []   # (query handle, error) of failed queries
-        self._counts = {"routings": 0, "outputs": 0, "deletions": 0}
+        self._counts = {"routings": 0, "deletions": 0}
+        self._results_removed = 0       # result rows of queries no longer registered
         self.built = self.dropped = 0   # rows stored / dropped by every query's filters
         self.op_labels: dict[int, str] = {}
         # The update in progress, as lists mutated in place (compiled routes read them):
@@ -341,6 +342,7 @@ class Eddy:
             raise OptionError(f"no query is registered as {handle!r} (registered: "
                               f"{', '.join(self.queries) or 'none'})")
         del self.by_bit[q.bit]
+        self._results_removed += q.emitted
         self.alive &= ~q.mask
         for src in {s for s, _ in q.roles}:
             self._uninstall_selection(q, src)
@@ -433,9 +435,9 @@ class Eddy:
                 st.disjunctions.remove(d)
                 st.dbits &= ~(1 << (d.dbit - self.capacity * MAX_ROLES))
                 for op in st.ops:
-                    op.impl.remove(d.dbit)
+                    op.impl.remove(d.dbit, disjunct=True)
             for op in list(st.ops):
-                op.impl.remove(tag)
+                op.impl.remove(tag, disjunct=False)
                 op.slots &= ~slot
                 if not len(op.impl):
                     # An empty filter leaves the operators list (its flag is reused).
@@ -457,8 +459,10 @@ class Eddy:
             src, k = role_of[ref.stream]
             var = names.setdefault((src, k), f"K{len(names)}")
             return f"c[{var}][{self.sources[src].columns.index(ref.column)}]"
-        body = compile_projection(q.query.outputs, resolve, q.query.types, **self._udf_kw())
-        ns = {**eval_namespace(), **{v: key for key, v in names.items()}, **self.udfs}
+        from adaptcq.query.udf import default_registry
+        udfs = self.udfs or default_registry()
+        body = compile_projection(q.query.outputs, resolve, q.query.types, udfs=udfs)
+        ns = {**eval_namespace(udfs), **{v: key for key, v in names.items()}}
         # The same projection over the components as positional arguments, in the
         # sorted order of the query's (source, role) pairs (compiled routes call it).
         order = sorted(q.vs)
@@ -513,6 +517,7 @@ class Eddy:
                 self._bound_rows(st)
         self.vsources.clear()
         self._visible_cache = {}
+        self._range_masks: dict[tuple, int] = {}
         self._routes = {}
         self._singles: dict[tuple[str, int], VirtualSource] = {}
         window_queries = any(q.start == "window" for q in self.queries.values())
@@ -614,9 +619,11 @@ class Eddy:
 
     @property
     def counts(self) -> dict[str, int]:
-        """Arrivals, rows stored and dropped, routing steps, outputs (tuples output to at
-        least one query), deletions (retract)."""
+        """Arrivals, rows stored and dropped, result rows (all queries), routing steps
+        (filter and SteM visits), deletion tuples (retract)."""
         return {"arrivals": self.rid, "built": self.built, "dropped": self.dropped,
+                "results": self._results_removed + sum(q.emitted
+                                                       for q in self.queries.values()),
                 **self._counts}
 
     # ----- visibility ---------------------------------------------------------------------
@@ -757,7 +764,10 @@ class Eddy:
     def _release(self, st: SourceState, rid: int, flag: int) -> None:
         """A retention hold (1: time, 2: count) lets go of row ``rid``. While a query
         reads the source unbounded, no row leaves."""
-        if st.unbounded:
+        if st.unbounded or rid not in st.passed:
+            # Held by an unbounded query; or already gone (a hold scheduled under an
+            # earlier query set: a row is only needed by queries registered before it,
+            # and the hold covering them all may already have let it go).
             return
         holds = st.holds
         if holds:
@@ -784,10 +794,13 @@ class Eddy:
         row = st.stem.rows.get(rid)
         if row is None:
             return
-        qmask = 0
-        for kind, sz, m in self._alias_windows(src, k):
-            if kind == "range" and sz == size:
-                qmask = m
+        qmask = self._range_masks.get((src, k, size))
+        if qmask is None:
+            qmask = 0
+            for kind, sz, m in self._alias_windows(src, k):
+                if kind == "range" and sz == size:
+                    qmask = m
+            self._range_masks[(src, k, size)] = qmask
         if qmask:
             qmask &= st.passed[rid] >> (k * self.capacity)
             if rid <= self.last_reg:
@@ -822,6 +835,11 @@ class Eddy:
 
     def _delete(self, src: str, k: int, rid: int, row: tuple, qmask: int, ts) -> None:
         self._counts["deletions"] += 1
+        if self.routing_epoch:
+            fn = self._routes.get((src, k, True))
+            if fn is not None:   # the fast path: no virtual source lookup
+                fn(row, rid * ROLE_BITS + k, qmask & self._singles[(src, k)].queries, -1, ts)
+                return
         vs = self._singles.get((src, k)) or self._single(src, k)
         qmask &= vs.queries
         if not qmask:
@@ -923,8 +941,10 @@ class Eddy:
                 policy.routed(op.id, weight)
             try:
                 f, p = op.impl.probe_row(row)
-            except FilterError as e:
-                f, p = self._filter_error(st, e), 0
+            except FilterError:
+                f, p, errors = op.impl.probe_row_isolated(row)
+                for e in errors:
+                    f |= self._filter_error(st, e)
             failed |= f
             dpass |= p
             done |= op.flag
@@ -944,9 +964,10 @@ class Eddy:
         """A UDF raised: the query owning the atom fails (removed after this arrival, with
         the error recorded); for this row its slot fails, so nothing is half-output."""
         slot = None
-        for d in st.disjunctions:
-            if d.dbit == e.bit:
-                slot = d.slot
+        if e.disjunct:
+            for d in st.disjunctions:
+                if d.dbit == e.bit:
+                    slot = d.slot
         if slot is None:
             slot = 1 << e.bit
         qbit = (slot.bit_length() - 1) % self.capacity
@@ -967,7 +988,7 @@ class Eddy:
         policy = self.policy
         probe = self._probe
         by_bit = self.by_bit
-        routings = outputs = 0
+        routings = 0
         stack = [(vs, comps, hi, qmask)]
         pop = stack.pop
         while stack:
@@ -975,7 +996,6 @@ class Eddy:
             out = qmask & vs.complete
             if out:
                 qmask ^= out
-                outputs += 1
                 while out:
                     low = out & -out
                     q = by_bit[low.bit_length() - 1]
@@ -1003,9 +1023,7 @@ class Eddy:
                 n, work = probe(vs, t, comps, hi, handled, sign, stack)
                 qmask ^= handled
                 policy.returned(t.id, n + (1 if qmask else 0), weight, work)
-        counts = self._counts
-        counts["routings"] += routings
-        counts["outputs"] += outputs
+        self._counts["routings"] += routings
 
     def _probe(self, vs: VirtualSource, t: Target, comps: dict, hi: int, handled: int,
                sign: int, stack: list) -> tuple[int, int]:
@@ -1120,6 +1138,7 @@ class Eddy:
                         for q in self.queries.values()],
             "op_keys": dict(self.op_keys), "counts": dict(self._counts),
             "built": self.built, "dropped": self.dropped,
+            "results_removed": self._results_removed,
             "failures": list(self.failures),
             "policy": self.policy.state(),
         }
@@ -1151,6 +1170,7 @@ class Eddy:
         ed._n_in[:len(state["n_in"])] = state["n_in"]
         ed._n_out[:len(state["n_out"])] = state["n_out"]
         ed.built, ed.dropped = state["built"], state["dropped"]
+        ed._results_removed = state["results_removed"]
         ed.failures = list(state["failures"])
         return ed
 

@@ -16,15 +16,16 @@ grows), and CQL's ``[NOW]`` (``[RANGE 0]``). The bracket clauses are lifted out 
 
 Accepted: inner equi-joins over a connected join graph (predicates in WHERE or in
 ``JOIN ... ON``), per-stream selections built from comparisons, BETWEEN, IN, IS [NOT] NULL,
-NOT/AND/OR over columns, literals and ``+ - * /``, and a SELECT list of such expressions
-(``*`` and ``R.*`` expand to ``<alias>_<column>``). Anything else is a :class:`QueryError`
-that names the construct and points at it in the text.
+NOT/AND/OR over columns, literals, ``+ - * /`` and calls of user-defined functions
+(``adaptcq.query.udf``; cacq.txt §5), and a SELECT list of such expressions (``*`` and
+``R.*`` expand to ``<alias>_<column>``). Anything else is a :class:`QueryError` that names
+the construct and points at it in the text.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -36,6 +37,7 @@ from sqlglot.tokens import Token, TokenType
 
 from adaptcq.errors import QueryError
 from adaptcq.query import expr as sqlexpr
+from adaptcq.query import udf as udfmod
 from adaptcq.query.logical import (
     ColumnRef,
     JoinPredicate,
@@ -93,16 +95,20 @@ _PREFIXES: list[tuple[type, tuple[str | None, ...]]] = [
 ]
 
 
-def parse_query(sql: str, schemas: Schemas | None = None) -> LogicalQuery:
+def parse_query(sql: str, schemas: Schemas | None = None, *,
+                udfs: Mapping[str, Callable] | None = None) -> LogicalQuery:
     """Parse a CQL select-project-join query into a :class:`LogicalQuery`.
 
     ``schemas`` maps a source name (as written in FROM) to its columns in order, each with a
     kind in :data:`KINDS`. With it, columns are checked, unqualified ones resolved, and
     ``*`` expanded; without it, qualified columns are taken as written and an unqualified
-    one is accepted only in a single-stream query. Raises :class:`QueryError` (with the
-    offset of the offending token in ``sql``) for anything it cannot run.
+    one is accepted only in a single-stream query. ``udfs`` maps the names of user-defined
+    functions the query may call to Python callables (None: the default registry of
+    ``udf.register_udf``); compile the query's expressions with the same ``udfs``. Raises
+    :class:`QueryError` (with the offset of the offending token in ``sql``) for anything it
+    cannot run.
     """
-    return _Parser(sql, schemas).parse()
+    return _Parser(sql, schemas, udfs).parse()
 
 
 # ----- window clauses (CQL / STREAM) ---------------------------------------------------------
@@ -240,9 +246,11 @@ def _expect_end(sql: str, words: list[tuple[str, int]], count: int) -> None:
 class _Parser:
     """One parse: the original text, the text with windows blanked, and its tokens."""
 
-    def __init__(self, sql: str, schemas: Schemas | None):
+    def __init__(self, sql: str, schemas: Schemas | None,
+                 udfs: Mapping[str, Callable] | None = None):
         self.sql = sql
         self.schemas = schemas
+        self.udfs = udfmod.resolve_udfs(udfs)
         self.text, self.windows = lift_windows(sql)
         self._tokens: list[Token] | None = None
         self.streams: list[StreamRef] = []
@@ -313,7 +321,12 @@ class _Parser:
         problems = list(self.unsupported(select))
         if problems:
             name, node = min(problems, key=lambda p: self.position(p[1]) or 0)
-            raise self.error(f"{name} is not supported", node)
+            hint = ""
+            if isinstance(node, exp.Anonymous):  # a function name sqlglot does not know
+                hint = (f" (it is not a registered UDF; registered: "
+                        f"{', '.join(sorted(self.udfs))})" if self.udfs else
+                        " (no UDF is registered under that name: see udf.register_udf)")
+            raise self.error(f"{name} is not supported{hint}", node)
 
     def unsupported(self, select: exp.Select) -> Iterator[tuple[str, _Where]]:
         for key, name, keyword in _CLAUSES:
@@ -360,6 +373,8 @@ class _Parser:
                 continue
             if sqlexpr.is_temporal_cast(sub):
                 continue
+            if isinstance(sub, exp.Anonymous) and sub.name.lower() in self.udfs:
+                continue  # a UDF call; its arguments are checked as they are walked
             if not isinstance(sub, _ALLOWED) or self.bad_operand(sub):
                 yield self.describe(sub)
 
@@ -695,10 +710,11 @@ class _Parser:
         trees += [o.expr for o in query.outputs]
         try:
             for tree in trees:
-                sqlexpr.to_python(tree, resolve, query.types)
+                sqlexpr.to_python(tree, resolve, query.types, self.udfs)
             for alias, cond in query.selections.items():  # as the engine compiles them
                 if cond is not None:
-                    sqlexpr.compile_predicate(cond, query.columns[alias], alias, query.types)
+                    sqlexpr.compile_predicate(cond, query.columns[alias], alias, query.types,
+                                              self.udfs)
         except sqlexpr.ExprError as e:
             raise self.error(str(e), e.node) from None
 

@@ -2,9 +2,10 @@
 
 The accepted expressions are those the CQL front end lets through (``adaptcq.query.cql``):
 columns, literals, ``+ - * /``, unary minus, the comparisons ``= <> != < <= > >=``,
-``BETWEEN``, ``IN (...)``, ``IS [NOT] NULL``, ``NOT``, ``AND``, ``OR`` and
-``TIMESTAMP '...'`` / ``DATE '...'`` literals. STREAM evaluates these per tuple of a window
-(a-caching.txt §7.1; CQL), so the generated code is kept lean: no helper calls at all.
+``BETWEEN``, ``IN (...)``, ``IS [NOT] NULL``, ``NOT``, ``AND``, ``OR``,
+``TIMESTAMP '...'`` / ``DATE '...'`` literals and calls of user-defined functions
+(``adaptcq.query.udf``). STREAM evaluates these per tuple of a window (a-caching.txt §7.1;
+CQL), so the generated code is kept lean: no helper calls at all (but the UDFs themselves).
 
 SQL's three-valued logic is compiled by duality rather than by helpers. Every boolean
 expression ``e`` gets two Python sources, ``T(e)`` (true exactly when ``e`` is TRUE) and
@@ -21,6 +22,14 @@ here it is NULL, as in SQLite, so that one bad tuple cannot stop a continuous qu
 Division is Python's true division, as in Spark SQL. Timestamps are naive-UTC
 ``datetime.datetime`` values; a string literal compared with a timestamp column is parsed at
 compile time with ``datetime.fromisoformat``.
+
+A UDF call ``f(a, b)`` (cacq.txt §5) becomes ``(_u0 := _udf_f(a, b))`` in a NULL guard, so
+that the value tested and the value used come from one call; its arguments are passed as
+three-valued values (None for NULL). Compiled code finds the UDF as ``udf.udf_symbol(name)``
+in its namespace: :func:`compile_predicate` builds that itself (``udfs=None``: the default
+registry), while the callers of :func:`to_python` and :func:`compile_projection`, which get
+source text, must pass ``udfs=`` explicitly and evaluate with ``eval_namespace(udfs)`` (a
+call in source compiled without ``udfs=`` is an :class:`ExprError`, not a NameError later).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from dataclasses import dataclass
 
 import sqlglot.expressions as exp
 
+from adaptcq.query import udf as udfmod
 from adaptcq.query.logical import ColumnRef
 
 Resolve = Callable[[ColumnRef], str]
@@ -77,9 +87,36 @@ class ExprError(ValueError):
         self.node = node
 
 
-def eval_namespace() -> dict[str, object]:
-    """The globals that code from :func:`to_python` / :func:`compile_projection` needs."""
-    return {"datetime": datetime}
+def eval_namespace(udfs: udfmod.UDFs | None = None) -> dict[str, object]:
+    """The globals that code from :func:`to_python` / :func:`compile_projection` needs: pass
+    the ``udfs`` the code was compiled with (None: the default registry's)."""
+    return {"datetime": datetime, **udfmod.udf_namespace(udfmod.resolve_udfs(udfs))}
+
+
+def constant_value(node: exp.Expression, temporal: bool = False) -> object:
+    """The Python value compiled code compares with for the constant ``node``: a number or
+    string literal, a signed number, ``TIMESTAMP '...'`` / ``DATE '...'``, TRUE/FALSE.
+
+    ``temporal``: the other side of the comparison is a timestamp (a string literal then
+    means a timestamp, as in compiled code). Raises :class:`ExprError` for anything else,
+    NULL included, and for a literal the compiler refuses. Computed by the compiler itself,
+    so a grouped filter's constants (``query.cnf``) equal those of :func:`compile_predicate`.
+    """
+    inner = _strip(node)
+    while isinstance(inner, exp.Neg):
+        inner = _strip(inner.this)
+    if not (isinstance(inner, (exp.Literal, exp.Boolean)) or is_temporal_cast(inner)):
+        raise ExprError(f"{node.sql()} is not a constant", node)
+    if inner is not _strip(node) and not (isinstance(inner, exp.Literal)
+                                          and not inner.is_string):
+        raise ExprError(f"{node.sql()} is not a constant", node)
+
+    def no_columns(ref: ColumnRef) -> str:  # pragma: no cover - constants have none
+        raise ExprError(f"{ref} is not a constant", node)
+
+    consts: dict[str, object] = {}
+    val = _Compiler(no_columns, None, consts, udfs={}).value(node, temporal)
+    return eval(val.src, {**eval_namespace({}), **consts})
 
 
 def parse_timestamp(text: str) -> datetime.datetime:
@@ -97,30 +134,35 @@ def is_temporal_cast(node: exp.Expression) -> bool:
             and node.this.is_string and node.to.this in _TEMPORAL_TYPES)
 
 
-def to_python(expr: exp.Expression, resolve: Resolve, types: Types | None = None) -> str:
+def to_python(expr: exp.Expression, resolve: Resolve, types: Types | None = None,
+              udfs: udfmod.UDFs | None = None) -> str:
     """Python source of ``expr``'s value under SQL three-valued logic (None is NULL).
 
     ``resolve`` gives the source of a column's value (e.g. ``"r[2]"``); the code needs only
-    builtins and :func:`eval_namespace`.
+    builtins and ``eval_namespace(udfs)``. UDF calls compile only with ``udfs`` given.
     """
-    return _Compiler(resolve, types).value3(expr)
+    return _Compiler(resolve, types, udfs=udfs, explicit=True).value3(expr)
 
 
 def compile_projection(exprs: Iterable[exp.Expression], resolve: Resolve,
-                       types: Types | None = None) -> str:
-    """Source of a tuple holding the values of ``exprs`` (or of ``OutputColumn``s' exprs)."""
-    compiler = _Compiler(resolve, types)
+                       types: Types | None = None, udfs: udfmod.UDFs | None = None) -> str:
+    """Source of a tuple holding the values of ``exprs`` (or of ``OutputColumn``s' exprs);
+    evaluate it with ``eval_namespace(udfs)``."""
+    compiler = _Compiler(resolve, types, udfs=udfs, explicit=True)
     items = [compiler.value3(getattr(e, "expr", e)) for e in exprs]
     return "(" + "".join(item + ", " for item in items).rstrip(" ") + ")"
 
 
 def compile_predicate(expr: exp.Expression | None, columns: Sequence[str], stream: str,
-                      types: Types | None = None) -> Callable[[tuple], bool]:
+                      types: Types | None = None, udfs: udfmod.UDFs | None = None
+                      ) -> Callable[[tuple], bool]:
     """A function ``row -> bool`` that is True exactly when ``expr`` is TRUE for ``row``.
 
     ``row`` is a tuple of ``stream``'s values in ``columns`` order; columns of ``expr`` must
     be of ``stream`` (or unqualified). NULL/UNKNOWN does not pass, as in a SQL WHERE clause.
     The generated source is kept on the function as ``source``. ``expr=None`` passes all.
+    ``udfs``: the functions calls may name (None: the default registry); a UDF that raises
+    makes the function raise :class:`~adaptcq.query.udf.UDFError` naming it.
     """
     index = {name: i for i, name in enumerate(columns)}
 
@@ -133,8 +175,10 @@ def compile_predicate(expr: exp.Expression | None, columns: Sequence[str], strea
         return f"r[{index[ref.column]}]"
 
     consts: dict[str, object] = {}
-    source = "True" if expr is None else _Compiler(resolve, types, consts, stream).true(expr)
-    fn = eval(f"lambda r: {source}", {**eval_namespace(), **consts})
+    compiler = _Compiler(resolve, types, consts, stream, udfs=udfs)
+    source = "True" if expr is None else compiler.true(expr)
+    namespace = {**eval_namespace({}), **udfmod.udf_namespace(compiler.called), **consts}
+    fn = eval(f"lambda r: {source}", namespace)
     fn.source = source
     return fn
 
@@ -198,14 +242,21 @@ def _is_boolean(node: exp.Expression) -> bool:
 class _Compiler:
     """Compiles one expression tree. ``consts`` (optional) collects constants that would be
     costly to rebuild per tuple (datetimes, IN-sets of them) under names ``_k0, _k1, ...``;
-    without it they are written inline. ``stream`` is the stream of unqualified columns."""
+    without it they are written inline. ``stream`` is the stream of unqualified columns.
+    ``udfs`` are the functions calls may name (None: the default registry); ``explicit``
+    refuses calls unless ``udfs`` was given (source text for a caller's namespace).
+    ``called`` collects the UDFs the code calls."""
 
     def __init__(self, resolve: Resolve, types: Types | None,
-                 consts: dict[str, object] | None = None, stream: str = ""):
+                 consts: dict[str, object] | None = None, stream: str = "",
+                 udfs: udfmod.UDFs | None = None, explicit: bool = False):
         self.resolve = resolve
         self.types = types or {}
         self.consts = consts
         self.stream = stream
+        self.udfs = None if explicit and udfs is None else udfmod.resolve_udfs(udfs)
+        self.called: dict[str, Callable[..., object]] = {}
+        self.results = 0  # walrus names _u0, _u1, ... of UDF results
 
     # ----- three-valued value ---------------------------------------------------------
     def value3(self, node: exp.Expression) -> str:
@@ -343,6 +394,8 @@ class _Compiler:
             return _Val(f"(-{inner.src})", inner.guards, inner.null)
         if type(node) in _ARITHMETIC:
             return self._arithmetic(node)
+        if isinstance(node, exp.Anonymous):
+            return self._call(node)
         if _is_boolean(node):
             t, f = self.true(node), self.false(node)
             known = _any([t, f])
@@ -374,6 +427,31 @@ class _Compiler:
         if not math.isfinite(number):  # repr would be 'inf'/'nan': not Python source
             raise ExprError(f"{text} is out of range for a number", node)
         return _Val(repr(number))
+
+    def _call(self, node: exp.Anonymous) -> _Val:
+        """A UDF call: one call per evaluation, its result bound to a fresh name so that
+        the NULL guard and the value read the same result."""
+        name = node.name.lower()
+        if self.udfs is None:
+            raise ExprError(f"the UDF call {node.sql()} needs the UDFs: compile with udfs= "
+                            "and evaluate with eval_namespace(udfs)", node)
+        fn = self.udfs.get(name)
+        if fn is None:
+            known = ", ".join(sorted(self.udfs)) or "none"
+            raise ExprError(f"unknown function {node.name}: not a registered UDF "
+                            f"(registered: {known})", node)
+        self.called[name] = fn
+        args = []
+        for arg in node.expressions:
+            inner = _strip(arg)
+            if isinstance(inner, exp.Column):  # the common case: no guard needed
+                args.append(self._column(inner).src)
+            else:
+                args.append(self.value3(arg))
+        var = f"_u{self.results}"
+        self.results += 1
+        call = f"({var} := {udfmod.udf_symbol(name)}({', '.join(args)}))"
+        return _Val(var, ((f"{call} is None", f"{call} is not None"),))
 
     def _arithmetic(self, node: exp.Binary) -> _Val:
         op = _ARITHMETIC[type(node)]

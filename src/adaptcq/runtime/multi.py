@@ -39,6 +39,7 @@ from adaptcq.stream.merge import ArrivalMerger
 from adaptcq.stream.sources import CHUNK_ROWS, open_source, schema_kinds
 
 OUT_CHUNK = 65_536          # result rows per output batch, per query
+ROUTING_EPOCH = 1000        # arrivals per routing table (compiled routes); None: per step
 ACTIONS = ("register", "deregister")
 CONTROL_COLUMNS = ("ts", "action", "query_id", "sql")
 
@@ -98,8 +99,10 @@ class Engine:
     ``eddy`` (CACQ), or a baseline: ``eddies`` (one eddy per query), ``pushdown`` or
     ``pullup`` (NiagaraCQ's plans, cacq.txt §5). ``routing`` is the eddy's policy
     (``adapt.routing``: tickets, lottery, random, fixed) with ``routing_options``.
-    ``routing_epoch`` (arrivals): follow a routing table the policy writes once per epoch,
-    compiled to Python (``engine.eddy_routes``), instead of a decision per routing step.
+    ``routing_epoch`` (arrivals, default 1000): follow a routing table the policy writes
+    once per epoch, compiled to Python (``engine.eddy_routes``); None: the policy decides
+    every routing step (cacq.txt §4's per-tuple lottery; about 1.5× slower, see
+    docs/cacq-routing.md).
     ``retain`` (seconds per source) keeps rows that long for queries registered with
     ``start="window"``. ``udfs`` maps a name usable in the SQL to a Python callable.
     """
@@ -110,7 +113,7 @@ class Engine:
                  timestamp_unit: str | None = None, allowed_lateness: float = 0.0,
                  chunk_rows: int = CHUNK_ROWS, retain: Mapping[str, float] | None = None,
                  udfs: Mapping[str, Callable] | None = None, capacity: int | None = None,
-                 routing_epoch: int | None = None):
+                 routing_epoch: int | None = ROUTING_EPOCH):
         if executor not in QUERYSET_EXECUTORS:
             raise OptionError(f"unknown executor {executor!r} for a query set; choose one of "
                               f"{', '.join(QUERYSET_EXECUTORS)}")

@@ -1,0 +1,216 @@
+"""``adaptcq.Engine``: many queries registered and removed by control events ordered with
+the data by timestamp (docs/cacq.md, "What a query sees"), each with its own output; the
+CLI (``adaptcq run --executor eddy``) and ``adaptcq explain --executor eddy``; errors."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import adaptcq
+from adaptcq.cli import main
+from adaptcq.errors import InputError, OptionError, QueryError
+from adaptcq.query.cql import parse_query
+from conftest import examples
+from oracle import Oracle
+from test_eddy import a_query
+
+COLS = ("a", "b", "c", "d")
+KINDS = {"ts": "number", "a": "number", "b": "number", "c": "number", "d": "string"}
+SOURCES = ("R", "S", "T")
+
+
+def tables(data) -> dict[str, pa.Table]:
+    out = {}
+    for s in SOURCES:
+        rows = [(t, *row) for src, t, row in data if src == s]
+        out[s] = pa.table({"ts": pa.array([r[0] for r in rows], pa.float64()),
+                           "a": pa.array([r[1] for r in rows], pa.int64()),
+                           "b": pa.array([r[2] for r in rows], pa.int64()),
+                           "c": pa.array([r[3] for r in rows], pa.int64()),
+                           "d": pa.array([r[4] for r in rows], pa.string())})
+    return out
+
+
+def merged(data) -> list:
+    """The engine's arrival order: (timestamp, source position, row position)."""
+    pos = Counter()
+    keyed = []
+    for src, t, row in data:
+        keyed.append((t, SOURCES.index(src), pos[src], src, row))
+        pos[src] += 1
+    return [(src, t, row) for t, _, _, src, row in sorted(keyed)]
+
+
+def expected(sql: str, data, start: float, end: float, mode: str) -> Counter:
+    """The oracle on ``sql`` alone over the arrivals with start <= ts < end, time then
+    advanced to ``end``; rows as the engine's output rows (values, _sign, _ts)."""
+    schemas = {s: KINDS for s in SOURCES}
+    q = parse_query(sql, schemas)
+    streams, ts, rows = [], [], []
+    for src, t, row in merged(data):
+        if not start <= t < end:
+            continue
+        mine = [i for i, s in enumerate(q.streams) if s.source == src]
+        if not mine:
+            streams.append(None)
+            ts.append(t)
+            rows.append(None)
+        full = dict(zip(("ts", *COLS), (t, *row), strict=True))
+        for i in mine:
+            streams.append(i)
+            ts.append(t)
+            rows.append(tuple(full[c] for c in q.columns[q.streams[i].alias]))
+    if math.isfinite(end):
+        streams.append(None)
+        ts.append(end)
+        rows.append(None)
+    total: Counter = Counter()
+    for c in Oracle(q, mode).run(streams, None, ts, rows)[1]:
+        total.update(c)
+    return total
+
+
+@st.composite
+def engine_scenarios(draw):
+    from test_eddy import arrivals
+    data = draw(arrivals(max_size=24))
+    times = sorted({t for _, t, _ in data}) or [0.0]
+    queries = []
+    for _ in range(draw(st.integers(1, 3))):
+        sql = draw(a_query())
+        start = draw(st.sampled_from([None, *times]))
+        end = draw(st.sampled_from([None, *times, times[-1] + 0.5]))
+        if start is not None and end is not None and end < start:
+            start, end = end, start
+        queries.append((sql, start, end))
+    return data, queries, draw(st.sampled_from(["append", "retract"])), \
+        draw(st.sampled_from([None, 2]))
+
+
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(engine_scenarios())
+def test_engine_control_events_by_timestamp(scenario):
+    data, queries, mode, epoch = scenario
+    engine = adaptcq.Engine(tables(data), "ts", mode=mode, routing_epoch=epoch)
+    handles = []
+    for sql, start, end in queries:
+        h = engine.register(sql, at=start)
+        if end is not None:
+            engine.deregister(h, at=end)
+        handles.append(h)
+    engine.run()
+    for h, (sql, start, end) in zip(handles, queries, strict=True):
+        got = Counter(tuple(r.values()) for r in h.table().to_pylist())
+        want = expected(sql, data, -math.inf if start is None else start,
+                        math.inf if end is None else end, mode)
+        assert got == want, f"{sql} [{start}, {end}) {mode}: missing {want - got}, " \
+                            f"extra {got - want}"
+
+
+def test_failing_udf_removes_only_its_query():
+    def boom(x):
+        if x == 3:
+            raise ValueError("three!")
+        return x > 1
+
+    source = pa.table({"ts": [1.0, 2.0, 3.0, 4.0, 5.0], "a": [1, 2, 3, 4, 5]})
+    engine = adaptcq.Engine({"S": source}, udfs={"boom": boom, "even": lambda x: x % 2 == 0})
+    bad = engine.register("SELECT S.a FROM S WHERE boom(S.a)")
+    good = engine.register("SELECT S.a FROM S WHERE even(S.a)")
+    engine.run()
+    assert bad.state == "failed" and "boom" in bad.error and "three!" in bad.error
+    assert bad.table().column("a").to_pylist() == [2]          # until it raised
+    assert good.state == "running"
+    assert good.table().column("a").to_pylist() == [2, 4]      # nothing lost
+    assert engine.stats["queries"]["q1"]["state"] == "failed"
+
+
+def test_bad_queries_and_control_streams_are_named():
+    src = {"S": pa.table({"ts": [1.0], "a": [1]})}
+    engine = adaptcq.Engine(src)
+    with pytest.raises(QueryError, match="unknown source 'U'|U"):
+        engine.register("SELECT * FROM U")
+    with pytest.raises(OptionError, match="no query 'zz' to deregister"):
+        engine.deregister("zz")
+    with pytest.raises(InputError, match="row 1: action 'drop'"):
+        engine.load_control([{"ts": 0.0, "action": "register", "query_id": "a",
+                              "sql": "SELECT * FROM S"},
+                             {"ts": 1.0, "action": "drop", "query_id": "a", "sql": None}])
+    with pytest.raises(InputError, match="deregisters 'b', which no earlier row registers"):
+        adaptcq.Engine(src).load_control([{"ts": 0.0, "action": "deregister",
+                                           "query_id": "b", "sql": None}])
+    with pytest.raises(QueryError, match="control stream row 0 .query c."):
+        adaptcq.Engine(src).load_control([{"ts": 0.0, "action": "register",
+                                           "query_id": "c", "sql": "SELECT * FROM S WHERE"}])
+    with pytest.raises(OptionError, match="unknown executor"):
+        adaptcq.Engine(src, executor="nope")
+
+
+def _write(tmp_path, data):
+    paths = {}
+    for name, t in tables(data).items():
+        paths[name] = tmp_path / f"{name}.parquet"
+        pq.write_table(t, paths[name])
+    return paths
+
+
+DATA = [("R", 0.0, (1, 0, 1, "x")), ("S", 0.5, (1, 2, 0, "y")), ("R", 1.0, (2, 0, 2, "x")),
+        ("S", 1.5, (2, 2, 5, "z")), ("T", 2.0, (0, 2, 0, "x")), ("S", 6.0, (1, 2, 0, "y"))]
+
+
+def test_cli_writes_one_output_per_query(tmp_path, capsys):
+    paths = _write(tmp_path, DATA)
+    q1 = "SELECT R.a AS ra, S.c AS sc FROM R [RANGE 2 SECONDS], S WHERE R.a = S.a"
+    q2 = "SELECT S.a FROM S WHERE S.c > 0"
+    (tmp_path / "q2.sql").write_text(q2)
+    out = tmp_path / "out"
+    inputs = [f"--input={n}={p}" for n, p in paths.items()]
+    assert main(["run", "--executor", "eddy", "--sql", q1, "--sql", f"@{tmp_path / 'q2.sql'}",
+                 *inputs, "--output", str(out), "--no-progress"]) == 0
+    r1 = pq.read_table(out / "query_id=q1" / "part-0.parquet").to_pylist()
+    r2 = pq.read_table(out / "query_id=q2" / "part-0.parquet").to_pylist()
+    assert sorted((r["ra"], r["sc"]) for r in r1) == [(1, 0), (2, 5)]   # R@0 gone at 6
+    assert [r["a"] for r in r2] == [2]
+    ds = pq.ParquetDataset(out)   # readable as one dataset partitioned by query_id
+    assert ds.files
+    # A control stream: q3 registered at 1.0 and removed at 5.0 sees S@1.5 only.
+    control = tmp_path / "control.csv"
+    control.write_text("ts,action,query_id,sql\n"
+                       "1.0,register,q3,SELECT S.a FROM S\n5.0,deregister,q3,\n")
+    assert main(["run", "--executor", "eddy", "--queries", str(control), *inputs,
+                 "--output", str(out), "--no-progress", "--routing", "lottery"]) == 0
+    assert not (out / "query_id=q1").exists()     # an earlier run's queries are replaced
+    r3 = pq.read_table(out / "query_id=q3" / "part-0.parquet").to_pylist()
+    assert [(r["a"], r["_ts"]) for r in r3] == [(2, 1.5)]
+
+
+def test_cli_refuses_what_a_query_set_cannot_take(tmp_path, capsys):
+    paths = _write(tmp_path, DATA)
+    inputs = [f"--input={n}={p}" for n, p in paths.items()]
+    assert main(["run", "--executor", "eddy", "--sql", "SELECT * FROM S", *inputs,
+                 "--output", str(tmp_path / "o"), "--order", "S:R"]) == 1
+    assert "--order: not for --executor eddy" in capsys.readouterr().err
+    assert main(["run", "--sql", "SELECT * FROM S", "--sql", "SELECT * FROM R",
+                 *inputs]) == 1
+    assert "2 --sql options" in capsys.readouterr().err
+    assert main(["run", "--sql", "SELECT * FROM S", "--routing", "random", *inputs]) == 1
+    assert "--routing is for --executor eddy" in capsys.readouterr().err
+
+
+def test_explain_shows_shared_operators_and_masks(tmp_path, capsys):
+    paths = _write(tmp_path, DATA)
+    inputs = [f"--input={n}={p}" for n, p in paths.items()]
+    assert main(["explain", "--executor", "eddy", "--sql",
+                 "SELECT * FROM R, S WHERE R.a = S.a AND S.c > 0", "--sql",
+                 "SELECT * FROM S WHERE S.c > 3", *inputs]) == 0
+    text = capsys.readouterr().out
+    for part in ("GF S.c", "SteM R", "virtual sources", "R⋈S", "q1", "q2"):
+        assert part in text
