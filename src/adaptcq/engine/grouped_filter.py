@@ -448,7 +448,7 @@ class OpaqueFilter:
         for fn, mask, disj, bit, label in self._entries:
             try:
                 ok = fn(row)
-            except Exception as e:  # attributed to the tag
+            except Exception as e:  # noqa: BLE001 - a UDF may raise anything; attributed to its tag
                 errors.append(FilterError(bit, label, e, disj))
                 if not disj:
                     fail |= mask
