@@ -426,11 +426,13 @@ def explain_eddy(args) -> int:
     if args.prefix < 1:
         raise AdaptcqError(f"--prefix must be at least 1, got {args.prefix}")
     engine = Engine(parse_inputs(args.input), args.timestamp, mode=args.mode or "append",
-                    routing=args.routing or "tickets")
+                    routing=args.routing or "tickets", routing_epoch=min(1000, args.prefix))
     for k, text in enumerate(args.sql, 1):
         engine.register(sql_arg(text), query_id=f"q{k}", output=lambda batch: None)
     engine.run(max_arrivals=args.prefix)
     report = engine.explain()
+    if getattr(args, "code", False):
+        report["routes"] = engine.ex.route_sources()
     if getattr(args, "json", False):
         print(json.dumps(report, indent=2, default=str))
         return 0
@@ -458,11 +460,16 @@ def explain_eddy(args) -> int:
     for col in ("query", "bit", "sources", "per alias: slot and filters", "results"):
         t.add_column(col)
     for q in report["queries"]:
-        aliases = "\n".join(f"{a}: slot {m['slot']}, {', '.join(m['filters']) or 'no filter'}"
+        aliases = "\n".join(f"{a}: slot {m['slot']}, completion mask "
+                            f"{m['completion']:#b} over {m['source']}'s operators "
+                            f"({', '.join(m['filters']) or 'no filter'})"
                             for a, m in q["aliases"].items())
         t.add_row(q["query"], str(q["bit"]), q["virtual_source"], aliases,
                   f"{q['emitted']:,}")
     console.print(t)
+    for name, source in report.get("routes", {}).items():
+        console.print(f"[bold]compiled route of {name}[/] (this epoch's routing table)")
+        console.print(source, highlight=False, markup=False)
     return 0
 
 

@@ -1201,8 +1201,12 @@ class Eddy:
             for a, (src, k) in zip(q.query.aliases, q.roles, strict=True):
                 slot = self._slot(q, k)
                 st = self.sources[src]
+                used = [op for op in st.ops if op.slots & slot]
+                # The query's completion mask over the source's operators list (§3.2.3):
+                # the filters a singleton must have visited before it is output to it.
                 masks[a] = {"source": src, "role": k, "slot": slot.bit_length() - 1,
-                            "filters": [op.label for op in st.ops if op.slots & slot]}
+                            "completion": sum(op.flag for op in used),
+                            "filters": [self.op_labels[op.id] for op in used]}
             queries.append({"query": q.handle, "bit": q.bit, "registered_after": q.seq,
                             "virtual_source": _vs_name(q.vs), "aliases": masks,
                             "emitted": q.emitted})

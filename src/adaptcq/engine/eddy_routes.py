@@ -39,9 +39,9 @@ def route_source(eddy, start: tuple[str, int], deletion: bool, orders: dict
     """
     gen = _Gen(eddy, deletion, orders)
     vs = eddy.vsource(frozenset((start,)))
-    gen.lines = ["def route(c0, hi, m, sign, ts):",
-                 "    ev_t, ev_e = EV",
-                 "    cur_src, cur_k, cur_del, cur_rid = CUR" if deletion else "    pass"]
+    gen.lines = ["def route(c0, hi, m, sign, ts):", "    ev_t, ev_e = EV"]
+    if deletion:
+        gen.lines.append("    cur_src, cur_k, cur_del, cur_rid = CUR")
     gen.block(vs, {start: "c0"}, "m", 1, 0)
     return "\n".join(gen.lines) + "\n", gen.ns
 
@@ -140,7 +140,8 @@ class _Gen:
             else:
                 e(d, f"if cur_src == {src!r} and {r} == cur_rid and {k} >= cur_k:")
                 e(d + 1, "continue")
-            e(d, f"{mm} = {hg} & ({passed}[{r}]" + (f" >> {shift})" if shift else ")"))
+            e(d, f"{mm} = {hg} & ({passed}[{r}] >> {shift})" if shift else
+              f"{mm} = {hg} & {passed}[{r}]")
             e(d, f"if not {mm}:")
             e(d + 1, "continue")
             e(d, f"if {r} <= LAST:")
