@@ -113,10 +113,7 @@ class FilterOp:
     impl: object             # GroupedFilter / OpaqueFilter (engine.grouped_filter)
     label: str
     slots: int = 0           # slots with an atom here
-
-    @property
-    def weight(self) -> int:
-        return max(1, len(self.impl))
+    weight: int = 1          # predicates it applies (its tickets per tuple, §4)
 
 
 @dataclass
@@ -152,6 +149,7 @@ class SourceState:
     roles: int = 1
     holds: dict = field(default_factory=dict)       # rid -> retention mechanisms holding it
     keep_all: bool = False  # build rows that pass no selection (retain=, start="window")
+    ordered: list = field(default_factory=list)  # ops in this epoch's table order (cache)
     count_groups: list = field(default_factory=list)  # per role: [(n, queries)] [ROWS n]
     range_sizes: list = field(default_factory=list)   # per role: the [RANGE w] sizes
 
@@ -405,7 +403,9 @@ class Eddy:
                     op.impl.add(fn, tag, disjunct=dbit is not None,
                                 label=f"{q.handle}: {atom.expr.sql()}")
                 op.slots |= slot
+                op.weight = max(1, len(op.impl))
                 flags |= op.flag
+                st.ordered = []
             if dbit is not None:
                 st.disjunctions.append(Disjunction(dbit, slot, flags))
 
@@ -436,9 +436,11 @@ class Eddy:
                 st.dbits &= ~(1 << (d.dbit - self.capacity * MAX_ROLES))
                 for op in st.ops:
                     op.impl.remove(d.dbit, disjunct=True)
+            st.ordered = []
             for op in list(st.ops):
                 op.impl.remove(tag, disjunct=False)
                 op.slots &= ~slot
+                op.weight = max(1, len(op.impl))
                 if not len(op.impl):
                     # An empty filter leaves the operators list (its flag is reused).
                     st.ops.remove(op)
@@ -901,6 +903,8 @@ class Eddy:
             self._orders = orders
             if any(not isinstance(key, tuple) for key in changed):
                 self._routes.clear()
+            for st in self.sources.values():
+                st.ordered = []
 
     # ----- filters (§3.2.6–3.2.7) --------------------------------------------------------------
     def _filter(self, st: SourceState, row: tuple) -> int:
@@ -912,15 +916,38 @@ class Eddy:
             return live
         from adaptcq.engine.grouped_filter import FilterError
         policy = self.policy
-        epoch = self.routing_epoch
-        rank = None
-        if epoch:   # this epoch's table order; the policy learns at the epoch's end
-            order = self._orders.get(("F", st.name), ())
-            rank = {op: i for i, op in enumerate(order)}
-            n_in, n_out = self._n_in, self._n_out
         failed = dpass = done = 0
-        ops = st.ops
         routings = 0
+        if self.routing_epoch:
+            # This epoch's table order, in one pass: a filter is visited when it holds a
+            # predicate of a slot still undecided; the policy learns at the epoch's end.
+            n_in, n_out = self._n_in, self._n_out
+            disjunctions = st.disjunctions
+            for op in st.ordered or self._order_filters(st):
+                if not op.slots & pending & ~failed:
+                    continue
+                routings += 1
+                try:
+                    f, p = op.impl.probe_row(row)
+                except FilterError:
+                    f, p, errors = op.impl.probe_row_isolated(row)
+                    for e in errors:
+                        f |= self._filter_error(st, e)
+                failed |= f
+                done |= op.flag
+                if disjunctions:
+                    dpass |= p
+                    for d in disjunctions:
+                        if not d.ops & ~done and not dpass >> d.dbit & 1:
+                            failed |= d.slot
+                n_in[op.id] += op.weight
+                if live & ~failed:
+                    n_out[op.id] += op.weight
+                elif not pending & ~failed:
+                    break
+            self._counts["routings"] += routings
+            return live & ~failed
+        ops = st.ops
         while True:
             undecided = pending & ~failed
             if not undecided:
@@ -931,14 +958,11 @@ class Eddy:
             routings += 1
             if len(ready) == 1:
                 op = ready[0]
-            elif rank is not None:
-                op = min(ready, key=lambda o: rank.get(o.id, len(rank)))
             else:
                 oid = policy.choose([o.id for o in ready])
                 op = next(o for o in ready if o.id == oid)
             weight = op.weight
-            if rank is None:
-                policy.routed(op.id, weight)
+            policy.routed(op.id, weight)
             try:
                 f, p = op.impl.probe_row(row)
             except FilterError:
@@ -951,14 +975,15 @@ class Eddy:
             for d in st.disjunctions:
                 if not d.ops & ~done and not dpass >> d.dbit & 1:
                     failed |= d.slot
-            survived = 1 if live & ~failed else 0
-            if rank is None:
-                policy.returned(op.id, survived, weight, 1)
-            else:
-                n_in[op.id] += weight
-                n_out[op.id] += weight * survived
+            policy.returned(op.id, 1 if live & ~failed else 0, weight, 1)
         self._counts["routings"] += routings
         return live & ~failed
+
+    def _order_filters(self, st: SourceState) -> list:
+        """The source's filters in this epoch's table order (unlisted ones last)."""
+        rank = {op: i for i, op in enumerate(self._orders.get(("F", st.name), ()))}
+        st.ordered = sorted(st.ops, key=lambda o: (rank.get(o.id, len(rank)), o.id))
+        return st.ordered
 
     def _filter_error(self, st: SourceState, e) -> int:
         """A UDF raised: the query owning the atom fails (removed after this arrival, with
