@@ -924,7 +924,8 @@ class Eddy:
             n_in, n_out = self._n_in, self._n_out
             disjunctions = st.disjunctions
             for op in st.ordered or self._order_filters(st):
-                if not op.slots & pending & ~failed:
+                applied = op.slots & pending & ~failed
+                if not applied:
                     continue
                 routings += 1
                 try:
@@ -940,10 +941,9 @@ class Eddy:
                     for d in disjunctions:
                         if not d.ops & ~done and not dpass >> d.dbit & 1:
                             failed |= d.slot
-                n_in[op.id] += op.weight
-                if live & ~failed:
-                    n_out[op.id] += op.weight
-                elif not pending & ~failed:
+                n_in[op.id] += applied.bit_count()
+                n_out[op.id] += (applied & ~failed).bit_count()
+                if not pending & ~failed:
                     break
             self._counts["routings"] += routings
             return live & ~failed
@@ -961,8 +961,12 @@ class Eddy:
             else:
                 oid = policy.choose([o.id for o in ready])
                 op = next(o for o in ready if o.id == oid)
-            weight = op.weight
-            policy.routed(op.id, weight)
+            # §4's tickets: the filter gains one per predicate it applies to the tuple
+            # and gives one back per predicate the tuple still passes, so it earns one per
+            # predicate it failed (a filter of many queries earns even when the tuple
+            # lives on for other queries; docs/cacq-routing.md).
+            applied = op.slots & undecided
+            policy.routed(op.id, applied.bit_count())
             try:
                 f, p = op.impl.probe_row(row)
             except FilterError:
@@ -975,7 +979,8 @@ class Eddy:
             for d in st.disjunctions:
                 if not d.ops & ~done and not dpass >> d.dbit & 1:
                     failed |= d.slot
-            policy.returned(op.id, 1 if live & ~failed else 0, weight, 1)
+            kept = (applied & ~failed).bit_count()
+            policy.returned(op.id, 1 if kept else 0, kept, 1)
         self._counts["routings"] += routings
         return live & ~failed
 
