@@ -133,3 +133,29 @@ def engine_outputs(trace, out):
         events.append((i, sign, ts, row))
         outputs.append(Counter(out[bounds[k]:bounds[k + 1]]))
     return events, outputs
+
+
+def interval_outputs(query: LogicalQuery, data, lo: int, hi: int, mode: str,
+                     columns) -> Counter:
+    """The oracle on ``query`` alone over the arrivals (lo, hi] of ``data`` ((source, ts,
+    row) in arrival order; ``columns(source)`` names the row's columns): each source row is
+    an arrival for each of its aliases, in alias order, and arrivals of sources the query
+    does not read only advance time (docs/cacq.md, "What a query sees")."""
+    streams, ts, rows = [], [], []
+    for seq, (src, t, row) in enumerate(data, 1):
+        if not lo < seq <= hi:
+            continue
+        mine = [i for i, s in enumerate(query.streams) if s.source == src]
+        if not mine:
+            streams.append(None)
+            ts.append(t)
+            rows.append(None)
+        for i in mine:
+            cols = columns(src)
+            streams.append(i)
+            ts.append(t)
+            rows.append(tuple(row[cols.index(c)] for c in query.columns[query.streams[i].alias]))
+    total: Counter = Counter()
+    for c in Oracle(query, mode).run(streams, None, ts, rows)[1]:
+        total.update(c)
+    return total

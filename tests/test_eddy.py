@@ -18,7 +18,7 @@ from adaptcq.engine.eddy import Eddy, PerQueryEddies
 from adaptcq.errors import OptionError, QueryError
 from adaptcq.query.cql import parse_query
 from conftest import examples
-from oracle import Oracle
+from oracle import interval_outputs
 
 COLS = ("a", "b", "c", "d")
 KINDS = {"a": "number", "b": "number", "c": "number", "d": "string"}
@@ -99,26 +99,7 @@ def expected(sql: str, data, lo: int, hi: int, mode: str) -> Counter:
     """The oracle on ``sql`` alone over the arrivals (lo, hi]: each source row is an
     arrival for each of its aliases, in alias order; arrivals of other sources only
     advance time."""
-    q = parse_query(sql, SCHEMAS)
-    oracle = Oracle(q, mode)
-    streams, ts, rows = [], [], []
-    for seq, (src, t, row) in enumerate(data, 1):
-        if not lo < seq <= hi:
-            continue
-        mine = [i for i, s in enumerate(q.streams) if s.source == src]
-        if not mine:
-            streams.append(None)
-            ts.append(t)
-            rows.append(None)
-        for i in mine:
-            cols = q.columns[q.streams[i].alias]
-            streams.append(i)
-            ts.append(t)
-            rows.append(tuple(row[COLS.index(c)] for c in cols))
-    total: Counter = Counter()
-    for c in oracle.run(streams, None, ts, rows)[1]:
-        total.update(c)
-    return total
+    return interval_outputs(parse_query(sql, SCHEMAS), data, lo, hi, mode, lambda src: COLS)
 
 
 def run_eddy(queries, data, mode, routing, seed, cls=Eddy, snapshot_at=None):

@@ -20,7 +20,7 @@ from adaptcq.errors import OptionError
 from adaptcq.query.cql import parse_query
 from adaptcq.query.udf import register_udf, unregister_udf
 from conftest import examples
-from oracle import Oracle
+from oracle import interval_outputs
 
 COLS = {"stocks": ("symbol", "price", "vol"), "articles": ("symbol", "topic", "len"),
         "trades": ("symbol", "qty")}
@@ -135,25 +135,7 @@ def scenarios(draw):
 def expected(sql: str, data, lo: int, hi: int, mode: str) -> Counter:
     """The oracle on ``sql`` alone over the arrivals (lo, hi]; arrivals of the sources it
     does not read only advance time."""
-    q = parse_query(sql, SCHEMAS)
-    streams, ts, rows = [], [], []
-    for seq, (src, t, row) in enumerate(data, 1):
-        if not lo < seq <= hi:
-            continue
-        mine = [i for i, s in enumerate(q.streams) if s.source == src]
-        if not mine:
-            streams.append(None)
-            ts.append(t)
-            rows.append(None)
-        for i in mine:
-            cols = q.columns[q.streams[i].alias]
-            streams.append(i)
-            ts.append(t)
-            rows.append(tuple(row[COLS[src].index(c)] for c in cols))
-    total: Counter = Counter()
-    for c in Oracle(q, mode).run(streams, None, ts, rows)[1]:
-        total.update(c)
-    return total
+    return interval_outputs(parse_query(sql, SCHEMAS), data, lo, hi, mode, lambda src: COLS[src])
 
 
 def run(cls, queries, data, mode):

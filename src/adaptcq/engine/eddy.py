@@ -931,9 +931,7 @@ class Eddy:
                 try:
                     f, p = op.impl.probe_row(row)
                 except FilterError:
-                    f, p, errors = op.impl.probe_row_isolated(row)
-                    for e in errors:
-                        f |= self._filter_error(st, e)
+                    f, p = self._isolate(st, op, row)
                 failed |= f
                 done |= op.flag
                 if disjunctions:
@@ -970,9 +968,7 @@ class Eddy:
             try:
                 f, p = op.impl.probe_row(row)
             except FilterError:
-                f, p, errors = op.impl.probe_row_isolated(row)
-                for e in errors:
-                    f |= self._filter_error(st, e)
+                f, p = self._isolate(st, op, row)
             failed |= f
             dpass |= p
             done |= op.flag
@@ -989,6 +985,14 @@ class Eddy:
         rank = {op: i for i, op in enumerate(self._orders.get(("F", st.name), ()))}
         st.ordered = sorted(st.ops, key=lambda o: (rank.get(o.id, len(rank)), o.id))
         return st.ordered
+
+    def _isolate(self, st: SourceState, op: FilterOp, row: tuple) -> tuple[int, int]:
+        """A predicate of ``op`` raised: evaluate each predicate on its own, so that only
+        the queries whose UDF raised fail (and are removed after this arrival)."""
+        f, p, errors = op.impl.probe_row_isolated(row)
+        for e in errors:
+            f |= self._filter_error(st, e)
+        return f, p
 
     def _filter_error(self, st: SourceState, e) -> int:
         """A UDF raised: the query owning the atom fails (removed after this arrival, with

@@ -851,6 +851,34 @@ def _logical(cfg: _Config) -> LogicalQuery:
     return q
 
 
+def release(pool: list, frontier: list, closed: bool, end: bool, lateness: int
+            ) -> tuple[list, list, list, bool, float, float]:
+    """The rows of ``pool`` (tuples keyed ``(ts, stream, micro-batch, file, row, ...)``)
+    that can be processed now: those before the release bound, the smallest frontier minus
+    the allowed lateness (ties: by stream). At the end of input everything goes, as the
+    local runtime processes its whole input, and the frontier closes at the largest event
+    time of any stream. Returns (go, pending, frontier, closed, bound, advance): deletions
+    due before ``advance`` can then be processed."""
+    if end or closed:
+        top = max(frontier)
+        if end and not closed:
+            closed = True
+            frontier = [top + lateness] * len(frontier)
+        bound_ts, bound_s = math.inf, 0
+        advance = top
+    else:
+        bound_ts, bound_s = min((f - lateness, i) for i, f in enumerate(frontier))
+        advance = bound_ts
+    pool.sort(key=lambda r: r[:5])
+    n = 0
+    for r in pool:
+        if r[0] < bound_ts or (r[0] == bound_ts and r[1] <= bound_s):
+            n += 1
+        else:
+            break
+    return pool[:n], pool[n:], frontier, closed, bound_ts, advance
+
+
 @dataclass
 class _GroupEngine:
     """A partition group's engine and the buffer in front of it.
@@ -1037,28 +1065,8 @@ class _GroupEngine:
                     continue
                 new.append((ts, i, seq, o1[k] or "", o2[k],
                             1 if signs is None else signs[k], rows[k]))
-        self.frontier = bmax
-        pool = self.pending + new
-        if end or self.closed:
-            # End of input: everything buffered is processed, as the local runtime processes
-            # its whole input; the frontier closes at the largest event time of any stream.
-            top = max(self.frontier)
-            if end and not self.closed:
-                self.closed = True
-                self.frontier = [top + L] * len(self.frontier)
-            bound_ts, bound_s = math.inf, 0
-            advance = top
-        else:
-            bound_ts, bound_s = min((f - L, i) for i, f in enumerate(self.frontier))
-            advance = bound_ts
-        pool.sort(key=lambda r: r[:5])
-        n = 0
-        for r in pool:
-            if r[0] < bound_ts or (r[0] == bound_ts and r[1] <= bound_s):
-                n += 1
-            else:
-                break
-        go, self.pending = pool[:n], pool[n:]
+        go, self.pending, self.frontier, self.closed, _, advance = release(
+            self.pending + new, bmax, self.closed, end, L)
         cq = self.cq
         out = []
         n_rej = len(cq.rejected_rows)

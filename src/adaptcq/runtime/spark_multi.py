@@ -89,6 +89,7 @@ from adaptcq.runtime.spark import (
     _write_parquet,
     _write_text,
     normalize_sql,
+    release,
     signal_end,
     spark_error,
 )
@@ -554,25 +555,8 @@ class _QuerySetGroup:
         self.frontier = bmax
         for item in late_ctl:
             self._apply(cfg, item[0], *item[5], late=True)
-        pool = self.pending + new
-        if end or self.closed:
-            top = max(self.frontier)
-            if end and not self.closed:
-                self.closed = True
-                self.frontier = [top + L] * len(self.frontier)
-            bound_ts, bound_s = math.inf, 0
-            advance = top
-        else:
-            bound_ts, bound_s = min((f - L, i) for i, f in enumerate(self.frontier))
-            advance = bound_ts
-        pool.sort(key=lambda r: r[:5])
-        n = 0
-        for r in pool:
-            if r[0] < bound_ts or (r[0] == bound_ts and r[1] <= bound_s):
-                n += 1
-            else:
-                break
-        go, self.pending = pool[:n], pool[n:]
+        go, self.pending, self.frontier, self.closed, bound_ts, advance = release(
+            self.pending + new, self.frontier, self.closed, end, L)
         eddy, names = self.eddy, cfg.sources
         for r in go:
             if r[1] >= 0:
