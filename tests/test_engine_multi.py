@@ -210,7 +210,8 @@ def test_explain_shows_shared_operators_and_masks(tmp_path, capsys):
     inputs = [f"--input={n}={p}" for n, p in paths.items()]
     assert main(["explain", "--executor", "eddy", "--sql",
                  "SELECT * FROM R, S WHERE R.a = S.a AND S.c > 0", "--sql",
-                 "SELECT * FROM S WHERE S.c > 3", *inputs]) == 0
+                 "SELECT * FROM S WHERE S.c > 3", *inputs, "--code"]) == 0
     text = capsys.readouterr().out
-    for part in ("GF S.c", "SteM R", "virtual sources", "R⋈S", "q1", "q2"):
+    for part in ("GF S.c", "SteM R", "virtual sources", "R⋈S", "q1", "q2",
+                 "completion mask", "compiled route of S#0", "def route("):
         assert part in text
