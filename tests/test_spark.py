@@ -73,8 +73,7 @@ def test_split_plan():
     plan = plan_split(q, 4)
     assert plan.groups == 4 and plan.columns == {"R": "a", "S": "a", "T": "a"}
     chain = plan_split(parse_query(CHAIN, SCHEMAS), 4)
-    assert chain.groups == 1 and "no join attribute is shared by all streams" in chain.reason
-    assert "R.<col> = S.<col> = T.<col>" in chain.reason
+    assert chain.groups == 4 and chain.shares == (2, 2) and not chain.reason
     rows = plan_split(parse_query(PARTITIONED.replace("T [RANGE 1 SECONDS]", "T [ROWS 5]"),
                                   SCHEMAS), 4)
     assert rows.groups == 1 and "[ROWS n]" in rows.reason
@@ -83,7 +82,8 @@ def test_split_plan():
 # ----- adaptivity in a partition group, across restores (no Spark job) ----------------------
 
 def _group_config(sql: str, tables: dict, spec, mode: str = "retract"):
-    from adaptcq.runtime.spark import _adaptivity, _Config
+    from adaptcq.runtime.spark import _adaptivity
+    from adaptcq.runtime.spark_split import _Config
     from adaptcq.stream.sources import schema_kinds
     schemas = {n: schema_kinds(t) for n, t in tables.items()}
     q = parse_query(sql, schemas)
@@ -95,31 +95,50 @@ def _group_config(sql: str, tables: dict, spec, mode: str = "retract"):
         stream_columns=[[f"c{i}_{k}" for k in range(len(q.columns[a]))]
                         for i, a in enumerate(q.aliases)],
         reported=[True] * len(q.streams), sources=[st.source for st in q.streams],
-        names=[o.name for o in q.outputs])
+        names=[o.name for o in q.outputs], plan=plan_split(q, 1), aliases=list(q.aliases))
+
+
+def _packets(cfg, streams, ts, rows, first: int, end: bool = False) -> list:
+    """One micro-batch of a group's packets, as ``ColumnarSplit`` sends them."""
+    from adaptcq.runtime.spark_split import PUNCT, _ipc
+    maxima = [(i, max(t for s, t in zip(streams, ts, strict=True) if s == i),
+               streams.count(i)) for i in sorted(set(streams))]
+    out = [(PUNCT, json.dumps({"end": end, "maxima": maxima}).encode())]
+    for i, _, _ in maxima:
+        idx = [k for k, s in enumerate(streams) if s == i]
+        cols = {"_t": pa.array([ts[k] for k in idx], pa.int64()),
+                "_o1": pa.array([""] * len(idx)).dictionary_encode(),
+                "_o2": pa.array([first + k for k in idx], pa.int64())}
+        for c, name in enumerate(cfg.stream_columns[i]):
+            cols[name] = pa.array([rows[k][c] for k in idx])
+        cols["_pr"] = pa.array([True] * len(idx))
+        out.append((i, _ipc(pa.table(cols))))
+    return out
 
 
 def _run_group(cfg, prepared, chunks: int, restore_after=(), each=None):
     """Feed ``prepared`` to one group in ``chunks`` micro-batches (as the split would),
-    restoring the group from its pickled state after the batches in ``restore_after``."""
-    from adaptcq.runtime.spark import _GroupEngine
+    rebuilding the group from its stored changes after the batches in ``restore_after``."""
+    from adaptcq.runtime import spark_group as sg
     n = len(prepared.rows)
     cuts = np.linspace(0, n, chunks + 1).astype(int)
-    eng = _GroupEngine.new(cfg)
+    store = sg.MemoryStore()
     out = []
+    eng = None
     for k, (a, b) in enumerate(itertools.pairwise(cuts)):
-        streams = prepared.streams[a:b].tolist()
-        ts = prepared.timestamps[a:b].tolist()
-        maxima = [(i, max(t for s, t in zip(streams, ts, strict=True) if s == i),
-                   streams.count(i)) for i in sorted(set(streams))]
-        packet = (False, maxima, streams, ts, None, [""] * (b - a), list(range(a, b)),
-                  list(prepared.rows[a:b]))
-        out += eng.step(cfg, [packet])[0]
+        packets = _packets(cfg, prepared.streams[a:b].tolist(),
+                           prepared.timestamps[a:b].tolist(), list(prepared.rows[a:b]), a)
+        eng, res, _, _, _ = sg.advance_group(cfg, 0, store, packets)
+        out += res
         if k in restore_after:
+            sg._LIVE.pop((cfg.qid, 0))
             before = eng
-            eng = _GroupEngine.loads(cfg, eng.dumps())
+            eng = sg.PartitionGroup.rebuild(cfg, store)
+            sg._LIVE[(cfg.qid, 0)] = (store.get_meta()[:2], eng)
             if each is not None:
                 each(before, eng)
-    out += eng.step(cfg, [(True, [], [], [], None, [], [], [])])[0]
+    eng, res, _, _, _ = sg.advance_group(cfg, 0, store, _packets(cfg, [], [], [], n, True))
+    out += res
     return Counter(out), eng
 
 
@@ -170,9 +189,9 @@ def test_group_policies_survive_a_restore_and_results_stay_exact():
 def test_group_policies_that_do_not_pickle_restart_keeping_the_plan(monkeypatch):
     """The fallback: policies that do not pickle start afresh after a restore; the optimizer
     whose initial plan was set does not plan again (its plan is the restored orders)."""
-    import adaptcq.runtime.spark as rs
+    import adaptcq.runtime.spark_group as sg
     from adaptcq.runtime.local import prepare
-    monkeypatch.setattr(rs, "_dump_policies", lambda cq, saved: None)
+    monkeypatch.setattr(sg, "_dump_policies", lambda cq, saved: None)
     tables = {k: pa.concat_tables(v) for k, v in _workload(8, n=300, files=1).items()}
     prepared = prepare(PARTITIONED, tables, "ts")
     spec = {"optimizer": "fgreedy", "reorder": "agreedy", "p": 1.0, "W": 2, "interval": 20}
@@ -288,16 +307,23 @@ def test_partitioned_query_equals_local(spark, tmp_path, mode, seed):
     assert run.rejected == 0 and run.pending == 0
 
 
-def test_chain_runs_in_one_group_and_equals_local(spark, tmp_path):
+def test_chain_runs_in_shares_and_equals_local(spark, tmp_path):
+    """R(a) ⋈ S(a,b) ⋈ T(b) has no key common to all streams: with shares (a: 2, b: 2) it
+    runs in four groups, R replicated over b's two and T over a's two."""
     srcs = _write(tmp_path / "in", _workload(3, n=200, files=3))
     local = adaptcq.run(CHAIN, srcs, mode="retract")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run = run_files(spark, CHAIN, srcs, str(tmp_path / "ck"), str(tmp_path / "out"),
-                        mode="retract", partitions=2, max_files_per_trigger=1)
-    assert any(issubclass(w.category, SplitWarning) and "no join attribute" in str(w.message)
-               for w in caught)
-    assert len(run.groups) == 1
+                        mode="retract", partitions=4, max_files_per_trigger=1)
+    assert not any(issubclass(w.category, SplitWarning) for w in caught)
+    assert len(run.groups) == 4 and run.shares == {"R.a = S.a": 2, "S.b = T.b": 2}
+    n = {k: pq.read_table(p).num_rows for k, p in srcs.items()}
+    assert run.rows_in == sum(n.values())
+    nulls = {k: pq.read_table(p).column("a" if k == "R" else "b").null_count
+             for k, p in srcs.items() if k != "S"}
+    # R and T go to two groups each, except rows with a NULL key (one group: they never join)
+    assert run.shipped == n["S"] + 2 * (n["R"] + n["T"]) - nulls["R"] - nulls["T"]
     _assert_same(local.table, tmp_path / "out", min_rows=20)
     assert {-1, 1} <= set(pq.read_table(tmp_path / "out").column("_sign").to_pylist())
 

@@ -506,6 +506,76 @@ class ContinuousQuery:
         cq.stats = Counters(**state["stats"])
         return cq
 
+    @classmethod
+    def rebuild(cls, query: LogicalQuery, executor: str, mode: str,
+                streams: Sequence[int], signs: Sequence[int] | None,
+                timestamps: Sequence[float], rows: Sequence[tuple], expired_before: float,
+                now: float, stats: dict | None = None, plan: dict | None = None,
+                time_unit: float = 1.0, explicit_deletions: bool = False,
+                next_rid: int = 0, **options) -> ContinuousQuery:
+        """The query as it stands after ``process`` of every arrival given (in order, as
+        it was processed) and ``advance_to(expired_before)``, rebuilt from those arrivals
+        **without joining them**: the rows still in their windows are loaded into the
+        SteMs (``executor.load``), with their pending expiries, count windows and the rows
+        explicit deletions can match. Arrivals whose window ended before ``expired_before``
+        (``t + w < expired_before``, the rule of ``process`` and ``advance_to``) may be
+        left out by the caller; so may whole runs of arrivals that no window still holds.
+
+        The Spark runtime keeps a partition group's rows as changes and rebuilds its engine
+        with this when a worker has no live copy (docs/spark.md, "State as changes"). Row
+        ids are renumbered in arrival order (only their order matters to the executors) and
+        the next one is ``next_rid`` when given (policies schedule by row id); ``stats`` (``Counters`` as a dict) and ``plan`` (``executor.plan_state()``) carry
+        the counters and the adaptive orders over."""
+        options = {**options, **(plan or {}), "time_unit": time_unit,
+                   "explicit_deletions": explicit_deletions}
+        cq = cls(query, executor, mode, **options)
+        sels, ranges, counts, values = cq.selections, cq.ranges, cq.counts, cq.values
+        live: list[dict] = [{} for _ in query.streams]
+        times: list[dict] = [{} for _ in query.streams]
+        heap = []
+        rid = 0
+        for k in range(len(rows)):
+            i, ts, row = streams[k], timestamps[k], rows[k]
+            if signs is not None and signs[k] < 0:
+                store = values[i]
+                rids = store.get(row_key(row)) if store is not None else None
+                if rids:
+                    gone = rids.pop(0)
+                    if not rids:
+                        del store[row_key(row)]
+                    if gone is not None:
+                        del live[i][gone], times[i][gone]
+                continue
+            rid += 1
+            passed = sels[i] is None or sels[i](row)
+            cw = counts[i]
+            if cw is not None:
+                gone = cw.admit(rid if passed else None)
+                if gone:
+                    del live[i][gone], times[i][gone]
+            if not passed:
+                if values[i] is not None:
+                    values[i].setdefault(row_key(row), []).append(None)
+                continue
+            w = ranges[i]
+            if w is not None:
+                if ts + w < expired_before:
+                    continue
+                heap.append((ts + w, rid, i, rid))
+            elif values[i] is not None:
+                values[i].setdefault(row_key(row), []).append(rid)
+            live[i][rid] = row
+            times[i][rid] = ts
+        for i in range(len(live)):
+            cq.executor.load(i, live[i], times[i])
+        heapq.heapify(heap)
+        cq.clock.heap = heap
+        cq.next_rid, cq.now = max(rid, next_rid), now
+        if stats is not None:
+            cq.stats = Counters(**stats)
+            cq._next_sample = cq.stats.updates + cq.sample_every
+        return cq
+
     # ----- statistics ------------------------------------------------------------------
     def sample(self, ts: float) -> None:
         """Record the state's size. A query runs for days: past MAX_SAMPLES samples every

@@ -54,22 +54,30 @@ import fnmatch
 import json
 import math
 import os
-import pickle
 import re
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from pyspark.sql.streaming import StatefulProcessor
 
 from adaptcq import errors as _errors
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.output import overlaps
+from adaptcq.runtime.spark_group import GroupProcessor
+from adaptcq.runtime.spark_split import (
+    _NOFILE,
+    END,
+    ColumnarSplit,
+    SplitPlan,
+    SplitWarning,
+    _Config,
+    plan_split,
+)
 from adaptcq.stream import eventtime as et
 from adaptcq.stream.eventtime import lateness_ns
 
@@ -91,81 +99,12 @@ __all__ = [
 
 KIND_RESULT, KIND_REJECTED, KIND_STATS = 0, 1, 2
 SIDE_COLUMNS = ("_aq_kind", "_aq_stream", "_aq_row", "_aq_file", "_aq_reason", "_aq_info")
-CHUNK = 8 << 20  # bytes per state-store chunk of a group's snapshot
-END = -1  # stream index of an end-of-input control row
+CHUNK = 8 << 20  # bytes per state-store chunk of a query-set group's snapshot
 TIME_UNIT = 1e-9  # seconds per engine time unit: event times are int64 nanoseconds
 FINGERPRINT = "adaptcq.json"  # in a checkpoint folder: what query wrote it
 OUTPUT_MARKER = "_adaptcq_output.json"  # in an output folder: which run owns it
 FINGERPRINT_VERSION = 1
-_SEP = "\x01"  # replaces "/" in a file path's order key: paths sort as the local runtime's
-_NOFILE = "\x00"  # prefix of the order key of a row that comes from no file
 
-
-
-class SplitWarning(UserWarning):
-    """The query cannot be split into partition groups and runs as one."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Split planning (state-spill.txt §2.1, §5)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SplitPlan:
-    """How updates are routed to partition groups.
-
-    ``columns[alias]`` is the column of each stream whose value picks the group (None when the
-    query runs as one group); ``groups`` is P; ``reason`` says why a query is not split.
-    """
-
-    groups: int
-    columns: dict[str, str | None]
-    reason: str = ""
-
-
-def plan_split(query: LogicalQuery, partitions: int) -> SplitPlan:
-    """Find an attribute class with a column in every stream and split on it.
-
-    state-spill.txt §2.1: inputs must be partitioned "such that each query result can be
-    generated from tuples within the same partition". Any result's tuples agree on every
-    class's value, so a class spanning all streams is such a partition function; with several,
-    the first (in FROM and column order) is taken. Count windows are per stream, not per key
-    (the n most recent rows of the whole stream), so a query with one cannot be split.
-    """
-    aliases = query.aliases
-    single = {a: None for a in aliases}
-    if partitions <= 1:
-        return SplitPlan(1, single)
-    rows = [s.alias for s in query.streams if s.window.kind == "rows"]
-    if rows:
-        return SplitPlan(1, single, (
-            f"stream {', '.join(rows)} has a [ROWS n] window: it holds the n most recent rows "
-            "of the whole stream, which no partition of the stream can know; use [RANGE ...] "
-            "windows to let the query run in partition groups"))
-    candidates = []
-    for cls in query.classes:
-        per = {}
-        for a in aliases:
-            cols = [c.column for c in cls if c.stream == a]
-            if not cols:
-                break
-            per[a] = min(cols, key=query.columns[a].index)
-        else:
-            first = min(cls, key=lambda c: (aliases.index(c.stream),
-                                            query.columns[c.stream].index(c.column)))
-            candidates.append(((aliases.index(first.stream),
-                                query.columns[first.stream].index(first.column)), per))
-    if not candidates:
-        classes = "; ".join(" = ".join(sorted(map(str, c))) for c in query.classes) or "none"
-        return SplitPlan(1, single, (
-            "no join attribute is shared by all streams (attribute classes: "
-            f"{classes}), so no single partition function keeps every result in one group "
-            "(state-spill.txt §2.1, footnote 1); an equality putting one column of every "
-            f"stream in one class (e.g. {' = '.join(f'{a}.<col>' for a in aliases)}) would "
-            "let it run in partition groups"))
-    candidates.sort(key=lambda c: c[0])
-    return SplitPlan(partitions, candidates[0][1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,7 +229,8 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
                      order: str | Mapping[str, str] | None = None,
                      end_of_input: str | os.PathLike | None = None,
                      side_outputs: bool = False, timestamp_unit: str | None = None,
-                     adaptivity: Mapping | None = None, **options):
+                     adaptivity: Mapping | None = None, rates: Mapping | None = None,
+                     shares: Mapping | None = None, **options):
     """Run ``sql`` over streaming DataFrames; return the streaming DataFrame of its results.
 
     ``streams`` maps each source named in FROM to a streaming DataFrame (files, Kafka, rate,
@@ -301,8 +241,11 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     TimestampType, TimestampNTZ inputs TimestampNTZ), numeric inputs give ``_ts`` in their
     unit (``timestamp_unit``: ``s`` (default), ``ms``, ``us`` or ``ns``), a long when every
     input is integer-typed and every window a whole number of the unit, else a double.
-    Updates are split into ``partitions`` groups (state-spill.txt §2.1, §5; default:
-    ``spark.sql.shuffle.partitions``).
+    Updates are split into ``partitions`` groups (default: ``spark.sql.shuffle.partitions``)
+    by shares (HyperCube; ``runtime.spark_split``): each attribute class joining two or more
+    streams gets a share, their product is P, chosen to ship the fewest tuples at the
+    streams' ``rates`` (per source: rows per unit time, or any weights; default equal);
+    ``shares`` (``{"S.b": 4, "R.a": 2}``: a column of each class) fixes them instead.
 
     ``order`` names the column that orders rows of equal timestamp within a source (e.g.
     Kafka's ``offset``); by default a file source's ``(_metadata.file_path, row_index)`` is
@@ -378,8 +321,11 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
                     "expiry times t + w could not be written exactly; use a window in whole "
                     "microseconds, or --engine local", query.sql)
 
-    P = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
-    plan = plan_split(query, P)
+    if shares:
+        plan = plan_split(query, partitions, rates, shares)
+    else:
+        P = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+        plan = plan_split(query, P, rates)
     if plan.reason:
         warnings.warn(f"running in one partition group: {plan.reason}", SplitWarning,
                       stacklevel=2)
@@ -428,10 +374,11 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
                         for i, a in enumerate(query.aliases)],
         reported=[_first_alias_of_source(query, i) for i in range(len(query.streams))],
         sources=[s.source for s in query.streams], names=names, timestamp=timestamp,
-        unit=timestamp_unit, ts_kinds=ts_kinds, sign=sign)
-    packets = union.mapInArrow(_Split(cfg), "_g int, _p binary")
+        unit=timestamp_unit, ts_kinds=ts_kinds, sign=sign, plan=plan,
+        aliases=list(query.aliases))
+    packets = union.mapInArrow(ColumnarSplit(cfg), "_g int, _s int, _p binary")
     raw = packets.groupBy("_g").transformWithStateInPandas(
-        statefulProcessor=_Processor(cfg), outputStructType=out_schema,
+        statefulProcessor=GroupProcessor(cfg), outputStructType=out_schema,
         outputMode="Append", timeMode="None")
     info = {"query": query, "plan": plan, "config": cfg, "names": names,
             "ts_type": ts_type, "unit": timestamp_unit, "adaptivity": spec}
@@ -559,7 +506,18 @@ def _project(df, i: int, alias: str, query: LogicalQuery, plan: SplitPlan, P: in
     else:
         td = tcol
     key_col = plan.columns.get(alias)
-    if key_col is None:
+    hashes = []
+    if plan.shares:
+        # Shares: one coordinate per class the stream is hashed on (-1: a NULL key), with
+        # the class index as a seed so that two classes' coordinates are independent (the
+        # first class unseeded: a key common to all streams splits as it always did).
+        g = F.lit(0)
+        for c, column in plan.keys.get(alias, ()):
+            value = _hash_cast(query, alias, column, df)
+            h = F.hash(value) if c == 0 else F.hash(F.lit(c), value)
+            hashes.append(F.when(F.col(column).isNull(), F.lit(-1)).otherwise(
+                F.pmod(h, F.lit(plan.shares[c]))).cast("int").alias(f"_h{c}"))
+    elif key_col is None:
         g = F.lit(0)
     else:
         g = F.when(F.col(key_col).isNull(), F.lit(0)).otherwise(
@@ -587,7 +545,7 @@ def _project(df, i: int, alias: str, query: LogicalQuery, plan: SplitPlan, P: in
     cols = [F.lit(i).cast("int").alias("_s"), g.cast("int").alias("_g"),
             ti.cast("long").alias("_ti"), td.cast("double").alias("_td"),
             (F.col(sign).cast("byte") if sign else F.lit(1).cast("byte")).alias("_sg"),
-            o1.alias("_o1"), o2.cast("long").alias("_o2"), oc.alias("_oc")]
+            o1.alias("_o1"), o2.cast("long").alias("_o2"), oc.alias("_oc"), *hashes]
     types = []
     for k, c in enumerate(query.columns[alias]):
         if c not in df.columns:
@@ -673,530 +631,14 @@ def _output_types(spark, query: LogicalQuery, col_types: dict[str, list]):
 
 
 # ---------------------------------------------------------------------------------------------
-# The Split operator (runs in Spark's Python workers, before the shuffle)
+# The stateful operator's output (``spark_group.GroupProcessor``)
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Config:
-    qid: str
-    sql: str
-    schemas: dict
-    executor: str
-    mode: str
-    options: dict
-    adaptivity: dict | None
-    groups: int
-    keys: list[int]
-    lateness: float
-    lateness_ns: int
-    signed: bool
-    n_streams: int
-    stream_columns: list[list[str]]
-    reported: list[bool]
-    sources: list[str]
-    names: list[str]
-    timestamp: str = "ts"
-    unit: str | None = None
-    ts_kinds: list[str] = field(default_factory=list)
-    sign: str | None = None
-
-
-def _file_key(uri: str | None, cache: dict) -> str:
-    """The order key of a row's file: its local path with "/" as ``_SEP``, so that keys sort
-    as the local runtime sorts a source's files (``sorted(Path)``). Rows of no file keep
-    their ``_NOFILE`` key; rows with an order column have none ("")."""
-    if uri is None:
-        return ""
-    key = cache.get(uri)
-    if key is None:
-        if uri.startswith(_NOFILE):
-            key = uri
-        else:
-            from urllib.parse import unquote, urlparse
-            path = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
-            key = path.replace("/", _SEP)
-        cache[uri] = key
-    return key
-
-
-def _file_of(key: str | None) -> str | None:
-    """The file a row came from (for messages), from its order key."""
-    if not key or key.startswith(_NOFILE):
-        return None
-    return key.replace(_SEP, "/")
-
-
-class _Split:
-    """state-spill.txt §5's split operator, as ``mapInArrow``: one packet per partition group
-    per input Arrow batch. A packet carries that group's rows of the batch (Python tuples in
-    the engine's row layout, pickled: the stateful operator then sees a few large rows instead
-    of one pandas row per update) and, for every stream, the batch's maximum event time and row
-    count. Packets go to every group, empty or not, so all groups share one event-time
-    frontier (punctuation in the sense of stream processors).
-
-    Event times become int64 nanoseconds here, with ``eventtime.to_nanoseconds`` (the local
-    runtime's rules and messages). One call sees one Spark partition in order, which is what
-    numbers the rows of sources without a row index (``_oc``)."""
-
-    def __init__(self, cfg: _Config):
-        self.cfg = cfg
-
-    def __call__(self, batches):
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        cfg = self.cfg
-        P = cfg.groups
-        counters: dict = {}
-        keys: dict = {}
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            s = batch.column("_s").to_numpy(zero_copy_only=False)
-            g = batch.column("_g").to_numpy(zero_copy_only=False)
-            end = bool((s == END).any())
-            o1 = [_file_key(u, keys) for u in batch.column("_o1").to_pylist()]
-            o2 = pc.fill_null(batch.column("_o2"), -1).to_numpy(zero_copy_only=False).copy()
-            oc = pc.fill_null(batch.column("_oc"), False).to_numpy(zero_copy_only=False)
-            for j in np.flatnonzero(oc & (s >= 0)).tolist():
-                k = (o1[j], int(o2[j]))
-                c = counters.get(k, 0)
-                counters[k] = c + 1
-                o2[j] += c
-            t = np.zeros(len(s), np.int64)
-            maxima = []
-            for i in np.unique(s[s >= 0]).tolist():
-                sel = np.flatnonzero(s == i)
-                t[sel] = self._times(batch, i, sel, o1, o2)
-                maxima.append((i, int(t[sel].max()), len(sel)))
-            if cfg.signed:
-                self._check_signs(batch, s, o1, o2)
-            out_g, out_p = [], []
-            for gi in range(P):
-                idx = np.flatnonzero((g == gi) & (s >= 0)) if P > 1 else np.flatnonzero(s >= 0)
-                out_g.append(cfg.keys[gi])
-                out_p.append(pickle.dumps(self._packet(batch, s, t, idx, end, maxima, o1, o2),
-                                          protocol=pickle.HIGHEST_PROTOCOL))
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(out_g, pa.int32()), pa.array(out_p, pa.binary())], ["_g", "_p"])
-
-    def _times(self, batch, i: int, sel: np.ndarray, o1: list, o2: np.ndarray) -> np.ndarray:
-        """Stream i's event times in ``sel`` as int64 ns; a bad one is an InputError naming
-        the stream, its file and the row's index there, with ``eventtime``'s wording."""
-        import pyarrow as pa
-        cfg = self.cfg
-        kind = cfg.ts_kinds[i]
-        col = batch.column("_td" if kind == "float" else "_ti").take(pa.array(sel))
-        if kind == "us":
-            col = col.cast(pa.timestamp("us"))
-        elif kind == "date":
-            col = col.cast(pa.int32()).cast(pa.date32())
-        try:
-            return et.to_nanoseconds(col, cfg.unit, cfg.sources[i], cfg.timestamp)
-        except InputError:
-            for j in range(len(col)):  # the first bad row, with its own number and file
-                r = int(sel[j])
-                f = _file_of(o1[r])
-                et.to_nanoseconds(col.slice(j, 1), cfg.unit,
-                                  cfg.sources[i] + (f" (file {f})" if f else ""),
-                                  cfg.timestamp, first_row=int(o2[r]))
-            raise
-
-    def _check_signs(self, batch, s: np.ndarray, o1: list, o2: np.ndarray) -> None:
-        cfg = self.cfg
-        sg = batch.column("_sg").to_numpy(zero_copy_only=False)
-        bad = np.flatnonzero((s >= 0) & (sg != 1) & (sg != -1))
-        if len(bad):
-            r = int(bad[0])
-            f = _file_of(o1[r])
-            raise InputError(f"stream {cfg.sources[s[r]]}{f' (file {f})' if f else ''}: row "
-                             f"{int(o2[r])} has sign {sg[r].item()!r}; the sign column "
-                             f"{cfg.sign!r} holds +1 or -1")
-
-    def _packet(self, batch, s, t, idx, end, maxima, o1, o2):
-        import pyarrow as pa
-        cfg = self.cfg
-        if len(idx) == 0:
-            return (end, maxima, [], [], None, [], [], [])
-        sub = batch.take(pa.array(idx))
-        ss = s[idx]
-        streams, tss, signs, k1, k2, rows = [], [], [], [], [], []
-        for i in np.unique(ss).tolist():
-            sel = np.flatnonzero(ss == i)
-            at = idx[sel]
-            part = sub.take(pa.array(sel)) if len(sel) != len(idx) else sub
-            cols = [part.column(c).to_pylist() for c in cfg.stream_columns[i]]
-            rows.extend(zip(*cols) if cols else [()] * len(sel))
-            streams.extend([i] * len(sel))
-            tss.extend(t[at].tolist())
-            if cfg.signed:
-                signs.extend(part.column("_sg").to_pylist())
-            k1.extend(o1[j] for j in at.tolist())
-            k2.extend(o2[at].tolist())
-        return (end, maxima, streams, tss, signs if cfg.signed else None, k1, k2, rows)
-
-
-# ---------------------------------------------------------------------------------------------
-# One partition group: event-time order across micro-batches, lateness, expiry
-# ---------------------------------------------------------------------------------------------
-
-_QUERIES: dict[str, LogicalQuery] = {}
-
-
-def _logical(cfg: _Config) -> LogicalQuery:
-    q = _QUERIES.get(cfg.qid)
-    if q is None:
-        from adaptcq.query.cql import parse_query
-        q = _QUERIES[cfg.qid] = parse_query(cfg.sql, cfg.schemas)
-    return q
-
-
-def release(pool: list, frontier: list, closed: bool, end: bool, lateness: int
-            ) -> tuple[list, list, list, bool, float, float]:
-    """The rows of ``pool`` (tuples keyed ``(ts, stream, micro-batch, file, row, ...)``)
-    that can be processed now: those before the release bound, the smallest frontier minus
-    the allowed lateness (ties: by stream). At the end of input everything goes, as the
-    local runtime processes its whole input, and the frontier closes at the largest event
-    time of any stream. Returns (go, pending, frontier, closed, bound, advance): deletions
-    due before ``advance`` can then be processed."""
-    if end or closed:
-        top = max(frontier)
-        if end and not closed:
-            closed = True
-            frontier = [top + lateness] * len(frontier)
-        bound_ts, bound_s = math.inf, 0
-        advance = top
-    else:
-        bound_ts, bound_s = min((f - lateness, i) for i, f in enumerate(frontier))
-        advance = bound_ts
-    pool.sort(key=lambda r: r[:5])
-    n = 0
-    for r in pool:
-        if r[0] < bound_ts or (r[0] == bound_ts and r[1] <= bound_s):
-            n += 1
-        else:
-            break
-    return pool[:n], pool[n:], frontier, closed, bound_ts, advance
-
-
-@dataclass
-class _GroupEngine:
-    """A partition group's engine and the buffer in front of it.
-
-    ``frontier[i]`` is the largest event time of stream i over all micro-batches so far (the
-    same in every group: it comes from the split's punctuation). Rows wait in ``pending``
-    until no row that could still arrive would precede them in the local runtime's order
-    (timestamp, FROM position, row position): a row of stream i arriving later is accepted
-    only if its timestamp is at least ``frontier[i] - lateness`` (else it is late), so a
-    pending row x can go once ``(x.ts, x.stream) <= (frontier[i] - lateness, i)`` for every
-    stream i.
-
-    ``policies`` are the group's adaptive policies (``cfg.adaptivity``), attached to ``cq``
-    (docs/spark.md, "Adaptivity"). Between micro-batches they live on with the live engine
-    in the worker (``_LIVE``). The group's pickled state keeps them too, so that a restore
-    from the store (another worker got the group, a retried batch, a restart from the
-    checkpoint) continues them, not only the engine:
-
-    * the orders in force are in the engine's snapshot (``plan_state``);
-    * the query's Profiler and the ordering policies (the optimizer's initial plan,
-      A-Greedy) are pickled with the group (``policy_state``; the logical query they refer
-      to is not pickled but re-bound to this worker's copy): statistics, history and the
-      initial plan carry on as if nothing happened;
-    * A-Caching starts afresh: the caches it placed are join subresults held by the engine,
-      which its snapshot does not carry (SteMs determine them), so the restored engine has
-      none, and A-Caching profiles its candidates and selects again (on the restored
-      profiler's statistics). Its report before the restore is kept in ``earlier``.
-
-    Policies that do not pickle (a policy holding the engine, say) fall back to the same
-    fresh start, with an optimizer whose plan was set (``planned``) not planning again: its
-    plan is the restored orders. Results never depend on any of this: MJoin is exact under
-    any order and any cache.
-    """
-
-    cq: object
-    groups: int
-    frontier: list[float]
-    pending: list[tuple] = field(default_factory=list)  # (ts, stream, seq, o1, o2, sign, row)
-    seq: int = 0
-    closed: bool = False
-    late: int = 0
-    peak_tuples: int = 0
-    peak_bytes: int = 0
-    policies: list = field(default_factory=list)
-    planned: dict | None = None  # the optimizer's report once its initial plan is set
-    earlier: list = field(default_factory=list)  # reports of policies restarted by a restore
-    restores: int = 0  # restores from the store with policies
-    continued: int = 0  # of them, restores that continued the saved profiler and policies
-
-    def dumps(self) -> bytes:
-        adapt = None
-        if self.policies or self.planned is not None:
-            full = self.report()  # (also records ``planned``)
-            saved = self.policy_state()
-            blob = _dump_policies(self.cq, saved) if saved is not None else None
-            restarting = self.policies if blob is None else \
-                [p for p, kept in zip(self.policies, saved[1], strict=True) if kept is None]
-            adapt = {"saved": blob, "full": full,
-                     "restarting": self.report(restarting) if restarting else {},
-                     "planned": self.planned, "earlier": self.earlier,
-                     "restores": self.restores, "continued": self.continued}
-        return pickle.dumps({
-            "v": 1, "cq": self.cq.snapshot(), "groups": self.groups, "frontier": self.frontier,
-            "pending": self.pending, "seq": self.seq, "closed": self.closed, "late": self.late,
-            "peak": (self.peak_tuples, self.peak_bytes), "adapt": adapt},
-            protocol=pickle.HIGHEST_PROTOCOL)
-
-    def policy_state(self) -> tuple | None:
-        """(the query's profiler, each policy or None where it restarts after a restore)."""
-        if not self.policies or getattr(self.cq, "profiler", None) is None:
-            return None
-        from adaptcq.adapt.acaching import ACaching
-        return (self.cq.profiler,
-                [None if isinstance(p, ACaching) else p for p in self.policies])
-
-    def attach(self, cfg: _Config, saved: tuple | None = None) -> None:
-        """Attach the group's policies: fresh ones from ``cfg.adaptivity``, or those of
-        ``saved`` (``policy_state``, unpickled) with fresh ones where it has None."""
-        spec = cfg.adaptivity
-        if spec is None:
-            return
-        if saved is None and self.planned is not None and spec.get("optimizer") is not None:
-            # The initial plan was set before the snapshot and is in the restored orders.
-            spec = {**spec, "optimizer": None}
-            if spec["reorder"] == "off" and spec["caching"] is None:
-                return
-        fresh = make_policies(spec)
-        if saved is not None:
-            profiler, kept = saved
-            if len(kept) != len(fresh):
-                raise AdaptcqError("the group's saved policies do not match the query's "
-                                   "adaptivity; restart with a new --checkpoint")
-            self.cq.attach(profiler)  # the query's profiler, statistics and all
-            fresh = [f if k is None else k for k, f in zip(kept, fresh, strict=True)]
-        self.policies = fresh
-        for policy in self.policies:
-            self.cq.attach(policy)
-
-    def report(self, policies: list | None = None) -> dict:
-        """What the group's policies decided: their ``report()`` dicts merged (JSON-able),
-        with the optimizer's once its plan is set, even from before a restore."""
-        merged: dict = {} if policies is not None else dict(self.planned or {})
-        for policy in self.policies if policies is None else policies:
-            if type(policy).__name__ == "InitialPlan" and getattr(policy, "done", False):
-                self.planned = _jsonable_report(policy.report())
-            merged.update(policy.report())
-        return _jsonable_report(merged)
-
-    @classmethod
-    def loads(cls, cfg: _Config, blob: bytes) -> _GroupEngine:
-        from adaptcq.engine.continuous import ContinuousQuery
-        st = pickle.loads(blob)
-        if st["groups"] != cfg.groups:
-            raise AdaptcqError(
-                f"the checkpoint was written with {st['groups']} partition groups and the "
-                f"query now has {cfg.groups}; restart with the same --partitions (rows would "
-                "otherwise meet state of other keys)")
-
-        def engine():
-            cq = ContinuousQuery.restore(_logical(cfg), st["cq"], cfg.mode, **cfg.options)
-            return cls(cq, st["groups"], st["frontier"], st["pending"], st["seq"],
-                       st["closed"], st["late"], *st["peak"])
-
-        g = engine()
-        adapt = st.get("adapt")
-        if adapt is None:
-            g.attach(cfg)
-            return g
-
-        def carry(g: _GroupEngine, restarted: dict, continued: int = 0) -> _GroupEngine:
-            g.planned, g.restores = adapt["planned"], adapt["restores"] + 1
-            g.continued = adapt.get("continued", 0) + continued
-            g.earlier = [*adapt["earlier"], restarted][-_EARLIER:] if restarted else \
-                list(adapt["earlier"])
-            return g
-
-        if adapt["saved"] is not None:
-            try:
-                carry(g, adapt["restarting"], 1).attach(cfg,
-                                                        _load_policies(cfg, adapt["saved"]))
-                return g
-            except AdaptcqError:
-                raise
-            except Exception:  # noqa: BLE001 - saved policies that no longer load: fresh ones
-                g = engine()
-        carry(g, adapt["full"]).attach(cfg)
-        return g
-
-    @classmethod
-    def new(cls, cfg: _Config) -> _GroupEngine:
-        from adaptcq.engine.continuous import ContinuousQuery
-        cq = ContinuousQuery(_logical(cfg), cfg.executor, cfg.mode, time_unit=TIME_UNIT,
-                             explicit_deletions=cfg.signed, **cfg.options)
-        g = cls(cq, cfg.groups, [-math.inf] * cfg.n_streams)
-        g.attach(cfg)
-        return g
-
-    def step(self, cfg: _Config, packets: list[tuple]) -> tuple[list, list]:
-        """One micro-batch: lateness, ordering, release, expiry. Returns (results, rejected)."""
-        L = cfg.lateness_ns  # event times are int64 ns
-        seq = self.seq
-        self.seq += 1
-        old = list(self.frontier)
-        bmax = list(old)
-        end = False
-        rejected = []
-        new = []
-        for end_p, maxima, streams, tss, signs, o1, o2, rows in packets:
-            end |= end_p
-            for i, m, _ in maxima:
-                bmax[i] = max(bmax[i], m)
-            for k in range(len(rows)):
-                i, ts = streams[k], tss[k]
-                # Late: below the stream's frontier of earlier micro-batches minus the allowed
-                # lateness (after end of input the frontier is closed at its maximum).
-                if ts < old[i] - L:
-                    self.late += 1
-                    if cfg.reported[i]:
-                        f = _file_of(o1[k])
-                        row = o2[k] if f is not None or not (o1[k] or "") else -1
-                        rejected.append((cfg.sources[i], row, f, ts, (
-                            "arrived after end of input" if self.closed else
-                            f"late by more than the allowed lateness ({cfg.lateness:g} s)")))
-                    continue
-                new.append((ts, i, seq, o1[k] or "", o2[k],
-                            1 if signs is None else signs[k], rows[k]))
-        go, self.pending, self.frontier, self.closed, _, advance = release(
-            self.pending + new, bmax, self.closed, end, L)
-        cq = self.cq
-        out = []
-        n_rej = len(cq.rejected_rows)
-        if go:
-            out = cq.process([r[1] for r in go], [r[5] for r in go] if cfg.signed else None,
-                             [r[0] for r in go], [r[6] for r in go])
-        # Deletions due before `advance`: every row that could precede them has been processed
-        # (later rows are at or after the bound), and some accepted update is later than them
-        # (the row holding the frontier), so the local runtime would have processed them too.
-        if advance > -math.inf:
-            cq.advance_to(advance)
-            out.extend(cq.drain())
-        for i, ts, row, why in cq.rejected_rows[n_rej:]:
-            rejected.append((cfg.sources[i], -1, None, ts, why))
-        del cq.rejected_rows[:]
-        tup, byt = cq.executor.state_tuples(), cq.executor.state_bytes()
-        pt, pb = cq.peak_state()
-        self.peak_tuples = max(self.peak_tuples, tup, pt)
-        self.peak_bytes = max(self.peak_bytes, byt, pb)
-        return out, rejected
-
-
-class _PolicyPickler(pickle.Pickler):
-    """Pickles a group's profiler and policies: the logical query they refer to becomes a
-    reference (re-bound on load to the worker's copy, which the restored engine runs); the
-    engine itself must not be reachable (it would not survive as the same object)."""
-
-    def __init__(self, file, cq):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.cq = cq
-
-    def persistent_id(self, obj):
-        if isinstance(obj, LogicalQuery):
-            return "query"
-        if obj is self.cq or obj is self.cq.executor:
-            raise pickle.PicklingError("a policy holds the engine")
-        return None
-
-
-class _PolicyUnpickler(pickle.Unpickler):
-    def __init__(self, file, query: LogicalQuery):
-        super().__init__(file)
-        self.query = query
-
-    def persistent_load(self, pid):
-        if pid == "query":
-            return self.query
-        raise pickle.UnpicklingError(f"unknown reference {pid!r}")
-
-
-def _dump_policies(cq, saved: tuple) -> bytes | None:
-    """``saved`` pickled, or None when it does not pickle (the policies then restart after a
-    restore, as A-Caching always does)."""
-    import io
-    buf = io.BytesIO()
-    try:
-        _PolicyPickler(buf, cq).dump(saved)
-    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
-        return None
-    return buf.getvalue()
-
-
-def _load_policies(cfg: _Config, blob: bytes) -> tuple:
-    import io
-    return _PolicyUnpickler(io.BytesIO(blob), _logical(cfg)).load()
-
-
-_LIVE: dict[tuple[str, int], tuple[tuple[int, int], _GroupEngine]] = {}
-_EARLIER = 4  # reports of earlier policy generations kept per group
-
-
-class _Processor(StatefulProcessor):
-    """The StatefulProcessor run by ``transformWithStateInPandas``: one ContinuousQuery per
-    partition group (state-spill.txt §2.1's unit of state; §5's partitioned operator instance).
-
-    State per group: ValueState ``meta`` (version, random token, chunk count, byte count) and
-    ListState ``blob`` (the pickled ``_GroupEngine`` in chunks of ``CHUNK`` bytes). The class
-    lives at module level so that Spark pickles it by reference and ``_LIVE`` is the worker
-    module's own dict, which survives from one micro-batch to the next in a reused worker.
-    """
-
-    def __init__(self, cfg: _Config):
-        self.cfg = cfg
-
-    def init(self, handle) -> None:
-        self.meta = handle.getValueState("meta", "version long, token long, chunks int, "
-                                                 "nbytes long")
-        self.blob = handle.getListState("blob", "chunk binary")
-
-    def handleInputRows(self, key, rows, timerValues) -> Iterator:
-        cfg = self.cfg
-        gkey = int(key[0])
-        # The packet is the last column (by position: pyspark rebuilds these frames from
-        # itertuples, which renames columns starting with an underscore).
-        packets = [pickle.loads(b) for pdf in rows for b in pdf.iloc[:, -1]]
-        meta = self.meta.get()
-        live = _LIVE.get((cfg.qid, gkey))
-        if meta is None:
-            eng, version, hit = _GroupEngine.new(cfg), 0, False
-        elif live is not None and live[0] == (meta[0], meta[1]):
-            eng, version, hit = live[1], meta[0], True
-        else:  # the state store is the source of truth: rebuild from its snapshot
-            blob = b"".join(c[0] for c in self.blob.get())
-            if len(blob) != meta[3]:
-                raise AdaptcqError(f"group {gkey}: state snapshot has {len(blob)} bytes, "
-                                   f"expected {meta[3]}")
-            eng, version, hit = _GroupEngine.loads(cfg, blob), meta[0], False
-        # Whatever happens below, the live object is about to change: forget it first, so a
-        # failure half-way can never leave a cached engine that disagrees with the store.
-        _LIVE.pop((cfg.qid, gkey), None)
-        t0 = time.process_time()
-        out, rejected = eng.step(cfg, packets)
-        cpu = time.process_time() - t0
-        blob = eng.dumps()
-        token = int.from_bytes(os.urandom(7), "little")
-        self.blob.put([(blob[i:i + CHUNK],) for i in range(0, len(blob), CHUNK)])
-        self.meta.update((version + 1, token, -(-len(blob) // CHUNK), len(blob)))
-        _LIVE[(cfg.qid, gkey)] = ((version + 1, token), eng)
-        while len(_LIVE) > 256:  # entries of finished queries
-            del _LIVE[next(iter(_LIVE))]
-        yield from _frames(cfg, gkey, eng, out, rejected, cpu, len(blob),
-                           sum(len(p[7]) for p in packets), hit)
-
-    def close(self) -> None:
-        pass
-
-
-def _frames(cfg: _Config, gkey: int, eng: _GroupEngine, out: list, rejected: list,
-            cpu: float, snapshot_bytes: int, rows_in: int, cache_hit: bool):
-    """The operator's output frames: results, rejected rows, one statistics row."""
+def _frames(cfg: _Config, gkey: int, eng, out: list, rejected: list, cpu: float,
+            extra: dict):
+    """The operator's output frames: results, rejected rows, one statistics row (the
+    group's counters, state and ``extra``: rows in, rows shipped, store figures)."""
     import pandas as pd
     names = cfg.names
     n = len(names)
@@ -1224,11 +666,12 @@ def _frames(cfg: _Config, gkey: int, eng: _GroupEngine, out: list, rejected: lis
     st = eng.cq.stats
     info = {"group": gkey, "arrivals": st.arrivals, "updates": st.updates,
             "insertions": st.insertions, "deletions": st.deletions, "filtered": st.filtered,
-            "results": st.results, "late": eng.late, "pending": len(eng.pending),
-            "rows_in": rows_in, "state_tuples": eng.cq.executor.state_tuples(),
+            "results": st.results, "late": eng.late,
+            "pending": sum(0 if t is None else t.num_rows for t in eng.pending),
+            "state_tuples": eng.cq.executor.state_tuples(),
             "state_bytes": eng.cq.executor.state_bytes(), "peak_state_tuples": eng.peak_tuples,
-            "peak_state_bytes": eng.peak_bytes, "snapshot_bytes": snapshot_bytes,
-            "engine_cpu_seconds": cpu, "cache_hit": cache_hit, "pid": os.getpid(),
+            "peak_state_bytes": eng.peak_bytes, "engine_cpu_seconds": cpu, **extra,
+            "pid": os.getpid(),
             "now": eng.cq.now if math.isfinite(eng.cq.now) else None,
             "plan": eng.cq.executor.describe()}
     if cfg.adaptivity is not None:
@@ -1280,6 +723,18 @@ class SparkRun:
     ts_type: object = None  # pyarrow type of _ts (None: leave int64 nanoseconds)
     unit: str | None = None  # --timestamp-unit
     adaptivity: dict | None = None  # the policies every group ran (continuous_query)
+    split: dict = field(default_factory=dict)  # SplitPlan.describe(): groups, shares, ...
+    shipped: int = 0  # rows received by the groups, replicas counted
+
+    @property
+    def shares(self) -> dict:
+        """Attribute class -> its share (empty when the query runs in one group)."""
+        return dict(self.split.get("shares", {}))
+
+    @property
+    def replication(self) -> float:
+        """Rows shipped per input row (1: no replication)."""
+        return self.shipped / self.rows_in if self.rows_in else 1.0
 
     @property
     def peak_state_tuples(self) -> int:
@@ -1370,6 +825,7 @@ def write_batch(raw_batch, batch_id: int, output: str | None, rejected: str | No
     for s in stats:
         info = json.loads(s)
         run.rows_in += info["rows_in"]
+        run.shipped += info.get("shipped", info["rows_in"])
         run.groups[info["group"]] = info
         run.history.append(info)
     run._schema = res.schema
@@ -1606,6 +1062,7 @@ class FileJob:
         run = self._run_record()
         run.ts_type, run.unit = info["ts_type"], info["unit"]
         run.adaptivity = info["adaptivity"]
+        run.split = info["plan"].describe()
         output, rejected = self.output, self.rejected
         t0 = time.perf_counter()
         q = None

@@ -61,38 +61,34 @@ from types import SimpleNamespace
 from urllib.parse import quote
 
 import numpy as np
+from pyspark.sql.streaming import StatefulProcessor
 
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.spark import (
     CHUNK,
-    END,
     FINGERPRINT,
     KIND_REJECTED,
     KIND_RESULT,
     KIND_STATS,
     OUTPUT_MARKER,
     TIME_UNIT,
-    SplitPlan,
-    SplitWarning,
     _arrow_time_type,
     _check_places,
-    _file_of,
     _group_keys,
-    _Processor,
     _project,
     _read_stream,
     _resolve_input,
     _spark_kind,
-    _Split,
     _time_kind,
     _write_parquet,
     _write_text,
     normalize_sql,
-    release,
     signal_end,
     spark_error,
 )
+from adaptcq.runtime.spark_group import release
+from adaptcq.runtime.spark_split import END, SplitPlan, SplitWarning, _file_key, _file_of, _Split
 from adaptcq.stream import eventtime as et
 from adaptcq.stream.eventtime import lateness_ns
 
@@ -348,7 +344,6 @@ class _QSSplit(_Split):
         P = cfg.groups
         counters: dict = {}
         keys: dict = {}
-        from adaptcq.runtime.spark import _file_key
         for batch in batches:
             if batch.num_rows == 0:
                 continue
@@ -629,10 +624,23 @@ class _QuerySetGroup:
 _LIVE: dict[tuple[str, int], tuple[tuple[int, int], _QuerySetGroup]] = {}
 
 
-class _QSProcessor(_Processor):
-    """``runtime.spark._Processor`` (the same state: ValueState ``meta`` and ListState
-    ``blob`` of pickled chunks, the live group kept in the worker while the stored token
-    matches) around a ``_QuerySetGroup``."""
+class _QSProcessor(StatefulProcessor):
+    """The stateful operator of a query set: a ``_QuerySetGroup`` per partition group, its
+    state a ValueState ``meta`` (version, random token, chunk count, byte count) and a
+    ListState ``blob`` (the pickled group in chunks of ``CHUNK`` bytes), the live group kept
+    in the worker while the stored token matches. (A query set's groups are still stored as
+    snapshots; single queries store changes: ``runtime.spark_group``.)"""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def init(self, handle) -> None:
+        self.meta = handle.getValueState("meta", "version long, token long, chunks int, "
+                                                 "nbytes long")
+        self.blob = handle.getListState("blob", "chunk binary")
+
+    def close(self) -> None:
+        pass
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator:
         cfg = self.cfg

@@ -1,0 +1,674 @@
+"""One partition group on Spark: event-time order across micro-batches, lateness, expiry,
+and its state kept **as changes** (docs/spark.md, "State as changes").
+
+A group receives, per micro-batch, the Arrow batches the split sent it (``spark_split``) and
+one punctuation per input batch. It runs the unchanged engine (``ContinuousQuery``) on the
+rows it can release in the local runtime's order, and keeps in Spark's state store:
+
+* per (stream, micro-batch) the rows it accepted — an **entry** of Arrow IPC pieces in a
+  MapState keyed (stream, entry, piece) — written once, when they arrive;
+* an entry is removed, whole, when none of its rows can matter again: all released, and
+  expired from a ``[RANGE w]`` window (its newest row's ``t + w`` is below the group's
+  expiry frontier) or pushed out of a ``[ROWS n]`` window by n later rows; entries of
+  unbounded windows stay (their rows are the state);
+* a small ValueState ``meta``: version, a random token, and the group's scalars (frontier,
+  release bound, expiry frontier, counters, the executor's plan), bounded in size;
+* with adaptive policies, a ValueState ``adapt``: the profiler and policies, pickled
+  (bounded by their W most recent observations).
+
+So a micro-batch writes what it received and deletes what expired: its cost follows its
+input and output, not the state. The live engine stays in the Python worker (``_LIVE``) and
+is used while the stored token matches; when a worker has no live copy (a restart, another
+worker got the group, a retried batch) the engine is **rebuilt** from the entries
+(``ContinuousQuery.rebuild``: the rows still in their windows are loaded, not joined). The
+store is the source of truth.
+
+The operator logic (``PartitionGroup``) is apart from the storage (``MemoryStore`` for
+tests, ``SparkStore`` over the StatefulProcessor's handle), as Flink's multi-join operator
+keeps its logic apart from its state backend.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import pickle
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from pyspark.sql.streaming import StatefulProcessor
+
+from adaptcq.errors import AdaptcqError
+from adaptcq.query.logical import LogicalQuery
+from adaptcq.runtime.spark_split import PUNCT, _Config, _file_of
+
+__all__ = ["MemoryStore", "PartitionGroup", "SparkStore", "read_part", "release"]
+
+PIECE = 8 << 20  # bytes per state-store value: an entry is cut into pieces of about this
+TIME_UNIT = 1e-9  # seconds per engine time unit: event times are int64 nanoseconds
+_EARLIER = 4  # reports of earlier policy generations kept per group
+_ORDER = ["_t", "_s", "_q", "_o1", "_o2"]  # the local runtime's order of equal timestamps
+_QUERIES: dict[str, LogicalQuery] = {}
+
+
+def _logical(cfg: _Config) -> LogicalQuery:
+    q = _QUERIES.get(cfg.qid)
+    if q is None:
+        from adaptcq.query.cql import parse_query
+        q = _QUERIES[cfg.qid] = parse_query(cfg.sql, cfg.schemas)
+    return q
+
+
+def release(pool: list, frontier: list, closed: bool, end: bool, lateness: int
+            ) -> tuple[list, list, list, bool, float, float]:
+    """The rows of ``pool`` (tuples keyed ``(ts, stream, micro-batch, file, row, ...)``)
+    that can be processed now: those before the release bound, the smallest frontier minus
+    the allowed lateness (ties: by stream). At the end of input everything goes, as the
+    local runtime processes its whole input, and the frontier closes at the largest event
+    time of any stream. Returns (go, pending, frontier, closed, bound, advance): deletions
+    due before ``advance`` can then be processed. (The query-set runtime's row form of
+    ``bound``.)"""
+    frontier, closed, bound_ts, bound_s, advance = bound(frontier, closed, end, lateness)
+    pool.sort(key=lambda r: r[:5])
+    n = 0
+    for r in pool:
+        if r[0] < bound_ts or (r[0] == bound_ts and r[1] <= bound_s):
+            n += 1
+        else:
+            break
+    return pool[:n], pool[n:], frontier, closed, bound_ts, advance
+
+
+def bound(frontier: list, closed: bool, end: bool, lateness: int):
+    """The release bound: a pending row x can go once ``(x.ts, x.stream) <= (frontier[i] -
+    lateness, i)`` for every stream i (a row of stream i arriving later is accepted only at
+    ``frontier[i] - lateness`` or after). At the end of input everything goes and the
+    frontier closes at the largest event time. Returns (frontier, closed, bound ts, bound
+    stream, advance): expiries due before ``advance`` can be processed."""
+    if end or closed:
+        top = max(frontier)
+        if end and not closed:
+            closed = True
+            frontier = [top + lateness] * len(frontier)
+        return frontier, closed, math.inf, 0, top
+    bound_ts, bound_s = min((f - lateness, i) for i, f in enumerate(frontier))
+    return frontier, closed, bound_ts, bound_s, bound_ts
+
+
+# ----- Arrow pieces ---------------------------------------------------------------------------
+
+def read_part(blob) -> object:
+    """An Arrow IPC stream (a split part, or a stored piece) as a table."""
+    import pyarrow as pa
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
+def _ipc(table) -> bytes:
+    import pyarrow as pa
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _pieces(table) -> list[bytes]:
+    """``table`` as IPC blobs of at most about ``PIECE`` bytes each."""
+    n = table.num_rows
+    per = max(1, int(n * PIECE / max(table.nbytes, 1)))
+    return [_ipc(table.slice(a, per)) for a in range(0, n, per)] or [_ipc(table)]
+
+
+# ----- storage ---------------------------------------------------------------------------------
+
+class MemoryStore:
+    """A group's state store in memory (tests; the same interface as ``SparkStore``)."""
+
+    def __init__(self):
+        self.meta: tuple | None = None
+        self.entries: dict[tuple, tuple] = {}
+        self.adapt: bytes | None = None
+        self.writes = 0  # values written (pieces and meta): the cost of a micro-batch
+
+    def get_meta(self):
+        return self.meta
+
+    def put_meta(self, meta: tuple) -> None:
+        self.meta = meta
+        self.writes += 1
+
+    def put(self, key: tuple, value: tuple) -> None:
+        self.entries[key] = value
+        self.writes += 1
+
+    def remove(self, key: tuple) -> None:
+        del self.entries[key]
+
+    def items(self) -> Iterator[tuple]:
+        yield from self.entries.items()
+
+    def get_adapt(self) -> bytes | None:
+        return self.adapt
+
+    def put_adapt(self, blob: bytes | None) -> None:
+        self.adapt = blob
+
+
+class SparkStore(MemoryStore):
+    """The state of one group in ``transformWithStateInPandas``'s store (RocksDB):
+    ValueState ``meta`` (version, token, info), MapState ``rows`` ((stream, entry, piece) ->
+    (newest time, Arrow IPC)), ValueState ``adapt`` (pickled policies)."""
+
+    def __init__(self, meta, rows, adapt):
+        self._meta, self._rows, self._adapt = meta, rows, adapt
+        self.writes = 0
+
+    def get_meta(self):
+        return self._meta.get()
+
+    def put_meta(self, meta: tuple) -> None:
+        self._meta.update(meta)
+        self.writes += 1
+
+    def put(self, key: tuple, value: tuple) -> None:
+        self._rows.updateValue(key, value)
+        self.writes += 1
+
+    def remove(self, key: tuple) -> None:
+        self._rows.removeKey(key)
+
+    def items(self) -> Iterator[tuple]:
+        yield from self._rows.iterator()
+
+    def get_adapt(self) -> bytes | None:
+        v = self._adapt.get()
+        return None if v is None else v[0]
+
+    def put_adapt(self, blob: bytes | None) -> None:
+        self._adapt.update((blob,))
+
+
+# ----- the group -------------------------------------------------------------------------------
+
+@dataclass
+class PartitionGroup:
+    """A partition group's engine, the rows waiting in front of it, and the bookkeeping that
+    keeps its stored changes (module docstring).
+
+    ``frontier[i]`` is the largest event time of stream i over all micro-batches so far (the
+    same in every group: it comes from the split's punctuation). Rows wait in ``pending``
+    (per stream, an Arrow table) until no row that could still arrive would precede them in
+    the local runtime's order (timestamp, FROM position, micro-batch, file, row).
+
+    ``policies`` are the group's adaptive policies (docs/spark.md, "Adaptivity"). A rebuild
+    from the store continues them: the orders in force are in ``meta`` (the executor's
+    ``plan_state``), and the profiler with the ordering policies (the optimizer's initial
+    plan, A-Greedy) are pickled in ``adapt`` (the logical query they refer to is re-bound to
+    the worker's copy). A-Caching starts afresh: its caches are join subresults the rebuilt
+    engine does not have; its report before is kept in ``earlier``. Policies that do not
+    pickle restart too, with an optimizer whose plan was set (``planned``) not planning
+    again. Results never depend on any of this: MJoin is exact under any order and cache.
+    """
+
+    cq: object
+    frontier: list[float]
+    pending: list = field(default_factory=list)  # per stream: Arrow table or None
+    seq: int = 0
+    closed: bool = False
+    late: int = 0
+    peak_tuples: int = 0
+    peak_bytes: int = 0
+    bound: tuple = (-math.inf, 0)  # the release bound so far ((ts, stream); inf: closed)
+    expired: float = -math.inf  # every row with t + w below this has left its window
+    entries: dict = field(default_factory=dict)  # (stream, entry) -> (newest t, pieces, done)
+    next_entry: int = 0
+    released: list = field(default_factory=list)  # per stream: rows released so far
+    policies: list = field(default_factory=list)
+    planned: dict | None = None  # the optimizer's report once its initial plan is set
+    earlier: list = field(default_factory=list)  # reports of policies restarted by a rebuild
+    restores: int = 0  # rebuilds with policies
+    continued: int = 0  # of them, rebuilds that continued the saved profiler and policies
+    rebuilt_rows: int = 0  # rows loaded by the last rebuild
+
+    # ----- creation ----------------------------------------------------------------------
+    @classmethod
+    def new(cls, cfg: _Config) -> PartitionGroup:
+        from adaptcq.engine.continuous import ContinuousQuery
+        cq = ContinuousQuery(_logical(cfg), cfg.executor, cfg.mode, time_unit=TIME_UNIT,
+                             explicit_deletions=cfg.signed, **cfg.options)
+        n = cfg.n_streams
+        g = cls(cq, [-math.inf] * n, [None] * n, released=[0] * n)
+        g.attach(cfg)
+        return g
+
+    @classmethod
+    def rebuild(cls, cfg: _Config, store: MemoryStore) -> PartitionGroup:
+        """The group as its stored changes leave it (module docstring)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from adaptcq.engine.continuous import ContinuousQuery
+        meta = store.get_meta()
+        info = pickle.loads(meta[2])
+        if info["groups"] != cfg.groups:
+            raise AdaptcqError(
+                f"the checkpoint was written with {info['groups']} partition groups and the "
+                f"query now has {cfg.groups}; restart with the same --partitions (rows would "
+                "otherwise meet state of other keys)")
+        n = cfg.n_streams
+        pieces: dict[tuple, list] = {}
+        for (i, e, k), (_, blob) in store.items():
+            pieces.setdefault((i, e), []).append((k, blob))
+        tables: list[list] = [[] for _ in range(n)]
+        for (i, e) in sorted(pieces):
+            for _, blob in sorted(pieces[(i, e)]):
+                tables[i].append(read_part(blob))
+        bts, bs = info["bound"]
+        go, pending = [], [None] * n
+        for i in range(n):
+            if not tables[i]:
+                continue
+            t = pa.concat_tables(tables[i])
+            ts = t.column("_t").to_numpy()
+            mask = (ts < bts) | ((ts == bts) & (i <= bs))
+            go.append((i, t.filter(pa.array(mask))))
+            if not mask.all():
+                pending[i] = t.filter(pa.array(~mask))
+        streams, signs, tss, rows, _ = _ordered(cfg, go, pc)
+        cq = ContinuousQuery.rebuild(
+            _logical(cfg), cfg.executor, cfg.mode, streams, signs, tss, rows,
+            expired_before=info["expired"], now=info["now"], stats=info["stats"],
+            plan=info["plan"], time_unit=TIME_UNIT, explicit_deletions=cfg.signed,
+            next_rid=info["next_rid"],
+            **{k: v for k, v in cfg.options.items() if k not in info["plan"]})
+        g = cls(cq, info["frontier"], pending, info["seq"], info["closed"], info["late"],
+                info["peak"][0], info["peak"][1], tuple(info["bound"]), info["expired"],
+                dict(info["entries"]), info["next_entry"], list(info["released"]))
+        g.rebuilt_rows = len(rows)
+        g._carry(cfg, info.get("adapt"), store.get_adapt())
+        return g
+
+    # ----- one micro-batch ---------------------------------------------------------------
+    def step(self, cfg: _Config, parts: dict, maxima: list, end: bool, store: MemoryStore
+             ) -> tuple[list, list, int, int]:
+        """One micro-batch: lateness, stored changes, ordering, release, expiry. ``parts``
+        maps a stream to the Arrow tables the split sent this group. Returns (results,
+        rejected rows, input rows (primary replicas), rows received)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        L = cfg.lateness_ns
+        seq = self.seq
+        self.seq += 1
+        old = list(self.frontier)
+        bmax = list(old)
+        for i, m, _ in maxima:
+            bmax[i] = max(bmax[i], m)
+        rejected = []
+        rows_in = received = 0
+        for i in sorted(parts):
+            t = pa.concat_tables(parts[i])
+            t = t.set_column(t.schema.get_field_index("_o1"), "_o1",
+                             pc.cast(t.column("_o1"), pa.string()))
+            received += t.num_rows
+            primary = t.column("_pr").to_numpy(zero_copy_only=False)
+            rows_in += int(primary.sum())
+            ts = t.column("_t").to_numpy()
+            late = ts < old[i] - L
+            if late.any():
+                self._reject_late(cfg, i, t, late & primary, rejected)
+                self.late += int((late & primary).sum())
+                t = t.filter(pa.array(~late))
+            if not t.num_rows:
+                continue
+            t = t.append_column("_q", pa.array(np.full(t.num_rows, seq, np.int64)))
+            key = (i, self.next_entry)
+            self.next_entry += 1
+            blobs = _pieces(t)
+            top = int(pc.max(t.column("_t")).as_py())
+            for k, blob in enumerate(blobs):
+                store.put((*key, k), (top, blob))
+            self.entries[key] = (top, len(blobs), 0)
+            self.pending[i] = t if self.pending[i] is None else \
+                pa.concat_tables([self.pending[i], t])
+        self.frontier, self.closed, bts, bs, advance = bound(bmax, self.closed, end, L)
+        self.bound = (bts, bs)
+        go = []
+        for i, t in enumerate(self.pending):
+            if t is None:
+                continue
+            ts = t.column("_t").to_numpy()
+            mask = (ts < bts) | ((ts == bts) & (i <= bs))
+            if mask.any():
+                go.append((i, t.filter(pa.array(mask)) if not mask.all() else t))
+                self.released[i] += int(mask.sum())
+                self.pending[i] = None if mask.all() else t.filter(pa.array(~mask))
+        streams, signs, tss, rows, secondary = _ordered(cfg, go, pc)
+        cq = self.cq
+        out = []
+        n_rej = len(cq.rejected_rows)
+        if rows:
+            out = cq.process(streams, signs, tss, rows)
+            self.expired = max(self.expired, tss[-1])
+        if advance > -math.inf:
+            cq.advance_to(advance)
+            self.expired = max(self.expired, advance)
+            out.extend(cq.drain())
+        for i, ts, row, why in cq.rejected_rows[n_rej:]:
+            if id(row) not in secondary:  # an unmatched deletion, reported by one replica
+                rejected.append((cfg.sources[i], -1, None, ts, why))
+        del cq.rejected_rows[:]
+        self._forget(cfg, store)
+        tup, byt = cq.executor.state_tuples(), cq.executor.state_bytes()
+        pt, pb = cq.peak_state()
+        self.peak_tuples = max(self.peak_tuples, tup, pt)
+        self.peak_bytes = max(self.peak_bytes, byt, pb)
+        return out, rejected, rows_in, received
+
+    def _reject_late(self, cfg, i: int, t, report: np.ndarray, rejected: list) -> None:
+        """Late rows (below the stream's frontier of earlier micro-batches minus the allowed
+        lateness; after end of input the frontier is closed at its maximum), reported once
+        per source by its first alias and once per update by its primary replica."""
+        if not cfg.reported[i] or not report.any():
+            return
+        idx = np.flatnonzero(report)
+        o1 = t.column("_o1").take(idx).to_pylist()
+        o2 = t.column("_o2").take(idx).to_pylist()
+        ts = t.column("_t").take(idx).to_pylist()
+        why = ("arrived after end of input" if self.closed else
+               f"late by more than the allowed lateness ({cfg.lateness:g} s)")
+        for f1, r, x in zip(o1, o2, ts, strict=True):
+            f = _file_of(f1)
+            rejected.append((cfg.sources[i], r if f is not None or not (f1 or "") else -1,
+                             f, x, why))
+
+    def _forget(self, cfg: _Config, store: MemoryStore) -> None:
+        """Remove the entries none of whose rows can matter again (module docstring)."""
+        q = _logical(cfg)
+        bts, bs = self.bound
+        for key, (top, n, done) in list(self.entries.items()):
+            i = key[0]
+            if not (top < bts or (top == bts and i <= bs)):
+                continue  # some rows still pending
+            win = q.streams[i].window
+            if win.kind == "range":
+                dead = top + round(win.size / TIME_UNIT) < self.expired
+            elif win.kind == "rows":
+                if not done:  # released in full now: n later rows push it out
+                    self.entries[key] = (top, n, self.released[i])
+                    continue
+                dead = self.released[i] - done >= int(win.size)
+            else:
+                dead = False
+            if dead:
+                for k in range(n):
+                    store.remove((*key, k))
+                del self.entries[key]
+
+    def info(self, cfg: _Config) -> bytes:
+        """The group's scalars for ``meta`` (bounded: no rows)."""
+        import dataclasses
+        cq = self.cq
+        return pickle.dumps({
+            "v": 2, "groups": cfg.groups, "frontier": self.frontier, "seq": self.seq,
+            "closed": self.closed, "late": self.late, "peak": (self.peak_tuples, self.peak_bytes),
+            "bound": self.bound, "expired": self.expired, "entries": self.entries,
+            "next_entry": self.next_entry, "released": self.released, "now": cq.now,
+            "next_rid": cq.next_rid,
+            "stats": dataclasses.asdict(cq.stats), "plan": cq.executor.plan_state(),
+            "adapt": self._adapt_info()}, protocol=pickle.HIGHEST_PROTOCOL)
+
+    # ----- adaptivity --------------------------------------------------------------------
+    def attach(self, cfg: _Config, saved: tuple | None = None) -> None:
+        """Attach the group's policies: fresh ones from ``cfg.adaptivity``, or those of
+        ``saved`` (the pickled profiler and policies) with fresh ones where it has None."""
+        from adaptcq.runtime.spark import make_policies
+        spec = cfg.adaptivity
+        if spec is None:
+            return
+        if saved is None and self.planned is not None and spec.get("optimizer") is not None:
+            # The initial plan was set before the rebuild and is in the restored orders.
+            spec = {**spec, "optimizer": None}
+            if spec["reorder"] == "off" and spec["caching"] is None:
+                return
+        fresh = make_policies(spec)
+        if saved is not None:
+            profiler, kept = saved
+            if len(kept) != len(fresh):
+                raise AdaptcqError("the group's saved policies do not match the query's "
+                                   "adaptivity; restart with a new --checkpoint")
+            self.cq.attach(profiler)  # the query's profiler, statistics and all
+            fresh = [f if k is None else k for k, f in zip(kept, fresh, strict=True)]
+        self.policies = fresh
+        for policy in self.policies:
+            self.cq.attach(policy)
+
+    def report(self, policies: list | None = None) -> dict:
+        """What the group's policies decided: their ``report()`` dicts merged (JSON-able),
+        with the optimizer's once its plan is set, even from before a rebuild."""
+        from adaptcq.runtime.spark import _jsonable_report
+        merged: dict = {} if policies is not None else dict(self.planned or {})
+        for policy in self.policies if policies is None else policies:
+            if type(policy).__name__ == "InitialPlan" and getattr(policy, "done", False):
+                self.planned = _jsonable_report(policy.report())
+            merged.update(policy.report())
+        return _jsonable_report(merged)
+
+    def policy_state(self) -> tuple | None:
+        """(the query's profiler, each policy or None where it restarts after a rebuild)."""
+        if not self.policies or getattr(self.cq, "profiler", None) is None:
+            return None
+        from adaptcq.adapt.acaching import ACaching
+        return (self.cq.profiler,
+                [None if isinstance(p, ACaching) else p for p in self.policies])
+
+    def dump_policies(self) -> bytes | None:
+        """The profiler and policies that continue after a rebuild, pickled (None: none,
+        or they do not pickle and restart)."""
+        saved = self.policy_state()
+        return _dump_policies(self.cq, saved) if saved is not None else None
+
+    def _adapt_info(self) -> dict | None:
+        if not self.policies and self.planned is None:
+            return None
+        full = self.report()  # (also records ``planned``)
+        saved = self.policy_state()
+        kept = saved[1] if saved is not None else [None] * len(self.policies)
+        restarting = [p for p, k in zip(self.policies, kept, strict=True) if k is None]
+        return {"full": full, "restarting_kept": self.report(restarting) if restarting else {},
+                "planned": self.planned, "earlier": self.earlier, "restores": self.restores,
+                "continued": self.continued}
+
+    def _carry(self, cfg: _Config, adapt: dict | None, blob: bytes | None) -> None:
+        """Attach the policies after a rebuild: the saved ones continue when they load."""
+        if adapt is None:
+            self.attach(cfg)
+            return
+        self.planned, self.restores = adapt["planned"], adapt["restores"] + 1
+        self.earlier = list(adapt["earlier"])
+        if blob is not None:
+            try:
+                saved = _load_policies(cfg, blob)
+            except Exception:  # noqa: BLE001 - saved policies that no longer load: fresh ones
+                saved = None
+            if saved is not None:
+                restarted = adapt["restarting_kept"]
+                self.continued = adapt["continued"] + 1
+                if restarted:
+                    self.earlier = [*self.earlier, restarted][-_EARLIER:]
+                self.attach(cfg, saved)
+                return
+        self.continued = adapt["continued"]
+        self.earlier = [*self.earlier, adapt["full"]][-_EARLIER:]
+        self.attach(cfg)
+
+
+def _ordered(cfg: _Config, go: list, pc) -> tuple:
+    """The released rows of every stream, merged in the local runtime's order: (streams,
+    signs or None, times, rows, ids of rows that are not primary replicas of a deletion).
+    Rows become the engine's Python tuples here, column by column."""
+    import pyarrow as pa
+    if not go:
+        return [], None, [], [], set()
+    keys = []
+    per_rows = {}
+    for i, t in go:
+        cols = [t.column(c).to_pylist() for c in cfg.stream_columns[i]]
+        per_rows[i] = list(zip(*cols, strict=True)) if cols else [()] * t.num_rows
+        keys.append(pa.table({"_t": t.column("_t"), "_s": pa.array(np.full(t.num_rows, i,
+                                                                             np.int32)),
+                              "_q": t.column("_q"), "_o1": t.column("_o1"),
+                              "_o2": t.column("_o2"),
+                              "_k": pa.array(np.arange(t.num_rows, dtype=np.int64)),
+                              "_sg": t.column("_sg") if cfg.signed else
+                              pa.array(np.ones(t.num_rows, np.int8)),
+                              "_pr": t.column("_pr")}))
+    k = pa.concat_tables(keys) if len(keys) > 1 else keys[0]
+    k = k.take(pc.sort_indices(k, [(c, "ascending") for c in _ORDER]))
+    streams = k.column("_s").to_pylist()
+    idx = k.column("_k").to_pylist()
+    rows = [per_rows[s][j] for s, j in zip(streams, idx, strict=True)]
+    tss = k.column("_t").to_pylist()
+    signs = None
+    secondary: set = set()
+    if cfg.signed:
+        signs = k.column("_sg").to_pylist()
+        pr = k.column("_pr").to_numpy(zero_copy_only=False)
+        sg = np.asarray(signs)
+        secondary = {id(rows[j]) for j in np.flatnonzero((sg < 0) & ~pr).tolist()}
+    return streams, signs, tss, rows, secondary
+
+
+class _PolicyPickler(pickle.Pickler):
+    """Pickles a group's profiler and policies: the logical query they refer to becomes a
+    reference (re-bound on load to the worker's copy, which the rebuilt engine runs); the
+    engine itself must not be reachable (it would not survive as the same object)."""
+
+    def __init__(self, file, cq):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.cq = cq
+
+    def persistent_id(self, obj):
+        if isinstance(obj, LogicalQuery):
+            return "query"
+        if obj is self.cq or obj is self.cq.executor:
+            raise pickle.PicklingError("a policy holds the engine")
+        return None
+
+
+class _PolicyUnpickler(pickle.Unpickler):
+    def __init__(self, file, query: LogicalQuery):
+        super().__init__(file)
+        self.query = query
+
+    def persistent_load(self, pid):
+        if pid == "query":
+            return self.query
+        raise pickle.UnpicklingError(f"unknown reference {pid!r}")
+
+
+def _dump_policies(cq, saved: tuple) -> bytes | None:
+    """``saved`` pickled, or None when it does not pickle (the policies then restart after a
+    rebuild, as A-Caching always does)."""
+    buf = io.BytesIO()
+    try:
+        _PolicyPickler(buf, cq).dump(saved)
+    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+        return None
+    return buf.getvalue()
+
+
+def _load_policies(cfg: _Config, blob: bytes) -> tuple:
+    return _PolicyUnpickler(io.BytesIO(blob), _logical(cfg)).load()
+
+
+# ----- the StatefulProcessor -------------------------------------------------------------------
+
+_LIVE: dict[tuple[str, int], tuple[tuple[int, int], PartitionGroup]] = {}
+
+
+def decode(packets) -> tuple[dict, list, bool]:
+    """A group's packets of one micro-batch, (stream, bytes) pairs from ``ColumnarSplit``:
+    (stream -> its Arrow tables, [(stream, max time, rows)], end of input seen)."""
+    parts: dict[int, list] = {}
+    maxima: list = []
+    end = False
+    for s, p in packets:
+        if s == PUNCT:
+            pu = json.loads(p)
+            end |= pu["end"]
+            maxima.extend(pu["maxima"])
+        else:
+            parts.setdefault(s, []).append(read_part(p))
+    return parts, maxima, end
+
+
+def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
+                  ) -> tuple[PartitionGroup, list, list, float, dict]:
+    """One micro-batch of group ``gkey``: the live group if the store's token matches,
+    else one rebuilt from the store; its step; its changes and meta written to ``store``.
+    Returns (group, results, rejected rows, engine CPU seconds, statistics)."""
+    parts, maxima, end = decode(packets)
+    meta = store.get_meta()
+    live = _LIVE.get((cfg.qid, gkey))
+    t0 = time.process_time()
+    if meta is None:
+        eng, version, hit = PartitionGroup.new(cfg), 0, False
+    elif live is not None and live[0] == (meta[0], meta[1]):
+        eng, version, hit = live[1], meta[0], True
+    else:  # the state store is the source of truth: rebuild from its changes
+        eng, version, hit = PartitionGroup.rebuild(cfg, store), meta[0], False
+    rebuild_cpu = time.process_time() - t0
+    # Whatever happens below, the live object is about to change: forget it first, so a
+    # failure half-way can never leave a cached engine that disagrees with the store.
+    _LIVE.pop((cfg.qid, gkey), None)
+    t0 = time.process_time()
+    out, rejected, rows_in, received = eng.step(cfg, parts, maxima, end, store)
+    cpu = time.process_time() - t0
+    info = eng.info(cfg)
+    token = int.from_bytes(os.urandom(7), "little")
+    store.put_meta((version + 1, token, info))
+    if cfg.adaptivity is not None:
+        store.put_adapt(eng.dump_policies())
+    _LIVE[(cfg.qid, gkey)] = ((version + 1, token), eng)
+    while len(_LIVE) > 256:  # entries of finished queries
+        del _LIVE[next(iter(_LIVE))]
+    return eng, out, rejected, cpu, {
+        "rows_in": rows_in, "shipped": received, "cache_hit": hit,
+        "rebuild_cpu_seconds": rebuild_cpu, "rebuilt_rows": 0 if hit else eng.rebuilt_rows,
+        "entries": len(eng.entries), "meta_bytes": len(info)}
+
+
+class GroupProcessor(StatefulProcessor):
+    """The StatefulProcessor run by ``transformWithStateInPandas``: one ``PartitionGroup``
+    per grouping key (state-spill.txt §2.1's unit of state; §5's partitioned operator
+    instance), its state in a ``SparkStore``. The class lives at module level so that Spark
+    pickles it by reference and ``_LIVE`` is the worker module's own dict, which survives
+    from one micro-batch to the next in a reused worker."""
+
+    def __init__(self, cfg: _Config):
+        self.cfg = cfg
+
+    def init(self, handle) -> None:
+        self.store = SparkStore(
+            handle.getValueState("meta", "version long, token long, info binary"),
+            handle.getMapState("rows", "stream int, entry long, piece int",
+                               "top long, data binary"),
+            handle.getValueState("adapt", "data binary"))
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator:
+        cfg = self.cfg
+        gkey = int(key[0])
+        # (By position: pyspark rebuilds these frames from itertuples, which renames
+        # columns starting with an underscore.)
+        packets = ((s, p) for pdf in rows
+                   for s, p in zip(pdf.iloc[:, -2].tolist(), pdf.iloc[:, -1].tolist(),
+                                   strict=True))
+        eng, out, rejected, cpu, extra = advance_group(cfg, gkey, self.store, packets)
+        from adaptcq.runtime.spark import _frames
+        yield from _frames(cfg, gkey, eng, out, rejected, cpu, extra)
+
+    def close(self) -> None:
+        pass
