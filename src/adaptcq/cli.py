@@ -109,8 +109,10 @@ def cmd_run(args) -> int:
         from adaptcq.runtime.spark_cli import run_cli
         args.master = args.master or "local[*]"
         return run_cli(args, sql, sources, timestamp, options, console)
-    if args.checkpoint is not None or args.partitions is not None or args.master is not None:
-        raise AdaptcqError("--checkpoint, --partitions and --master need --engine spark")
+    if (args.checkpoint is not None or args.partitions is not None or args.master is not None
+            or args.shares):
+        raise AdaptcqError("--checkpoint, --partitions, --shares and --master need "
+                           "--engine spark")
     return _run_local(args, sql, sources, timestamp, options, console)
 
 
@@ -130,6 +132,7 @@ def _run_queryset(args, console) -> int:
                                     ("--optimizer", args.optimizer), ("--sign", args.sign),
                                     ("--checkpoint", args.checkpoint),
                                     ("--partitions", args.partitions),
+                                    ("--shares", args.shares),
                                     ("--max-results", args.max_results),
                                     ("--format", args.format), ("--rejected", args.rejected))
                if v]

@@ -161,6 +161,10 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--master", help="Spark master (with --engine spark; default local[*])")
     r.add_argument("--partitions", type=int, default=None,
                    help="number of partition groups P (with --engine spark; default: cores)")
+    r.add_argument("--shares", action="append", default=[], metavar="STREAM.COLUMN=P",
+                   help="with --engine spark: the share of the attribute class holding "
+                   "STREAM.COLUMN (repeat it; classes not named get 1; the product is the "
+                   "number of partition groups). Default: chosen from the inputs' sizes")
     r.add_argument("--checkpoint", help="Spark checkpoint folder: a restarted run continues "
                    "exactly from it (with --engine spark)")
 
@@ -202,3 +206,15 @@ def adaptivity_spec(args) -> dict | None:
         raise AdaptcqError("--optimizer and --reorder order MJoin pipelines; "
                            "use them with --executor mjoin")
     return {"optimizer": args.optimizer, "reorder": args.reorder, "caching": caching}
+
+
+def parse_shares(items: list[str]) -> dict[str, int]:
+    """``--shares S.b=4`` (repeated) as {"S.b": 4}."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise AdaptcqError(f"--shares {item!r}: expected STREAM.COLUMN=P with P a whole "
+                               "number >= 1 (e.g. --shares S.b=4)")
+        out[name.strip()] = int(value)
+    return out

@@ -65,7 +65,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--routing", choices=["tickets", "lottery", "random", "fixed"],
                    help="with --executor eddy: the routing policy (default tickets)")
     c.add_argument("--engine", choices=["local", "spark"],
-                   help="with --code: the engine adaptcq run would use (local)")
+                   help="with --code: the engine adaptcq run would use (local); spark with "
+                   "--partitions P: show how the query is split into P partition groups")
+    s = p.add_argument_group("Spark partition groups (--engine spark --partitions P)")
+    s.add_argument("--partitions", type=int,
+                   help="the number of partition groups P: show the shares of each attribute "
+                   "class, each stream's replication and the tuples shipped (rates from "
+                   "--stats, or the row counts of --input, or equal)")
+    s.add_argument("--shares", action="append", default=[], metavar="STREAM.COLUMN=P",
+                   help="show these shares instead of the chosen ones (as adaptcq run)")
 
 
 # ----- statistics ----------------------------------------------------------------------------
@@ -255,6 +263,8 @@ def main(args) -> int:
     if len(args.sql) > 1:
         raise AdaptcqError("several --sql: explain a query set with --executor eddy")
     sql = sql_arg(args.sql[0])
+    if getattr(args, "partitions", None) is not None or getattr(args, "shares", None):
+        return explain_split(args, sql)
     code = _code_request(args)
     if code is not None and not args.stats and not args.input:
         return _print_code(pipeline_code(sql, **code), getattr(args, "json", False))
@@ -475,3 +485,67 @@ def explain_eddy(args) -> int:
 
 def _bitlist(bits: list[int]) -> str:
     return "{" + ", ".join(f"q@{b}" for b in bits) + "}"
+
+
+# ----- Spark partition groups ------------------------------------------------------------------
+def explain_split(args, sql: str) -> int:
+    """``explain --engine spark --partitions P``: the shares (HyperCube) split of the query
+    into P partition groups (``runtime.spark_split.plan_split``), at the rates of
+    ``--stats``, or of the inputs' row counts (``--input``), or equal rates."""
+    from adaptcq.cliargs import parse_shares
+    from adaptcq.query.cql import parse_query
+    from adaptcq.runtime.spark_split import plan_split
+    if getattr(args, "engine", None) != "spark":
+        raise AdaptcqError("--partitions and --shares describe the Spark runtime's partition "
+                           "groups: give --engine spark")
+    if getattr(args, "code", False):
+        raise AdaptcqError("--partitions shows the split, --code the generated pipelines: "
+                           "give one of them")
+    P = args.partitions
+    if P is not None and P < 1:
+        raise AdaptcqError(f"--partitions must be >= 1, got {P}")
+    shares = parse_shares(args.shares or [])
+    rates, source = None, "equal rates"
+    if args.stats:
+        data = json.loads(Path(args.stats).read_text(encoding="utf-8"))
+        rates, source = data.get("rates"), f"rates of {args.stats}"
+        query = parse_query(sql)
+    elif args.input:
+        from adaptcq.runtime.spark import _input_rates, _resolve_input
+        from adaptcq.stream.sources import schema_kinds
+        inputs = {n: _resolve_input(n, p, args.timestamp, None)
+                  for n, p in parse_inputs(args.input).items()}
+        query = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()})
+        rates, source = _input_rates(query, inputs), "row counts of the inputs"
+    else:
+        query = parse_query(sql)
+    plan = plan_split(query, P, rates, shares or None)
+    d = plan.describe()
+    d["rates_from"] = source
+    if getattr(args, "json", False):
+        print(json.dumps(d, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    con = Console()
+    if plan.reason:
+        con.print(f"one partition group: {plan.reason}", highlight=False)
+        return 0
+    t = Table(title=f"shares for P = {plan.groups} partition groups ({source})")
+    t.add_column("attribute class")
+    t.add_column("share", justify="right")
+    for label, p in d["shares"].items():
+        t.add_row(label, str(p))
+    con.print(t)
+    u = Table(title="streams")
+    u.add_column("stream")
+    u.add_column("rate", justify="right")
+    u.add_column("hashed on")
+    u.add_column("groups per tuple", justify="right")
+    for a in query.aliases:
+        u.add_row(a, f"{d['rates'][a]:g}",
+                  ", ".join(f"{a}.{col}" for _, col in plan.keys.get(a, ())) or "-",
+                  str(d["replicas"][a]))
+    con.print(u)
+    con.print(f"tuples shipped per input tuple: {d['replication']:.3f}", highlight=False)
+    return 0

@@ -529,11 +529,37 @@ class ContinuousQuery:
         options = {**options, **(plan or {}), "time_unit": time_unit,
                    "explicit_deletions": explicit_deletions}
         cq = cls(query, executor, mode, **options)
-        sels, ranges, counts, values = cq.selections, cq.ranges, cq.counts, cq.values
-        live: list[dict] = [{} for _ in query.streams]
-        times: list[dict] = [{} for _ in query.streams]
+        cq.load_arrivals(streams, signs, timestamps, rows, expired_before)
+        cq.next_rid, cq.now = max(cq.next_rid, next_rid), now
+        if stats is not None:
+            cq.stats = Counters(**stats)
+            cq._next_sample = cq.stats.updates + cq.sample_every
+        return cq
+
+    def load_arrivals(self, streams: Sequence[int], signs: Sequence[int] | None,
+                      timestamps: Sequence[float], rows: Sequence[tuple],
+                      expired_before: float) -> None:
+        """Bring the windows to where ``process`` of these arrivals (in order) and
+        ``advance_to(expired_before)`` would leave them, **without joining** the arrivals:
+        their rows are loaded into the SteMs (``executor.load``), rows they push out or
+        delete are deleted, and the output this produces (retractions) is dropped. Used by
+        ``rebuild`` and to catch a stale copy of a Spark group up with its stored changes
+        (an MJoin's SteMs are its whole state; executors holding join subresults, XJoin's
+        or A-Caching's, are rebuilt instead)."""
+        sels, ranges, counts, values = self.selections, self.ranges, self.counts, self.values
+        ex = self.executor
+        n_streams = len(self.query.streams)
+        live: list[dict] = [{} for _ in range(n_streams)]
+        times: list[dict] = [{} for _ in range(n_streams)]
         heap = []
-        rid = 0
+        rid = self.next_rid
+
+        def gone_row(i: int, r: int, ts: float) -> None:
+            if r in live[i]:
+                del live[i][r], times[i][r]
+            else:
+                ex.delete(i, r, ts)
+
         for k in range(len(rows)):
             i, ts, row = streams[k], timestamps[k], rows[k]
             if signs is not None and signs[k] < 0:
@@ -544,7 +570,7 @@ class ContinuousQuery:
                     if not rids:
                         del store[row_key(row)]
                     if gone is not None:
-                        del live[i][gone], times[i][gone]
+                        gone_row(i, gone, ts)
                 continue
             rid += 1
             passed = sels[i] is None or sels[i](row)
@@ -552,7 +578,7 @@ class ContinuousQuery:
             if cw is not None:
                 gone = cw.admit(rid if passed else None)
                 if gone:
-                    del live[i][gone], times[i][gone]
+                    gone_row(i, gone, ts)
             if not passed:
                 if values[i] is not None:
                     values[i].setdefault(row_key(row), []).append(None)
@@ -566,15 +592,19 @@ class ContinuousQuery:
                 values[i].setdefault(row_key(row), []).append(rid)
             live[i][rid] = row
             times[i][rid] = ts
-        for i in range(len(live)):
-            cq.executor.load(i, live[i], times[i])
-        heapq.heapify(heap)
-        cq.clock.heap = heap
-        cq.next_rid, cq.now = max(rid, next_rid), now
-        if stats is not None:
-            cq.stats = Counters(**stats)
-            cq._next_sample = cq.stats.updates + cq.sample_every
-        return cq
+        for i in range(n_streams):
+            if live[i]:
+                ex.load(i, live[i], times[i])
+        if self.clock.heap:
+            self.clock.heap.extend(heap)
+            heapq.heapify(self.clock.heap)
+        else:
+            heapq.heapify(heap)
+            self.clock.heap = heap
+        self.next_rid = rid
+        for expires_at, _, i, r in self.clock.due(expired_before):
+            ex.delete(i, r, expires_at)
+        self.out.clear()
 
     # ----- statistics ------------------------------------------------------------------
     def sample(self, ts: float) -> None:

@@ -945,7 +945,7 @@ def _canonical(value):
 _LABELS = {
     "version": "fingerprint version", "sql": "the query", "timestamp": "--timestamp",
     "timestamp_unit": "--timestamp-unit", "executor": "--executor", "mode": "--mode",
-    "groups": "partition groups (--partitions)",
+    "groups": "partition groups (--partitions)", "shares_given": "--shares",
     "allowed_lateness_ns": "--allowed-lateness (ns)", "sign": "--sign",
     "order": "order column", "options": "engine options (--order, --tree, --nested-loop)",
     "adaptivity": "adaptive policies (--optimizer, --reorder, --executor acaching and its "
@@ -1001,6 +1001,8 @@ class FileJob:
     fresh: bool
     output_state: str | None
     rejected_state: str | None
+    shares: dict = field(default_factory=dict)  # the shares in force (label -> share)
+    rates: dict | None = None  # the rates they were chosen for (a first run)
 
     def commit(self) -> None:
         """Write the fingerprint (a fresh run) and claim or clear the output folders."""
@@ -1048,7 +1050,8 @@ class FileJob:
                        for n, inp in self.inputs.items()}
             raw = continuous_query(
                 spark, self.sql, streams, timestamp=self.timestamp, executor=self.executor,
-                mode=self.mode, partitions=self.partitions,
+                mode=self.mode, partitions=None if self.shares else self.partitions,
+                shares=self.shares or None,
                 allowed_lateness=self.allowed_lateness, sign=self.sign,
                 end_of_input=str(ctl), side_outputs=True, timestamp_unit=self.unit,
                 adaptivity=self.adaptivity, **self.options)
@@ -1212,10 +1215,11 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
                   executor: str = "mjoin", mode: str = "append", partitions: int = 1,
                   allowed_lateness: float = 0.0, sign: str | None = None,
                   timestamp_unit: str | None = None, adaptivity: Mapping | None = None,
-                  **options) -> FileJob:
+                  shares: Mapping | None = None, **options) -> FileJob:
     """Check a run over files before Spark does any work: the inputs (as the local runtime
     reads them), the query, the places (no output inside an input or the checkpoint), the
-    checkpoint (its fingerprint must be this query's) and the output folders."""
+    checkpoint (its fingerprint must be this query's) and the output folders; choose the
+    shares (``shares``, those of the checkpoint, or at the inputs' row counts)."""
     from adaptcq.query.cql import parse_query
     from adaptcq.runtime.local import require_inputs
     from adaptcq.stream.sources import schema_kinds
@@ -1234,7 +1238,14 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
         raise InputError(f"no input has the sign column {sign!r} (--sign); the inputs' "
                          "columns: " + "; ".join(f"{n}: {', '.join(i.schema.names)}"
                                                  for n, i in inputs.items()))
-    groups = plan_split(query, partitions).groups
+    if shares is not None and not isinstance(shares, Mapping):
+        raise OptionError(f"shares must map a column of each attribute class to its share, "
+                          f"got {shares!r}")
+    plan = plan_split(query, None if shares else partitions, None, shares or None)
+    if shares and partitions not in (None, 1, plan.groups):
+        raise OptionError(f"shares {dict(shares)} make {plan.groups} partition groups, but "
+                          f"--partitions is {partitions}; give one or make them agree")
+    groups = plan.groups
     _, spec = _adaptivity(executor, adaptivity)
     if spec is not None:  # the policies' options, before Spark starts (run checks them again)
         try:
@@ -1249,7 +1260,8 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     fp = {
         "version": FINGERPRINT_VERSION, "sql": normalize_sql(sql), "timestamp": timestamp,
         "timestamp_unit": timestamp_unit, "executor": executor, "mode": mode,
-        "groups": groups, "allowed_lateness_ns": late, "sign": sign,
+        "groups": groups, "shares_given": _canonical(shares or None),
+        "allowed_lateness_ns": late, "sign": sign,
         "order": _canonical(options.get("order")),
         "options": _canonical({k: v for k, v in options.items() if k != "order"}),
         # Results never depend on the policies (MJoin is exact under any order and cache),
@@ -1263,6 +1275,16 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
         "checkpoint": os.path.realpath(ck),
     }
     stored, fresh = _checkpoint_state(ck, ck_label, fp)
+    # The shares: measured at the first run (at the rows each input holds), then kept, so
+    # that a restart routes rows to the groups that hold their state.
+    rates = None
+    if not shares and groups > 1:
+        if not fresh and stored.get("shares"):
+            shares = stored["shares"]
+        else:
+            rates = _input_rates(query, inputs)
+            shares = plan_split(query, groups, rates).describe()["shares"]
+    fp["shares"] = plan_split(query, None, None, shares).describe()["shares"] if shares else {}
     fp["run"] = uuid.uuid4().hex if fresh else stored.get("run")
     from adaptcq import __version__
     fp["adaptcq"] = __version__
@@ -1271,7 +1293,28 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     return FileJob(sql, inputs, ck, ck_label, output, rejected, timestamp, executor, mode,
                    partitions, allowed_lateness, sign, timestamp_unit, dict(options),
                    None if adaptivity is None else dict(adaptivity), fp, fresh, out_state,
-                   rej_state)
+                   rej_state, dict(fp["shares"]), rates)
+
+
+def _input_rates(query: LogicalQuery, inputs: dict) -> dict[str, float]:
+    """Each source's rows in the files present (the rates the shares are chosen for, as
+    relative weights): Parquet from its footers; text files estimated from their size and
+    the lines in their first 64 KiB."""
+    import pyarrow.parquet as pq
+    out = {}
+    for s in query.streams:
+        inp = inputs[s.source]
+        n = 0
+        for f in inp.files:
+            if inp.kind == "parquet":
+                n += pq.ParquetFile(f).metadata.num_rows
+            else:
+                size = os.path.getsize(f)
+                with open(f, "rb") as fh:
+                    head = fh.read(1 << 16)
+                n += max(1, round(size * head.count(b"\n") / max(len(head), 1)))
+        out[s.alias] = float(max(n, 1))
+    return out
 
 
 def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, output: str | None,
@@ -1279,7 +1322,8 @@ def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, outp
               mode: str = "append", partitions: int | None = None,
               allowed_lateness: float = 0.0, sign: str | None = None, finish: bool = True,
               max_files_per_trigger: int | None = None, timestamp_unit: str | None = None,
-              adaptivity: Mapping | None = None, **options) -> SparkRun:
+              adaptivity: Mapping | None = None, shares: Mapping | None = None,
+              **options) -> SparkRun:
     """Run ``sql`` over Parquet/CSV files (a file, a folder or a glob per source) to Parquet.
 
     Processes every file present (several micro-batches with ``max_files_per_trigger``),
@@ -1288,13 +1332,15 @@ def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, outp
     continues exactly where the previous run stopped (new files only); a checkpoint written
     by another query, or an output folder holding another query's results, is refused
     (``prepare_files``; docs/spark.md). ``adaptivity``: adaptive policies in every
-    partition group (``continuous_query``).
+    partition group (``continuous_query``). The query runs in ``partitions`` groups by shares
+    chosen at the rows each input holds when it starts (``shares`` fixes them), kept in the
+    checkpoint for restarts.
     """
     P = partitions if partitions is not None else \
-        int(spark.conf.get("spark.sql.shuffle.partitions"))
+        1 if shares else int(spark.conf.get("spark.sql.shuffle.partitions"))
     job = prepare_files(sql, sources, checkpoint, output, rejected, timestamp, executor, mode,
                         P, allowed_lateness, sign, timestamp_unit, adaptivity=adaptivity,
-                        **options)
+                        shares=shares, **options)
     return job.run(spark, finish, max_files_per_trigger)
 
 

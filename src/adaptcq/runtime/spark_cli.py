@@ -80,7 +80,9 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
     partitions = getattr(args, "partitions", None)
     if partitions is not None and partitions < 1:
         raise AdaptcqError(f"--partitions must be >= 1, got {partitions}")
-    partitions = partitions or local_cores(master)
+    from adaptcq.cliargs import parse_shares
+    shares = parse_shares(getattr(args, "shares", None) or [])
+    partitions = partitions or (None if shares else local_cores(master))
     unit = getattr(args, "timestamp_unit", None)
     output = (args.output.rstrip("/") or "/") if args.output else None
     with contextlib.ExitStack() as stack:
@@ -103,7 +105,8 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
         rejected = args.rejected or (f"{output}.rejected" if output else None)
         job = prepare_files(sql, paths, checkpoint, output, rejected, timestamp,
                             executor, args.mode, partitions, args.allowed_lateness,
-                            args.sign, unit, adaptivity=adaptivity, **options)
+                            args.sign, unit, adaptivity=adaptivity, shares=shares or None,
+                            **options)
         spark = get_spark(master, "adaptcq run")
         # Failures are reported as one line (AdaptcqError); Spark's own log of them would
         # be hundreds of lines of JVM and Python stack traces.
@@ -148,6 +151,9 @@ def summary_table(run: SparkRun, args, master: str):
               + (args.checkpoint or "(temporary)"))
     t.add_row("micro-batches", f"{run.batches:,}")
     t.add_row("input rows", f"{run.rows_in:,}")
+    if run.shares:
+        t.add_row("shares", ", ".join(f"{k}: {v}" for k, v in run.shares.items()))
+        t.add_row("rows shipped (replication)", f"{run.shipped:,} ({run.replication:.2f}x)")
     t.add_row("updates processed (ΔR insertions + deletions)", f"{run.updates:,}")
     t.add_row("results", f"{run.results:,}")
     t.add_row("wall seconds (streaming query)", f"{run.wall_seconds:.2f}")

@@ -51,6 +51,7 @@ __all__ = ["MemoryStore", "PartitionGroup", "SparkStore", "read_part", "release"
 PIECE = 8 << 20  # bytes per state-store value: an entry is cut into pieces of about this
 TIME_UNIT = 1e-9  # seconds per engine time unit: event times are int64 nanoseconds
 _EARLIER = 4  # reports of earlier policy generations kept per group
+_HISTORY = 32  # (version, token)s a group's meta remembers: how stale a copy may catch up
 _ORDER = ["_t", "_s", "_q", "_o1", "_o2"]  # the local runtime's order of equal timestamps
 _QUERIES: dict[str, LogicalQuery] = {}
 
@@ -147,6 +148,9 @@ class MemoryStore:
     def remove(self, key: tuple) -> None:
         del self.entries[key]
 
+    def get(self, key: tuple) -> tuple:
+        return self.entries[key]
+
     def items(self) -> Iterator[tuple]:
         yield from self.entries.items()
 
@@ -179,6 +183,9 @@ class SparkStore(MemoryStore):
 
     def remove(self, key: tuple) -> None:
         self._rows.removeKey(key)
+
+    def get(self, key: tuple) -> tuple:
+        return self._rows.getValue(key)
 
     def items(self) -> Iterator[tuple]:
         yield from self._rows.iterator()
@@ -231,7 +238,8 @@ class PartitionGroup:
     earlier: list = field(default_factory=list)  # reports of policies restarted by a rebuild
     restores: int = 0  # rebuilds with policies
     continued: int = 0  # of them, rebuilds that continued the saved profiler and policies
-    rebuilt_rows: int = 0  # rows loaded by the last rebuild
+    rebuilt_rows: int = 0  # rows loaded by the last rebuild or catch-up
+    history: list = field(default_factory=list)  # the last (version, token)s it wrote
 
     # ----- creation ----------------------------------------------------------------------
     @classmethod
@@ -288,8 +296,59 @@ class PartitionGroup:
                 info["peak"][0], info["peak"][1], tuple(info["bound"]), info["expired"],
                 dict(info["entries"]), info["next_entry"], list(info["released"]))
         g.rebuilt_rows = len(rows)
+        g.history = list(info["history"])
         g._carry(cfg, info.get("adapt"), store.get_adapt())
         return g
+
+    def catch_up(self, cfg: _Config, store: MemoryStore, info: dict) -> None:
+        """Bring a stale live copy (a worker ran this group some micro-batches ago; another
+        worker ran the ones since) up to the store: load the rows the other worker
+        released since, from the entries it wrote, without joining them (their results
+        were emitted there), expire what it expired, and take its scalars. Costs the
+        missed micro-batches' input, not the state (``can_catch_up`` says when it is
+        allowed)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from adaptcq.engine.continuous import Counters
+        n = cfg.n_streams
+        tables: list[list] = [[] if t is None else [t] for t in self.pending]
+        fresh = sorted(k for k in info["entries"] if k[1] >= self.next_entry)
+        for key in fresh:
+            for k in range(info["entries"][key][1]):
+                tables[key[0]].append(read_part(store.get((*key, k))[1]))
+        bts, bs = info["bound"]
+        go, pending = [], [None] * n
+        loaded = 0
+        for i in range(n):
+            if not tables[i]:
+                continue
+            t = pa.concat_tables(tables[i]) if len(tables[i]) > 1 else tables[i][0]
+            ts = t.column("_t").to_numpy()
+            mask = (ts < bts) | ((ts == bts) & (i <= bs))
+            if mask.any():
+                go.append((i, t.filter(pa.array(mask))))
+                loaded += int(mask.sum())
+            if not mask.all():
+                pending[i] = t.filter(pa.array(~mask))
+        streams, signs, tss, rows, _ = _ordered(cfg, go, pc)
+        cq = self.cq
+        cq.load_arrivals(streams, signs, tss, rows, info["expired"])
+        cq.next_rid = max(cq.next_rid, info["next_rid"])
+        cq.now = info["now"]
+        cq.stats = Counters(**info["stats"])
+        cq._next_sample = cq.stats.updates + cq.sample_every
+        self.pending = pending
+        self.frontier, self.seq, self.closed = list(info["frontier"]), info["seq"], \
+            info["closed"]
+        self.late = info["late"]
+        self.peak_tuples = max(self.peak_tuples, info["peak"][0])
+        self.peak_bytes = max(self.peak_bytes, info["peak"][1])
+        self.bound, self.expired = tuple(info["bound"]), info["expired"]
+        self.entries, self.next_entry = dict(info["entries"]), info["next_entry"]
+        self.released = list(info["released"])
+        self.history = list(info["history"])
+        self.rebuilt_rows = loaded
 
     # ----- one micro-batch ---------------------------------------------------------------
     def step(self, cfg: _Config, parts: dict, maxima: list, end: bool, store: MemoryStore
@@ -416,7 +475,7 @@ class PartitionGroup:
             "closed": self.closed, "late": self.late, "peak": (self.peak_tuples, self.peak_bytes),
             "bound": self.bound, "expired": self.expired, "entries": self.entries,
             "next_entry": self.next_entry, "released": self.released, "now": cq.now,
-            "next_rid": cq.next_rid,
+            "next_rid": cq.next_rid, "history": self.history,
             "stats": dataclasses.asdict(cq.stats), "plan": cq.executor.plan_state(),
             "adapt": self._adapt_info()}, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -605,6 +664,12 @@ def decode(packets) -> tuple[dict, list, bool]:
     return parts, maxima, end
 
 
+def can_catch_up(cfg: _Config) -> bool:
+    """A stale live copy can be caught up when the engine's SteMs are its whole state
+    (MJoin) and no policy holds statistics the copy would lack (without adaptivity)."""
+    return cfg.executor == "mjoin" and cfg.adaptivity is None
+
+
 def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
                   ) -> tuple[PartitionGroup, list, list, float, dict]:
     """One micro-batch of group ``gkey``: the live group if the store's token matches,
@@ -614,12 +679,20 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
     meta = store.get_meta()
     live = _LIVE.get((cfg.qid, gkey))
     t0 = time.process_time()
+    caught_up = False
     if meta is None:
         eng, version, hit = PartitionGroup.new(cfg), 0, False
     elif live is not None and live[0] == (meta[0], meta[1]):
         eng, version, hit = live[1], meta[0], True
-    else:  # the state store is the source of truth: rebuild from its changes
-        eng, version, hit = PartitionGroup.rebuild(cfg, store), meta[0], False
+    else:  # the state store is the source of truth: catch up with it, or rebuild from it
+        hit = False
+        info = pickle.loads(meta[2])
+        if live is not None and can_catch_up(cfg) and list(live[0]) in map(list,
+                                                                          info["history"]):
+            eng, version, caught_up = live[1], meta[0], True
+            eng.catch_up(cfg, store, info)
+        else:
+            eng, version = PartitionGroup.rebuild(cfg, store), meta[0]
     rebuild_cpu = time.process_time() - t0
     # Whatever happens below, the live object is about to change: forget it first, so a
     # failure half-way can never leave a cached engine that disagrees with the store.
@@ -627,8 +700,9 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
     t0 = time.process_time()
     out, rejected, rows_in, received = eng.step(cfg, parts, maxima, end, store)
     cpu = time.process_time() - t0
-    info = eng.info(cfg)
     token = int.from_bytes(os.urandom(7), "little")
+    eng.history = [*eng.history, (version + 1, token)][-_HISTORY:]
+    info = eng.info(cfg)
     store.put_meta((version + 1, token, info))
     if cfg.adaptivity is not None:
         store.put_adapt(eng.dump_policies())
@@ -637,7 +711,8 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
         del _LIVE[next(iter(_LIVE))]
     return eng, out, rejected, cpu, {
         "rows_in": rows_in, "shipped": received, "cache_hit": hit,
-        "rebuild_cpu_seconds": rebuild_cpu, "rebuilt_rows": 0 if hit else eng.rebuilt_rows,
+        "caught_up": caught_up, "rebuild_cpu_seconds": rebuild_cpu,
+        "rebuilt_rows": 0 if hit else eng.rebuilt_rows,
         "entries": len(eng.entries), "meta_bytes": len(info)}
 
 

@@ -1383,6 +1383,9 @@ def run_cli_multi(args, console) -> int:
     queries = {f"q{k}": sql_arg(text) for k, text in enumerate(args.sql or [], 1)}
     master = getattr(args, "master", None) or "local[*]"
     check_master(master)
+    if getattr(args, "shares", None):
+        raise AdaptcqError("--shares: a query set on Spark is split on one column per source "
+                           "(--partition-by), not by shares; shares are for one query")
     partitions = getattr(args, "partitions", None)
     if partitions is not None and partitions < 1:
         raise AdaptcqError(f"--partitions must be >= 1, got {partitions}")
