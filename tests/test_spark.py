@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import warnings
 from collections import Counter
@@ -345,6 +346,89 @@ def test_stop_and_restart_from_checkpoint(spark, tmp_path):
     assert run2.rows_in == sum(t.num_rows for parts in rest.values() for t in parts)
     local = adaptcq.run(PARTITIONED, srcs, mode="retract")
     _assert_same(local.table, out, min_rows=20)
+
+
+def _random_case(seed: int):
+    """A random query of 2–5 streams over a random join graph (chain, star, cycle or a
+    complete graph; join columns a, b, c), random [RANGE] windows and a selection, and its
+    random streams in 4 files each (timestamp ties, duplicate and NULL keys)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 6))
+    names = [f"S{i}" for i in range(n)]
+    shape = ["chain", "star", "cycle", "complete"][seed % 4]
+    if shape == "star":
+        edges = [(0, i) for i in range(1, n)]
+    elif shape == "complete":
+        edges = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    else:
+        edges = [(i - 1, i) for i in range(1, n)] + ([(0, n - 1)] if shape == "cycle"
+                                                      and n > 2 else [])
+    cols = "abc"
+    preds = [f"{names[i]}.{cols[rng.integers(0, 3)]} = {names[j]}.{cols[rng.integers(0, 3)]}"
+             for i, j in edges]
+    windows = [f"[RANGE {rng.choice([0.5, 1, 2])} SECONDS]" for _ in names]
+    select = ", ".join(f"{nm}.id AS i{k}" for k, nm in enumerate(names))
+    sql = (f"SELECT {select} FROM " + ", ".join(f"{nm} {w}" for nm, w in
+                                                zip(names, windows, strict=True))
+           + " WHERE " + " AND ".join([*preds, f"{names[-1]}.c <> 1"]))
+    pieces = {}
+    for k, nm in enumerate(names):
+        m = 60 + 15 * k
+        ts = np.sort(np.round(rng.uniform(0, 6, m), 1))
+        data = {"ts": pa.array(ts), "id": pa.array(np.arange(m), pa.int64())}
+        for c in cols:
+            v = rng.integers(0, 3, m).astype(object)
+            v[rng.random(m) < 0.05] = None
+            data[c] = pa.array(list(v), pa.int64())
+        t = pa.table(data)
+        cut = np.linspace(0, m, 5).astype(int)
+        pieces[nm] = [t.slice(cut[q], cut[q + 1] - cut[q]) for q in range(4)]
+    return sql, pieces
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_random_queries_with_shares_stop_restart_and_equal_local(spark, tmp_path, seed):
+    """Must hold (issue 11): random queries of 2–5 streams over chains, stars, cycles and
+    complete graphs, random P and shares, append and retract, stopped after two files and
+    restarted from the checkpoint: the output equals the local runtime's."""
+    sql, pieces = _random_case(seed)
+    rng = np.random.default_rng(100 + seed)
+    mode = ["append", "retract"][seed % 2]
+    q = parse_query(sql, {nm: {c: "number" for c in ("ts", "id", "a", "b", "c")}
+                          for nm in pieces})
+    labels = [c.split(" = ")[0] for c in plan_split(q, 2).classes]
+    shares = ({x: int(rng.integers(1, 3)) for x in labels} if seed >= 2 else None)
+    P = None if shares else int(rng.integers(2, 6))
+    srcs = _write(tmp_path / "in", {k: v[:2] for k, v in pieces.items()})
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    run1 = run_files(spark, sql, srcs, ck, out, mode=mode, partitions=P, shares=shares,
+                     max_files_per_trigger=1, finish=False)
+    _write(tmp_path / "in", {k: v[2:] for k, v in pieces.items()}, start=2)
+    run2 = run_files(spark, sql, srcs, ck, out, mode=mode, partitions=P, shares=shares,
+                     max_files_per_trigger=1)
+    assert run2.shares == run1.shares  # kept in the checkpoint
+    assert len(run1.groups) == (math.prod(run1.shares.values()) if run1.shares else 1)
+    _assert_same(adaptcq.run(sql, srcs, mode=mode).table, out, min_rows=1)
+
+
+def test_restart_keeps_the_measured_shares_and_refuses_others(spark, tmp_path):
+    """The shares are chosen at the first run's row counts and kept: a restart after T has
+    grown 20-fold routes rows as before; other --shares are refused."""
+    pieces = _workload(6, n=150, files=2)
+    srcs = _write(tmp_path / "in", {k: v[:1] for k, v in pieces.items()})
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    run1 = run_files(spark, CHAIN, srcs, ck, out, mode="append", partitions=4,
+                     max_files_per_trigger=1, finish=False)
+    assert run1.shares == {"R.a = S.a": 2, "S.b = T.b": 2}
+    big = {"T": [pa.concat_tables([pieces["T"][1]] * 20).sort_by("ts")],
+           "R": pieces["R"][1:], "S": pieces["S"][1:]}
+    _write(tmp_path / "in", big, start=1)
+    with pytest.raises(AdaptcqError, match="--shares was not given, now"):
+        run_files(spark, CHAIN, srcs, ck, out, mode="append", shares={"S.b": 4})
+    run2 = run_files(spark, CHAIN, srcs, ck, out, mode="append", partitions=4,
+                     max_files_per_trigger=1)
+    assert run2.shares == run1.shares
+    _assert_same(adaptcq.run(CHAIN, srcs, mode="append").table, out, min_rows=20)
 
 
 def test_late_rows_are_counted_and_written(spark, tmp_path):

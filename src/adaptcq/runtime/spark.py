@@ -68,7 +68,7 @@ from adaptcq import errors as _errors
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.output import overlaps
-from adaptcq.runtime.spark_group import GroupProcessor
+from adaptcq.runtime.spark_group import GroupProcessor, _ipc, read_part
 from adaptcq.runtime.spark_split import (
     _NOFILE,
     END,
@@ -98,7 +98,8 @@ __all__ = [
 ]
 
 KIND_RESULT, KIND_REJECTED, KIND_STATS = 0, 1, 2
-SIDE_COLUMNS = ("_aq_kind", "_aq_stream", "_aq_row", "_aq_file", "_aq_reason", "_aq_info")
+SIDE_COLUMNS = ("_aq_kind", "_aq_data", "_aq_info")
+RESULTS_PER_BLOB = 100_000  # result rows per Arrow IPC table in the operator's output
 CHUNK = 8 << 20  # bytes per state-store chunk of a query-set group's snapshot
 TIME_UNIT = 1e-9  # seconds per engine time unit: event times are int64 nanoseconds
 FINGERPRINT = "adaptcq.json"  # in a checkpoint folder: what query wrote it
@@ -357,14 +358,12 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         union = union.unionByName(p, allowMissingColumns=True)
 
     out_types = _output_types(spark, query, col_types)
-    fields = [T.StructField("_aq_kind", T.ByteType())]
-    fields += [T.StructField(n, t) for n, t in zip(names, out_types, strict=True)]
-    fields += [T.StructField("_sign", T.ByteType()), T.StructField("_ts", T.LongType()),
-               T.StructField("_aq_stream", T.StringType()), T.StructField("_aq_row", T.LongType()),
-               T.StructField("_aq_file", T.StringType()),
-               T.StructField("_aq_reason", T.StringType()),
-               T.StructField("_aq_info", T.StringType())]
-    out_schema = T.StructType(fields)
+    result_struct = T.StructType(
+        [T.StructField(n, t) for n, t in zip(names, out_types, strict=True)]
+        + [T.StructField("_sign", T.ByteType()), T.StructField("_ts", T.LongType())])
+    out_schema = T.StructType([T.StructField("_aq_kind", T.ByteType()),
+                               T.StructField("_aq_data", T.BinaryType()),
+                               T.StructField("_aq_info", T.StringType())])
 
     cfg = _Config(
         qid=uuid.uuid4().hex, sql=sql, schemas=schemas, executor=executor, mode=mode,
@@ -375,7 +374,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         reported=[_first_alias_of_source(query, i) for i in range(len(query.streams))],
         sources=[s.source for s in query.streams], names=names, timestamp=timestamp,
         unit=timestamp_unit, ts_kinds=ts_kinds, sign=sign, plan=plan,
-        aliases=list(query.aliases))
+        aliases=list(query.aliases), results=_arrow_schema(result_struct))
     packets = union.mapInArrow(ColumnarSplit(cfg), "_g int, _s int, _p binary")
     raw = packets.groupBy("_g").transformWithStateInPandas(
         statefulProcessor=GroupProcessor(cfg), outputStructType=out_schema,
@@ -385,8 +384,9 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     raw._adaptcq = info
     if side_outputs:
         return raw
-    res = raw.where(F.col("_aq_kind") == KIND_RESULT).select(
-        *names, "_sign", _ts_out(ts_type, timestamp_unit).alias("_ts"))
+    res = (raw.where(F.col("_aq_kind") == KIND_RESULT).select("_aq_data")
+           .mapInArrow(_unpack, result_struct)
+           .select(*names, "_sign", _ts_out(ts_type, timestamp_unit).alias("_ts")))
     res._adaptcq = info
     return res
 
@@ -637,32 +637,30 @@ def _output_types(spark, query: LogicalQuery, col_types: dict[str, list]):
 
 def _frames(cfg: _Config, gkey: int, eng, out: list, rejected: list, cpu: float,
             extra: dict):
-    """The operator's output frames: results, rejected rows, one statistics row (the
-    group's counters, state and ``extra``: rows in, rows shipped, store figures)."""
+    """The operator's output frames: results and rejected rows as Arrow IPC tables (a few
+    large rows, not one per result: pyspark would otherwise convert every result row on
+    its way through the JVM), and one statistics row (the group's counters, state and
+    ``extra``: rows in, rows shipped, store figures)."""
     import pandas as pd
-    names = cfg.names
-    n = len(names)
-    if out:
-        cols = list(zip(*out))
-        data = {"_aq_kind": np.zeros(len(out), np.int8)}
-        for k in range(n):
-            data[names[k]] = list(cols[k])
-        data["_sign"] = np.asarray(cols[n], np.int8)
-        data["_ts"] = np.asarray(cols[n + 1], np.int64)  # int64 ns, converted by the caller
-        df = pd.DataFrame(data)
-        for c in ("_aq_stream", "_aq_row", "_aq_file", "_aq_reason", "_aq_info"):
-            df[c] = None
-        yield df
+    import pyarrow as pa
+    kinds, blobs = [], []
+    schema = cfg.results
+    for a in range(0, len(out), RESULTS_PER_BLOB):
+        cols = list(zip(*out[a:a + RESULTS_PER_BLOB], strict=True))
+        table = pa.Table.from_arrays([pa.array(c, f.type) for c, f in
+                                      zip(cols, schema, strict=True)], schema=schema)
+        kinds.append(KIND_RESULT)
+        blobs.append(_ipc(table))
     if rejected:
-        src, row, file, ts, why = zip(*rejected)
-        data = {"_aq_kind": np.full(len(rejected), KIND_REJECTED, np.int8)}
-        for k in range(n):
-            data[names[k]] = [None] * len(rejected)
-        data.update({"_sign": np.zeros(len(rejected), np.int8),
-                     "_ts": np.asarray(ts, np.int64), "_aq_stream": list(src),
-                     "_aq_row": list(row), "_aq_file": list(file), "_aq_reason": list(why),
-                     "_aq_info": [None] * len(rejected)})
-        yield pd.DataFrame(data)
+        src, row, file, ts, why = zip(*rejected, strict=True)
+        kinds.append(KIND_REJECTED)
+        blobs.append(_ipc(pa.table({
+            "stream": pa.array(src, pa.string()), "row": pa.array(row, pa.int64()),
+            "file": pa.array(file, pa.string()), "ts": pa.array(ts, pa.int64()),
+            "reason": pa.array(why, pa.string())})))
+    if blobs:
+        yield pd.DataFrame({"_aq_kind": np.asarray(kinds, np.int8), "_aq_data": blobs,
+                            "_aq_info": [None] * len(blobs)})
     st = eng.cq.stats
     info = {"group": gkey, "arrivals": st.arrivals, "updates": st.updates,
             "insertions": st.insertions, "deletions": st.deletions, "filtered": st.filtered,
@@ -679,12 +677,30 @@ def _frames(cfg: _Config, gkey: int, eng, out: list, rejected: list, cpu: float,
         info["policy_restores"] = eng.restores
         info["policy_continued"] = eng.continued
         info["restarted_policies"] = eng.earlier
-    data = {"_aq_kind": [KIND_STATS]}
-    for k in range(n):
-        data[names[k]] = [None]
-    data.update({"_sign": [0], "_ts": [None], "_aq_stream": [None], "_aq_row": [None],
-                 "_aq_file": [None], "_aq_reason": [None], "_aq_info": [json.dumps(info)]})
-    yield pd.DataFrame(data)
+    yield pd.DataFrame({"_aq_kind": np.asarray([KIND_STATS], np.int8), "_aq_data": [None],
+                        "_aq_info": [json.dumps(info)]})
+
+
+def _unpack(batches):
+    """``mapInArrow``: the results' Arrow IPC tables as rows (``continuous_query``)."""
+    for batch in batches:
+        for blob in batch.column(0).to_pylist():
+            yield from read_part(blob).to_batches()
+
+
+def _arrow_schema(struct):
+    """The Arrow schema of the results (timestamps without a zone: the engine's are naive
+    UTC, as the local runtime's)."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_type
+    fields = []
+    for f in struct.fields:
+        t = to_arrow_type(f.dataType, timezone="UTC")
+        if isinstance(f.dataType, T.TimestampType):
+            t = pa.timestamp("us", tz="UTC")
+        fields.append(pa.field(f.name, t))
+    return pa.schema(fields)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -787,8 +803,9 @@ def _write_parquet(table, folder: Path, name: str) -> None:
 
 def write_batch(raw_batch, batch_id: int, output: str | None, rejected: str | None,
                 run: SparkRun, names: list[str], ts_type=None, unit: str | None = None) -> None:
-    """Route one micro-batch of side-output rows: results and rejected rows to Parquet files
-    named by batch id (a re-run batch overwrites its own file: exactly once), statistics into
+    """Route one micro-batch of the operator's output (``side_outputs=True``: rows of
+    ``_aq_kind``, ``_aq_data`` Arrow IPC tables, ``_aq_info`` statistics JSON): results and
+    rejected rows to Parquet files named by batch id (a re-run batch overwrites its own file: exactly once), statistics into
     ``run``. Use it from ``foreachBatch``.
 
     ``_ts`` leaves the operator as int64 nanoseconds and is written as ``ts_type`` (default
@@ -802,25 +819,34 @@ def write_batch(raw_batch, batch_id: int, output: str | None, rejected: str | No
     # matter, but it would cost twice; collecting once and splitting on the driver avoids it.
     tab = raw_batch.toArrow()
     kind = tab.column("_aq_kind").to_numpy(zero_copy_only=False)
-    res = tab.filter(kind == KIND_RESULT).select([*names, "_sign", "_ts"])
-    if ts_type is not None:
+    data = tab.column("_aq_data").to_pylist()
+    info = tab.column("_aq_info").to_pylist()
+    parts = {KIND_RESULT: [], KIND_REJECTED: []}
+    stats = []
+    for k, d, s in zip(kind.tolist(), data, info, strict=True):
+        if k == KIND_STATS:
+            stats.append(s)
+        else:
+            parts[k].append(read_part(d))
+    res = pa.concat_tables(parts[KIND_RESULT]) if parts[KIND_RESULT] else None
+    if res is not None and ts_type is not None:
         ns = res.column("_ts").to_numpy()
         res = res.set_column(len(names) + 1, "_ts", et.from_nanoseconds(ns, ts_type, unit))
-    rj = tab.filter(kind == KIND_REJECTED)
+    rj = pa.concat_tables(parts[KIND_REJECTED]) if parts[KIND_REJECTED] else None
     rej = pa.table({
-        "stream": rj.column("_aq_stream"), "row": rj.column("_aq_row"),
-        "file": rj.column("_aq_file"),
-        "ts": pa.array(rj.column("_ts").to_numpy() / 1e9, pa.float64()),
-        "reason": rj.column("_aq_reason")})
-    stats = tab.filter(kind == KIND_STATS).column("_aq_info").to_pylist()
-    if output and res.num_rows:
+        "stream": pa.array([], pa.string()) if rj is None else rj.column("stream"),
+        "row": pa.array([], pa.int64()) if rj is None else rj.column("row"),
+        "file": pa.array([], pa.string()) if rj is None else rj.column("file"),
+        "ts": pa.array([] if rj is None else rj.column("ts").to_numpy() / 1e9, pa.float64()),
+        "reason": pa.array([], pa.string()) if rj is None else rj.column("reason")})
+    if output and res is not None and res.num_rows:
         _write_parquet(res, Path(output), f"part-{batch_id:08d}.parquet")
     if rejected and rej.num_rows:
         if run.run_id and not (Path(rejected) / OUTPUT_MARKER).exists():
             _mark(Path(rejected), run)
         _write_parquet(rej, Path(rejected), f"part-{batch_id:08d}.parquet")
     run.batches += 1
-    run.results += res.num_rows
+    run.results += 0 if res is None else res.num_rows
     run.rejected += rej.num_rows
     for s in stats:
         info = json.loads(s)
@@ -828,7 +854,8 @@ def write_batch(raw_batch, batch_id: int, output: str | None, rejected: str | No
         run.shipped += info.get("shipped", info["rows_in"])
         run.groups[info["group"]] = info
         run.history.append(info)
-    run._schema = res.schema
+    if res is not None:
+        run._schema = res.schema
 
 
 # ---------------------------------------------------------------------------------------------

@@ -230,7 +230,9 @@ class PartitionGroup:
     peak_bytes: int = 0
     bound: tuple = (-math.inf, 0)  # the release bound so far ((ts, stream); inf: closed)
     expired: float = -math.inf  # every row with t + w below this has left its window
-    entries: dict = field(default_factory=dict)  # (stream, entry) -> (newest t, pieces, done)
+    # (stream, entry) -> (newest t, pieces, released rows of its stream when it was released
+    # in full (count windows), rows)
+    entries: dict = field(default_factory=dict)
     next_entry: int = 0
     released: list = field(default_factory=list)  # per stream: rows released so far
     policies: list = field(default_factory=list)
@@ -299,6 +301,12 @@ class PartitionGroup:
         g.history = list(info["history"])
         g._carry(cfg, info.get("adapt"), store.get_adapt())
         return g
+
+    def rows_since(self, info: dict) -> int:
+        """Rows a catch-up to ``info`` would read and load: those pending here and those
+        of the entries written since (a rebuild reads every entry's)."""
+        return (sum(0 if t is None else t.num_rows for t in self.pending)
+                + sum(e[3] for k, e in info["entries"].items() if k[1] >= self.next_entry))
 
     def catch_up(self, cfg: _Config, store: MemoryStore, info: dict) -> None:
         """Bring a stale live copy (a worker ran this group some micro-batches ago; another
@@ -389,7 +397,7 @@ class PartitionGroup:
             top = int(pc.max(t.column("_t")).as_py())
             for k, blob in enumerate(blobs):
                 store.put((*key, k), (top, blob))
-            self.entries[key] = (top, len(blobs), 0)
+            self.entries[key] = (top, len(blobs), 0, t.num_rows)
             self.pending[i] = t if self.pending[i] is None else \
                 pa.concat_tables([self.pending[i], t])
         self.frontier, self.closed, bts, bs, advance = bound(bmax, self.closed, end, L)
@@ -447,7 +455,7 @@ class PartitionGroup:
         """Remove the entries none of whose rows can matter again (module docstring)."""
         q = _logical(cfg)
         bts, bs = self.bound
-        for key, (top, n, done) in list(self.entries.items()):
+        for key, (top, n, done, rows) in list(self.entries.items()):
             i = key[0]
             if not (top < bts or (top == bts and i <= bs)):
                 continue  # some rows still pending
@@ -456,7 +464,7 @@ class PartitionGroup:
                 dead = top + round(win.size / TIME_UNIT) < self.expired
             elif win.kind == "rows":
                 if not done:  # released in full now: n later rows push it out
-                    self.entries[key] = (top, n, self.released[i])
+                    self.entries[key] = (top, n, self.released[i], rows)
                     continue
                 dead = self.released[i] - done >= int(win.size)
             else:
@@ -666,7 +674,8 @@ def decode(packets) -> tuple[dict, list, bool]:
 
 def can_catch_up(cfg: _Config) -> bool:
     """A stale live copy can be caught up when the engine's SteMs are its whole state
-    (MJoin) and no policy holds statistics the copy would lack (without adaptivity)."""
+    (MJoin) and no policy holds statistics the copy would lack (without adaptivity); it is,
+    when that reads fewer rows than a rebuild (``PartitionGroup.rows_since``)."""
     return cfg.executor == "mjoin" and cfg.adaptivity is None
 
 
@@ -687,8 +696,9 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
     else:  # the state store is the source of truth: catch up with it, or rebuild from it
         hit = False
         info = pickle.loads(meta[2])
-        if live is not None and can_catch_up(cfg) and list(live[0]) in map(list,
-                                                                          info["history"]):
+        if (live is not None and can_catch_up(cfg)
+                and list(live[0]) in map(list, info["history"])
+                and live[1].rows_since(info) <= sum(e[3] for e in info["entries"].values())):
             eng, version, caught_up = live[1], meta[0], True
             eng.catch_up(cfg, store, info)
         else:

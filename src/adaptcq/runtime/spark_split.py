@@ -240,6 +240,7 @@ class _Config:
     sign: str | None = None
     plan: SplitPlan | None = None  # the shares (ColumnarSplit)
     aliases: list[str] = field(default_factory=list)
+    results: object = None  # the Arrow schema of result rows (``runtime.spark._frames``)
 
 
 def _file_key(uri: str | None, cache: dict) -> str:
