@@ -376,9 +376,7 @@ class PartitionGroup:
         rejected = []
         rows_in = received = 0
         for i in sorted(parts):
-            t = pa.concat_tables(parts[i])
-            t = t.set_column(t.schema.get_field_index("_o1"), "_o1",
-                             pc.cast(t.column("_o1"), pa.string()))
+            t = pa.concat_tables(parts[i]) if len(parts[i]) > 1 else parts[i][0]
             received += t.num_rows
             primary = t.column("_pr").to_numpy(zero_copy_only=False)
             rows_in += int(primary.sum())
@@ -586,7 +584,8 @@ def _ordered(cfg: _Config, go: list, pc) -> tuple:
         per_rows[i] = list(zip(*cols, strict=True)) if cols else [()] * t.num_rows
         keys.append(pa.table({"_t": t.column("_t"), "_s": pa.array(np.full(t.num_rows, i,
                                                                              np.int32)),
-                              "_q": t.column("_q"), "_o1": t.column("_o1"),
+                              "_q": t.column("_q"),
+                              "_o1": pc.cast(t.column("_o1"), pa.string()),
                               "_o2": t.column("_o2"),
                               "_k": pa.array(np.arange(t.num_rows, dtype=np.int64)),
                               "_sg": t.column("_sg") if cfg.signed else

@@ -268,6 +268,26 @@ def _file_of(key: str | None) -> str | None:
     return key.replace(_SEP, "/")
 
 
+class _FileKeys:
+    """A batch's file order keys (``_file_key``), dictionary-encoded: the few distinct
+    files of a batch are converted once, not once per row."""
+
+    def __init__(self, encoded, cache: dict):
+        import pyarrow as pa
+        self.codes = encoded.indices.to_numpy(zero_copy_only=False)
+        self.keys = [_file_key(u, cache) for u in encoded.dictionary.to_pylist()]
+        self.dictionary = pa.array(self.keys, pa.string())
+
+    def __getitem__(self, j: int) -> str:
+        return self.keys[self.codes[j]]
+
+    def take(self, idx: np.ndarray):
+        """The keys of rows ``idx`` as a dictionary array."""
+        import pyarrow as pa
+        return pa.DictionaryArray.from_arrays(pa.array(self.codes[idx], pa.int32()),
+                                              self.dictionary)
+
+
 class _Split:
     """The split's helpers shared with the query-set runtime (``runtime.spark_multi``):
     event times as int64 nanoseconds with ``eventtime.to_nanoseconds`` (the local
@@ -290,7 +310,7 @@ class _Split:
                 continue
             s = batch.column("_s").to_numpy(zero_copy_only=False)
             end = bool((s == END).any())
-            o1 = [_file_key(u, keys) for u in batch.column("_o1").to_pylist()]
+            o1 = _FileKeys(pc.fill_null(batch.column("_o1"), "").dictionary_encode(), keys)
             o2 = pc.fill_null(batch.column("_o2"), -1).to_numpy(zero_copy_only=False).copy()
             oc = pc.fill_null(batch.column("_oc"), False).to_numpy(zero_copy_only=False)
             for j in np.flatnonzero(oc & (s >= 0)).tolist():
@@ -438,9 +458,7 @@ class ColumnarSplit(_Split):
         import pyarrow as pa
         cfg = self.cfg
         sub = batch.take(pa.array(sel))
-        cols = [pa.array(t[sel], pa.int64()), pa.array([o1[j] for j in sel.tolist()],
-                                                       pa.string()).dictionary_encode(),
-                pa.array(o2[sel], pa.int64())]
+        cols = [pa.array(t[sel], pa.int64()), o1.take(sel), pa.array(o2[sel], pa.int64())]
         names = ["_t", "_o1", "_o2"]
         if cfg.signed:
             cols.append(sub.column("_sg"))
