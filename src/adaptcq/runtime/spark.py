@@ -5,41 +5,32 @@ Pipeline (ARCHITECTURE.md "The Spark pipeline"; docs/spark.md)::
     stream DataFrames ──project──> union ──Split (mapInArrow)──> groupBy(group)
         ──transformWithStateInPandas(one ContinuousQuery per partition group)──> results
 
-* **Split** (state-spill.txt §5: "split operators" route every tuple to the partitioned
-  stateful operator instance that owns it). From the query's attribute classes we take one
-  class with a column in *every* stream; each update's value of that column is hashed into one
-  of P partition groups (Spark's ``pmod(hash(col), P)``, computed in Spark). Every result is
-  made of tuples that agree on that column, hence live in one group: state-spill.txt §2.1's
-  requirement that "each query result can be generated from tuples within the same
-  partition", with a *partition group* (§2.1, Figure 3(b): the partitions with one ID across
-  all inputs) as the unit of work and of state. NULL keys never join; they go to group 0,
-  where they still occupy (and leave) their windows.
-* A query with a ``[ROWS n]`` window, or with no class spanning all streams (a chain
-  ``R.a = S.a AND S.b = T.b``: §2.1's footnote, partitioned m-way joins over different columns
-  need more than one partition function), runs in one group, with a warning saying so.
-* The split also turns each row's time into int64 nanoseconds with the local runtime's rules
-  (``stream.eventtime``: the unit of numeric times, errors naming stream, row and value), and
-  emits, in every packet, the maximum event time and row count of each stream it saw
-  (punctuation). Every group receives a packet from every input batch, so every group learns
-  the same per-stream event-time frontier each micro-batch, whether or not it got rows: that
-  is what orders updates across micro-batch boundaries, decides lateness, and drives window
-  expiry in groups that receive no more rows (see ``_GroupEngine.step``).
-* **State**: each group's engine (``ContinuousQuery.snapshot()``), its not-yet-released rows
-  and its frontier are one pickled blob in the RocksDB state store (a ListState of chunks plus
-  a ValueState version/token), written every micro-batch. The live engine stays in the Python
-  worker (``_LIVE``) and is reused while the stored token matches, so a micro-batch costs a
-  snapshot write, not a rebuild; on any mismatch (another worker, a restart, a retried batch)
-  the engine is restored from the store, which is the source of truth.
+* **Split** (``runtime.spark_split``; state-spill.txt §5's "split operators"): every
+  update goes to the partition groups the **shares** (HyperCube) give it: one hash
+  coordinate per attribute class it has (``pmod(hash(col), p_c)``, computed here, in Spark,
+  by ``_project``), replicated over the classes it lacks, so that every result meets in
+  exactly one group whatever the join graph (``optimizer.shares`` chooses the shares).
+  ``[ROWS n]`` windows run in one group, with a warning. The split turns each row's time into
+  int64 nanoseconds with the local runtime's rules (``stream.eventtime``) and sends each
+  group, per input batch, its rows as Arrow IPC batches and a punctuation (each stream's
+  maximum event time and row count), so that every group learns the same event-time
+  frontier each micro-batch: that orders updates across micro-batches, decides lateness and
+  drives expiry in groups that receive no more rows.
+* **Groups** (``runtime.spark_group``): one ``ContinuousQuery`` per group inside
+  ``transformWithStateInPandas``, its state in the RocksDB state store **as changes** (the
+  rows each micro-batch brought, removed whole once expired), the live engine kept in the
+  worker and caught up or rebuilt from the changes when a worker has none.
 * **Adaptivity** (``adaptivity=``, ``executor="acaching"``): every group builds its own
   policies (``make_policies``: an optimizer's initial plan, A-Greedy, A-Caching) and adapts
-  on its own data; the orders they set travel in the engine's snapshot, their statistics
-  restart after a restore (``_GroupEngine``), and their reports are in every statistics row.
+  on its own data; the orders they set and the pickled profiler and ordering policies
+  survive a rebuild, A-Caching restarts, and their reports are in every statistics row.
 
 Output rows have the local runtime's columns (SELECT names, ``_sign`` int8, ``_ts`` of the
 type ``eventtime.output_time_type`` gives, converted from int64 nanoseconds with integer
-arithmetic). ``side_outputs=True`` instead returns every row of the stateful operator with a
-``_aq_kind`` column: 0 result, 1 rejected input row (late, or an unmatched explicit deletion),
-2 group statistics, and ``_ts`` as int64 nanoseconds; ``write_batch`` routes them to Parquet.
+arithmetic). ``side_outputs=True`` instead returns the stateful operator's own rows:
+``_aq_kind`` (0 results, 1 rejected input rows, 2 group statistics), ``_aq_data`` (Arrow IPC
+tables of results or rejected rows, ``_ts`` as int64 nanoseconds) and ``_aq_info``;
+``write_batch`` routes them to Parquet.
 
 ``run_files`` (and the CLI's driver, ``runtime.spark_cli``) run a query over files: inputs checked and resolved as the local
 runtime resolves them (a file, a folder, a glob), a fingerprint of the query in the

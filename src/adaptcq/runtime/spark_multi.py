@@ -88,7 +88,7 @@ from adaptcq.runtime.spark import (
     spark_error,
 )
 from adaptcq.runtime.spark_group import release
-from adaptcq.runtime.spark_split import END, SplitPlan, SplitWarning, _file_key, _file_of, _Split
+from adaptcq.runtime.spark_split import END, SplitPlan, SplitWarning, _file_of, _Split
 from adaptcq.stream import eventtime as et
 from adaptcq.stream.eventtime import lateness_ns
 
@@ -337,33 +337,20 @@ class _QSSplit(_Split):
     time (punctuation), and *every* control row of the batch: each group sees the whole
     control stream."""
 
+    @staticmethod
+    def _numbered(s: np.ndarray) -> np.ndarray:
+        return s != END  # data rows and control rows
+
+    @staticmethod
+    def _order_class(stream: int):
+        return stream == CONTROL  # control rows are numbered apart from data rows
+
     def __call__(self, batches):
         import pyarrow as pa
-        import pyarrow.compute as pc
         cfg = self.cfg
         P = cfg.groups
-        counters: dict = {}
-        keys: dict = {}
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            s = batch.column("_s").to_numpy(zero_copy_only=False)
+        for batch, s, end, o1, o2, t, maxima in self._prepared(batches):
             g = batch.column("_g").to_numpy(zero_copy_only=False)
-            end = bool((s == END).any())
-            o1 = [_file_key(u, keys) for u in batch.column("_o1").to_pylist()]
-            o2 = pc.fill_null(batch.column("_o2"), -1).to_numpy(zero_copy_only=False).copy()
-            oc = pc.fill_null(batch.column("_oc"), False).to_numpy(zero_copy_only=False)
-            for j in np.flatnonzero(oc & (s != END)).tolist():
-                k = (int(s[j]) == CONTROL, o1[j], int(o2[j]))
-                c = counters.get(k, 0)
-                counters[k] = c + 1
-                o2[j] += c
-            t = np.zeros(len(s), np.int64)
-            maxima = []
-            for i in np.unique(s[s >= 0]).tolist():
-                sel = np.flatnonzero(s == i)
-                t[sel] = self._times(batch, i, sel, o1, o2)
-                maxima.append((i, int(t[sel].max()), len(sel)))
             controls = self._controls(batch, np.flatnonzero(s == CONTROL), o1, o2)
             out_g, out_p = [], []
             for gi in range(P):

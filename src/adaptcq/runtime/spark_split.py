@@ -313,8 +313,8 @@ class _Split:
             o1 = _FileKeys(pc.fill_null(batch.column("_o1"), "").dictionary_encode(), keys)
             o2 = pc.fill_null(batch.column("_o2"), -1).to_numpy(zero_copy_only=False).copy()
             oc = pc.fill_null(batch.column("_oc"), False).to_numpy(zero_copy_only=False)
-            for j in np.flatnonzero(oc & (s >= 0)).tolist():
-                k = (o1[j], int(o2[j]))
+            for j in np.flatnonzero(oc & self._numbered(s)).tolist():
+                k = (self._order_class(int(s[j])), o1[j], int(o2[j]))
                 c = counters.get(k, 0)
                 counters[k] = c + 1
                 o2[j] += c
@@ -324,9 +324,19 @@ class _Split:
                 sel = np.flatnonzero(s == i)
                 t[sel] = self._times(batch, i, sel, o1, o2)
                 maxima.append((i, int(t[sel].max()), len(sel)))
-            if cfg.signed:
+            if getattr(cfg, "signed", False):
                 self._check_signs(batch, s, o1, o2)
             yield batch, s, end, o1, o2, t, maxima
+
+    @staticmethod
+    def _numbered(s: np.ndarray) -> np.ndarray:
+        """The rows whose order key the split numbers (``_oc``): the data rows."""
+        return s >= 0
+
+    @staticmethod
+    def _order_class(stream: int):
+        """Rows numbered apart from others of the same (file, block): none here."""
+        return
 
     def _times(self, batch, i: int, sel: np.ndarray, o1: list, o2: np.ndarray) -> np.ndarray:
         """Stream i's event times in ``sel`` as int64 ns; a bad one is an InputError naming
