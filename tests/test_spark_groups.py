@@ -277,3 +277,59 @@ def test_entries_are_removed_when_their_rows_expire():
         sg.advance_group(cfg, cfg.keys[0], store, packets)
         sizes.append(len(store.entries))
     assert max(sizes) <= 8 and sizes[-1] <= 8  # (2 streams × ~3 s of 1 s entries)
+
+
+def _route(cfg, batch) -> dict[int, list]:
+    packets: dict[int, list] = {g: [] for g in cfg.keys}
+    for rb in ColumnarSplit(cfg)(iter([batch])):
+        for g, s, p in zip(*(rb.column(c).to_pylist() for c in ("_g", "_s", "_p")),
+                           strict=True):
+            packets[g].append((s, p))
+    return packets
+
+
+def test_replicated_late_rows_and_unmatched_deletions_are_reported_once():
+    """Replicas never show twice: a late row of a replicated stream, and an explicit
+    deletion of a row that is not there, are each reported by one group; explicit deletions
+    in replicated streams delete in every replica."""
+    schemas = {n: {"ts": "number", "a": "number", "b": "number", "id": "number"}
+               for n in "RST"}
+    q = parse_query("SELECT R.id AS r, S.id AS s, T.id AS t FROM R, S, T "
+                    "WHERE R.a = S.a AND S.b = T.b", schemas)
+    plan = plan_split(q, 4)
+    assert plan.shares == (2, 2)
+    cfg = _config(q, plan, "retract", signed=True)
+    stores = {g: sg.MemoryStore() for g in cfg.keys}
+    # (stream, ts, row, sign): R(a, id), S(a, b, id), T(b, id)
+    batches = [
+        [(0, 1.0, (1, 10), 1), (1, 1.0, (1, 2, 20), 1), (2, 1.0, (2, 30), 1),
+         (2, 2.0, (2, 31), 1), (0, 3.0, (5, 11), 1)],
+        [(0, 0.5, (1, 12), 1),  # late: R's frontier is 3.0
+         (2, 4.0, (2, 30), -1),  # deletes T 30 in both of T's replicas
+         (0, 4.0, (9, 99), -1),  # deletes nothing: reported once
+         (1, 5.0, (1, 2, 21), 1)],
+    ]
+    out: Counter = Counter()
+    rejected = []
+    for k, rows in enumerate(batches):
+        streams = [r[0] for r in rows]
+        batch = _union_batch(q, plan, streams, [r[1] for r in rows], [r[2] for r in rows],
+                             100 * k, k == len(batches) - 1)
+        sgn = pa.array([r[3] for r in rows] + ([1] if k == len(batches) - 1 else []),
+                       pa.int8())
+        batch = batch.set_column(batch.schema.get_field_index("_sg"), "_sg", sgn)
+        packets = _route(cfg, batch)
+        for g in cfg.keys:
+            _, res, rej, _, _ = sg.advance_group(cfg, g, stores[g], packets[g])
+            out.update(res)
+            rejected += rej
+    reasons = sorted(r[4] for r in rejected)
+    assert len(rejected) == 2, rejected
+    assert reasons[0].startswith("deletion of a row not in R")
+    assert reasons[1].startswith("late by more than the allowed lateness")
+    cq = ContinuousQuery(q, "mjoin", "retract", time_unit=1e-9, explicit_deletions=True)
+    rows = [r for b in batches for r in b if not (r[0] == 0 and r[1] == 0.5)]
+    rows.sort(key=lambda r: (r[1], r[0]))
+    want = Counter(cq.process([r[0] for r in rows], [r[3] for r in rows],
+                              [round(r[1] * 1e9) for r in rows], [r[2] for r in rows]))
+    assert out == want and sum(v for k, v in want.items() if k[-2] == -1) >= 1
