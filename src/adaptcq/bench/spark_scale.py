@@ -1,0 +1,415 @@
+"""adaptcq on Spark as the partition groups grow, against Spark's native stream-stream joins.
+
+``python -m adaptcq.bench.spark_scale [--partitions 1,2,4,8] [--sf 0.1] [--arrivals 1200000]``
+
+Workloads (docs/spark-scale.md):
+
+* ``chain``: R(a) ⋈ S(a,b) ⋈ T(b), ``[RANGE 10 SECONDS]`` windows, a-caching.txt §7.2's
+  workload (``bench.spark_vs_native`` case b's data): no key is common to all streams, so
+  the groups come from shares on a and b;
+* ``q3``, ``q5``: TPC-H Q3 (customer ⋈ orders ⋈ lineitem on two keys) and Q5 (six tables,
+  a cycle through nationkey) as unbounded insert streams (``stream.tpch``).
+
+Each runs at every P on ``local[2]`` and once with Spark's native join chain, every job in a
+fresh process, timed from process start to exit (JVM start-up included), CPU of the whole
+process tree (utime + stime of every process, sampled from /proc). Reported per job: rows
+per second (wall), CPU-seconds, results (checked equal to native's as multisets of key
+columns), the shares chosen, the rows shipped to groups and the replication factor (shipped
+per input row). Writes ``<out>/spark_scale.csv`` and ``.png`` (throughput against P, native
+as a line) and prints the table; medians over ``--repeats``.
+
+``--state-growth`` instead runs one selective chain with unbounded windows over equal
+micro-batches, so the state grows with every batch (10.5× from batch 1 to the last), and
+reports per micro-batch its duration (Spark's ``triggerExecution``), the groups' state and
+whether the group's live copy was used, caught up or rebuilt: ``<out>/state_growth.csv``
+and ``.png``, and the ratio of the median batch time in the last third to that in the first
+third (batch 0, which also starts the Python workers, left out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+CHAIN = ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R [RANGE 10 SECONDS], "
+         "S [RANGE 10 SECONDS], T [RANGE 10 SECONDS] WHERE R.a = S.a AND S.b = T.b")
+GROWTH = ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R, S, T "
+          "WHERE R.a = S.a AND S.b = T.b")
+
+
+class TreeCPU:
+    """CPU seconds of this process and its descendants: every process's own utime + stime,
+    sampled from /proc (Spark's JVM and Python workers are not reaped by us, so rusage
+    would miss them; the children-time fields are not added, or a worker reaped by its
+    daemon would count twice)."""
+
+    def __init__(self, every: float = 0.2):
+        self.seen: dict[int, float] = {}
+        self.every = every
+        self._stop = threading.Event()
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        kids: dict[int, list[int]] = {}
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                try:
+                    st = Path(f"/proc/{p}/stat").read_text()
+                except OSError:
+                    continue
+                kids.setdefault(int(st.rsplit(")", 1)[1].split()[1]), []).append(int(p))
+        todo = [os.getpid()]
+        while todo:
+            p = todo.pop()
+            todo.extend(kids.get(p, []))
+            try:
+                f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            self.seen[p] = max(self.seen.get(p, 0.0), (int(f[11]) + int(f[12])) / self._tick)
+
+    def _run(self):
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def start(self) -> TreeCPU:
+        self.thread.start()
+        return self
+
+    def stop(self) -> float:
+        self.sample()
+        self._stop.set()
+        return sum(self.seen.values())
+
+
+# ----- data -------------------------------------------------------------------------------------
+
+def workload(name: str, args, root: Path) -> tuple[str, dict[str, str], list[str]]:
+    """(query, {source: folder}, id columns) of a workload."""
+    if name == "chain":
+        from adaptcq.bench.spark_vs_native import make_data
+        return CHAIN, make_data("b", args.arrivals, args.files, root), ["rid", "sid", "tid"]
+    from adaptcq.stream import tpch
+    srcs = tpch.generate(args.sf, root / f"tpch_sf{args.sf}", files=args.files)
+    return tpch.QUERIES[name], {n: srcs[n] for n in tpch.SOURCES[name]}, tpch.IDS[name]
+
+
+# ----- jobs (each in its own process) -----------------------------------------------------------
+
+def job_adaptcq(sql: str, srcs: dict, out: Path, partitions: int) -> dict:
+    from adaptcq.runtime.spark import run_files
+    from adaptcq.runtime.spark_session import get_spark
+    spark = get_spark("local[2]", "scale-adaptcq")
+    run = run_files(spark, sql, srcs, str(out / "ck"), str(out / "result"), mode="append",
+                    partitions=partitions, max_files_per_trigger=1)
+    return {"rows_in": run.rows_in, "results": run.results, "batches": run.batches,
+            "groups": len(run.groups), "shares": getattr(run, "shares", None),
+            "shipped": getattr(run, "shipped", None),
+            "engine_cpu_seconds": sum(h["engine_cpu_seconds"] for h in run.history),
+            "progress": [{"ms": p["durationMs"].get("triggerExecution"),
+                          "rows": p["numInputRows"]} for p in run.progress],
+            "history": [{k: h.get(k) for k in ("group", "state_tuples", "rows_in", "shipped",
+                                               "engine_cpu_seconds", "cache_hit",
+                                               "caught_up", "rebuilt_rows",
+                                               "rebuild_cpu_seconds", "snapshot_bytes",
+                                               "entries")} for h in run.history]}
+
+
+def job_native(name: str, srcs: dict, out: Path) -> dict:
+    """Spark's own stream-stream joins: the chain as bench.spark_vs_native builds it, TPC-H
+    Q3 and Q5 as inner joins without watermarks (append mode; state kept for ever, as the
+    unbounded streams require), the same selections applied before the joins."""
+    from pyspark.sql import functions as F
+
+    from adaptcq.runtime.spark_session import get_spark
+    spark = get_spark("local[2]", "scale-native")
+    if name == "chain":
+        from adaptcq.bench.spark_vs_native import job_native as chain_native
+        return chain_native("b", srcs, out)
+
+    def read(n: str):
+        schema = spark.read.parquet(srcs[n]).schema
+        return (spark.readStream.option("maxFilesPerTrigger", 1).schema(schema)
+                .parquet(srcs[n]).drop("ts"))
+
+    c = read("customer")
+    o = read("orders")
+    li = read("lineitem")
+    if name == "q3":
+        c = c.where(F.col("c_mktsegment") == "BUILDING")
+        o = o.where(F.col("o_orderdate") < 19950315)
+        li = li.where(F.col("l_shipdate") > 19950315)
+        res = (c.join(o, F.col("c_custkey") == F.col("o_custkey"))
+               .join(li, F.col("l_orderkey") == F.col("o_orderkey"))
+               .select(F.col("c_custkey").alias("custkey"),
+                       F.col("o_orderkey").alias("orderkey"),
+                       F.col("l_linenumber").alias("linenumber")))
+    else:
+        s, n, r = read("supplier"), read("nation"), read("region")
+        o = o.where((F.col("o_orderdate") >= 19940101) & (F.col("o_orderdate") < 19950101))
+        r = r.where(F.col("r_name") == "ASIA")
+        res = (c.join(o, F.col("c_custkey") == F.col("o_custkey"))
+               .join(li, F.col("l_orderkey") == F.col("o_orderkey"))
+               .join(s, (F.col("l_suppkey") == F.col("s_suppkey"))
+                     & (F.col("c_nationkey") == F.col("s_nationkey")))
+               .join(n, F.col("s_nationkey") == F.col("n_nationkey"))
+               .join(r, F.col("n_regionkey") == F.col("r_regionkey"))
+               .select(F.col("c_custkey").alias("custkey"),
+                       F.col("o_orderkey").alias("orderkey"),
+                       F.col("l_linenumber").alias("linenumber"),
+                       F.col("s_suppkey").alias("suppkey"), F.col("n_name").alias("nation")))
+    q = (res.writeStream.format("parquet").option("path", str(out / "result"))
+         .option("checkpointLocation", str(out / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    prog = q.recentProgress
+    return {"rows_in": sum(p["numInputRows"] for p in prog),
+            "results": spark.read.parquet(str(out / "result")).count(), "batches": len(prog)}
+
+
+def run_job(engine: str, name: str, args, out: Path, partitions: int = 1) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "adaptcq.bench.spark_scale", "--job", engine,
+           "--workload", name, "--job-out", str(out), "--partitions", str(partitions),
+           "--sf", str(args.sf), "--arrivals", str(args.arrivals), "--files", str(args.files),
+           "--data", str(args.data)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"{engine} job on {name} failed:\n{proc.stderr[-4000:]}")
+    res = json.loads(line)
+    res["wall_seconds"] = wall
+    return res
+
+
+def same_results(a: Path, b: Path, ids: list[str]) -> bool:
+    from collections import Counter
+
+    import pyarrow.parquet as pq
+
+    def rows(p):
+        t = pq.read_table(p, columns=ids)
+        return Counter(zip(*(t.column(c).to_pylist() for c in ids), strict=True))
+    return rows(a) == rows(b)
+
+
+# ----- the benchmark ----------------------------------------------------------------------------
+
+def scale(args) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in args.workloads.split(","):
+        _, srcs, ids = workload(name, args, Path(args.data))
+        n_in = sum(_rows(p) for p in srcs.values())
+        print(f"{name}: {n_in:,} input rows", flush=True)
+        native = [run_job("native", name, args, out / f"native_{name}")
+                  for _ in range(args.repeats)]
+        for P in [int(x) for x in args.partitions.split(",")]:
+            runs = [run_job("adaptcq", name, args, out / f"adaptcq_{name}_{P}", P)
+                    for _ in range(args.repeats)]
+            ok = same_results(out / f"adaptcq_{name}_{P}" / "result",
+                              out / f"native_{name}" / "result", ids)
+            rows.append(_row(name, "adaptcq", P, runs, n_in, ok))
+            print(_line(rows[-1]), flush=True)
+        rows.append(_row(name, "native", None, native, n_in, True))
+        print(_line(rows[-1]), flush=True)
+    with open(out / "spark_scale.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    _plot(rows, out / "spark_scale.png")
+    for name in args.workloads.split(","):
+        nat = next(r for r in rows if r["workload"] == name and r["engine"] == "native")
+        for r in rows:
+            if r["workload"] == name and r["engine"] == "adaptcq":
+                print(f"{name} P={r['partitions']}: {nat['wall_seconds'] / r['wall_seconds']:.2f}x "
+                      "native by wall time (start-up included), "
+                      f"{nat['cpu_seconds'] / r['cpu_seconds']:.2f}x per CPU-second")
+    print(f"wrote {out / 'spark_scale.csv'} and {out / 'spark_scale.png'}")
+    return 0
+
+
+def _rows(folder: str) -> int:
+    import pyarrow.parquet as pq
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(Path(folder).glob("*.parquet")))
+
+
+def _row(name, engine, P, runs, n_in, ok) -> dict:
+    wall = statistics.median(r["wall_seconds"] for r in runs)
+    cpu = statistics.median(r["cpu_seconds"] for r in runs)
+    last = runs[-1]
+    shipped = last.get("shipped")
+    return {"workload": name, "engine": engine, "partitions": P or "", "repeats": len(runs),
+            "input_rows": n_in, "results": last["results"], "results_equal": ok,
+            "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 1),
+            "rows_per_second": round(n_in / wall), "rows_per_cpu_second": round(n_in / cpu),
+            "shares": json.dumps(last.get("shares") or {}),
+            "shipped": "" if shipped is None else shipped,
+            "replication": "" if not shipped else round(shipped / max(last["rows_in"], 1), 3),
+            "engine_cpu_seconds": round(last.get("engine_cpu_seconds", 0.0), 1)}
+
+
+def _line(r: dict) -> str:
+    return (f"  {r['engine']:8s} P={r['partitions'] or '-':>2}: {r['wall_seconds']:7.1f} s wall, "
+            f"{r['cpu_seconds']:6.1f} CPU-s, {r['rows_per_second']:>8,} rows/s, "
+            f"{r['results']:,} results (equal: {r['results_equal']}), shares {r['shares']}, "
+            f"replication {r['replication'] or '-'}")
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = sorted({r["workload"] for r in rows}, key=[r["workload"] for r in rows].index)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        ours = [r for r in rows if r["workload"] == name and r["engine"] == "adaptcq"]
+        ax.plot([r["partitions"] for r in ours], [r["rows_per_second"] for r in ours], "o-",
+                label="adaptcq on Spark")
+        for r in rows:
+            if r["workload"] == name and r["engine"] == "native":
+                ax.axhline(r["rows_per_second"], color="gray", ls="--", label="Spark native")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("partition groups P")
+        ax.set_ylabel("input rows per second (wall)")
+        ax.set_title(name)
+        ax.legend(fontsize=8)
+    fig.suptitle("adaptcq on Spark: throughput against P (local[2])")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+# ----- state growth -----------------------------------------------------------------------------
+
+def growth_data(root: Path, batches: int, per_batch: int, domain: int) -> dict[str, str]:
+    """A selective chain: ``per_batch`` rows per stream and batch, keys uniform in
+    ``domain`` (few results), one file per stream and batch."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    marker = root / "done.json"
+    spec = [batches, per_batch, domain]
+    if marker.exists() and json.loads(marker.read_text()) == spec:
+        return {s: str(root / s) for s in "RST"}
+    shutil.rmtree(root, ignore_errors=True)
+    rng = np.random.default_rng(11)
+    for s in "RST":
+        (root / s).mkdir(parents=True)
+        for k in range(batches):
+            n = per_batch
+            t = pa.table({"ts": k + np.sort(rng.uniform(0, 1, n)),
+                          "id": np.arange(k * n, (k + 1) * n),
+                          "a": rng.integers(0, domain, n), "b": rng.integers(0, domain, n)})
+            p = root / s / f"part-{k:04d}.parquet"
+            pq.write_table(t, p)
+            os.utime(p, (1_600_000_000 + 10 * k, 1_600_000_000 + 10 * k))
+    marker.write_text(json.dumps(spec))
+    return {s: str(root / s) for s in "RST"}
+
+
+def state_growth(args) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    growth_data(Path(args.data) / "growth", args.batches, args.batch_rows, 10**7)
+    res = run_job("adaptcq", "growth", args, out / "growth_job", args.growth_partitions)
+    P = res["groups"]
+    hist = res["history"]
+    rows = []
+    prog = [p for p in res["progress"] if p["rows"]]
+    for b, p in enumerate(prog):
+        h = hist[b * P:(b + 1) * P]
+        rows.append({"batch": b, "rows_in": p["rows"], "batch_ms": p["ms"],
+                     "state_tuples": sum(x["state_tuples"] or 0 for x in h),
+                     "engine_cpu_ms": round(1000 * sum(x["engine_cpu_seconds"] for x in h)),
+                     "rebuild_cpu_ms": round(1000 * sum(x.get("rebuild_cpu_seconds") or 0
+                                                        for x in h)),
+                     "live_copy": sum(bool(x.get("cache_hit")) for x in h),
+                     "caught_up": sum(bool(x.get("caught_up")) for x in h)})
+    with open(out / "state_growth.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    # Batch 0 also starts the Python workers: the comparison starts at batch 1.
+    data = rows[1:]
+    k = max(1, len(data) // 3)
+    t1 = statistics.median(r["batch_ms"] for r in data[:k])
+    t2 = statistics.median(r["batch_ms"] for r in data[-k:])
+    s1, s2 = data[0]["state_tuples"], data[-1]["state_tuples"]
+    _plot_growth(rows, out / "state_growth.png")
+    print(f"state grew {s2 / max(s1, 1):.1f}x ({s1:,} -> {s2:,} tuples) from batch 1 to the "
+          f"last; median micro-batch time of the first third {t1:,.0f} ms, of the last "
+          f"third {t2:,.0f} ms ({t2 / t1:.2f}x)")
+    print(f"wrote {out / 'state_growth.csv'} and {out / 'state_growth.png'}")
+    return 0
+
+
+def _plot_growth(rows, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot([r["batch"] for r in rows], [r["batch_ms"] for r in rows], "o-",
+            label="micro-batch time (ms)")
+    ax.set_xlabel("micro-batch")
+    ax.set_ylabel("ms")
+    ax2 = ax.twinx()
+    ax2.plot([r["batch"] for r in rows], [r["state_tuples"] for r in rows], "s--",
+             color="tab:orange", label="state (tuples)")
+    ax2.set_ylabel("state tuples")
+    fig.legend(fontsize=8, loc="upper left")
+    ax.set_title("state grows, micro-batch time does not (local[2])")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.spark_scale",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default="chain,q3,q5")
+    ap.add_argument("--partitions", default="1,2,4,8", help="P values (comma-separated)")
+    ap.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor")
+    ap.add_argument("--arrivals", type=int, default=1_200_000, help="chain arrivals")
+    ap.add_argument("--files", type=int, default=10, help="time slices (micro-batches)")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per point (medians)")
+    ap.add_argument("--out", default="results/spark_scale")
+    ap.add_argument("--data", default=None, help="data folder (default <out>/data)")
+    ap.add_argument("--state-growth", action="store_true",
+                    help="measure micro-batch time while the state grows instead")
+    ap.add_argument("--batches", type=int, default=21, help="--state-growth micro-batches")
+    ap.add_argument("--batch-rows", type=int, default=40_000,
+                    help="--state-growth rows per stream and micro-batch")
+    ap.add_argument("--growth-partitions", type=int, default=2)
+    ap.add_argument("--job", choices=["adaptcq", "native"], help=argparse.SUPPRESS)
+    ap.add_argument("--workload", help=argparse.SUPPRESS)
+    ap.add_argument("--job-out", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.data = args.data or str(Path(args.out) / "data")
+    if args.job:
+        cpu = TreeCPU().start()
+        if args.workload == "growth":
+            sql, srcs = GROWTH, {s: str(Path(args.data) / "growth" / s) for s in "RST"}
+        else:
+            sql, srcs, _ = workload(args.workload, args, Path(args.data))
+        res = (job_adaptcq(sql, srcs, Path(args.job_out), int(args.partitions))
+               if args.job == "adaptcq" else job_native(args.workload, srcs, Path(args.job_out)))
+        res["cpu_seconds"] = cpu.stop()
+        print(json.dumps(res), flush=True)
+        os._exit(0)  # the work is done and measured: skip the JVM's shutdown hooks
+    return state_growth(args) if args.state_growth else scale(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
