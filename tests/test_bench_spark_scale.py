@@ -69,3 +69,23 @@ def test_state_growth_data(tmp_path):
         assert [pq.read_metadata(f).num_rows for f in files] == [100, 100, 100]
         ts = pq.read_table(folder).column("ts").to_numpy()
         assert (np.diff(ts) >= 0).all() and ts[0] >= 0 and ts[-1] < 3
+
+
+def test_selective_cases_of_spark_vs_native(tmp_path):
+    """Cases c and d: 1,000,000 rows per stream whatever --arrivals, keys in [0, 60,000),
+    at 197.8 rows per second per stream, in 10 time slices."""
+    from adaptcq.bench.spark_vs_native import (
+        SELECTIVE_DOMAIN,
+        SELECTIVE_RATE,
+        SELECTIVE_ROWS,
+        make_data,
+    )
+    srcs = make_data("d", 123, 10, tmp_path)
+    for folder in srcs.values():
+        t = pq.read_table(folder)
+        assert t.num_rows == SELECTIVE_ROWS == 1_000_000
+        assert len(list(Path(folder).glob("*.parquet"))) == 10
+        assert 0 <= min(t.column("a").to_pylist()[:1000]) and \
+            max(t.column("b").to_numpy()) < SELECTIVE_DOMAIN
+        span = t.column("ts").to_numpy()[-1]
+        assert abs(span - SELECTIVE_ROWS / SELECTIVE_RATE) < 5

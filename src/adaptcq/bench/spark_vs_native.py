@@ -2,21 +2,23 @@
 
 ``python -m adaptcq.bench.spark_vs_native [--arrivals 3000000] [--out results/spark_vs_native]``
 
-Two windowed 3-way joins, ``[RANGE 10 SECONDS]`` on every stream, append mode, over the same
+Windowed 3-way joins, ``[RANGE 10 SECONDS]`` on every stream, append mode, over the same
 Parquet files (each stream cut into ``--files`` time slices, one per micro-batch):
 
 (a) ``R(a) ⋈ S(a) ⋈ T(a)`` (a-caching.txt §7.3's n-way join generator, n = 3, σ = 1e-4 per
-    pair): one attribute class spans all streams, so adaptcq splits it into partition groups
-    (state-spill.txt §2.1, §5);
+    pair): one attribute class spans all streams, so adaptcq's partition groups split on it;
 (b) ``R(a) ⋈ S(a,b) ⋈ T(b)`` (a-caching.txt §7.2's default workload with a 10 s window): no
-    class spans all streams, so adaptcq runs it in one group.
+    class spans all streams, so the groups come from shares on a and b (HyperCube);
+(c), (d) the same two shapes where joins are selective: 1,000,000 rows per stream, keys
+    uniform in 60,000 values, about 3,260 results (``--arrivals`` does not apply): the
+    engine is mostly idle and the Spark–Python boundary is what costs.
 
 Spark native expresses the same window semantics as a chain of inner stream-stream joins with
 watermarks and time-range conditions (every pair ``|Δts| <= 10 s``, which is exactly when
 ``[RANGE 10 SECONDS]`` windows hold all three tuples together: docs/semantics.md). Each engine
 runs in a fresh process (``--job``), timed from process start to exit (JVM start-up
 included); CPU seconds are those of the whole process tree (driver, JVM, Python workers),
-sampled from /proc. The result multisets of (R.id, S.id, T.id) are checked equal.
+sampled from /proc (each process's own time). The result multisets of (R.id, S.id, T.id) are checked equal.
 Writes ``<out>/spark_vs_native.csv`` and ``.png`` and prints the table.
 """
 
@@ -29,12 +31,17 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
+from adaptcq.bench.spark_scale import TreeCPU
+
 WINDOW = 10.0
 EPOCH_SHIFT_US = 10**15  # about 31 years
+
+SELECTIVE_ROWS = 1_000_000  # rows per stream of the selective cases c and d
+SELECTIVE_DOMAIN = 60_000  # their key domain
+SELECTIVE_RATE = 197.8  # rows per second per stream: about 3,260 results with W = 10 s
 
 SQL = {
     "a": ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R [RANGE 10 SECONDS], "
@@ -42,8 +49,11 @@ SQL = {
     "b": ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R [RANGE 10 SECONDS], "
           "S [RANGE 10 SECONDS], T [RANGE 10 SECONDS] WHERE R.a = S.a AND S.b = T.b"),
 }
+SQL["c"], SQL["d"] = SQL["a"], SQL["b"]
 TITLE = {"a": "(a) R(a)⋈S(a)⋈T(a): partitions on a",
-         "b": "(b) R(a)⋈S(a,b)⋈T(b): one group"}
+         "b": "(b) R(a)⋈S(a,b)⋈T(b): shares on a and b",
+         "c": "(c) R(a)⋈S(a)⋈T(a), selective: 3M rows, ~3,260 results",
+         "d": "(d) R(a)⋈S(a,b)⋈T(b), selective: 3M rows, ~3,260 results"}
 
 
 # ----- data --------------------------------------------------------------------------------
@@ -56,10 +66,14 @@ def make_data(case: str, arrivals: int, files: int, root: Path) -> dict[str, str
     from adaptcq.stream.workloads import nway, three_way
     d = root / f"case_{case}"
     marker = d / "done.json"
+    if case in "cd":
+        arrivals = 3 * SELECTIVE_ROWS  # the selective cases have their own fixed size
     if marker.exists() and json.loads(marker.read_text()) == [arrivals, files]:
         return {s: str(d / s) for s in "RST"}
     shutil.rmtree(d, ignore_errors=True)
-    if case == "a":
+    if case in "cd":
+        wl = _selective()
+    elif case == "a":
         wl = nway(3, names=("R", "S", "T"), n_updates=arrivals, window=WINDOW, rate=1000.0,
                   selectivities={frozenset(p): 1e-4 for p in (("R", "S"), ("R", "T"),
                                                               ("S", "T"))})
@@ -79,59 +93,21 @@ def make_data(case: str, arrivals: int, files: int, root: Path) -> dict[str, str
     return {s: str(d / s) for s in "RST"}
 
 
-# ----- CPU of a process tree -----------------------------------------------------------------
+def _selective():
+    """Cases c and d: 1,000,000 rows per stream, keys a and b uniform in [0, 60,000), times
+    uniform at 197.8 rows per second per stream (about 5,056 s): with W = 10 s a result
+    needs two key matches within 10 s, about N·(2Wλ/D)²·3/4 ≈ 3,260 of them, on either
+    shape."""
+    from types import SimpleNamespace
 
-class TreeCPU:
-    """CPU seconds of this process and all its descendants, sampled from /proc (Spark's JVM
-    and Python workers are not reaped by us, so rusage would miss them)."""
-
-    def __init__(self, every: float = 0.5):
-        self.seen: dict[int, float] = {}
-        self.every = every
-        self._stop = threading.Event()
-        self._tick = os.sysconf("SC_CLK_TCK")
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _children(self) -> dict[int, list[int]]:
-        kids: dict[int, list[int]] = {}
-        for p in os.listdir("/proc"):
-            if p.isdigit():
-                try:
-                    st = Path(f"/proc/{p}/stat").read_text()
-                except OSError:
-                    continue
-                ppid = int(st.rsplit(")", 1)[1].split()[1])
-                kids.setdefault(ppid, []).append(int(p))
-        return kids
-
-    def sample(self) -> None:
-        kids = self._children()
-        todo, tree = [os.getpid()], []
-        while todo:
-            p = todo.pop()
-            tree.append(p)
-            todo.extend(kids.get(p, []))
-        for p in tree:
-            try:
-                f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            # utime, stime, and the children's this process has reaped (fields 14-17)
-            cpu = sum(int(x) for x in f[11:15]) / self._tick
-            self.seen[p] = max(self.seen.get(p, 0.0), cpu)
-
-    def _run(self):
-        while not self._stop.wait(self.every):
-            self.sample()
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self) -> float:
-        self.sample()
-        self._stop.set()
-        return sum(self.seen.values())
+    import numpy as np
+    import pyarrow as pa
+    rng = np.random.default_rng(2024)
+    n, span = SELECTIVE_ROWS, SELECTIVE_ROWS / SELECTIVE_RATE
+    tables = {s: pa.table({"ts": np.sort(rng.uniform(0, span, n)), "id": np.arange(n),
+                           "a": rng.integers(0, SELECTIVE_DOMAIN, n),
+                           "b": rng.integers(0, SELECTIVE_DOMAIN, n)}) for s in "RST"}
+    return SimpleNamespace(tables=tables)
 
 
 # ----- the two jobs ------------------------------------------------------------------------
@@ -233,10 +209,11 @@ def same_results(a: Path, b: Path) -> tuple[bool, int, int]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.spark_vs_native", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arrivals", type=int, default=3_000_000)
+    ap.add_argument("--arrivals", type=int, default=3_000_000,
+                    help="arrivals of cases a and b (c and d: 3,000,000, fixed)")
     ap.add_argument("--files", type=int, default=10, help="time slices (micro-batches)")
     ap.add_argument("--partitions", type=int, default=2)
-    ap.add_argument("--cases", default="a,b")
+    ap.add_argument("--cases", default="a,b,c,d")
     ap.add_argument("--out", default="results/spark_vs_native")
     ap.add_argument("--job", choices=["adaptcq", "native"], help=argparse.SUPPRESS)
     ap.add_argument("--case", help=argparse.SUPPRESS)
@@ -259,6 +236,7 @@ def main(argv=None) -> int:
     rows = []
     for case in args.cases.split(","):
         srcs = make_data(case, args.arrivals, args.files, out / "data")
+        n = 3 * SELECTIVE_ROWS if case in "cd" else args.arrivals
         data = Path(srcs["R"]).parent
         res = {}
         for engine in ("adaptcq", "native"):
@@ -269,13 +247,13 @@ def main(argv=None) -> int:
                                   out / f"native_{case}" / "result")
         for engine, r in res.items():
             rows.append({
-                "case": case, "engine": engine, "arrivals": args.arrivals,
+                "case": case, "engine": engine, "arrivals": n,
                 "rows_in": r["rows_in"], "results": r["results"], "batches": r["batches"],
                 "wall_seconds": round(r["wall_seconds"], 2),
                 "stream_seconds": round(r["stream_seconds"], 2),
                 "cpu_seconds": round(r["cpu_seconds"], 1),
-                "rows_per_second": round(args.arrivals / r["wall_seconds"]),
-                "rows_per_cpu_second": round(args.arrivals / r["cpu_seconds"]),
+                "rows_per_second": round(n / r["wall_seconds"]),
+                "rows_per_cpu_second": round(n / r["cpu_seconds"]),
                 "peak_state_tuples": r["peak_state_tuples"],
                 "peak_state_bytes": r["peak_state_bytes"],
                 "results_equal": ok, "extra": json.dumps(
