@@ -333,3 +333,39 @@ def test_replicated_late_rows_and_unmatched_deletions_are_reported_once():
     want = Counter(cq.process([r[0] for r in rows], [r[3] for r in rows],
                               [round(r[1] * 1e9) for r in rows], [r[2] for r in rows]))
     assert out == want and sum(v for k, v in want.items() if k[-2] == -1) >= 1
+
+
+def test_explain_shows_the_shares(tmp_path, capsys):
+    """``adaptcq explain --engine spark --partitions P``: the shares, each stream's
+    replication and the rows shipped, at the inputs' row counts; --shares; refusals."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from adaptcq.cli import main
+    sql = ("SELECT R.id AS r FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS], "
+           "T [RANGE 1 SECONDS] WHERE R.a = S.a AND S.b = T.b")
+    for name, n in (("R", 10), ("S", 10), ("T", 1000)):
+        pq.write_table(pa.table({"ts": np.arange(n, dtype=float), "id": np.arange(n),
+                                 "a": np.zeros(n, int), "b": np.zeros(n, int)}),
+                       tmp_path / f"{name}.parquet")
+    inputs = [x for n in "RST" for x in ("--input", f"{n}={tmp_path / n}.parquet")]
+    assert main(["explain", "--engine", "spark", "--partitions", "4", "--json", "--sql", sql,
+                 *inputs]) == 0
+    d = json.loads(capsys.readouterr().out)
+    # T is 100 times larger than R: keep it unreplicated, all 4 groups on b
+    assert d["shares"] == {"R.a = S.a": 1, "S.b = T.b": 4} and d["replicas"]["R"] == 4
+    assert d["rates_from"] == "row counts of the inputs"
+    assert main(["explain", "--engine", "spark", "--partitions", "4", "--sql", sql]) == 0
+    text = capsys.readouterr().out
+    assert "R.a = S.a" in text and "tuples shipped per input tuple: 1.667" in text
+    assert main(["explain", "--engine", "spark", "--shares", "S.b=3", "--json",
+                 "--sql", sql]) == 0
+    assert json.loads(capsys.readouterr().out)["shares"] == {"R.a = S.a": 1, "S.b = T.b": 3}
+    for argv, message in (
+            (["explain", "--partitions", "2", "--sql", sql], "give --engine spark"),
+            (["explain", "--engine", "spark", "--shares", "S.b", "--sql", sql],
+             "expected STREAM.COLUMN=P"),
+            (["run", "--sql", sql, "--shares", "S.b=2", *inputs], "need --engine spark")):
+        assert main(argv) != 0
+        assert message in capsys.readouterr().err
