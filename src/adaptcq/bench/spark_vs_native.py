@@ -158,7 +158,7 @@ def job_native(case: str, srcs: dict, out: Path) -> dict:
     # let Spark evict the pairs' state.
     rs = rs.select(*[(F.col(c) + F.expr("INTERVAL 0 SECONDS")).alias(c) if c == "S_et"
                      else F.col(c) for c in rs.columns])
-    key = "T_a = S_a" if case == "a" else "T_b = S_b"
+    key = "T_a = S_a" if case in ("a", "c") else "T_b = S_b"
     rst = rs.join(t, F.expr(f"{key} AND {near('R', 'T')} AND {near('S', 'T')}"))
     res = rst.select(F.col("R_id").alias("rid"), F.col("S_id").alias("sid"),
                      F.col("T_id").alias("tid"))

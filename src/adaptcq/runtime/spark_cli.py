@@ -154,7 +154,10 @@ def summary_table(run: SparkRun, args, master: str):
     if run.shares:
         t.add_row("shares", ", ".join(f"{k}: {v}" for k, v in run.shares.items()))
         t.add_row("rows shipped (replication)", f"{run.shipped:,} ({run.replication:.2f}x)")
-    t.add_row("updates processed (ΔR insertions + deletions)", f"{run.updates:,}")
+    t.add_row("updates processed (ΔR insertions + deletions, all groups)", f"{run.updates:,}")
+    live, caught, rebuilt = _group_starts(run)
+    t.add_row("group micro-batches: live copy / caught up / rebuilt",
+              f"{live:,} / {caught:,} / {rebuilt:,}")
     t.add_row("results", f"{run.results:,}")
     t.add_row("wall seconds (streaming query)", f"{run.wall_seconds:.2f}")
     t.add_row("throughput (input rows per second)",
@@ -229,6 +232,14 @@ def decisions_table(run: SparkRun):
     return t
 
 
+def _group_starts(run: SparkRun) -> tuple[int, int, int]:
+    """How the groups' micro-batches found their engine: the live copy in the worker, a
+    stale copy caught up from the stored changes, or one rebuilt from them (or new)."""
+    live = sum(bool(h.get("cache_hit")) for h in run.history)
+    caught = sum(bool(h.get("caught_up")) for h in run.history)
+    return live, caught, len(run.history) - live - caught
+
+
 def summary(run: SparkRun) -> dict:
     """A run's figures (what the CLI's summary shows, plus each group's latest statistics:
     its plan and, with adaptive policies, their reports under ``policies``)."""
@@ -238,7 +249,11 @@ def summary(run: SparkRun) -> dict:
         "wall_seconds": run.wall_seconds,
         "throughput": run.rows_in / run.wall_seconds if run.wall_seconds else None,
         "peak_state_tuples": run.peak_state_tuples, "peak_state_bytes": run.peak_state_bytes,
-        "partition_groups": len(run.groups), "checkpoint": run.checkpoint,
+        "partition_groups": len(run.groups), "split": run.split, "rows_shipped": run.shipped,
+        "replication": run.replication,
+        "group_batches": dict(zip(("live_copy", "caught_up", "rebuilt"), _group_starts(run),
+                                  strict=True)),
+        "checkpoint": run.checkpoint,
         "restarted": run.restarted, "output": run.output, "adaptivity": run.adaptivity,
         "groups": [run.groups[k] for k in sorted(run.groups)]}
 
