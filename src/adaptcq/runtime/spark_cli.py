@@ -156,7 +156,7 @@ def summary_table(run: SparkRun, args, master: str):
         t.add_row("rows shipped (replication)", f"{run.shipped:,} ({run.replication:.2f}x)")
     t.add_row("updates processed (ΔR insertions + deletions, all groups)", f"{run.updates:,}")
     live, caught, rebuilt = _group_starts(run)
-    t.add_row("group micro-batches: live copy / caught up / rebuilt",
+    t.add_row("group micro-batches: live copy / caught up / new or rebuilt",
               f"{live:,} / {caught:,} / {rebuilt:,}")
     t.add_row("results", f"{run.results:,}")
     t.add_row("wall seconds (streaming query)", f"{run.wall_seconds:.2f}")
