@@ -183,12 +183,18 @@ def run_job(engine: str, name: str, args, out: Path, partitions: int = 1) -> dic
            "--workload", name, "--job-out", str(out), "--partitions", str(partitions),
            "--sf", str(args.sf), "--arrivals", str(args.arrivals), "--files", str(args.files),
            "--data", str(args.data)]
+    return timed_job(cmd, f"{engine} job on {name}")
+
+
+def timed_job(cmd: list[str], what: str) -> dict:
+    """Run a benchmark job (``--job``) in a fresh process: the JSON line it prints, with the
+    wall time from process start to exit (JVM start-up included)."""
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
     if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"{engine} job on {name} failed:\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"{what} failed:\n{proc.stderr[-4000:]}")
     res = json.loads(line)
     res["wall_seconds"] = wall
     return res

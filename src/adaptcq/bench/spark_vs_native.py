@@ -29,12 +29,11 @@ import csv
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from adaptcq.bench.spark_scale import TreeCPU
+from adaptcq.bench.spark_scale import TreeCPU, timed_job
 
 WINDOW = 10.0
 EPOCH_SHIFT_US = 10**15  # about 31 years
@@ -184,15 +183,7 @@ def run_job(engine: str, case: str, data: Path, out: Path, partitions: int) -> d
     cmd = [sys.executable, "-m", "adaptcq.bench.spark_vs_native", "--job", engine,
            "--case", case, "--data", str(data), "--job-out", str(out),
            "--partitions", str(partitions)]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - t0
-    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
-    if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"{engine} job on case {case} failed:\n{proc.stderr[-4000:]}")
-    res = json.loads(line)
-    res["wall_seconds"] = wall
-    return res
+    return timed_job(cmd, f"{engine} job on case {case}")
 
 
 def same_results(a: Path, b: Path) -> tuple[bool, int, int]:
