@@ -183,3 +183,24 @@ def test_default_registry_reaches_the_single_query_engine():
         unregister_udf("adaptcq_test_pos")
     with pytest.raises(QueryError, match="function ADAPTCQ_TEST_POS is not supported"):
         parse_query("SELECT R.a FROM R WHERE adaptcq_test_pos(R.a)")
+
+
+def test_an_untyped_udf_result_in_select_is_refused_with_the_reason():
+    """A UDF's value has no declared type: engines writing typed output refuse it as an
+    output column, naming why; inside a condition it is boolean and runs."""
+    import pyarrow as pa
+
+    import adaptcq
+    from adaptcq.errors import QueryError
+    from adaptcq.query.udf import register_udf, unregister_udf
+    register_udf("score_t", lambda v: v / 10)
+    try:
+        t = pa.table({"ts": [0.0, 1.0], "symbol": ["A", "B"], "volume": [50.0, 10.0]})
+        eng = adaptcq.Engine(sources={"stocks": t}, timestamp="ts")
+        with pytest.raises(QueryError, match="a UDF's result has no declared type"):
+            eng.register("SELECT s.symbol, score_t(s.volume) AS x FROM stocks s")
+        h = eng.register("SELECT s.symbol, score_t(s.volume) > 3 AS hot FROM stocks s")
+        eng.run()
+        assert h.table().column("hot").to_pylist() == [True, False]
+    finally:
+        unregister_udf("score_t")

@@ -292,6 +292,12 @@ class _OutputTyper:
             return self.arithmetic(node, [node.this])
         if isinstance(node, _ARITHMETIC):
             return self.arithmetic(node, [node.this, node.expression])
+        if isinstance(node, exp.Anonymous):
+            raise self.error(
+                f"{node.sql()} in the SELECT list: a UDF's result has no declared type, so "
+                "the engines that write typed output (adaptcq.run, adaptcq.Engine, the CLI, "
+                "Spark) cannot make it an output column; use the UDF in WHERE, or call the "
+                "Eddy directly (docs/cacq-filters.md)", node)
         raise self.error(f"cannot tell the type of {node.sql()!r}", node)
 
     def column(self, node: exp.Column) -> _Typed:
