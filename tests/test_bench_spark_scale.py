@@ -42,6 +42,21 @@ def test_tpch_streams_interleave_all_tables_in_time_order(tpch_streams):
 
 
 @pytest.mark.parametrize("q", ["q3", "q5"])
+def test_tpch_queries_parse(tpch_streams, q):
+    """Q3 and Q5 are adaptcq CQL over the streams' columns: unbounded streams, equi-joins on
+    the TPC-H keys (Q5's nationkey closes a cycle), no aggregation."""
+    from adaptcq.query.cql import parse_query
+    from adaptcq.stream import tpch
+    from adaptcq.stream.sources import schema_kinds
+    srcs, _ = tpch_streams
+    schemas = {n: schema_kinds(pq.read_schema(next(Path(srcs[n]).glob("*.parquet"))))
+               for n in tpch.SOURCES[q]}
+    query = parse_query(tpch.QUERIES[q], schemas)
+    assert query.join_graph.number_of_nodes() == len(tpch.SOURCES[q])
+    assert query.shape == ("linear" if q == "q3" else "cyclic")
+
+
+@pytest.mark.parametrize("q", ["q3", "q5"])
 def test_tpch_queries_equal_duckdb(tpch_streams, q):
     """Q3 and Q5 over the streams (local runtime) give exactly DuckDB's join of the tables."""
     import duckdb
@@ -89,3 +104,49 @@ def test_selective_cases_of_spark_vs_native(tmp_path):
             max(t.column("b").to_numpy()) < SELECTIVE_DOMAIN
         span = t.column("ts").to_numpy()[-1]
         assert abs(span - SELECTIVE_ROWS / SELECTIVE_RATE) < 5
+
+
+def test_state_growth_rows_join_progress_and_group_statistics():
+    """Each group's k-th statistics row belongs to micro-batch k; the end-of-input batch (no
+    rows for the groups) and batch 0 are left out of the comparison."""
+    from adaptcq.bench.spark_scale import growth_rows, growth_summary
+    progress = [{"ms": ms, "rows": 60} for ms in (900, 200, 210, 220, 230, 240, 250)]
+    progress.append({"ms": 50, "rows": 1})
+    history = []
+    for b in range(8):
+        for g in (0, 1):
+            history.append({"group": g, "rows_in": 30 if b < 7 else 0,
+                            "state_tuples": 30 * (b + 1) if b < 7 else 210,
+                            "engine_cpu_seconds": 0.01, "cache_hit": b % 2 == 0})
+    rows = growth_rows(progress, history)
+    assert [r["kind"] for r in rows] == ["data"] * 7 + ["end"]
+    assert [r["state_tuples"] for r in rows][:3] == [60, 120, 180]
+    assert all(r["groups"] == 2 for r in rows) and rows[0]["live_copy"] == 2
+    g = growth_summary(rows)
+    assert (g["first_batch"], g["last_batch"]) == (1, 6)
+    assert (g["ms_first"], g["ms_last"]) == (205, 245)  # medians of batches 1-2 and 5-6
+    assert g["state_ratio"] == 420 / 120
+
+
+def test_scale_rows_take_medians_and_replication(tmp_path, capsys):
+    """A point's row: medians over the repeats, the shares, the rows shipped and the
+    replication (shipped per input row) of adaptcq; none of these for native."""
+    from adaptcq.bench.spark_scale import _plot, _print, _row
+    runs = [{"wall_seconds": w, "cpu_seconds": c, "rows_in": 1000, "results": 7,
+             "shares": {"R.a = S.a": 1, "S.b = T.b": 2}, "shipped": 1143,
+             "engine_cpu_seconds": 0.5} for w, c in ((10.0, 15.0), (30.0, 12.0), (20.0, 18.0))]
+    ours = _row("chain", "adaptcq", 2, runs, 1000, True)
+    assert (ours["wall_seconds"], ours["cpu_seconds"]) == (20.0, 15.0)
+    assert ours["rows_per_second"] == 50 and ours["replication"] == 1.143
+    assert ours["shares"] == '{"R.a = S.a": 1, "S.b = T.b": 2}'
+    native = _row("chain", "native", None, [{"wall_seconds": 40.0, "cpu_seconds": 30.0,
+                                             "rows_in": 1000, "results": 7}], 1000, True)
+    assert (native["partitions"], native["shares"], native["shipped"],
+            native["replication"]) == ("", "", "", "")
+    # a runtime without run.shipped / run.shares: n/a, not a crash
+    old = _row("chain", "adaptcq", 1, [dict(runs[0], shares=None, shipped=None)], 1000, True)
+    assert (old["shares"], old["shipped"], old["replication"]) == ("", "", "")
+    _print([ours, old, native], "local[2]")
+    assert "n/a" in capsys.readouterr().out
+    _plot([ours, old, native], tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 0

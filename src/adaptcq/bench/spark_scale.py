@@ -23,7 +23,10 @@ micro-batches, so the state grows with every batch (10.5× from batch 1 to the l
 reports per micro-batch its duration (Spark's ``triggerExecution``), the groups' state and
 whether the group's live copy was used, caught up or rebuilt: ``<out>/state_growth.csv``
 and ``.png``, and the ratio of the median batch time in the last third to that in the first
-third (batch 0, which also starts the Python workers, left out).
+third (batch 0, which also starts the Python workers, and the end-of-input batch left out).
+
+``--master`` (default ``local[2]``) and ``--shuffle-partitions`` run the same jobs on a
+cluster (docs/spark-scale.md, "Running on a cluster").
 """
 
 from __future__ import annotations
@@ -106,10 +109,19 @@ def workload(name: str, args, root: Path) -> tuple[str, dict[str, str], list[str
 
 # ----- jobs (each in its own process) -----------------------------------------------------------
 
-def job_adaptcq(sql: str, srcs: dict, out: Path, partitions: int) -> dict:
-    from adaptcq.runtime.spark import run_files
+def _spark(args, app: str):
+    """The job's session: ``--master`` (default local[2]), and ``--shuffle-partitions`` when
+    given (else the runtime's default: the master's cores)."""
     from adaptcq.runtime.spark_session import get_spark
-    spark = get_spark("local[2]", "scale-adaptcq")
+    conf = {}
+    if args.shuffle_partitions:
+        conf["spark_sql_shuffle_partitions"] = args.shuffle_partitions
+    return get_spark(args.master, app, **conf)
+
+
+def job_adaptcq(sql: str, srcs: dict, out: Path, partitions: int, args) -> dict:
+    from adaptcq.runtime.spark import run_files
+    spark = _spark(args, "scale-adaptcq")
     run = run_files(spark, sql, srcs, str(out / "ck"), str(out / "result"), mode="append",
                     partitions=partitions, max_files_per_trigger=1)
     return {"rows_in": run.rows_in, "results": run.results, "batches": run.batches,
@@ -118,24 +130,24 @@ def job_adaptcq(sql: str, srcs: dict, out: Path, partitions: int) -> dict:
             "engine_cpu_seconds": sum(h["engine_cpu_seconds"] for h in run.history),
             "progress": [{"ms": p["durationMs"].get("triggerExecution"),
                           "rows": p["numInputRows"]} for p in run.progress],
-            "history": [{k: h.get(k) for k in ("group", "state_tuples", "rows_in", "shipped",
-                                               "engine_cpu_seconds", "cache_hit",
-                                               "caught_up", "rebuilt_rows",
+            "history": [{k: h.get(k) for k in ("group", "state_tuples", "state_bytes",
+                                               "rows_in", "shipped", "engine_cpu_seconds",
+                                               "cache_hit", "caught_up", "rebuilt_rows",
                                                "rebuild_cpu_seconds", "snapshot_bytes",
-                                               "entries")} for h in run.history]}
+                                               "meta_bytes", "entries")}
+                        for h in run.history]}
 
 
-def job_native(name: str, srcs: dict, out: Path) -> dict:
+def job_native(name: str, srcs: dict, out: Path, args) -> dict:
     """Spark's own stream-stream joins: the chain as bench.spark_vs_native builds it, TPC-H
     Q3 and Q5 as inner joins without watermarks (append mode; state kept for ever, as the
     unbounded streams require), the same selections applied before the joins."""
     from pyspark.sql import functions as F
 
-    from adaptcq.runtime.spark_session import get_spark
-    spark = get_spark("local[2]", "scale-native")
+    spark = _spark(args, "scale-native")
     if name == "chain":
         from adaptcq.bench.spark_vs_native import job_native as chain_native
-        return chain_native("b", srcs, out)
+        return chain_native("b", srcs, out, master=args.master)
 
     def read(n: str):
         schema = spark.read.parquet(srcs[n]).schema
@@ -182,7 +194,9 @@ def run_job(engine: str, name: str, args, out: Path, partitions: int = 1) -> dic
     cmd = [sys.executable, "-m", "adaptcq.bench.spark_scale", "--job", engine,
            "--workload", name, "--job-out", str(out), "--partitions", str(partitions),
            "--sf", str(args.sf), "--arrivals", str(args.arrivals), "--files", str(args.files),
-           "--data", str(args.data)]
+           "--data", str(args.data), "--master", args.master]
+    if args.shuffle_partitions:
+        cmd += ["--shuffle-partitions", str(args.shuffle_partitions)]
     return timed_job(cmd, f"{engine} job on {name}")
 
 
@@ -237,6 +251,7 @@ def scale(args) -> int:
         w.writeheader()
         w.writerows(rows)
     _plot(rows, out / "spark_scale.png")
+    _print(rows, args.master)
     for name in args.workloads.split(","):
         nat = next(r for r in rows if r["workload"] == name and r["engine"] == "native")
         for r in rows:
@@ -262,17 +277,49 @@ def _row(name, engine, P, runs, n_in, ok) -> dict:
             "input_rows": n_in, "results": last["results"], "results_equal": ok,
             "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 1),
             "rows_per_second": round(n_in / wall), "rows_per_cpu_second": round(n_in / cpu),
-            "shares": json.dumps(last.get("shares") or {}),
+            # "" where there are none to report (native; a runtime without run.shares)
+            "shares": "" if last.get("shares") is None else json.dumps(last["shares"]),
             "shipped": "" if shipped is None else shipped,
             "replication": "" if not shipped else round(shipped / max(last["rows_in"], 1), 3),
-            "engine_cpu_seconds": round(last.get("engine_cpu_seconds", 0.0), 1)}
+            "engine_cpu_seconds": "" if engine == "native"
+            else round(last.get("engine_cpu_seconds") or 0.0, 1)}
+
+
+def _print(rows: list[dict], master: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"adaptcq on Spark at P groups vs Spark native joins ({master})")
+    for c in ("workload", "engine", "P", "wall s", "CPU s", "rows/s", "rows/CPU-s", "results",
+              "equal", "shares", "shipped", "replication"):
+        t.add_column(c, justify="right")
+    for r in rows:
+        t.add_row(r["workload"], r["engine"], str(r["partitions"] or "-"),
+                  f"{r['wall_seconds']:.1f}", f"{r['cpu_seconds']:.1f}",
+                  f"{r['rows_per_second']:,}", f"{r['rows_per_cpu_second']:,}",
+                  f"{r['results']:,}", str(r["results_equal"]),
+                  "-" if r["engine"] == "native" else _shares(r["shares"]),
+                  "-" if r["engine"] == "native" else
+                  (f"{r['shipped']:,}" if r["shipped"] != "" else "n/a"),
+                  "-" if r["engine"] == "native" else (str(r["replication"]) or "n/a"))
+    console = Console()
+    if not console.is_terminal:  # a log file: do not cut the table to 80 columns
+        console = Console(width=160)
+    console.print(t)
+
+
+def _shares(text: str) -> str:
+    """The classes with a share above 1 (the CSV has them all)."""
+    if not text:
+        return "n/a"
+    d = {k: v for k, v in json.loads(text).items() if v > 1}
+    return ", ".join(f"{k}: {v}" for k, v in d.items()) if d else "one group"
 
 
 def _line(r: dict) -> str:
     return (f"  {r['engine']:8s} P={r['partitions'] or '-':>2}: {r['wall_seconds']:7.1f} s wall, "
             f"{r['cpu_seconds']:6.1f} CPU-s, {r['rows_per_second']:>8,} rows/s, "
-            f"{r['results']:,} results (equal: {r['results_equal']}), shares {r['shares']}, "
-            f"replication {r['replication'] or '-'}")
+            f"{r['results']:,} results (equal: {r['results_equal']}), "
+            f"shares {r['shares'] or '-'}, replication {r['replication'] or '-'}")
 
 
 def _plot(rows: list[dict], path: Path) -> None:
@@ -331,52 +378,86 @@ def state_growth(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     growth_data(Path(args.data) / "growth", args.batches, args.batch_rows, 10**7)
     res = run_job("adaptcq", "growth", args, out / "growth_job", args.growth_partitions)
-    P = res["groups"]
-    hist = res["history"]
-    rows = []
-    prog = [p for p in res["progress"] if p["rows"]]
-    for b, p in enumerate(prog):
-        h = hist[b * P:(b + 1) * P]
-        rows.append({"batch": b, "rows_in": p["rows"], "batch_ms": p["ms"],
-                     "state_tuples": sum(x["state_tuples"] or 0 for x in h),
-                     "engine_cpu_ms": round(1000 * sum(x["engine_cpu_seconds"] for x in h)),
-                     "rebuild_cpu_ms": round(1000 * sum(x.get("rebuild_cpu_seconds") or 0
-                                                        for x in h)),
-                     "live_copy": sum(bool(x.get("cache_hit")) for x in h),
-                     "caught_up": sum(bool(x.get("caught_up")) for x in h)})
+    rows = growth_rows(res["progress"], res["history"])
     with open(out / "state_growth.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    # Batch 0 also starts the Python workers: the comparison starts at batch 1.
-    data = rows[1:]
-    k = max(1, len(data) // 3)
-    t1 = statistics.median(r["batch_ms"] for r in data[:k])
-    t2 = statistics.median(r["batch_ms"] for r in data[-k:])
-    s1, s2 = data[0]["state_tuples"], data[-1]["state_tuples"]
-    _plot_growth(rows, out / "state_growth.png")
-    print(f"state grew {s2 / max(s1, 1):.1f}x ({s1:,} -> {s2:,} tuples) from batch 1 to the "
-          f"last; median micro-batch time of the first third {t1:,.0f} ms, of the last "
-          f"third {t2:,.0f} ms ({t2 / t1:.2f}x)")
+    g = growth_summary(rows)
+    _plot_growth(rows, out / "state_growth.png", res["groups"], args.master)
+    print(f"state grew {g['state_ratio']:.1f}x ({g['state_first']:,} -> {g['state_last']:,} "
+          f"tuples) from batch {g['first_batch']} to batch {g['last_batch']}; median "
+          f"micro-batch time of the first third {g['ms_first']:,.0f} ms, of the last third "
+          f"{g['ms_last']:,.0f} ms ({g['time_ratio']:.2f}x); {res['groups']} group(s), "
+          f"{res['wall_seconds']:.1f} s wall")
     print(f"wrote {out / 'state_growth.csv'} and {out / 'state_growth.png'}")
     return 0
 
 
-def _plot_growth(rows, path: Path) -> None:
+def growth_rows(progress: list[dict], history: list[dict]) -> list[dict]:
+    """One row per micro-batch: Spark's progress report (``ms``: triggerExecution, ``rows``:
+    input rows, the end-of-input marker included) joined with the groups' statistics rows
+    of that batch. Every group reports once per micro-batch, in batch order, so a group's
+    k-th statistics row is of batch k. ``kind`` is ``data``, or ``end`` for a batch that
+    brought the groups no row (the end-of-input marker's)."""
+    per_batch: list[list[dict]] = [[] for _ in progress]
+    seen: dict = {}
+    for h in history:
+        k = seen.get(h["group"], 0)
+        seen[h["group"]] = k + 1
+        if k < len(per_batch):
+            per_batch[k].append(h)
+    rows = []
+    for b, (p, h) in enumerate(zip(progress, per_batch, strict=True)):
+        data = sum(x.get("rows_in") or 0 for x in h)
+        written = sum((x.get("meta_bytes") or 0) + (x.get("snapshot_bytes") or 0) for x in h)
+        rows.append({
+            "batch": b, "kind": "data" if data else "end", "rows_in": data,
+            "batch_ms": p["ms"], "groups": len(h),
+            "state_tuples": sum(x.get("state_tuples") or 0 for x in h),
+            "state_bytes": sum(x.get("state_bytes") or 0 for x in h),
+            "meta_bytes": written,
+            "engine_cpu_ms": round(1000 * sum(x.get("engine_cpu_seconds") or 0 for x in h)),
+            "rebuild_cpu_ms": round(1000 * sum(x.get("rebuild_cpu_seconds") or 0 for x in h)),
+            "live_copy": sum(bool(x.get("cache_hit")) for x in h),
+            "caught_up": sum(bool(x.get("caught_up")) for x in h)})
+    return rows
+
+
+def growth_summary(rows: list[dict]) -> dict:
+    """Median batch time of the first and the last third of the data batches, and the state's
+    growth between them. Batch 0 (which also starts the Python workers and the JVM's JIT)
+    and the end-of-input batch are left out."""
+    data = [r for r in rows if r["kind"] == "data"][1:]
+    if not data:
+        raise ValueError("--state-growth needs at least two micro-batches of data")
+    k = max(1, len(data) // 3)
+    t1 = statistics.median(r["batch_ms"] for r in data[:k])
+    t2 = statistics.median(r["batch_ms"] for r in data[-k:])
+    s1, s2 = data[0]["state_tuples"], data[-1]["state_tuples"]
+    return {"first_batch": data[0]["batch"], "last_batch": data[-1]["batch"],
+            "ms_first": t1, "ms_last": t2, "time_ratio": t2 / t1 if t1 else float("nan"),
+            "state_first": s1, "state_last": s2, "state_ratio": s2 / max(s1, 1)}
+
+
+def _plot_growth(rows, path: Path, groups: int, master: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot([r["batch"] for r in rows], [r["batch_ms"] for r in rows], "o-",
-            label="micro-batch time (ms)")
+    a = ax.plot([r["batch"] for r in rows], [r["batch_ms"] for r in rows], "o-",
+                label="micro-batch time (ms)")
     ax.set_xlabel("micro-batch")
     ax.set_ylabel("ms")
+    ax.set_ylim(bottom=0)
     ax2 = ax.twinx()
-    ax2.plot([r["batch"] for r in rows], [r["state_tuples"] for r in rows], "s--",
-             color="tab:orange", label="state (tuples)")
+    b = ax2.plot([r["batch"] for r in rows], [r["state_tuples"] for r in rows], "s--",
+                 color="tab:orange", label="state (tuples, all groups)")
     ax2.set_ylabel("state tuples")
-    fig.legend(fontsize=8, loc="upper left")
-    ax.set_title("state grows, micro-batch time does not (local[2])")
+    ax2.set_ylim(bottom=0)
+    ax.legend(handles=a + b, fontsize=8, loc="upper center")
+    ax.set_title(f"micro-batch time as the state grows ({groups} group(s), {master})",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -392,6 +473,12 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="runs per point (medians)")
     ap.add_argument("--out", default="results/spark_scale")
     ap.add_argument("--data", default=None, help="data folder (default <out>/data)")
+    ap.add_argument("--master", default="local[2]",
+                    help="Spark master of every job (default local[2]; docs/spark-scale.md "
+                    "for a cluster)")
+    ap.add_argument("--shuffle-partitions", type=int, default=None,
+                    help="spark.sql.shuffle.partitions of every job (default: the master's "
+                    "cores; on a cluster give at least the largest P)")
     ap.add_argument("--state-growth", action="store_true",
                     help="measure micro-batch time while the state grows instead")
     ap.add_argument("--batches", type=int, default=21, help="--state-growth micro-batches")
@@ -409,8 +496,9 @@ def main(argv=None) -> int:
             sql, srcs = GROWTH, {s: str(Path(args.data) / "growth" / s) for s in "RST"}
         else:
             sql, srcs, _ = workload(args.workload, args, Path(args.data))
-        res = (job_adaptcq(sql, srcs, Path(args.job_out), int(args.partitions))
-               if args.job == "adaptcq" else job_native(args.workload, srcs, Path(args.job_out)))
+        res = (job_adaptcq(sql, srcs, Path(args.job_out), int(args.partitions), args)
+               if args.job == "adaptcq"
+               else job_native(args.workload, srcs, Path(args.job_out), args))
         res["cpu_seconds"] = cpu.stop()
         print(json.dumps(res), flush=True)
         os._exit(0)  # the work is done and measured: skip the JVM's shutdown hooks

@@ -111,10 +111,11 @@ def _selective():
 
 # ----- the two jobs ------------------------------------------------------------------------
 
-def job_adaptcq(case: str, srcs: dict, out: Path, partitions: int) -> dict:
+def job_adaptcq(case: str, srcs: dict, out: Path, partitions: int,
+                master: str = "local[2]") -> dict:
     from adaptcq.runtime.spark import run_files
     from adaptcq.runtime.spark_session import get_spark
-    spark = get_spark("local[2]", "bench-adaptcq")
+    spark = get_spark(master, "bench-adaptcq")
     t0 = time.perf_counter()
     run = run_files(spark, SQL[case], srcs, str(out / "ck"), str(out / "result"),
                     mode="append", partitions=partitions, max_files_per_trigger=1)
@@ -128,11 +129,11 @@ def job_adaptcq(case: str, srcs: dict, out: Path, partitions: int) -> dict:
             "group_batches": len(run.history)}
 
 
-def job_native(case: str, srcs: dict, out: Path) -> dict:
+def job_native(case: str, srcs: dict, out: Path, master: str = "local[2]") -> dict:
     from pyspark.sql import functions as F
 
     from adaptcq.runtime.spark_session import get_spark
-    spark = get_spark("local[2]", "bench-native")
+    spark = get_spark(master, "bench-native")
     t0 = time.perf_counter()
 
     def side(name: str):
@@ -176,13 +177,14 @@ def job_native(case: str, srcs: dict, out: Path) -> dict:
             "peak_state_bytes": peak_bytes}
 
 
-def run_job(engine: str, case: str, data: Path, out: Path, partitions: int) -> dict:
+def run_job(engine: str, case: str, data: Path, out: Path, partitions: int,
+            master: str = "local[2]") -> dict:
     """One engine on one case in a fresh process: wall time from start to exit."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     cmd = [sys.executable, "-m", "adaptcq.bench.spark_vs_native", "--job", engine,
            "--case", case, "--data", str(data), "--job-out", str(out),
-           "--partitions", str(partitions)]
+           "--partitions", str(partitions), "--master", master]
     return timed_job(cmd, f"{engine} job on case {case}")
 
 
@@ -206,6 +208,7 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--cases", default="a,b,c,d")
     ap.add_argument("--out", default="results/spark_vs_native")
+    ap.add_argument("--master", default="local[2]", help="Spark master of both jobs")
     ap.add_argument("--job", choices=["adaptcq", "native"], help=argparse.SUPPRESS)
     ap.add_argument("--case", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
@@ -216,8 +219,9 @@ def main(argv=None) -> int:
         cpu = TreeCPU().start()
         srcs = {s: str(Path(args.data) / s) for s in "RST"}
         fn = job_adaptcq if args.job == "adaptcq" else job_native
-        res = (fn(args.case, srcs, Path(args.job_out), args.partitions)
-               if args.job == "adaptcq" else fn(args.case, srcs, Path(args.job_out)))
+        res = (fn(args.case, srcs, Path(args.job_out), args.partitions, args.master)
+               if args.job == "adaptcq" else fn(args.case, srcs, Path(args.job_out),
+                                                args.master))
         res["cpu_seconds"] = cpu.stop()
         print(json.dumps(res), flush=True)
         os._exit(0)  # skip the JVM shutdown hooks' wait: the work is done and measured
@@ -233,7 +237,7 @@ def main(argv=None) -> int:
         for engine in ("adaptcq", "native"):
             print(f"case {case}: {engine} ...", flush=True)
             res[engine] = run_job(engine, case, data, out / f"{engine}_{case}",
-                                  args.partitions)
+                                  args.partitions, args.master)
         ok, na, nn = same_results(out / f"adaptcq_{case}" / "result",
                                   out / f"native_{case}" / "result")
         for engine, r in res.items():
@@ -259,14 +263,14 @@ def main(argv=None) -> int:
         w.writeheader()
         w.writerows(rows)
     _plot(rows, out / "spark_vs_native.png")
-    _print(rows)
+    _print(rows, args.master)
     return 0
 
 
-def _print(rows) -> None:
+def _print(rows, master: str = "local[2]") -> None:
     from rich.console import Console
     from rich.table import Table
-    t = Table(title="adaptcq on Spark vs Spark native stream-stream joins (local[2])")
+    t = Table(title=f"adaptcq on Spark vs Spark native stream-stream joins ({master})")
     for c in ("case", "engine", "wall s", "CPU s", "rows/s", "rows/CPU-s", "results",
               "peak state", "equal"):
         t.add_column(c, justify="right")
@@ -274,7 +278,10 @@ def _print(rows) -> None:
         t.add_row(r["case"], r["engine"], f"{r['wall_seconds']:.1f}", f"{r['cpu_seconds']:.0f}",
                   f"{r['rows_per_second']:,}", f"{r['rows_per_cpu_second']:,}",
                   f"{r['results']:,}", f"{r['peak_state_tuples']:,}", str(r["results_equal"]))
-    Console().print(t)
+    console = Console()
+    if not console.is_terminal:  # a log file: do not cut the table to 80 columns
+        console = Console(width=160)
+    console.print(t)
 
 
 def _plot(rows, path: Path) -> None:
