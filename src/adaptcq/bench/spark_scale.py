@@ -200,6 +200,14 @@ def run_job(engine: str, name: str, args, out: Path, partitions: int = 1) -> dic
     return timed_job(cmd, f"{engine} job on {name}")
 
 
+def write_csv(rows: list[dict], path: Path) -> None:
+    """The benchmark's rows (dicts with the same keys) as a CSV file."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def timed_job(cmd: list[str], what: str) -> dict:
     """Run a benchmark job (``--job``) in a fresh process: the JSON line it prints, with the
     wall time from process start to exit (JVM start-up included)."""
@@ -246,10 +254,7 @@ def scale(args) -> int:
             print(_line(rows[-1]), flush=True)
         rows.append(_row(name, "native", None, native, n_in, True))
         print(_line(rows[-1]), flush=True)
-    with open(out / "spark_scale.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(rows, out / "spark_scale.csv")
     _plot(rows, out / "spark_scale.png")
     _print(rows, args.master)
     for name in args.workloads.split(","):
@@ -379,10 +384,7 @@ def state_growth(args) -> int:
     growth_data(Path(args.data) / "growth", args.batches, args.batch_rows, 10**7)
     res = run_job("adaptcq", "growth", args, out / "growth_job", args.growth_partitions)
     rows = growth_rows(res["progress"], res["history"])
-    with open(out / "state_growth.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(rows, out / "state_growth.csv")
     g = growth_summary(rows)
     _plot_growth(rows, out / "state_growth.png", res["groups"], args.master)
     print(f"state grew {g['state_ratio']:.1f}x ({g['state_first']:,} -> {g['state_last']:,} "

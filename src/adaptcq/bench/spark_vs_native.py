@@ -25,7 +25,6 @@ Writes ``<out>/spark_vs_native.csv`` and ``.png`` and prints the table.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import shutil
@@ -33,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from adaptcq.bench.spark_scale import TreeCPU, timed_job
+from adaptcq.bench.spark_scale import TreeCPU, timed_job, write_csv
 
 WINDOW = 10.0
 EPOCH_SHIFT_US = 10**15  # about 31 years
@@ -258,10 +257,7 @@ def main(argv=None) -> int:
         print(f"case {case}: results equal: {ok} ({na:,} vs {nn:,} rows); "
               f"speed-up (wall) {n['wall_seconds'] / a['wall_seconds']:.2f}x, "
               f"per CPU-second {n['cpu_seconds'] / a['cpu_seconds']:.2f}x", flush=True)
-    with open(out / "spark_vs_native.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(rows, out / "spark_vs_native.csv")
     _plot(rows, out / "spark_vs_native.png")
     _print(rows, args.master)
     return 0

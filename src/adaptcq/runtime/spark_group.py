@@ -44,7 +44,7 @@ from pyspark.sql.streaming import StatefulProcessor
 
 from adaptcq.errors import AdaptcqError
 from adaptcq.query.logical import LogicalQuery
-from adaptcq.runtime.spark_split import PUNCT, _Config, _file_of
+from adaptcq.runtime.spark_split import PUNCT, _Config, _file_of, _ipc
 
 __all__ = ["MemoryStore", "PartitionGroup", "SparkStore", "read_part", "release"]
 
@@ -106,14 +106,6 @@ def read_part(blob) -> object:
     """An Arrow IPC stream (a split part, or a stored piece) as a table."""
     import pyarrow as pa
     return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
-
-
-def _ipc(table) -> bytes:
-    import pyarrow as pa
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 def _pieces(table) -> list[bytes]:
@@ -257,7 +249,6 @@ class PartitionGroup:
     @classmethod
     def rebuild(cls, cfg: _Config, store: MemoryStore) -> PartitionGroup:
         """The group as its stored changes leave it (module docstring)."""
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         from adaptcq.engine.continuous import ContinuousQuery
@@ -276,17 +267,7 @@ class PartitionGroup:
         for (i, e) in sorted(pieces):
             for _, blob in sorted(pieces[(i, e)]):
                 tables[i].append(read_part(blob))
-        bts, bs = info["bound"]
-        go, pending = [], [None] * n
-        for i in range(n):
-            if not tables[i]:
-                continue
-            t = pa.concat_tables(tables[i])
-            ts = t.column("_t").to_numpy()
-            mask = (ts < bts) | ((ts == bts) & (i <= bs))
-            go.append((i, t.filter(pa.array(mask))))
-            if not mask.all():
-                pending[i] = t.filter(pa.array(~mask))
+        go, pending = _released([_concat(ts) for ts in tables], info["bound"])
         streams, signs, tss, rows, _ = _ordered(cfg, go, pc)
         cq = ContinuousQuery.rebuild(
             _logical(cfg), cfg.executor, cfg.mode, streams, signs, tss, rows,
@@ -315,30 +296,16 @@ class PartitionGroup:
         were emitted there), expire what it expired, and take its scalars. Costs the
         missed micro-batches' input, not the state (``can_catch_up`` says when it is
         allowed)."""
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         from adaptcq.engine.continuous import Counters
-        n = cfg.n_streams
         tables: list[list] = [[] if t is None else [t] for t in self.pending]
         fresh = sorted(k for k in info["entries"] if k[1] >= self.next_entry)
         for key in fresh:
             for k in range(info["entries"][key][1]):
                 tables[key[0]].append(read_part(store.get((*key, k))[1]))
-        bts, bs = info["bound"]
-        go, pending = [], [None] * n
-        loaded = 0
-        for i in range(n):
-            if not tables[i]:
-                continue
-            t = pa.concat_tables(tables[i]) if len(tables[i]) > 1 else tables[i][0]
-            ts = t.column("_t").to_numpy()
-            mask = (ts < bts) | ((ts == bts) & (i <= bs))
-            if mask.any():
-                go.append((i, t.filter(pa.array(mask))))
-                loaded += int(mask.sum())
-            if not mask.all():
-                pending[i] = t.filter(pa.array(~mask))
+        go, pending = _released([_concat(ts) for ts in tables], info["bound"])
+        loaded = sum(t.num_rows for _, t in go)
         streams, signs, tss, rows, _ = _ordered(cfg, go, pc)
         cq = self.cq
         cq.load_arrivals(streams, signs, tss, rows, info["expired"])
@@ -400,16 +367,9 @@ class PartitionGroup:
                 pa.concat_tables([self.pending[i], t])
         self.frontier, self.closed, bts, bs, advance = bound(bmax, self.closed, end, L)
         self.bound = (bts, bs)
-        go = []
-        for i, t in enumerate(self.pending):
-            if t is None:
-                continue
-            ts = t.column("_t").to_numpy()
-            mask = (ts < bts) | ((ts == bts) & (i <= bs))
-            if mask.any():
-                go.append((i, t.filter(pa.array(mask)) if not mask.all() else t))
-                self.released[i] += int(mask.sum())
-                self.pending[i] = None if mask.all() else t.filter(pa.array(~mask))
+        go, self.pending = _released(self.pending, self.bound)
+        for i, t in go:
+            self.released[i] += t.num_rows
         streams, signs, tss, rows, secondary = _ordered(cfg, go, pc)
         cq = self.cq
         out = []
@@ -568,6 +528,35 @@ class PartitionGroup:
         self.continued = adapt["continued"]
         self.earlier = [*self.earlier, adapt["full"]][-_EARLIER:]
         self.attach(cfg)
+
+
+def _concat(tables: list):
+    """One table of a stream's Arrow tables (None for none)."""
+    import pyarrow as pa
+    if not tables:
+        return None
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def _released(tables: list, bound: tuple) -> tuple[list, list]:
+    """Split each stream's rows (a table or None) at the release bound ``(ts, stream)``:
+    ([(stream, released rows)] for streams with some, [pending rows or None per stream])."""
+    import pyarrow as pa
+    bts, bs = bound
+    go, pending = [], [None] * len(tables)
+    for i, t in enumerate(tables):
+        if t is None:
+            continue
+        ts = t.column("_t").to_numpy()
+        mask = (ts < bts) | ((ts == bts) & (i <= bs))
+        if mask.all():
+            go.append((i, t))
+        elif mask.any():
+            go.append((i, t.filter(pa.array(mask))))
+            pending[i] = t.filter(pa.array(~mask))
+        else:
+            pending[i] = t
+    return go, pending
 
 
 def _ordered(cfg: _Config, go: list, pc) -> tuple:
