@@ -1,0 +1,918 @@
+"""The vectorized executor: MJoin's exact results computed a micro-batch at a time over
+column batches (issue 16; ARCHITECTURE.md "A third back end: vectorized").
+
+The per-tuple executors run one update at a time through CPython. This one takes a batch
+of arrivals and computes, with numpy over column arrays, exactly the output MJoin would
+produce update by update: the same rows with the same ``_sign`` and ``_ts``, in the same
+order of updates.
+
+**Updates and positions.** Every update of the batch (an insertion, a time-window expiry,
+a count-window eviction, an explicit deletion) gets a global position: the order in which
+``ContinuousQuery.process`` would run it (stream.windows: the expiries due before an
+arrival, ordered by (t + w, arrival), then the arrival's own count-window or explicit
+deletion, then its insertion). A stored row y has the position ``ins_y`` of its insertion
+and ``del_y`` of its deletion (∞ while it is still in its window).
+
+**The rule** (:func:`present`, the only one): a result is a combination of one row per
+stream meeting the join predicates; it exists from the insertion of its last-arriving
+component to the deletion of its first-leaving one. So an insertion of x at position p
+emits every combination whose other components y are *present at p*: ``ins_y < p <
+del_y``; in retract mode the deletion of x at position p emits every combination whose
+other components are present at p, with the deletion's time as ``_ts``. MJoin's pipeline
+ΔX ⋈ … computes exactly this, update by update (a-caching.txt §3.1).
+
+**Bands, not filters.** For ``[RANGE w]`` and ``[ROWS n]`` windows both ``ins`` and
+``del`` increase with arrival order, so the rows of a stream present at p are one
+contiguous range of its window, found by two binary searches. Each join step of a
+pipeline probes the next stream's index for (key, that range) directly (:class:`RunIndex`:
+rows sorted by key then arrival), so an intermediate result never holds a pair that is not
+a valid partial result, whatever the batch size. Unbounded windows with explicit deletions
+(rows leave from the middle) test ``del_y > p`` after the probe.
+
+**State as columns.** Each stream's window (:class:`ColumnWindow`) is parallel numpy arrays
+in arrival order: positions, times, key codes, and the values the output needs. Expiry
+slices the front; explicit deletions mark rows dead and compact now and then. Indexes are
+log-structured runs of sorted rows (one run per batch, merged when one is no larger than
+twice the next), built on first use for the key columns a pipeline probes.
+
+**Keys** (:class:`KeyCoding`, per attribute class): integers, booleans and times as int64;
+floats (and classes mixing integers and floats) as the bits of the float64 value, -0.0 as
+0.0 and NaN never joining, as in the per-tuple engine; anything else (strings, decimals…)
+as a 64-bit hash whose matches are then checked on the values. A NULL never joins. A key of
+several columns is a mix of their codes, its matches checked column by column.
+
+The orders of the pipelines may change between batches (``orders``, or a policy such as
+``adapt.vector_order``); each batch runs with the orders current when it starts.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from adaptcq.engine.continuous import Counters, row_key
+from adaptcq.engine.rules import check_order, connected_order
+from adaptcq.errors import OptionError
+from adaptcq.query.logical import ColumnRef, LogicalQuery
+
+INF = np.iinfo(np.int64).max  # the deletion position of a row still in its window
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier mixing the codes of a several-column key
+
+
+def present(ins: np.ndarray, dele: np.ndarray, p) -> np.ndarray:
+    """The one exactness rule: rows (their insertion and deletion positions) present at the
+    update at position ``p``, i.e. ``ins < p < del`` (module docstring)."""
+    return (ins < p) & (p < dele)
+
+
+# ----- arrivals ----------------------------------------------------------------------------
+@dataclass
+class ArrivalBatch:
+    """Arrivals in processing order, as columns: the stream (alias index) of each arrival,
+    its time (engine units), its sign (+1/-1; None: all +1), and per alias a table of its
+    arrivals' columns (``query.columns[alias]``, in their order of arrival; None when the
+    alias has no arrival in the batch)."""
+
+    streams: np.ndarray
+    timestamps: np.ndarray
+    signs: np.ndarray | None
+    tables: list[pa.Table | None]
+
+    def __len__(self) -> int:
+        return len(self.streams)
+
+    def slice(self, lo: int, hi: int) -> ArrivalBatch:
+        """Arrivals [lo, hi) (each alias's table sliced to its arrivals among them)."""
+        st = self.streams
+        tables = []
+        for i, t in enumerate(self.tables):
+            if t is None:
+                tables.append(None)
+                continue
+            a = int(np.count_nonzero(st[:lo] == i))
+            b = a + int(np.count_nonzero(st[lo:hi] == i))
+            tables.append(t.slice(a, b - a) if b > a else None)
+        return ArrivalBatch(st[lo:hi], self.timestamps[lo:hi],
+                            None if self.signs is None else self.signs[lo:hi], tables)
+
+
+def batch_from_rows(query: LogicalQuery, schemas: Mapping[str, pa.Schema],
+                    streams: Sequence[int], signs: Sequence[int] | None,
+                    timestamps: Sequence, rows: Sequence[tuple]) -> ArrivalBatch:
+    """An :class:`ArrivalBatch` from ContinuousQuery.process's parallel lists (rows as
+    tuples in ``query.columns`` order), typed by ``schemas`` (per alias)."""
+    st = np.asarray(streams, dtype=np.int64)
+    tables: list[pa.Table | None] = []
+    for i, alias in enumerate(query.aliases):
+        mine = [rows[k] for k in np.flatnonzero(st == i)]
+        if not mine:
+            tables.append(None)
+            continue
+        cols = query.columns[alias]
+        schema = schemas[alias]
+        tables.append(pa.table({c: pa.array([r[j] for r in mine], schema.field(c).type)
+                                for j, c in enumerate(cols)},
+                               schema=pa.schema([schema.field(c) for c in cols])))
+    ts = np.asarray(timestamps)
+    if ts.dtype.kind not in "iuf":
+        ts = ts.astype(np.float64)
+    return ArrivalBatch(st, ts, None if signs is None else np.asarray(signs, np.int64),
+                        tables)
+
+
+# ----- values and key codes ------------------------------------------------------------------
+def _decoded(arr) -> pa.Array:
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    return arr
+
+
+def _storage(t: pa.DataType) -> pa.DataType | None:
+    """The integer type a fixed-width temporal type is stored as (None: not temporal)."""
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t) or \
+            pa.types.is_time64(t):
+        return pa.int64()
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        return pa.int32()
+    return None
+
+
+def _is_primitive(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or _storage(t) is not None)
+
+
+class Values:
+    """How one input column is held in a window: numpy values and a NULL mask for
+    fixed-width types (ints, floats, bools, times), numpy objects for the rest."""
+
+    def __init__(self, t: pa.DataType):
+        self.type = t
+        self.storage = _storage(t)
+        self.primitive = _is_primitive(t)
+
+    def to_numpy(self, arr) -> tuple[np.ndarray, np.ndarray]:
+        arr = _decoded(arr)
+        mask = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count \
+            else np.zeros(len(arr), bool)
+        if not self.primitive:
+            return arr.to_numpy(zero_copy_only=False), mask
+        if self.storage is not None:
+            arr = arr.view(self.storage)
+        if arr.null_count:
+            arr = pc.fill_null(arr, False if pa.types.is_boolean(arr.type) else 0)
+        return arr.to_numpy(zero_copy_only=False), mask
+
+    def to_arrow(self, values: np.ndarray, mask: np.ndarray) -> pa.Array:
+        m = mask if mask.any() else None
+        if not self.primitive:
+            return pa.array(values, type=self.type, mask=m)
+        if self.storage is not None:
+            return pa.array(values, type=self.storage, mask=m).view(self.type)
+        return pa.array(values, type=self.type, mask=m)
+
+
+class KeyCoding:
+    """The codes of one attribute class (module docstring, "Keys"): ``kind`` is "int"
+    (exact), "float" (exact, as float64 values) or "hash" (matches checked on values)."""
+
+    def __init__(self, types: Sequence[pa.DataType]):
+        ints = all(pa.types.is_integer(t) or pa.types.is_boolean(t) for t in types)
+        big = any(t == pa.uint64() for t in types)
+        numbers = all(pa.types.is_integer(t) or pa.types.is_floating(t)
+                      or pa.types.is_boolean(t) for t in types)
+        same_time = len(set(types)) == 1 and _storage(types[0]) is not None
+        if (ints and not big) or same_time:
+            self.kind = "int"
+        elif numbers and not big:
+            self.kind = "float"
+        else:
+            self.kind = "hash"
+
+    def encode(self, values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 codes, NULL mask: rows whose value never joins)."""
+        if self.kind == "int":
+            return values.astype(np.int64, copy=False), mask
+        if self.kind == "float":
+            f = values.astype(np.float64) + 0.0  # -0.0 + 0.0 is 0.0: one code for zero
+            return f.view(np.int64), mask | np.isnan(f)
+        import pandas as pd
+        obj = values if values.dtype == object else values.astype(object)
+        try:
+            codes = pd.util.hash_array(obj, categorize=False).view(np.int64)
+        except TypeError as e:
+            raise OptionError(f"the vectorized executor cannot key a join on these values "
+                              f"({e}); use --executor mjoin") from None
+        return codes, mask
+
+
+def _combine(codes: Sequence[np.ndarray]) -> np.ndarray:
+    """One int64 code for a several-column key (a mix; matches are checked per column)."""
+    if len(codes) == 1:
+        return codes[0]
+    with np.errstate(over="ignore"):
+        h = codes[0].view(np.uint64).copy()
+        for c in codes[1:]:
+            h = h * _MIX + c.view(np.uint64)
+    return h.view(np.int64)
+
+
+# ----- a window as columns ---------------------------------------------------------------------
+class _Columns:
+    """Growable parallel numpy arrays with a movable front (appends amortized O(1))."""
+
+    def __init__(self, dtypes: Mapping[str, np.dtype]):
+        self.cap = 1024
+        self.start = self.stop = 0
+        self.data = {k: np.empty(self.cap, dt) for k, dt in dtypes.items()}
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def view(self, name: str) -> np.ndarray:
+        return self.data[name][self.start:self.stop]
+
+    def append(self, cols: Mapping[str, np.ndarray], n: int) -> None:
+        if self.stop + n > self.cap:
+            live = self.stop - self.start
+            cap = max(1024, 2 * (live + n))
+            for k, a in self.data.items():
+                b = np.empty(cap, a.dtype) if cap > self.cap else a
+                b[:live] = a[self.start:self.stop]
+                self.data[k] = b
+            self.cap = max(cap, self.cap)
+            self.start, self.stop = 0, live
+        for k, a in cols.items():
+            self.data[k][self.stop:self.stop + n] = a
+        self.stop += n
+
+    def trim(self, k: int) -> None:
+        self.start += k
+
+    def keep(self, mask: np.ndarray) -> None:
+        for k, a in self.data.items():
+            live = a[self.start:self.stop][mask]
+            a[:len(live)] = live
+        self.start, self.stop = 0, int(mask.sum())
+
+
+class ColumnWindow:
+    """One stream's window as columns in arrival order (module docstring). A row's *sid*
+    is its number among the rows ever stored (``base`` is the first live one's)."""
+
+    def __init__(self, alias: str, kind: str, size, columns: Mapping[str, Values],
+                 codings: Mapping[str, KeyCoding], ts_dtype, explicit: bool):
+        self.alias, self.kind, self.size = alias, kind, size
+        self.values = dict(columns)
+        self.codings = dict(codings)
+        self.explicit = explicit  # rows may leave from the middle (explicit deletions)
+        dtypes = {"ins": np.int64, "del": np.int64, "dts": ts_dtype, "ts": ts_dtype,
+                  "cnt": np.int64}
+        for c, v in self.values.items():
+            probe = v.to_numpy(pa.array([], v.type))[0]
+            dtypes["v:" + c] = probe.dtype
+            dtypes["m:" + c] = np.bool_
+        for c in self.codings:
+            dtypes["c:" + c] = np.int64
+            dtypes["n:" + c] = np.bool_
+        self.cols = _Columns(dtypes)
+        self.base = 0          # sid of the first live row
+        self.dead = 0          # rows marked deleted (explicit deletions), not yet compacted
+        self.indexes: dict[tuple[str, ...], RunIndex] = {}
+
+    def __len__(self) -> int:
+        return len(self.cols)
+
+    @property
+    def end(self) -> int:
+        """The sid the next stored row gets."""
+        return self.base + len(self.cols)
+
+    def col(self, name: str) -> np.ndarray:
+        return self.cols.view(name)
+
+    def append(self, table: pa.Table, ts: np.ndarray, cnt: np.ndarray, ins: np.ndarray) -> None:
+        n = len(ts)
+        cols = {"ins": ins, "del": np.full(n, INF, np.int64), "dts": ts, "ts": ts, "cnt": cnt}
+        for c, v in self.values.items():
+            cols["v:" + c], cols["m:" + c] = v.to_numpy(table.column(c))
+        for c, coding in self.codings.items():
+            if "v:" + c in cols:
+                v, m = cols["v:" + c], cols["m:" + c]
+            else:  # a key column the output does not need: codes only
+                v, m = Values(table.schema.field(c).type).to_numpy(table.column(c))
+            cols["c:" + c], cols["n:" + c] = coding.encode(v, m)
+        self.cols.append(cols, n)
+
+    def lo_hi(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per position p, the sid range [lo, hi) holding every row present at p (for an
+        unbounded window with explicit deletions, a superset: test ``del > p`` too)."""
+        hi = np.searchsorted(self.col("ins"), p, "left")
+        if self.explicit or self.kind == "unbounded":
+            lo = np.zeros_like(hi)
+        else:
+            lo = np.searchsorted(self.col("del"), p, "right")
+        return lo + self.base, hi + self.base
+
+    def index(self, key: tuple[str, ...]) -> RunIndex:
+        ix = self.indexes.get(key)
+        if ix is None:
+            ix = self.indexes[key] = RunIndex(key)
+        ix.refresh(self)
+        return ix
+
+    def key_codes(self, key: Sequence[str], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Combined codes and the NULL mask of rows with sids [lo, hi) on columns ``key``."""
+        a, b = lo - self.base, hi - self.base
+        codes = [self.col("c:" + c)[a:b] for c in key]
+        null = np.zeros(b - a, bool)
+        for c in key:
+            null |= self.col("n:" + c)[a:b]
+        return _combine(codes), null
+
+    def drop_front(self, k: int) -> None:
+        if k:
+            self.cols.trim(k)
+            self.base += k
+
+    def compact(self) -> np.ndarray | None:
+        """Drop rows marked deleted when they are many; returns old local index -> new
+        (or None when nothing moved). Indexes are rebuilt on their next use."""
+        if self.dead < 1024 or self.dead * 2 < len(self.cols):
+            return None
+        alive = self.col("del") == INF
+        remap = np.cumsum(alive) - 1
+        self.cols.keep(alive)
+        self.dead = 0
+        self.indexes.clear()
+        return np.where(alive, remap, -1)
+
+    def nbytes(self) -> int:
+        per_row = sum(a.dtype.itemsize for a in self.cols.data.values())
+        return per_row * len(self.cols)
+
+
+class _Run:
+    """Rows with sids in [s0, s0 + L), sorted by (key code, sid): ``comb`` = rank of the
+    code × L + (sid − s0) is sorted, so one binary search finds (code, sid bound)."""
+
+    __slots__ = ("s0", "L", "code", "rank", "comb", "sid")
+
+    def __init__(self, win: ColumnWindow, key: tuple[str, ...], s0: int, s1: int):
+        code, null = win.key_codes(key, s0, s1)
+        sid = np.arange(s0, s1, dtype=np.int64)
+        if null.any():
+            keep = ~null
+            code, sid = code[keep], sid[keep]
+        order = np.argsort(code, kind="stable")  # sids ascend: stable keeps them in order
+        self.s0, self.L = s0, max(1, s1 - s0)
+        self.code, self.sid = code[order], sid[order]
+        rank = np.zeros(len(order), np.int64)
+        if len(order) > 1:
+            np.cumsum(self.code[1:] != self.code[:-1], out=rank[1:])
+        self.rank = rank
+        self.comb = rank * self.L + (self.sid - s0)
+
+    @property
+    def s1(self) -> int:
+        return self.s0 + self.L
+
+
+class RunIndex:
+    """A hash-free index of one window on ``key`` columns: log-structured sorted runs."""
+
+    def __init__(self, key: tuple[str, ...]):
+        self.key = key
+        self.runs: list[_Run] = []
+        self.covered = 0  # sids below this are in runs (or gone)
+
+    def refresh(self, win: ColumnWindow) -> None:
+        runs = [r for r in self.runs if r.s1 > win.base]
+        self.covered = max(self.covered, win.base)
+        if self.covered < win.end:
+            runs.append(_Run(win, self.key, self.covered, win.end))
+            self.covered = win.end
+        while len(runs) >= 2 and len(runs[-2].sid) <= 2 * len(runs[-1].sid):
+            last = runs.pop()
+            prev = runs.pop()
+            runs.append(_Run(win, self.key, max(prev.s0, win.base), last.s1))
+        self.runs = runs
+
+    def probe(self, q: np.ndarray, lo: np.ndarray, hi: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """(probe index, sid) of every row with code ``q[j]`` and sid in [lo[j], hi[j])."""
+        outs_j, outs_s = [], []
+        for run in self.runs:
+            n = len(run.code)
+            if n == 0:
+                continue
+            g = np.searchsorted(run.code, q, "left")
+            gc = np.minimum(g, n - 1)
+            j = np.flatnonzero((g < n) & (run.code[gc] == q))
+            if not len(j):
+                continue
+            r0 = run.rank[gc[j]] * run.L
+            a = np.searchsorted(run.comb, r0 + np.clip(lo[j] - run.s0, 0, run.L), "left")
+            b = np.searchsorted(run.comb, r0 + np.clip(hi[j] - run.s0, 0, run.L), "left")
+            jj, at = _expand(j, a, b - a)
+            outs_j.append(jj)
+            outs_s.append(run.sid[at])
+        if not outs_j:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        if len(outs_j) == 1:
+            return outs_j[0], outs_s[0]
+        return np.concatenate(outs_j), np.concatenate(outs_s)
+
+
+def _expand(j: np.ndarray, starts: np.ndarray, counts: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Ranges [starts[k], starts[k] + counts[k]) as (j[k] repeated, each position)."""
+    counts = np.maximum(counts, 0)
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    rep = np.repeat(np.arange(len(counts)), counts)
+    ends = np.cumsum(counts)
+    at = np.arange(total, dtype=np.int64) - (ends - counts)[rep] + starts[rep]
+    return j[rep], at
+
+
+# ----- the executor --------------------------------------------------------------------------
+@dataclass
+class _Step:
+    """One join of a pipeline: stream ``stream`` probed on its columns ``key`` with the
+    prefix columns ``refs`` (empty: a cartesian step); ``check``: verify matches per column
+    (a several-column key or a hashed class)."""
+
+    stream: str
+    key: tuple[str, ...]
+    refs: tuple[ColumnRef, ...]
+    check: bool
+
+
+class VectorJoin:
+    """Windows, selections and the vectorized MJoin of one query (module docstring).
+
+    ``schemas``: per alias, the Arrow schema of its rows (``query.columns[alias]``).
+    ``process_batch(ArrivalBatch)`` returns the output as an Arrow table (the SELECT columns,
+    ``_sign`` int8, ``_ts`` in engine time units); ``process`` takes and returns rows as
+    ``ContinuousQuery.process`` does.
+    """
+
+    name = "vector"
+
+    def __init__(self, query: LogicalQuery, mode: str = "append",
+                 schemas: Mapping[str, pa.Schema] | None = None, time_unit: float = 1.0,
+                 explicit_deletions: bool = False, orders: Mapping | None = None,
+                 ts_dtype=np.int64):
+        from adaptcq.engine.continuous import MODES
+        from adaptcq.query.expr import compile_predicate
+
+        if mode not in MODES:
+            raise OptionError(f"unknown mode {mode!r}; choose append or retract")
+        reason = unsupported(query)
+        if reason:
+            raise OptionError(f"the vectorized executor cannot run this query: {reason}")
+        if schemas is None:
+            raise OptionError("VectorJoin needs the streams' Arrow schemas")
+        self.query, self.mode = query, mode
+        self.schemas = dict(schemas)
+        self.retract = mode == "retract"
+        self.time_unit = time_unit
+        self.explicit_deletions = bool(explicit_deletions)
+        aliases = query.aliases
+        self.selections = [
+            compile_predicate(query.selections[a], query.columns[a], a, query.types)
+            if query.selections.get(a) is not None else None for a in aliases]
+        types = {(a, c): _decoded(pa.array([], schemas[a].field(c).type)).type
+                 for a in aliases for c in query.columns[a]}
+        self.codings: dict[ColumnRef, KeyCoding] = {}
+        for cls in query.classes:
+            coding = KeyCoding([types[(r.stream, r.column)] for r in sorted(
+                cls, key=lambda r: (r.stream, r.column))])
+            for r in cls:
+                self.codings[r] = coding
+        outputs = {ColumnRef(o.expr.table, o.expr.name) for o in query.outputs}
+        self.windows: list[ColumnWindow] = []
+        for s in query.streams:
+            a = s.alias
+            mine = {r.column: c for r, c in self.codings.items() if r.stream == a}
+            needed = [c for c in query.columns[a]
+                      if ColumnRef(a, c) in outputs or (c in mine and mine[c].kind == "hash")]
+            size = s.window.size
+            if s.window.kind == "range":
+                size = size if time_unit == 1.0 else round(size / time_unit)
+            self.windows.append(ColumnWindow(
+                a, s.window.kind, size, {c: Values(types[(a, c)]) for c in needed}, mine,
+                ts_dtype, explicit_deletions and s.window.kind == "unbounded"))
+        self.outputs = [(aliases.index(o.expr.table), o.expr.name, Values(
+            types[(o.expr.table, o.expr.name)])) for o in query.outputs]
+        self.orders: dict[str, list[str]] = {}
+        for a in aliases:
+            self.orders[a] = check_order(aliases, a, (orders or {}).get(a)
+                                         or connected_order(query, a))
+        self.stats = Counters()
+        self.next_pos = 0            # positions of updates (module docstring)
+        self.counts = [0] * len(aliases)  # arrivals per stream (count windows)
+        self.now = None
+        self.rejected_rows: list[tuple[int, float, tuple, str]] = []
+        # Explicit deletions: per unbounded stream, row_key(row) -> sids of the equal rows
+        # still there, oldest first (None for one that failed the selection).
+        self.values: list[dict | None] = [
+            {} if w.explicit else None for w in self.windows]
+        self.fanouts: dict[tuple[str, tuple[str, ...]], list[int]] = {}  # probes, matches
+        self.order_log: dict[str, dict[tuple[str, ...], int]] = {a: {} for a in aliases}
+        self.observers: list = []    # fn(self) after each batch (adaptive ordering)
+
+    # ----- plan ------------------------------------------------------------------------------
+    def set_order(self, stream: str, order: Sequence[str]) -> None:
+        """Re-order ``stream``'s pipeline; any order gives the same results (no join
+        subresult is kept), so it may change between any two batches."""
+        self.orders[stream] = check_order(self.query.aliases, stream, order)
+
+    def steps(self, stream: str) -> list[_Step]:
+        q, prefix, out = self.query, [stream], []
+        for s in self.orders[stream]:
+            pairs = q.join_key(s, frozenset(prefix))
+            key = tuple(c for c, _ in pairs)
+            refs = tuple(r for _, r in pairs)
+            check = len(key) > 1 or any(self.codings[ColumnRef(s, c)].kind == "hash"
+                                        for c in key)
+            out.append(_Step(s, key, refs, check))
+            prefix.append(s)
+        return out
+
+    def describe(self) -> str:
+        lines = []
+        for a in self.query.aliases:
+            lines.append(f"<vector pipeline Δ{a}: {'⋈'.join(self.orders[a]) or '∅'}>")
+            for st in self.steps(a):
+                how = (f"band join on {', '.join(st.key)} = "
+                       f"{', '.join(map(str, st.refs))}" if st.key else "band (cartesian)")
+                lines.append(f"  ⋈ {st.stream}: {how}" + (" (matches checked)" if st.check
+                                                          else ""))
+        return "\n".join(lines)
+
+    def plan_state(self) -> dict:
+        return {"orders": {a: list(o) for a, o in self.orders.items()}}
+
+    def state_tuples(self) -> int:
+        return sum(len(w) - w.dead for w in self.windows)
+
+    def state_bytes(self) -> int:
+        return sum(w.nbytes() for w in self.windows)
+
+    # ----- the row interface (ContinuousQuery.process) -----------------------------------
+    def process(self, streams, signs, timestamps, rows, schemas=None) -> list[tuple]:
+        if not len(rows):
+            return []
+        batch = batch_from_rows(self.query, schemas or self.schemas, streams, signs,
+                                timestamps, rows)
+        out = self.process_batch(batch)
+        return [tuple(r.values()) for r in out.to_pylist()]
+
+    # ----- one batch -------------------------------------------------------------------------
+    def process_batch(self, batch: ArrivalBatch, positions: bool = False) -> pa.Table:
+        """Every update of ``batch``, in order; the output rows, ordered by update (with a
+        ``_pos`` column of update positions when ``positions``)."""
+        n = len(batch)
+        if n == 0:
+            return self._empty(positions)
+        ts = batch.timestamps
+        if self.now is not None and ts[0] < self.now:
+            raise ValueError(f"arrivals out of time order: {ts[0]} after {self.now}")
+        pos0 = self.next_pos
+        plan = self._ingest(batch, pos0)
+        keys_k, keys_phase, keys_e, keys_tie, what = plan
+        order = np.lexsort((keys_tie, keys_e, keys_phase, keys_k))
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order), dtype=np.int64)
+        positions_all = pos0 + rank
+        self.next_pos = pos0 + len(order)
+        # Hand each update its position.
+        at = 0
+        deleted: list[tuple[np.ndarray, np.ndarray]] = [
+            (np.empty(0, np.int64), np.empty(0, np.int64)) for _ in self.windows]
+        for kind, i, sids, extra in what:
+            m = len(sids)
+            p = positions_all[at:at + m]
+            at += m
+            w = self.windows[i]
+            local = sids - w.base
+            if kind == "ins":
+                w.col("ins")[local] = p
+            else:
+                w.col("del")[local] = p
+                w.col("dts")[local] = extra
+                d_s, d_p = deleted[i]
+                deleted[i] = (np.concatenate([d_s, sids]), np.concatenate([d_p, p]))
+        out = self._join(batch, deleted)
+        self._expire(deleted)
+        self.now = ts[-1]
+        self.stats.results += out.num_rows
+        for fn in self.observers:
+            fn(self)
+        return out if positions else out.drop_columns(["_pos"])
+
+    def _ingest(self, batch: ArrivalBatch, pos0: int):
+        """Store the batch's rows (positions to be set) and list every update with its
+        sort key: (arrival k, phase 0 time expiry / 1 count or explicit deletion /
+        2 insertion, expiry time, tie by arrival)."""
+        st, ts, sg = batch.streams, batch.timestamps, batch.signs
+        n = len(st)
+        last = ts[-1]
+        ks, phases, es, ties, what = [], [], [], [], []
+        self._fresh = []  # per stream: sids stored in this batch (insertion pipelines)
+        self._fresh_k = []  # per stream: their arrivals' indices in the batch
+        edt = ts.dtype
+
+        def add(k, phase, e, tie, kind, i, sids, extra=None):
+            m = len(sids)
+            ks.append(np.asarray(k, np.int64))
+            phases.append(np.full(m, phase, np.int8))
+            es.append(np.broadcast_to(np.asarray(e, edt), (m,)))
+            ties.append(np.broadcast_to(np.asarray(tie, np.int64), (m,)))
+            what.append((kind, i, sids, extra))
+
+        for i, w in enumerate(self.windows):
+            idx = np.flatnonzero(st == i)
+            table = batch.tables[i]
+            start_sid = w.end
+            if not len(idx):
+                self._fresh.append(np.empty(0, np.int64))
+                self._fresh_k.append(np.empty(0, np.int64))
+                continue
+            if table is None or table.num_rows != len(idx):
+                raise ValueError(f"stream {w.alias}: {len(idx)} arrivals but "
+                                 f"{0 if table is None else table.num_rows} rows")
+            signs = None if sg is None else sg[idx]
+            if signs is not None and (signs < 0).any():
+                sids, k_in = self._explicit(i, idx, table, signs, ts, add)
+                self._fresh.append(sids)
+                self._fresh_k.append(k_in)
+                continue
+            passed = self._select(i, table)
+            cnt = self.counts[i] + 1 + np.arange(len(idx), dtype=np.int64)
+            self.counts[i] += len(idx)
+            self.stats.arrivals += len(idx)
+            keep = np.flatnonzero(passed)
+            self.stats.filtered += len(idx) - len(keep)
+            if self.values[i] is not None:  # explicit-deletion stream: remember values
+                self._remember(i, table, passed, start_sid)
+            if len(keep) < len(idx):
+                table = table.take(pa.array(keep))
+            k_in = idx[keep]
+            w.append(table, ts[k_in], cnt[keep], np.zeros(len(keep), np.int64))
+            sids = np.arange(start_sid, w.end, dtype=np.int64)
+            self._fresh.append(sids)
+            self._fresh_k.append(k_in)
+            self.stats.insertions += len(sids)
+            add(k_in, 2, 0, pos0 + k_in, "ins", i, sids)
+            if w.kind == "rows":  # count-window evictions by these arrivals
+                self._evictions(i, idx, cnt, add, ts)
+        for i, w in enumerate(self.windows):
+            if w.kind != "range" or not len(w):
+                continue
+            e = w.col("ts") + w.size  # a prefix expires before the batch's last arrival
+            m = int(np.searchsorted(e, last, "left"))
+            m_alive = m
+            if m_alive:
+                e = e[:m]
+                k = np.searchsorted(ts, e, "right")
+                sids = np.arange(w.base, w.base + m, dtype=np.int64)
+                ins = w.col("ins")[:m]
+                fresh = sids >= self._fresh[i][0] if len(self._fresh[i]) else \
+                    np.zeros(m, bool)
+                tie = np.where(fresh, 0, ins)
+                if fresh.any():  # rows stored in this batch: tie by their arrival
+                    tie[fresh] = pos0 + self._fresh_k[i][:int(fresh.sum())]
+                self.stats.deletions += m
+                add(k, 0, e, tie, "del", i, sids, e)
+        empty = np.empty(0, np.int64)
+        if not ks:
+            return empty, empty, empty, empty, what
+        return (np.concatenate(ks), np.concatenate(phases), np.concatenate(es),
+                np.concatenate(ties), what)
+
+    def _select(self, i: int, table: pa.Table) -> np.ndarray:
+        sel = self.selections[i]
+        if sel is None:
+            return np.ones(table.num_rows, bool)
+        # Selections run per row (the compiled predicate of the per-tuple engine, so their
+        # three-valued logic is the same); only streams with a selection pay it.
+        cols = [table.column(c).to_pylist() for c in self.query.columns[self.query.aliases[i]]]
+        return np.fromiter((bool(sel(r)) for r in zip(*cols)), bool, table.num_rows)
+
+    def _evictions(self, i: int, idx: np.ndarray, cnt: np.ndarray, add, ts) -> None:
+        """[ROWS n]: the arrival numbered c + n of stream i deletes the row numbered c."""
+        w = self.windows[i]
+        n = int(w.size)
+        c_all = w.col("cnt")
+        m = int(np.searchsorted(c_all, self.counts[i] - n, "right"))  # cnt <= count - n
+        if not m:
+            return
+        gone = c_all[:m]
+        first = int(cnt[0])
+        k = idx[gone + n - first]
+        sids = np.arange(w.base, w.base + m, dtype=np.int64)
+        self.stats.deletions += m
+        add(k, 1, 0, 0, "del", i, sids, ts[k])
+
+    def _remember(self, i: int, table: pa.Table, passed: np.ndarray, sid: int) -> None:
+        """The values of an explicit-deletion stream's arrivals, for later deletions (a row
+        that failed the selection is remembered as None: its deletion deletes nothing)."""
+        store = self.values[i]
+        cols = [table.column(c).to_pylist() for c in self.query.columns[self.query.aliases[i]]]
+        for r, ok in zip(zip(*cols), passed.tolist()):
+            store.setdefault(row_key(r), deque()).append(sid if ok else None)
+            sid += ok
+
+    def _explicit(self, i, idx, table, signs, ts, add) -> np.ndarray:
+        """A stream with explicit deletions in this batch: arrival by arrival (the oldest
+        equal row still there leaves; a deletion matching nothing is rejected)."""
+        w = self.windows[i]
+        store = self.values[i]
+        alias = self.query.aliases[i]
+        cols = [table.column(c).to_pylist() for c in self.query.columns[alias]]
+        rows = list(zip(*cols))
+        sel = self.selections[i]
+        ins_k, ins_rows, ins_sids, del_k, del_sids = [], [], [], [], []
+        sid = w.end
+        for j, (k, r, s) in enumerate(zip(idx.tolist(), rows, signs.tolist())):
+            self.stats.arrivals += 1
+            key = row_key(r)
+            if s < 0:
+                rids = store.get(key)
+                if not rids:
+                    self.stats.rejected += 1
+                    self.rejected_rows.append((i, ts[k], r, f"deletion of a row not in {alias}"))
+                    continue
+                gone = rids.popleft()
+                if not rids:
+                    del store[key]
+                if gone is not None:
+                    del_k.append(k)
+                    del_sids.append(gone)
+                continue
+            self.counts[i] += 1
+            if sel is not None and not sel(r):
+                self.stats.filtered += 1
+                store.setdefault(key, deque()).append(None)
+                continue
+            store.setdefault(key, deque()).append(sid)
+            ins_k.append(k)
+            ins_rows.append(j)
+            ins_sids.append(sid)
+            sid += 1
+        if ins_rows:
+            part = table.take(pa.array(ins_rows, pa.int64()))
+            k_in = np.asarray(ins_k, np.int64)
+            w.append(part, ts[k_in], np.zeros(len(k_in), np.int64),
+                     np.zeros(len(k_in), np.int64))
+            self.stats.insertions += len(k_in)
+            add(k_in, 2, 0, 0, "ins", i, np.asarray(ins_sids, np.int64))
+        if del_k:
+            k_d = np.asarray(del_k, np.int64)
+            self.stats.deletions += len(k_d)
+            add(k_d, 1, 0, 0, "del", i, np.asarray(del_sids, np.int64), ts[k_d])
+        return np.asarray(ins_sids, np.int64), np.asarray(ins_k, np.int64)
+
+    # ----- the joins ---------------------------------------------------------------------
+    def _join(self, batch: ArrivalBatch, deleted) -> pa.Table:
+        parts = []  # (sids per stream, positions, sign, ts)
+        for i, a in enumerate(self.query.aliases):
+            w = self.windows[i]
+            fresh = self._fresh[i]
+            if len(fresh):
+                local = fresh - w.base
+                parts.append(self._pipeline(i, fresh, w.col("ins")[local], 1,
+                                            w.col("ts")[local]))
+            if self.retract and len(deleted[i][0]):
+                sids, p = deleted[i]
+                parts.append(self._pipeline(i, sids, p, -1, w.col("dts")[sids - w.base]))
+        parts = [x for x in parts if len(x[1])]
+        return self._output(parts)
+
+    def _pipeline(self, i: int, sids: np.ndarray, p: np.ndarray, sign: int, ts: np.ndarray):
+        """ΔX ⋈ … for driving rows ``sids`` of stream i at positions ``p``: every
+        combination of rows present at each p (the band at every step)."""
+        alias = self.query.aliases[i]
+        aliases = self.query.aliases
+        cur = {i: sids}
+        drv = np.arange(len(sids))
+        for st in self.steps(alias):
+            if not len(drv):
+                break
+            y = aliases.index(st.stream)
+            w = self.windows[y]
+            pc_ = p[drv]
+            lo, hi = w.lo_hi(pc_)
+            if st.key:
+                codes, null = [], np.zeros(len(drv), bool)
+                for ref in st.refs:
+                    zw = self.windows[aliases.index(ref.stream)]
+                    local = cur[aliases.index(ref.stream)] - zw.base
+                    codes.append(zw.col("c:" + ref.column)[local])
+                    null |= zw.col("n:" + ref.column)[local]
+                q = _combine(codes)
+                live = np.flatnonzero(~null) if null.any() else None
+                if live is not None:
+                    q, lo, hi = q[live], lo[live], hi[live]
+                j, ysid = w.index(st.key).probe(q, lo, hi)
+                if live is not None:
+                    j = live[j]
+                if st.check and len(j):
+                    ok = self._check(st, y, ysid, cur, j)
+                    j, ysid = j[ok], ysid[ok]
+            else:
+                j, at = _expand(np.arange(len(drv)), lo, hi - lo)
+                ysid = at
+            if w.explicit and len(j):
+                ok = w.col("del")[ysid - w.base] > pc_[j]
+                j, ysid = j[ok], ysid[ok]
+            f = self.fanouts.setdefault((st.stream, st.key), [0, 0])
+            f[0] += len(drv)
+            f[1] += len(j)
+            cur = {s: a[j] for s, a in cur.items()}
+            cur[y] = ysid
+            drv = drv[j]
+        order = tuple(self.orders[alias])
+        log = self.order_log[alias]
+        log[order] = log.get(order, 0) + 1
+        return cur, p[drv], sign, ts[drv]
+
+    def _check(self, st: _Step, y: int, ysid, cur, j) -> np.ndarray:
+        aliases = self.query.aliases
+        w = self.windows[y]
+        ok = np.ones(len(j), bool)
+        for c, ref in zip(st.key, st.refs):
+            zw = self.windows[aliases.index(ref.stream)]
+            zl = cur[aliases.index(ref.stream)][j] - zw.base
+            yl = ysid - w.base
+            ok &= w.col("c:" + c)[yl] == zw.col("c:" + ref.column)[zl]
+            if self.codings[ref].kind == "hash":
+                ok &= w.col("v:" + c)[yl] == zw.col("v:" + ref.column)[zl]
+        return ok
+
+    def _output(self, parts) -> pa.Table:
+        if not parts:
+            return self._empty(True)
+        p = np.concatenate([x[1] for x in parts])
+        order = np.argsort(p, kind="stable")
+        arrays, names = [], []
+        for (i, col, values), o in zip(self.outputs, self.query.outputs):
+            w = self.windows[i]
+            local = np.concatenate([x[0][i] for x in parts])[order] - w.base
+            arrays.append(values.to_arrow(w.col("v:" + col)[local], w.col("m:" + col)[local]))
+            names.append(o.name)
+        sign = np.concatenate([np.full(len(x[1]), x[2], np.int8) for x in parts])[order]
+        ts = np.concatenate([x[3] for x in parts])[order]
+        arrays += [pa.array(sign, pa.int8()), pa.array(ts), pa.array(p[order], pa.int64())]
+        names += ["_sign", "_ts", "_pos"]
+        return pa.table(arrays, names=names)
+
+    def _empty(self, positions: bool) -> pa.Table:
+        fields = [pa.field(o.name, v.type) for (_, _, v), o in zip(self.outputs,
+                                                                   self.query.outputs)]
+        fields += [pa.field("_sign", pa.int8()), pa.field("_ts", pa.int64())]
+        if positions:
+            fields.append(pa.field("_pos", pa.int64()))
+        return pa.schema(fields).empty_table()
+
+    def _expire(self, deleted) -> None:
+        """Rows deleted in this batch leave their windows (a prefix, or marked dead)."""
+        for i, w in enumerate(self.windows):
+            sids = deleted[i][0]
+            if not len(sids):
+                continue
+            if w.explicit:
+                w.dead += len(sids)
+                remap = w.compact()
+                if remap is not None:
+                    self._remap(i, remap)
+            else:
+                w.drop_front(len(sids))
+
+    def _remap(self, i: int, remap: np.ndarray) -> None:
+        w = self.windows[i]
+        base = w.base
+        for key, rids in list(self.values[i].items()):
+            self.values[i][key] = deque(None if r is None else int(remap[r - base]) + base
+                                        for r in rids)
+
+
+def unsupported(query: LogicalQuery) -> str | None:
+    """Why the vectorized executor cannot run ``query`` (None: it can)."""
+    import sqlglot.expressions as exp
+    for o in query.outputs:
+        if not isinstance(o.expr, exp.Column):
+            return (f"the SELECT item {o.name!r} is an expression ({o.expr.sql()}); the "
+                    "vectorized executor outputs columns only")
+    return None
