@@ -501,7 +501,7 @@ def test_continuous_query_over_a_source_without_files(spark, tmp_path):
 
 @pytest.mark.parametrize(("flags", "keys"), [
     (["--reorder", "agreedy"], {"agreedy_reorderings", "agreedy_profiled"}),
-    (["--optimizer", "qaware"], {"optimizer", "optimizer_plan"}),
+    (["--optimizer", "qaware", "--executor", "mjoin"], {"optimizer", "optimizer_plan"}),
     (["--executor", "acaching", "--caches", "global", "--reopt-interval", "200"],
      {"caches_used", "cache_selections", "cache_candidates"}),
 ])

@@ -153,7 +153,7 @@ def test_single_file_folder_and_glob_inputs_equal_local(first_run):
      "the query text differs"),
     (("--mode", "append"), "--mode was retract, now append"),
     (("--partitions", "3"), "partition groups (--partitions) was 2, now 3"),
-    (("--executor", "xjoin"), "--executor was mjoin, now xjoin"),
+    (("--executor", "xjoin"), "--executor was auto, now xjoin"),
     (("--allowed-lateness", "0.5"), "--allowed-lateness (ns) was 0, now 500000000"),
     (("--timestamp-unit", "ms"), "--timestamp-unit was not given, now ms"),
 ])

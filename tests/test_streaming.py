@@ -283,18 +283,28 @@ def test_a_stale_rejected_file_is_removed(files):
     assert not (files / "o.rejected.parquet").exists()
 
 
-def test_ctrl_c_leaves_a_valid_prefix_of_the_output(files, capsys, monkeypatch):
-    assert cli(files, "--output", files / "full.parquet") == 0
+# Both executor paths stop between two steps: MJoin between updates, the vectorized one
+# between batches (small batches here, so that there is a later one to skip).
+PATHS = [["--executor", "mjoin"], ["--executor", "vector", "--batch-rows", "300"]]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_ctrl_c_leaves_a_valid_prefix_of_the_output(files, capsys, monkeypatch, path):
+    assert cli(files, "--output", files / "full.parquet", *path) == 0
     full = pq.read_table(files / "full.parquet")
     from adaptcq.runtime import output
     real = output.FileSink.write
 
+    pressed = []
+
     def write_then_interrupt(self, batch):
         real(self, batch)
-        signal.raise_signal(signal.SIGINT)  # as a user's Ctrl-C, after the first batch
+        if not pressed:  # as a user's Ctrl-C, once, after the first batch
+            pressed.append(1)
+            signal.raise_signal(signal.SIGINT)
     monkeypatch.setattr(output.FileSink, "write", write_then_interrupt)
     monkeypatch.setattr("adaptcq.runtime.local.OUT_CHUNK", 500)
-    assert cli(files, "--output", files / "part.parquet") == 130
+    assert cli(files, "--output", files / "part.parquet", *path) == 130
     part = pq.read_table(files / "part.parquet")  # a valid Parquet file
     assert 0 < part.num_rows < full.num_rows
     assert part.equals(full.slice(0, part.num_rows))
@@ -407,12 +417,13 @@ def test_results_of_a_slow_source_arrive_live():
     run.stop()
 
 
-def test_stdout_closed_by_its_reader_stops_quietly(files, tmp_path):
+@pytest.mark.parametrize("path", PATHS)
+def test_stdout_closed_by_its_reader_stops_quietly(files, tmp_path, path):
     import subprocess
     import sys
     cmd = [sys.executable, "-m", "adaptcq.cli", "run", "--sql", SQL2,
            "--input", f"R={files / 'R.parquet'}", "--input", f"S={files / 'S.parquet'}",
-           "--output", "-", "--format", "jsonl", "--no-progress"]
+           "--output", "-", "--format", "jsonl", "--no-progress", *path]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.readline()
     p.stdout.close()  # as `| head -1` does

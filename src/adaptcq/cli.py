@@ -222,19 +222,31 @@ def _run_options(args) -> dict:
     ``--engine spark`` only the plan options (orders, nested-loop joins, tree): the
     adaptive policies are built in every partition group (``cliargs.adaptivity_spec``)."""
     options: dict = {}
-    mjoin = args.executor in ("mjoin", "acaching")
+    mjoin = args.executor in ("mjoin", "acaching", "auto", "vector")
     if args.order:
         if not mjoin:
             raise AdaptcqError("--order sets MJoin pipelines; use --tree with --executor xjoin")
         options["orders"] = _orders(args.order)
     if args.nested_loop:
-        if not mjoin:
-            raise AdaptcqError("--nested-loop is for --executor mjoin or acaching")
+        if args.executor not in ("mjoin", "acaching", "auto"):
+            raise AdaptcqError("--nested-loop is for --executor mjoin or acaching (it chooses "
+                               "how a per-tuple probe scans a window)")
         options["nested_loop"] = args.nested_loop
     # --executor acaching's cache options, --optimizer, --reorder (ACaching and the
     # policies check the values). The Spark driver builds every group's policies from
     # the same spec in its workers (runtime.spark_cli).
     spec = adaptivity_spec(args)
+    vectorizable = args.executor in ("auto", "vector")
+    if spec is not None and vectorizable and spec["reorder"] == "off" \
+            and spec["caching"] is None:
+        # The vectorized executor orders per batch with this algorithm (adapt.batch_order);
+        # if auto falls back to MJoin, the same algorithm becomes its optimizer policy.
+        options["ordering"] = spec["optimizer"]
+        spec = None
+    if args.batch_rows is not None:
+        options["batch_rows"] = args.batch_rows
+    if args.batch_seconds is not None:
+        options["batch_seconds"] = args.batch_seconds
     if spec is not None and args.engine != "spark":
         if spec["caching"] is not None:
             options["cache_options"] = spec["caching"]
@@ -442,6 +454,8 @@ def summary_table(result):
             continue
         if isinstance(value, list):
             value = "\n".join(map(str, value)) or "none"
+        elif isinstance(value, dict):
+            value = "\n".join(f"{k}: {_brief(v)}" for k, v in value.items()) or "none"
         elif isinstance(value, float):
             value = f"{value:,.4g}"
         elif isinstance(value, int):
@@ -454,6 +468,13 @@ def summary_table(result):
             f"at arrival {h['arrival']:,}: {h['event']} {h['what']}" for h in changes[-8:])
             or "none")
     return t
+
+
+def _brief(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} ×{v:,}" if isinstance(v, int) else f"{k} {v}"
+                         for k, v in value.items())
+    return str(value)
 
 
 _CORE = {"executor", "mode", "arrivals", "updates", "insertions", "deletions", "filtered",

@@ -101,12 +101,20 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--timestamp-unit", choices=["s", "ms", "us", "ns"],
                    help="unit of a numeric timestamp column (default: s); timestamp-typed "
                    "columns carry their own")
-    r.add_argument("--executor", default="mjoin",
-                   choices=["mjoin", "xjoin", "acaching", *QUERYSET_EXECUTORS],
-                   help="acaching: MJoin with adaptive join-subresult caches (A-Caching); "
-                   "eddy: many queries in one CACQ eddy over shared state (cacq.txt); "
-                   "eddies, pushdown, pullup: its baselines (an eddy per query, NiagaraCQ's "
-                   "plans)")
+    r.add_argument("--executor", default="auto",
+                   choices=["auto", "vector", "mjoin", "xjoin", "acaching", *QUERYSET_EXECUTORS],
+                   help="auto (default): the vectorized executor whenever the query and "
+                   "options allow it, else mjoin (the summary says why); vector: MJoin's "
+                   "results a batch at a time over columns (docs/vector.md); mjoin, xjoin: "
+                   "a tuple at a time; acaching: MJoin with adaptive join-subresult caches "
+                   "(A-Caching); eddy: many queries in one CACQ eddy over shared state "
+                   "(cacq.txt); eddies, pushdown, pullup: its baselines (an eddy per query, "
+                   "NiagaraCQ's plans)")
+    r.add_argument("--batch-rows", type=int, default=None, metavar="N",
+                   help="vectorized executor: arrivals per batch (default 20,000)")
+    r.add_argument("--batch-seconds", type=float, default=None, metavar="S",
+                   help="vectorized executor: close a batch after S seconds of event time "
+                   "(with --batch-rows: whichever comes first)")
     r.add_argument("--routing", choices=["tickets", "lottery", "random", "fixed"],
                    help="the eddy's routing policy (default tickets; cacq.txt §4)")
     r.add_argument("--routing-option", action="append", default=[], metavar="KEY=VALUE",
@@ -205,6 +213,10 @@ def adaptivity_spec(args) -> dict | None:
     if args.executor == "xjoin":
         raise AdaptcqError("--optimizer and --reorder order MJoin pipelines; "
                            "use them with --executor mjoin")
+    if args.executor == "vector" and (args.reorder != "off" or caching is not None):
+        raise AdaptcqError("--executor vector orders its pipelines per batch (--optimizer "
+                           "chooses the algorithm); --reorder agreedy and caches act between "
+                           "two tuples: use --executor mjoin or acaching")
     return {"optimizer": args.optimizer, "reorder": args.reorder, "caching": caching}
 
 

@@ -57,11 +57,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --code: joins into STREAM scan its window (as adaptcq run)")
     c.add_argument("--mode", choices=["append", "retract"],
                    help="with --code: retract also has deletion pipelines (default append)")
-    c.add_argument("--executor", choices=["mjoin", "xjoin", "acaching", "eddy"],
+    c.add_argument("--executor", choices=["mjoin", "xjoin", "acaching", "eddy", "vector"],
                    help="with --code: the executor adaptcq run would use (mjoin; xjoin has "
                    "no generated pipelines); eddy: run the queries (repeat --sql) in one "
                    "CACQ eddy over the first --prefix input rows and show its shared "
-                   "operators, virtual sources, tickets and each query's mask")
+                   "operators, virtual sources, tickets and each query's mask; vector: the "
+                   "vectorized executor's pipelines, and with --input the statistics it "
+                   "measured over the first --prefix rows and the orders it chose per batch")
+    c.add_argument("--batch-rows", type=int, default=None, metavar="N",
+                   help="with --executor vector --input: arrivals per batch (as adaptcq run)")
     c.add_argument("--routing", choices=["tickets", "lottery", "random", "fixed"],
                    help="with --executor eddy: the routing policy (default tickets)")
     c.add_argument("--engine", choices=["local", "spark"],
@@ -260,6 +264,10 @@ def main(args) -> int:
 
     if getattr(args, "executor", None) == "eddy":
         return explain_eddy(args)
+    if getattr(args, "executor", None) == "vector":
+        return explain_vector(args)
+    if getattr(args, "batch_rows", None) is not None:
+        raise AdaptcqError("--batch-rows is for --executor vector")
     if len(args.sql) > 1:
         raise AdaptcqError("several --sql: explain a query set with --executor eddy")
     sql = sql_arg(args.sql[0])
@@ -480,6 +488,86 @@ def explain_eddy(args) -> int:
     for name, source in report.get("routes", {}).items():
         console.print(f"[bold]compiled route of {name}[/] (this epoch's routing table)")
         console.print(source, highlight=False, markup=False)
+    return 0
+
+
+def explain_vector(args) -> int:
+    """``adaptcq explain --executor vector``: the vectorized executor's pipelines (each join
+    a band join on its key), and with ``--input`` a run over the first ``--prefix`` rows:
+    the window sizes and selectivities it measured, and the orders it chose per batch
+    (adapt.batch_order) — the plan the next batch would run."""
+    from adaptcq.engine.vector import VectorJoin, unsupported
+    from adaptcq.query.cql import parse_query
+    from adaptcq.stream.merge import ArrivalBatch
+
+    if len(args.sql) > 1:
+        raise AdaptcqError("several --sql: the vectorized executor runs one query")
+    for flag, value in (("--code", args.code), ("--nested-loop", args.nested_loop),
+                        ("--caches", args.caches), ("--stats", args.stats),
+                        ("--partitions", args.partitions), ("--shares", args.shares)):
+        if value:
+            raise AdaptcqError(f"{flag} is not for --executor vector (it has no generated "
+                               "code, caches or shares of its own; it measures its "
+                               "statistics itself: give --input)")
+    sql = sql_arg(args.sql[0])
+    orders = parse_orders(args.order or [])
+    mode = args.mode or "append"
+    report: dict = {"executor": "vector", "mode": mode}
+    if args.input:
+        from adaptcq.runtime.local import LocalRun
+        run = LocalRun(sql, parse_inputs(args.input), args.timestamp, "vector", mode,
+                       orders=orders, batch_rows=args.batch_rows)
+        vj, left = run.cq, max(1, args.prefix)
+        buf = []
+        for arr in run.merger:
+            buf.append(arr.slice(0, min(len(arr), left)))
+            left -= len(buf[-1])
+            if left <= 0:
+                break
+        if buf:
+            whole = ArrivalBatch.concat(buf)
+            for lo in range(0, len(whole), run.batch_rows):
+                vj.process_batch(whole.slice(lo, min(len(whole), lo + run.batch_rows)))
+        query = vj.query
+        report["measured"] = (f"over the first {vj.stats.arrivals:,} input rows, in "
+                              f"batches of {run.batch_rows:,}")
+        report["windows"] = {w.alias: len(w) - w.dead for w in vj.windows}
+        report["selectivities"] = {f"{a}→{b}": r.get() for (a, b), r in
+                                   sorted(vj.selectivity.items())}
+        report["orders_used"] = {a: {"⋈".join(o): k for o, k in used.items()}
+                                 for a, used in vj.order_log.items()}
+        report["results"] = vj.stats.results
+    else:
+        query = parse_query(sql)
+        why = unsupported(query)
+        if why:
+            raise AdaptcqError(f"the vectorized executor cannot run this query: {why}")
+        import pyarrow as pa
+        schemas = {a: pa.schema([(c, pa.int64()) for c in query.columns[a]])
+                   for a in query.aliases}
+        vj = VectorJoin(query, mode, schemas, orders=orders)
+        report["measured"] = None
+    report["plan"] = vj.describe()
+    report["orders"] = {a: list(o) for a, o in vj.orders.items()}
+    if getattr(args, "json", False):
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    print(f"vectorized executor ({mode} mode): one pipeline per stream, every join a band "
+          "join on its key with the window and arrival-order test inside it")
+    print(report["plan"])
+    if report["measured"] is None:
+        print("orders: chosen per batch by fgreedy over measured window sizes and "
+              "selectivities (adaptcq run --optimizer ALGORITHM to change it); give --input "
+              "to see them measured")
+        return 0
+    print(f"\nmeasured {report['measured']}; {report['results']:,} results")
+    print("tuples in each window now: " + ", ".join(f"{a} {n:,}" for a, n in
+                                                     report["windows"].items()))
+    for k, v in report["selectivities"].items():
+        print(f"  σ {k}: {v:.3g}")
+    print("orders used (batches):")
+    for a, used in report["orders_used"].items():
+        print(f"  Δ{a}: " + ", ".join(f"{o} ×{k}" for o, k in used.items()))
     return 0
 
 

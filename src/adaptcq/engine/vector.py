@@ -59,6 +59,8 @@ from adaptcq.engine.continuous import Counters, row_key
 from adaptcq.engine.rules import check_order, connected_order
 from adaptcq.errors import OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
+from adaptcq.stats.estimators import Ratio
+from adaptcq.stream.merge import ArrivalBatch
 
 INF = np.iinfo(np.int64).max  # the deletion position of a row still in its window
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier mixing the codes of a several-column key
@@ -71,36 +73,6 @@ def present(ins: np.ndarray, dele: np.ndarray, p) -> np.ndarray:
 
 
 # ----- arrivals ----------------------------------------------------------------------------
-@dataclass
-class ArrivalBatch:
-    """Arrivals in processing order, as columns: the stream (alias index) of each arrival,
-    its time (engine units), its sign (+1/-1; None: all +1), and per alias a table of its
-    arrivals' columns (``query.columns[alias]``, in their order of arrival; None when the
-    alias has no arrival in the batch)."""
-
-    streams: np.ndarray
-    timestamps: np.ndarray
-    signs: np.ndarray | None
-    tables: list[pa.Table | None]
-
-    def __len__(self) -> int:
-        return len(self.streams)
-
-    def slice(self, lo: int, hi: int) -> ArrivalBatch:
-        """Arrivals [lo, hi) (each alias's table sliced to its arrivals among them)."""
-        st = self.streams
-        tables = []
-        for i, t in enumerate(self.tables):
-            if t is None:
-                tables.append(None)
-                continue
-            a = int(np.count_nonzero(st[:lo] == i))
-            b = a + int(np.count_nonzero(st[lo:hi] == i))
-            tables.append(t.slice(a, b - a) if b > a else None)
-        return ArrivalBatch(st[lo:hi], self.timestamps[lo:hi],
-                            None if self.signs is None else self.signs[lo:hi], tables)
-
-
 def batch_from_rows(query: LogicalQuery, schemas: Mapping[str, pa.Schema],
                     streams: Sequence[int], signs: Sequence[int] | None,
                     timestamps: Sequence, rows: Sequence[tuple]) -> ArrivalBatch:
@@ -257,7 +229,7 @@ class _Columns:
         self.start += k
 
     def keep(self, mask: np.ndarray) -> None:
-        for k, a in self.data.items():
+        for a in self.data.values():
             live = a[self.start:self.stop][mask]
             a[:len(live)] = live
         self.start, self.stop = 0, int(mask.sum())
@@ -363,7 +335,7 @@ class _Run:
     """Rows with sids in [s0, s0 + L), sorted by (key code, sid): ``comb`` = rank of the
     code × L + (sid − s0) is sorted, so one binary search finds (code, sid bound)."""
 
-    __slots__ = ("s0", "L", "code", "rank", "comb", "sid")
+    __slots__ = ("L", "code", "comb", "rank", "s0", "sid")
 
     def __init__(self, win: ColumnWindow, key: tuple[str, ...], s0: int, s1: int):
         code, null = win.key_codes(key, s0, s1)
@@ -514,6 +486,11 @@ class VectorJoin:
                 ts_dtype, explicit_deletions and s.window.kind == "unbounded"))
         self.outputs = [(aliases.index(o.expr.table), o.expr.name, Values(
             types[(o.expr.table, o.expr.name)])) for o in query.outputs]
+        unknown = sorted(set(orders or ()) - set(aliases))
+        if unknown:
+            raise OptionError(f"pipeline order for {', '.join(unknown)}: no stream "
+                              f"{' or '.join(unknown)} in the query (streams: "
+                              f"{', '.join(aliases)})")
         self.orders: dict[str, list[str]] = {}
         for a in aliases:
             self.orders[a] = check_order(aliases, a, (orders or {}).get(a)
@@ -521,13 +498,16 @@ class VectorJoin:
         self.stats = Counters()
         self.next_pos = 0            # positions of updates (module docstring)
         self.counts = [0] * len(aliases)  # arrivals per stream (count windows)
-        self.now = None
+        self.now = float("-inf")  # the time of the last arrival
         self.rejected_rows: list[tuple[int, float, tuple, str]] = []
+        self.rejected_at: list[int] = []  # each rejected row's arrival index in its batch
         # Explicit deletions: per unbounded stream, row_key(row) -> sids of the equal rows
         # still there, oldest first (None for one that failed the selection).
         self.values: list[dict | None] = [
             {} if w.explicit else None for w in self.windows]
-        self.fanouts: dict[tuple[str, tuple[str, ...]], list[int]] = {}  # probes, matches
+        # σ per joined pair (z, y), measured at the steps where only z's columns key y
+        # (stats.estimators.Ratio: matches per probe and window tuple, W recent batches)
+        self.selectivity: dict[tuple[str, str], Ratio] = {}
         self.order_log: dict[str, dict[tuple[str, ...], int]] = {a: {} for a in aliases}
         self.observers: list = []    # fn(self) after each batch (adaptive ordering)
 
@@ -563,6 +543,31 @@ class VectorJoin:
     def plan_state(self) -> dict:
         return {"orders": {a: list(o) for a, o in self.orders.items()}}
 
+    @property
+    def next_rid(self) -> int:
+        """(ContinuousQuery's arrival counter; here the next update position.)"""
+        return self.next_pos
+
+    @property
+    def executor(self) -> VectorJoin:
+        """The executor (itself: windows, selections and joins are one object here)."""
+        return self
+
+    def sample(self, ts) -> None:
+        """Record the state's size (as ContinuousQuery.sample, bounded the same way)."""
+        from adaptcq.engine.continuous import MAX_SAMPLES
+        st = self.stats
+        tuples, nbytes = self.state_tuples(), self.state_bytes()
+        st.samples.append((st.updates, ts, tuples, nbytes))
+        st.peak_tuples = max(st.peak_tuples, tuples)
+        st.peak_bytes = max(st.peak_bytes, nbytes)
+        if len(st.samples) > MAX_SAMPLES:
+            del st.samples[1::2]
+
+    def peak_state(self) -> tuple[int, int]:
+        st = self.stats
+        return max(st.peak_tuples, self.state_tuples()), max(st.peak_bytes, self.state_bytes())
+
     def state_tuples(self) -> int:
         return sum(len(w) - w.dead for w in self.windows)
 
@@ -579,24 +584,58 @@ class VectorJoin:
         return [tuple(r.values()) for r in out.to_pylist()]
 
     # ----- one batch -------------------------------------------------------------------------
-    def process_batch(self, batch: ArrivalBatch, positions: bool = False) -> pa.Table:
+    def process_batch(self, batch: ArrivalBatch, positions: bool = False,
+                      emit: bool = True) -> pa.Table:
         """Every update of ``batch``, in order; the output rows, ordered by update (with a
-        ``_pos`` column of update positions when ``positions``)."""
-        n = len(batch)
-        if n == 0:
+        ``_pos`` column of update positions when ``positions``). ``emit=False`` brings the
+        windows to where the batch leaves them without joining (a rebuild)."""
+        if len(batch) == 0:
             return self._empty(positions)
         ts = batch.timestamps
-        if self.now is not None and ts[0] < self.now:
+        if ts[0] < self.now:
             raise ValueError(f"arrivals out of time order: {ts[0]} after {self.now}")
+        self._rejected_from = len(self.rejected_rows)
         pos0 = self.next_pos
-        plan = self._ingest(batch, pos0)
+        out = self._run(self._ingest(batch, pos0), pos0, positions, emit)
+        self.now = ts[-1].item()  # a Python number: it goes into JSON summaries
+        for fn in self.observers:
+            fn(self)
+        return out
+
+    def advance_to(self, now, positions: bool = False, emit: bool = True) -> pa.Table:
+        """Every time-window deletion due before ``now`` (``t + w < now``), as
+        ``ContinuousQuery.advance_to``; their output (retract mode)."""
+        n = len(self.windows)
+        empty = np.empty(0, np.int64)
+        self._fresh, self._fresh_k = [empty] * n, [empty] * n
+        ks, phases, es, ties, what = [], [], [], [], []
+        dt = self.windows[0].cols.data["ts"].dtype
+
+        def add(k, phase, e, tie, kind, i, sids, extra=None):
+            m = len(sids)
+            ks.append(np.broadcast_to(np.asarray(k, np.int64), (m,)))
+            phases.append(np.full(m, phase, np.int8))
+            es.append(np.broadcast_to(np.asarray(e, dt), (m,)))
+            ties.append(np.broadcast_to(np.asarray(tie, np.int64), (m,)))
+            what.append((kind, i, sids, extra))
+
+        self._time_expiries(np.empty(0, dt), np.asarray(now, dt), self.next_pos, add)
+        if not what:
+            return self._empty(positions)
+        pos0 = self.next_pos
+        plan = (np.concatenate(ks), np.concatenate(phases), np.concatenate(es),
+                np.concatenate(ties), what)
+        return self._run(plan, pos0, positions, emit)
+
+    def _run(self, plan, pos0: int, positions: bool, emit: bool) -> pa.Table:
+        """Number the updates listed by ``plan`` (module docstring, "Updates and
+        positions"), run the pipelines, and drop what left its window."""
         keys_k, keys_phase, keys_e, keys_tie, what = plan
         order = np.lexsort((keys_tie, keys_e, keys_phase, keys_k))
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order), dtype=np.int64)
         positions_all = pos0 + rank
         self.next_pos = pos0 + len(order)
-        # Hand each update its position.
         at = 0
         deleted: list[tuple[np.ndarray, np.ndarray]] = [
             (np.empty(0, np.int64), np.empty(0, np.int64)) for _ in self.windows]
@@ -613,12 +652,9 @@ class VectorJoin:
                 w.col("dts")[local] = extra
                 d_s, d_p = deleted[i]
                 deleted[i] = (np.concatenate([d_s, sids]), np.concatenate([d_p, p]))
-        out = self._join(batch, deleted)
+        out = self._join(deleted) if emit else self._empty(True)
         self._expire(deleted)
-        self.now = ts[-1]
         self.stats.results += out.num_rows
-        for fn in self.observers:
-            fn(self)
         return out if positions else out.drop_columns(["_pos"])
 
     def _ingest(self, batch: ArrivalBatch, pos0: int):
@@ -626,7 +662,7 @@ class VectorJoin:
         sort key: (arrival k, phase 0 time expiry / 1 count or explicit deletion /
         2 insertion, expiry time, tie by arrival)."""
         st, ts, sg = batch.streams, batch.timestamps, batch.signs
-        n = len(st)
+        len(st)
         last = ts[-1]
         ks, phases, es, ties, what = [], [], [], [], []
         self._fresh = []  # per stream: sids stored in this batch (insertion pipelines)
@@ -677,29 +713,47 @@ class VectorJoin:
             add(k_in, 2, 0, pos0 + k_in, "ins", i, sids)
             if w.kind == "rows":  # count-window evictions by these arrivals
                 self._evictions(i, idx, cnt, add, ts)
-        for i, w in enumerate(self.windows):
-            if w.kind != "range" or not len(w):
-                continue
-            e = w.col("ts") + w.size  # a prefix expires before the batch's last arrival
-            m = int(np.searchsorted(e, last, "left"))
-            m_alive = m
-            if m_alive:
-                e = e[:m]
-                k = np.searchsorted(ts, e, "right")
-                sids = np.arange(w.base, w.base + m, dtype=np.int64)
-                ins = w.col("ins")[:m]
-                fresh = sids >= self._fresh[i][0] if len(self._fresh[i]) else \
-                    np.zeros(m, bool)
-                tie = np.where(fresh, 0, ins)
-                if fresh.any():  # rows stored in this batch: tie by their arrival
-                    tie[fresh] = pos0 + self._fresh_k[i][:int(fresh.sum())]
-                self.stats.deletions += m
-                add(k, 0, e, tie, "del", i, sids, e)
+        self._time_expiries(ts, last, pos0, add)
         empty = np.empty(0, np.int64)
         if not ks:
             return empty, empty, empty, empty, what
         return (np.concatenate(ks), np.concatenate(phases), np.concatenate(es),
                 np.concatenate(ties), what)
+
+    def _time_expiries(self, ts: np.ndarray, last, pos0: int, add) -> None:
+        """[RANGE w]: the rows with ``t + w < last`` (a prefix of each window) leave, each
+        before the first arrival of ``ts`` later than its ``t + w``, in (t + w, arrival)
+        order: the sort key ties by arrival (a row stored in this batch by its index)."""
+        for i, w in enumerate(self.windows):
+            if w.kind != "range" or not len(w):
+                continue
+            e = w.col("ts") + w.size
+            m = int(np.searchsorted(e, last, "left"))
+            if not m:
+                continue
+            e = e[:m]
+            k = np.searchsorted(ts, e, "right")
+            sids = np.arange(w.base, w.base + m, dtype=np.int64)
+            fresh = sids >= self._fresh[i][0] if len(self._fresh[i]) else np.zeros(m, bool)
+            tie = np.where(fresh, 0, w.col("ins")[:m])
+            if fresh.any():
+                tie[fresh] = pos0 + self._fresh_k[i][:int(fresh.sum())]
+            self.stats.deletions += m
+            add(k, 0, e, tie, "del", i, sids, e)
+
+    def load(self, batch: ArrivalBatch, expired_before=None) -> None:
+        """The windows as ``process_batch(batch)`` and ``advance_to(expired_before)`` would
+        leave them, without joining (a Spark group rebuilt or caught up from its stored
+        rows: their results were emitted before). Rejections are not reported again."""
+        n_rej = len(self.rejected_rows)
+        results = self.stats.results
+        if len(batch):
+            self.process_batch(batch, emit=False)
+        if expired_before is not None and np.isfinite(expired_before):
+            self.advance_to(expired_before, emit=False)
+        del self.rejected_rows[n_rej:]
+        del self.rejected_at[n_rej:]
+        self.stats.results = results
 
     def _select(self, i: int, table: pa.Table) -> np.ndarray:
         sel = self.selections[i]
@@ -753,6 +807,7 @@ class VectorJoin:
                 if not rids:
                     self.stats.rejected += 1
                     self.rejected_rows.append((i, ts[k], r, f"deletion of a row not in {alias}"))
+                    self.rejected_at.append(k)
                     continue
                 gone = rids.popleft()
                 if not rids:
@@ -785,7 +840,7 @@ class VectorJoin:
         return np.asarray(ins_sids, np.int64), np.asarray(ins_k, np.int64)
 
     # ----- the joins ---------------------------------------------------------------------
-    def _join(self, batch: ArrivalBatch, deleted) -> pa.Table:
+    def _join(self, deleted) -> pa.Table:
         parts = []  # (sids per stream, positions, sign, ts)
         for i, a in enumerate(self.query.aliases):
             w = self.windows[i]
@@ -814,6 +869,7 @@ class VectorJoin:
             w = self.windows[y]
             pc_ = p[drv]
             lo, hi = w.lo_hi(pc_)
+            present = float((hi - lo).sum())  # pairs the step could join: σ's denominator
             if st.key:
                 codes, null = [], np.zeros(len(drv), bool)
                 for ref in st.refs:
@@ -837,9 +893,13 @@ class VectorJoin:
             if w.explicit and len(j):
                 ok = w.col("del")[ysid - w.base] > pc_[j]
                 j, ysid = j[ok], ysid[ok]
-            f = self.fanouts.setdefault((st.stream, st.key), [0, 0])
-            f[0] += len(drv)
-            f[1] += len(j)
+            linked = {r.stream for r in st.refs}
+            if len(linked) == 1:
+                (z,) = linked
+                est = self.selectivity.get((z, st.stream))
+                if est is None:
+                    est = self.selectivity[(z, st.stream)] = Ratio()
+                est.update(len(j), present)
             cur = {s: a[j] for s, a in cur.items()}
             cur[y] = ysid
             drv = drv[j]

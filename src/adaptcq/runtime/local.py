@@ -50,7 +50,7 @@ REJECTED_SCHEMA = pa.schema([("stream", pa.string()), ("row", pa.int64()),
                              ("ts", pa.float64()), ("reason", pa.string())])
 
 RUN_OPTIONS = ("orders", "tree", "nested_loop", "policies", "cache_options", "trace",
-               "sample_every")
+               "sample_every", "batch_rows", "batch_seconds", "ordering")
 """Keyword options of ``run``/``stream`` passed on to the engine (anything else is refused)."""
 
 
@@ -92,7 +92,7 @@ class LocalRun:
                                "max_results, chunk_rows, on_rejected, progress, "
                                f"{', '.join(RUN_OPTIONS)}")
         t0 = time.process_time()
-        self.executor_name, self.mode = executor, mode
+        self.mode = mode
         self.unit = timestamp_unit
         check_unit(timestamp_unit)
         self.lateness = lateness_ns(allowed_lateness)
@@ -128,9 +128,27 @@ class LocalRun:
         self.schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
                                     timestamp, timestamp_unit)
         self.ts_type = self.schema.field("_ts").type
-        self.cq = self._engine(executor, mode, options)
+        self.executor_name, self.executor_reason = choose_executor(
+            executor, query, options, self.sign)
+        self.vector = self.executor_name == "vector"
+        self.batch_rows, self.batch_seconds = batch_options(
+            self.executor_name, options.pop("batch_rows", None),
+            options.pop("batch_seconds", None))
+        if self.vector:
+            self.cq = self._vector_engine(mode, options)
+        else:
+            ordering = options.pop("ordering", None)
+            if ordering is not None and ordering != "off":
+                if executor != "auto":
+                    raise OptionError("ordering (per-batch pipeline orders) is for the "
+                                      f"vectorized executor; {self.executor_name} orders "
+                                      "with policies (--optimizer, --reorder)")
+                from adaptcq.adapt import make_policies  # auto fell back: the same algorithm
+                options["policies"] = [*(options.get("policies") or []),
+                                       *make_policies(optimizer=ordering)]
+            self.cq = self._engine(self.executor_name, mode, options)
         self.merger = ArrivalMerger(query, self.sources, timestamp, timestamp_unit,
-                                    self.lateness, self.sign)
+                                    self.lateness, self.sign, columnar=self.vector)
         self.on_rejected = on_rejected
         self.rejected: list[pa.RecordBatch] = []
         self.rejected_count = 0
@@ -151,6 +169,7 @@ class LocalRun:
         self._ready: list[pa.RecordBatch] = []
         self._left: dict[str, int] = {}  # rows read but not processed, at a stop
         self._at: tuple | None = None     # (arrivals, end of the last slice processed)
+        self.batches = 0  # batches the vectorized executor processed
 
     # ----- set-up checks -----------------------------------------------------------------
     def _check_columns(self) -> None:
@@ -211,6 +230,27 @@ class LocalRun:
         self.policies = policies
         return cq
 
+    def _vector_engine(self, mode: str, options: dict):
+        """The vectorized executor (engine.vector) with its per-batch ordering policy
+        (adapt.batch_order; ``ordering``: an optimizer algorithm, or "off")."""
+        from adaptcq.adapt.batch_order import ALGORITHM_DEFAULT, BatchOrdering
+        from adaptcq.engine.vector import VectorJoin
+        orders = options.pop("orders", None) or {}
+        ordering = options.pop("ordering", None) or ALGORITHM_DEFAULT
+        schemas = {s.alias: pa.schema([_engine_schema(self.sources[s.source].schema).field(c)
+                                       for c in self.query.columns[s.alias]])
+                   for s in self.query.streams}
+        try:
+            vj = VectorJoin(self.query, mode, schemas, time_unit=TIME_UNIT,
+                            explicit_deletions=self.sign is not None, orders=orders)
+            if ordering != "off":
+                self.ordering = BatchOrdering(ordering, fixed=orders)
+                vj.observers.append(self.ordering)
+        except (TypeError, ValueError, KeyError) as e:
+            raise OptionError(str(e).strip('"')) from None
+        self.policies = []
+        return vj
+
     # ----- running -----------------------------------------------------------------------
     def stop(self) -> None:
         """Stop at the next boundary between two updates (safe from a signal handler)."""
@@ -223,6 +263,9 @@ class LocalRun:
         return self._run()
 
     def _run(self) -> Iterator[pa.RecordBatch]:
+        if self.vector:
+            yield from self._run_vector()
+            return
         cq, merger = self.cq, self.merger
         batch = 256  # arrivals per call; adapted so that one call's results stay near OUT_CHUNK
         next_rss, rss_every = 0, 100_000
@@ -275,6 +318,96 @@ class LocalRun:
         self._engine_rejected()
         cq.sample(cq.now)
         self.rss_samples.append((cq.stats.arrivals, current_rss()))
+
+    def _run_vector(self) -> Iterator[pa.RecordBatch]:
+        """The vectorized executor's loop: batches of ``batch_rows`` arrivals (or
+        ``batch_seconds`` of event time), each processed whole; results leave as Arrow."""
+        vj = self.cq
+        next_rss, rss_every = 0, 100_000
+        try:
+            for batch, rest in self._batches():
+                if self._stop:
+                    self.interrupted, self.stopped = True, "interrupted"
+                    self._unprocessed(rest, 0)
+                    break
+                self._at = (rest, len(batch))
+                t0 = time.process_time()
+                out = vj.process_batch(batch)
+                self.engine_cpu += time.process_time() - t0
+                self.batches += 1
+                self.last_ts = int(batch.timestamps[-1])
+                if out.num_rows:
+                    self._emit_table(out)
+                if vj.rejected_rows:
+                    self._engine_rejected()
+                yield from self._take_ready()
+                if self.progress:
+                    self.progress(sum(self.merger.positions().values()), self.total_rows)
+                if vj.stats.arrivals >= next_rss:
+                    self.rss_samples.append((vj.stats.arrivals, current_rss()))
+                    vj.sample(vj.now)
+                    if len(self.rss_samples) > 2048:
+                        del self.rss_samples[1::2]
+                        rss_every *= 2
+                    next_rss = vj.stats.arrivals + rss_every
+                if self.stopped:
+                    self._unprocessed(rest, len(batch))
+                    break
+        except OutputClosed:
+            if self._at is not None:
+                self._unprocessed(*self._at)
+            raise
+        self._flush_rejected()
+        self._engine_rejected()
+        if np.isfinite(vj.now):
+            vj.sample(vj.now)
+        self.rss_samples.append((vj.stats.arrivals, current_rss()))
+
+    def _batches(self):
+        """(batch, the arrivals from its start on) for each batch: ``batch_rows`` arrivals,
+        cut earlier when ``batch_seconds`` of event time have passed; the last one may be
+        shorter. Arrivals wait in ``buf`` (at most one batch plus one released chunk)."""
+        from adaptcq.stream.merge import ArrivalBatch
+        buf = None
+        span = None if self.batch_seconds is None else round(self.batch_seconds / TIME_UNIT)
+        for arr in self.merger:
+            self._flush_rejected()
+            buf = arr if buf is None else ArrivalBatch.concat([buf, arr])
+            while buf is not None:
+                cut = min(len(buf), self.batch_rows)
+                if span is not None:
+                    cut = min(cut, max(1, int(np.searchsorted(
+                        buf.timestamps, buf.timestamps[0] + span, "left"))))
+                if cut >= len(buf) and cut != self.batch_rows:
+                    break  # not a whole batch yet: wait for more arrivals
+                yield buf.slice(0, cut), buf
+                buf = buf.slice(cut, len(buf)) if cut < len(buf) else None
+                if self.stopped or self._stop:
+                    break
+        if buf is not None and len(buf) and not self.stopped:
+            yield buf, buf
+
+    def _emit_table(self, out: pa.Table) -> None:
+        """Engine output (SELECT columns, _sign, _ts in ns) to the run's schema, in batches
+        of at most OUT_CHUNK rows; stops the run at ``max_results``."""
+        limit = self.max_results
+        if limit is not None and self._results + out.num_rows > limit:
+            out = out.slice(0, limit - self._results)
+            self.stopped = f"--max-results {limit:,} reached"
+        self._results += out.num_rows
+        arrays = []
+        for f, col in zip(self.schema, out.columns):
+            if f.name == "_ts":
+                arrays.append(from_nanoseconds(col.to_numpy(), f.type, self.unit))
+            else:
+                col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+                arrays.append(col if col.type == f.type else col.cast(f.type))
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
+        for b in table.to_batches(max_chunksize=OUT_CHUNK):
+            if self.sink is not None:
+                self.sink.write(b)
+            else:
+                self._ready.append(b)
 
     def _unprocessed(self, arr: Arrivals, lo: int) -> None:
         """At a stop: per source, the rows read but not processed (buffered in the merger,
@@ -367,7 +500,8 @@ class LocalRun:
         peak_t, peak_b = cq.peak_state()
         cpu = self.engine_cpu
         stats = {
-            "executor": self.executor_name, "mode": self.mode,
+            "executor": self.executor_name, "executor_reason": self.executor_reason,
+            "mode": self.mode,
             "arrivals": st.arrivals, "updates": st.updates, "insertions": st.insertions,
             "deletions": st.deletions, "filtered": st.filtered,
             "results": st.results, "rejected": self.rejected_count,
@@ -384,6 +518,15 @@ class LocalRun:
             stats["last_event_time"] = self.last_ts * TIME_UNIT
         for policy in self.policies:  # engine.protocols.Policy: report() is JSON-safe
             stats.update(policy.report())
+        if self.vector:
+            stats["batches"] = self.batches
+            stats["batch_rows"] = self.batch_rows
+            stats["batch_seconds"] = self.batch_seconds
+            ordering = getattr(self, "ordering", None)
+            stats["ordering"] = ordering.algorithm if ordering is not None else "off"
+            stats["order_changes"] = ordering.changes if ordering is not None else 0
+            stats["orders_used"] = {a: {"⋈".join(o): k for o, k in used.items()}
+                                    for a, used in self.cq.order_log.items()}
         return stats
 
     def result(self, table: pa.Table) -> RunResult:
@@ -396,6 +539,67 @@ class _ResultBound(Exception):
 
 
 # ----- output rows to Arrow --------------------------------------------------------------
+# ----- which executor ------------------------------------------------------------------------
+EXECUTOR_CHOICES = ("auto", "vector", "mjoin", "xjoin", "acaching")
+BATCH_ROWS_DEFAULT = 20_000  # chosen by python -m adaptcq.bench.vector (docs/vector.md)
+
+# Options only a per-tuple executor honours, and why (the vectorized one refuses them).
+_PER_TUPLE = {
+    "policies": "adaptive policies (--reorder, A-Caching) act between two tuples",
+    "cache_options": "join-subresult caches (A-Caching) are per-tuple state",
+    "nested_loop": "--nested-loop chooses how MJoin's per-tuple probes scan a window",
+    "tree": "--tree is an XJoin plan",
+    "trace": "a per-update trace is an MJoin debugging aid",
+    "sample_every": "state samples per update count are the per-tuple engine's",
+}
+
+
+def choose_executor(executor: str, query: LogicalQuery, options: Mapping,
+                    sign: str | None = None) -> tuple[str, str]:
+    """(the executor to run, why). ``auto`` runs the vectorized executor whenever the
+    query and the options allow it, else MJoin (naming what prevented it); ``vector``
+    refuses what it cannot honour, with the reason."""
+    from adaptcq.engine.vector import unsupported
+    if executor not in EXECUTOR_CHOICES:
+        raise OptionError(f"unknown executor {executor!r}; choose one of "
+                          f"{', '.join(EXECUTOR_CHOICES)}")
+    if executor not in ("auto", "vector"):
+        return executor, f"--executor {executor} was asked for"
+    why = unsupported(query)
+    if why is None:
+        given = [k for k in _PER_TUPLE if options.get(k)]
+        if given:
+            why = _PER_TUPLE[given[0]]
+    if executor == "vector":
+        if why is not None:
+            raise OptionError(f"--executor vector cannot run this: {why}")
+        return "vector", "--executor vector was asked for"
+    if why is not None:
+        return "mjoin", f"auto: not vectorized because {why}"
+    return "vector", "auto: the query and options allow the vectorized executor"
+
+
+def batch_options(executor: str, rows, seconds) -> tuple[int, float | None]:
+    """``--batch-rows`` / ``--batch-seconds``, checked: for the vectorized executor only."""
+    if executor != "vector":
+        if rows is not None or seconds is not None:
+            raise OptionError("--batch-rows and --batch-seconds are for the vectorized "
+                              f"executor (this run uses {executor}, a tuple at a time)")
+        return BATCH_ROWS_DEFAULT, None
+    if rows is not None:
+        rows = _positive(rows, "--batch-rows")
+    if seconds is not None:
+        try:
+            seconds = float(seconds)
+        except (TypeError, ValueError):
+            seconds = float("nan")
+        if not seconds > 0 or seconds == float("inf"):
+            raise OptionError(f"--batch-seconds must be a positive number of seconds of "
+                              f"event time, got {seconds!r}")
+    return (BATCH_ROWS_DEFAULT if rows is None and seconds is None else
+            rows if rows is not None else 2**62), seconds
+
+
 def output_schema(query: LogicalQuery, schemas: Mapping[str, pa.Schema], timestamp: str,
                   unit: str | None = None) -> pa.Schema:
     """The output's schema: SELECT columns typed from the input schemas, ``_sign`` (int8)

@@ -142,6 +142,12 @@ def _adaptivity(executor: str, adaptivity: Mapping | None) -> tuple[str, dict | 
                     f"policy parameter(s) {', '.join(sorted(set(spec) - set(_SPEC_KEYS)))} "
                     "given, but no policy: set optimizer, reorder='agreedy' or caching")
             spec = None
+    if spec is not None and executor == "auto":
+        executor = "mjoin"  # the policies act between two tuples (runtime.local's rule)
+    if spec is not None and executor == "vector":
+        raise OptionError("--executor vector orders its pipelines per batch; adaptive "
+                          "policies (A-Greedy re-ordering, A-Caching) act between two "
+                          "tuples: use executor mjoin (or acaching)")
     if spec is not None and executor != "mjoin":
         raise OptionError(
             f"adaptive policies (optimizer, A-Greedy re-ordering, A-Caching) re-order and "
@@ -291,9 +297,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     late_ns = lateness_ns(allowed_lateness)
     signed = _signed_streams(query, streams, sign)
     executor, spec = _adaptivity(executor, adaptivity)
-    # Validates executor, mode, plan options (orders, tree) and the policies' options
-    # before Spark starts work: what every group will build.
-    _check_engine(query, executor, mode, bool(signed), spec, options)
+    executor, options = _vector_choice(executor, query, spec, options)
     names = [o.name for o in query.outputs]
     clash = sorted(set(names) & set(SIDE_COLUMNS))
     if clash:
@@ -348,6 +352,11 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     for p in parts[1:]:
         union = union.unionByName(p, allowMissingColumns=True)
 
+    inputs = {a: _arrow_schema(T.StructType([T.StructField(c, t) for c, t in zip(
+        query.columns[a], col_types[a], strict=True)])) for a in query.aliases}
+    # Validates executor, mode, plan options (orders, tree) and the policies' options
+    # before Spark starts work: what every group will build.
+    _check_engine(query, executor, mode, bool(signed), spec, options, inputs)
     out_types = _output_types(spark, query, col_types)
     result_struct = T.StructType(
         [T.StructField(n, t) for n, t in zip(names, out_types, strict=True)]
@@ -365,7 +374,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         reported=[_first_alias_of_source(query, i) for i in range(len(query.streams))],
         sources=[s.source for s in query.streams], names=names, timestamp=timestamp,
         unit=timestamp_unit, ts_kinds=ts_kinds, sign=sign, plan=plan,
-        aliases=list(query.aliases), results=_arrow_schema(result_struct))
+        aliases=list(query.aliases), results=_arrow_schema(result_struct), inputs=inputs)
     packets = union.mapInArrow(ColumnarSplit(cfg), "_g int, _s int, _p binary")
     raw = packets.groupBy("_g").transformWithStateInPandas(
         statefulProcessor=GroupProcessor(cfg), outputStructType=out_schema,
@@ -382,11 +391,37 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     return res
 
 
+def _vector_choice(executor: str, query: LogicalQuery, spec: dict | None,
+                   options: Mapping) -> tuple[str, dict]:
+    """The groups' executor for ``executor`` "auto" or "vector" (the local runtime's rule,
+    ``runtime.local.choose_executor``; policies are per tuple), and the options it takes."""
+    from adaptcq.runtime.local import choose_executor
+    options = dict(options)
+    if executor not in ("auto", "vector"):
+        if options.get("ordering") not in (None, "off"):
+            raise OptionError("ordering (per-batch pipeline orders) is for the vectorized "
+                              f"executor, not {executor}")
+        options.pop("ordering", None)
+        return executor, options
+    given = {**options, "policies": spec is not None}
+    chosen, _ = choose_executor(executor, query, given)
+    if chosen != "vector":
+        options.pop("ordering", None)
+    return chosen, options
+
+
 def _check_engine(query: LogicalQuery, executor: str, mode: str, signed: bool,
-                  spec: dict | None, options: dict) -> None:
+                  spec: dict | None, options: dict, inputs: dict | None = None) -> None:
     """Build one group's engine and policies on the driver: a bad option fails here, in
     one line, not in a Spark worker."""
     from adaptcq.engine.continuous import ContinuousQuery
+    if executor == "vector":
+        from adaptcq.runtime.spark_group import vector_engine
+        try:
+            vector_engine(query, mode, inputs, signed, options)
+        except (ValueError, KeyError, TypeError) as e:
+            raise OptionError(str(e).strip('"')) from None
+        return
     try:
         cq = ContinuousQuery(query, executor, mode, time_unit=TIME_UNIT,
                              explicit_deletions=signed, **options)
@@ -636,6 +671,14 @@ def _frames(cfg: _Config, gkey: int, eng, out: list, rejected: list, cpu: float,
     import pyarrow as pa
     kinds, blobs = [], []
     schema = cfg.results
+    if isinstance(out, pa.Table):  # the vectorized executor's output: Arrow already
+        table = pa.Table.from_arrays([c if c.type == f.type else c.cast(f.type)
+                                      for c, f in zip(out.columns, schema, strict=True)],
+                                     schema=schema)
+        for a in range(0, out.num_rows, RESULTS_PER_BLOB):
+            kinds.append(KIND_RESULT)
+            blobs.append(_ipc(table.slice(a, RESULTS_PER_BLOB)))
+        out = ()
     for a in range(0, len(out), RESULTS_PER_BLOB):
         cols = list(zip(*out[a:a + RESULTS_PER_BLOB], strict=True))
         table = pa.Table.from_arrays([pa.array(c, f.type) for c, f in
@@ -732,6 +775,7 @@ class SparkRun:
     adaptivity: dict | None = None  # the policies every group ran (continuous_query)
     split: dict = field(default_factory=dict)  # SplitPlan.describe(): groups, shares, ...
     shipped: int = 0  # rows received by the groups, replicas counted
+    executor: str = ""  # what every group ran (auto resolved: vector or mjoin)
 
     @property
     def shares(self) -> dict:
@@ -1083,6 +1127,7 @@ class FileJob:
         run = self._run_record()
         run.ts_type, run.unit = info["ts_type"], info["unit"]
         run.adaptivity = info["adaptivity"]
+        run.executor = info["config"].executor
         run.split = info["plan"].describe()
         output, rejected = self.output, self.rejected
         t0 = time.perf_counter()

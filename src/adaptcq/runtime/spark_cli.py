@@ -70,10 +70,16 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
     from adaptcq.runtime.spark_session import check_master, get_spark, local_cores
 
     refuse_unsupported(args)
-    unknown = sorted(set(options) - {"orders", "tree", "nested_loop"})
+    for flag in ("batch_rows", "batch_seconds"):
+        if flag in options:
+            raise AdaptcqError(f"--{flag.replace('_', '-')} is not for --engine spark: a "
+                               "partition group's batch is what its micro-batch releases "
+                               "(docs/vector.md, On Spark)")
+    unknown = sorted(set(options) - {"orders", "tree", "nested_loop", "ordering"})
     if unknown:  # the CLI builds no others for Spark: a programming error if it does
         raise AdaptcqError(f"engine option {unknown[0]} is not supported with --engine spark")
-    adaptivity = adaptivity_spec(args)
+    # --optimizer with the vectorized executor is its per-batch ordering (no policy)
+    adaptivity = None if "ordering" in options else adaptivity_spec(args)
     executor = "mjoin" if args.executor == "acaching" else args.executor
     master = getattr(args, "master", None) or "local[*]"
     check_master(master)
@@ -145,7 +151,7 @@ def summary_table(run: SparkRun, args, master: str):
     t = Table(title="run summary (Spark)", show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
-    t.add_row("executor / mode", f"{args.executor} / {args.mode}")
+    t.add_row("executor / mode", f"{run.executor or args.executor} / {args.mode}")
     t.add_row("master / partition groups", f"{master} / {len(run.groups)}")
     t.add_row("checkpoint", ("continued from " if run.restarted else "new: ")
               + (args.checkpoint or "(temporary)"))

@@ -239,8 +239,11 @@ class PartitionGroup:
     @classmethod
     def new(cls, cfg: _Config) -> PartitionGroup:
         from adaptcq.engine.continuous import ContinuousQuery
-        cq = ContinuousQuery(_logical(cfg), cfg.executor, cfg.mode, time_unit=TIME_UNIT,
-                             explicit_deletions=cfg.signed, **cfg.options)
+        if cfg.executor == "vector":
+            cq = vector_engine(_logical(cfg), cfg.mode, cfg.inputs, cfg.signed, cfg.options)
+        else:
+            cq = ContinuousQuery(_logical(cfg), cfg.executor, cfg.mode, time_unit=TIME_UNIT,
+                                 explicit_deletions=cfg.signed, **cfg.options)
         n = cfg.n_streams
         g = cls(cq, [-math.inf] * n, [None] * n, released=[0] * n)
         g.attach(cfg)
@@ -268,13 +271,21 @@ class PartitionGroup:
             for _, blob in sorted(pieces[(i, e)]):
                 tables[i].append(read_part(blob))
         go, pending = _released([_concat(ts) for ts in tables], info["bound"])
-        streams, signs, tss, rows, _ = _ordered(cfg, go, pc)
-        cq = ContinuousQuery.rebuild(
-            _logical(cfg), cfg.executor, cfg.mode, streams, signs, tss, rows,
-            expired_before=info["expired"], now=info["now"], stats=info["stats"],
-            plan=info["plan"], time_unit=TIME_UNIT, explicit_deletions=cfg.signed,
-            next_rid=info["next_rid"],
-            **{k: v for k, v in cfg.options.items() if k not in info["plan"]})
+        if cfg.executor == "vector":
+            cq = vector_engine(_logical(cfg), cfg.mode, cfg.inputs, cfg.signed,
+                               {**cfg.options, **info["plan"]})
+            batch, _ = _batch(cfg, go, pc)
+            cq.load(batch, info["expired"])
+            rows = batch.streams
+            _take_scalars(cq, info)
+        else:
+            streams, signs, tss, rows, _ = _ordered(cfg, go, pc)
+            cq = ContinuousQuery.rebuild(
+                _logical(cfg), cfg.executor, cfg.mode, streams, signs, tss, rows,
+                expired_before=info["expired"], now=info["now"], stats=info["stats"],
+                plan=info["plan"], time_unit=TIME_UNIT, explicit_deletions=cfg.signed,
+                next_rid=info["next_rid"],
+                **{k: v for k, v in cfg.options.items() if k not in info["plan"]})
         g = cls(cq, info["frontier"], pending, info["seq"], info["closed"], info["late"],
                 info["peak"][0], info["peak"][1], tuple(info["bound"]), info["expired"],
                 dict(info["entries"]), info["next_entry"], list(info["released"]))
@@ -306,13 +317,17 @@ class PartitionGroup:
                 tables[key[0]].append(read_part(store.get((*key, k))[1]))
         go, pending = _released([_concat(ts) for ts in tables], info["bound"])
         loaded = sum(t.num_rows for _, t in go)
-        streams, signs, tss, rows, _ = _ordered(cfg, go, pc)
         cq = self.cq
-        cq.load_arrivals(streams, signs, tss, rows, info["expired"])
-        cq.next_rid = max(cq.next_rid, info["next_rid"])
-        cq.now = info["now"]
-        cq.stats = Counters(**info["stats"])
-        cq._next_sample = cq.stats.updates + cq.sample_every
+        if cfg.executor == "vector":
+            cq.load(_batch(cfg, go, pc)[0], info["expired"])
+            _take_scalars(cq, info)
+        else:
+            streams, signs, tss, rows, _ = _ordered(cfg, go, pc)
+            cq.load_arrivals(streams, signs, tss, rows, info["expired"])
+            cq.next_rid = max(cq.next_rid, info["next_rid"])
+            cq.now = info["now"]
+            cq.stats = Counters(**info["stats"])
+            cq._next_sample = cq.stats.updates + cq.sample_every
         self.pending = pending
         self.frontier, self.seq, self.closed = list(info["frontier"]), info["seq"], \
             info["closed"]
@@ -370,8 +385,10 @@ class PartitionGroup:
         go, self.pending = _released(self.pending, self.bound)
         for i, t in go:
             self.released[i] += t.num_rows
-        streams, signs, tss, rows, secondary = _ordered(cfg, go, pc)
         cq = self.cq
+        if cfg.executor == "vector":
+            return self._step_vector(cfg, go, advance, store, rejected, rows_in, received, pc)
+        streams, signs, tss, rows, secondary = _ordered(cfg, go, pc)
         out = []
         n_rej = len(cq.rejected_rows)
         if rows:
@@ -390,6 +407,33 @@ class PartitionGroup:
         pt, pb = cq.peak_state()
         self.peak_tuples = max(self.peak_tuples, tup, pt)
         self.peak_bytes = max(self.peak_bytes, byt, pb)
+        return out, rejected, rows_in, received
+
+    def _step_vector(self, cfg, go, advance, store, rejected, rows_in, received, pc):
+        """``step``'s engine part with the vectorized executor: the released rows as one
+        column batch, their output and the expiries' as Arrow (no row tuples)."""
+        import pyarrow as pa
+        cq = self.cq
+        batch, primary = _batch(cfg, go, pc)
+        n_rej = len(cq.rejected_rows)
+        outs = []
+        if len(batch):
+            outs.append(cq.process_batch(batch))
+            self.expired = max(self.expired, int(batch.timestamps[-1]))
+        if advance > -math.inf:
+            outs.append(cq.advance_to(advance))
+            self.expired = max(self.expired, advance)
+        for (i, ts, _, why), k in zip(cq.rejected_rows[n_rej:], cq.rejected_at[n_rej:],
+                                      strict=True):
+            if primary[k]:  # an unmatched deletion, reported by one replica
+                rejected.append((cfg.sources[i], -1, None, ts, why))
+        del cq.rejected_rows[:], cq.rejected_at[:]
+        self._forget(cfg, store)
+        pt, pb = cq.peak_state()
+        self.peak_tuples = max(self.peak_tuples, pt)
+        self.peak_bytes = max(self.peak_bytes, pb)
+        out = pa.concat_tables(outs) if len(outs) > 1 else outs[0] if outs else \
+            cq.process_batch(batch)
         return out, rejected, rows_in, received
 
     def _reject_late(self, cfg, i: int, t, report: np.ndarray, rejected: list) -> None:
@@ -596,6 +640,82 @@ def _ordered(cfg: _Config, go: list, pc) -> tuple:
     return streams, signs, tss, rows, secondary
 
 
+def vector_engine(query: LogicalQuery, mode: str, inputs: dict, signed: bool, options: dict):
+    """A group's vectorized executor (engine.vector) with its per-batch ordering
+    (adapt.batch_order; ``options``: ``orders``, ``ordering``)."""
+    from adaptcq.adapt.batch_order import ALGORITHM_DEFAULT, BatchOrdering
+    from adaptcq.engine.vector import VectorJoin
+    orders = options.get("orders") or {}
+    unknown = sorted(set(options) - {"orders", "ordering"})
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r} for the vectorized executor "
+                         "(accepted: orders, ordering)")
+    vj = VectorJoin(query, mode, inputs, time_unit=TIME_UNIT, explicit_deletions=signed,
+                    orders=orders)
+    ordering = options.get("ordering") or ALGORITHM_DEFAULT
+    if ordering != "off":
+        vj.observers.append(BatchOrdering(ordering, fixed=orders))
+    return vj
+
+
+def _take_scalars(cq, info: dict) -> None:
+    """A vectorized executor loaded from stored rows takes the group's counters and time."""
+    from adaptcq.engine.continuous import Counters
+    cq.stats = Counters(**info["stats"])
+    cq.now = info["now"]
+
+
+def _batch(cfg: _Config, go: list, pc):
+    """The released rows of every stream as one ArrivalBatch in the local runtime's order
+    (``_ordered``'s order, as columns: each stream's table reordered, its columns named as
+    the query's and typed as ``cfg.inputs``), and the primary-replica mask per arrival."""
+    import pyarrow as pa
+
+    from adaptcq.stream.merge import ArrivalBatch
+    n = cfg.n_streams
+    if not go:
+        return ArrivalBatch(np.empty(0, np.int64), np.empty(0, np.int64),
+                            None, [None] * n), np.empty(0, bool)
+    keys = []
+    for i, t in go:
+        keys.append(pa.table({"_t": t.column("_t"),
+                              "_s": pa.array(np.full(t.num_rows, i, np.int32)),
+                              "_q": t.column("_q"),
+                              "_o1": pc.cast(t.column("_o1"), pa.string()),
+                              "_o2": t.column("_o2"),
+                              "_k": pa.array(np.arange(t.num_rows, dtype=np.int64)),
+                              "_sg": t.column("_sg") if cfg.signed else
+                              pa.array(np.ones(t.num_rows, np.int8)),
+                              "_pr": t.column("_pr")}))
+    k = pa.concat_tables(keys) if len(keys) > 1 else keys[0]
+    if len(keys) > 1 or not _sorted_by_order(k):
+        k = k.take(pc.sort_indices(k, [(c, "ascending") for c in _ORDER]))
+    st = k.column("_s").to_numpy().astype(np.int64)
+    idx = k.column("_k").to_numpy()
+    tables: list = [None] * n
+    for i, t in go:
+        alias = cfg.aliases[i]
+        names = _logical(cfg).columns[alias]
+        part = t.select(cfg.stream_columns[i]).rename_columns(list(names))
+        want = cfg.inputs[alias]
+        if part.schema != want:
+            part = part.cast(want)
+        take = idx[st == i]
+        if len(take) != part.num_rows or (np.diff(take) != 1).any():
+            part = part.take(pa.array(take))
+        tables[i] = part
+    signs = k.column("_sg").to_numpy().astype(np.int64) if cfg.signed else None
+    primary = k.column("_pr").to_numpy(zero_copy_only=False)
+    return ArrivalBatch(st, k.column("_t").to_numpy(), signs, tables), primary
+
+
+def _sorted_by_order(k) -> bool:
+    """One stream's rows in strictly increasing time: already in (time, micro-batch, file,
+    row) order, so the sort can be skipped (equal times: the other keys decide, sort)."""
+    t = k.column("_t").to_numpy()
+    return k.num_rows < 2 or bool((np.diff(t) > 0).all())
+
+
 class _PolicyPickler(pickle.Pickler):
     """Pickles a group's profiler and policies: the logical query they refer to becomes a
     reference (re-bound on load to the worker's copy, which the rebuilt engine runs); the
@@ -661,10 +781,11 @@ def decode(packets) -> tuple[dict, list, bool]:
 
 
 def can_catch_up(cfg: _Config) -> bool:
-    """A stale live copy can be caught up when the engine's SteMs are its whole state
-    (MJoin) and no policy holds statistics the copy would lack (without adaptivity); it is,
-    when that reads fewer rows than a rebuild (``PartitionGroup.rows_since``)."""
-    return cfg.executor == "mjoin" and cfg.adaptivity is None
+    """A stale live copy can be caught up when the engine's SteMs (or column windows) are
+    its whole state (MJoin, the vectorized executor) and no policy holds statistics the
+    copy would lack (without adaptivity); it is, when that reads fewer rows than a rebuild
+    (``PartitionGroup.rows_since``)."""
+    return cfg.executor in ("mjoin", "vector") and cfg.adaptivity is None
 
 
 def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets

@@ -241,6 +241,7 @@ class _Config:
     plan: SplitPlan | None = None  # the shares (ColumnarSplit)
     aliases: list[str] = field(default_factory=list)
     results: object = None  # the Arrow schema of result rows (``runtime.spark._frames``)
+    inputs: dict | None = None  # alias -> Arrow schema of its columns (the vector executor)
 
 
 def _file_key(uri: str | None, cache: dict) -> str:

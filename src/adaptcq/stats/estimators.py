@@ -44,6 +44,35 @@ class WindowAverage:
         return len(self._values) >= self.W
 
 
+class Ratio:
+    """Σ numerators / Σ denominators over the W most recent observations: a selectivity
+    measured as matches per (probe × window tuple), batch by batch (the vectorized
+    executor's per-batch ordering; join-ordering.txt §2.2's σ)."""
+
+    __slots__ = ("W", "_obs", "n")
+
+    def __init__(self, W: int = W_DEFAULT):
+        if W < 1:
+            raise ValueError("W must be at least 1")
+        self.W = W
+        self._obs: deque[tuple[float, float]] = deque(maxlen=W)
+        self.n = 0
+
+    def update(self, num: float, den: float) -> Ratio:
+        if den > 0:
+            self._obs.append((num, den))
+            self.n += 1
+        return self
+
+    def get(self) -> float:
+        den = math.fsum(d for _, d in self._obs)
+        return math.fsum(x for x, _ in self._obs) / den if den > 0 else 0.0
+
+    @property
+    def ready(self) -> bool:
+        return len(self._obs) >= 1
+
+
 class Rate:
     """Tuples per unit time of one stream: the average of the W most recent
     (count, elapsed) measurements, as count / elapsed over them (Appendix A's rate(R_i))."""

@@ -51,6 +51,51 @@ class Arrivals:
         return len(self.rows)
 
 
+@dataclass
+class ArrivalBatch:
+    """Arrivals in processing order, as columns: the stream (alias index) of each arrival,
+    its time (engine units), its sign (+1/-1; None: all +1), and per alias a table of its
+    arrivals' columns (``query.columns[alias]``, in their order of arrival; None when the
+    alias has no arrival in the batch)."""
+
+    streams: np.ndarray
+    timestamps: np.ndarray
+    signs: np.ndarray | None
+    tables: list[pa.Table | None]
+
+    def __len__(self) -> int:
+        return len(self.streams)
+
+    @classmethod
+    def concat(cls, parts: list[ArrivalBatch]) -> ArrivalBatch:
+        """One batch of ``parts``' arrivals, in order."""
+        if len(parts) == 1:
+            return parts[0]
+        tables = []
+        for i in range(len(parts[0].tables)):
+            mine = [p.tables[i] for p in parts if p.tables[i] is not None]
+            tables.append(None if not mine else mine[0] if len(mine) == 1
+                          else pa.concat_tables(mine))
+        signs = None if parts[0].signs is None else np.concatenate([p.signs for p in parts])
+        return cls(np.concatenate([p.streams for p in parts]),
+                   np.concatenate([p.timestamps for p in parts]), signs, tables)
+
+    def slice(self, lo: int, hi: int) -> ArrivalBatch:
+        """Arrivals [lo, hi) (each alias's table sliced to its arrivals among them)."""
+        st = self.streams
+        tables = []
+        for i, t in enumerate(self.tables):
+            if t is None:
+                tables.append(None)
+                continue
+            a = int(np.count_nonzero(st[:lo] == i))
+            b = a + int(np.count_nonzero(st[lo:hi] == i))
+            tables.append(t.slice(a, b - a) if b > a else None)
+        return ArrivalBatch(st[lo:hi], self.timestamps[lo:hi],
+                            None if self.signs is None else self.signs[lo:hi], tables)
+
+
+
 class _Feed:
     """One source: its chunks, its lateness watermark and its buffered rows."""
 
@@ -144,8 +189,10 @@ class _Feed:
                              "+1 or -1")
         return sg.astype(np.int64)
 
-    def release(self, frontier) -> tuple | None:
-        """Take the buffered rows with timestamps below ``frontier``."""
+    def release(self, frontier, columnar: bool = False) -> tuple | None:
+        """Take the buffered rows with timestamps below ``frontier``: per alias (index,
+        times, row numbers, signs, rows), rows as tuples or (``columnar``) a table of the
+        alias's columns."""
         if frontier == float("inf"):
             k = len(self.ts)
         elif frontier == float("-inf"):
@@ -165,6 +212,9 @@ class _Feed:
             self.table = self.table.slice(0, 0).combine_chunks()
         out = []
         for i, cols in self.aliases:
+            if columnar:
+                out.append((i, ts, pos, signs, part.select(cols)))
+                continue
             if cols:
                 values = [part.column(c).to_pylist() for c in cols]
                 rows = list(zip(*values, strict=True))
@@ -183,8 +233,10 @@ class ArrivalMerger:
     """
 
     def __init__(self, query: LogicalQuery, sources: Mapping[str, Source], timestamp: str,
-                 unit: str | None = None, lateness: int = 0, sign: str | None = None):
+                 unit: str | None = None, lateness: int = 0, sign: str | None = None,
+                 columnar: bool = False):
         self.query = query
+        self.columnar = columnar  # yield ArrivalBatch (columns), not Arrivals (row tuples)
         self.rejected: list[dict] = []
         self.signed = sign is not None
         self.feeds: list[_Feed] = []
@@ -204,7 +256,7 @@ class ArrivalMerger:
         """Rows read but not yet released."""
         return sum(len(f.ts) for f in self.feeds)
 
-    def __iter__(self) -> Iterator[Arrivals]:
+    def __iter__(self) -> Iterator[Arrivals | ArrivalBatch]:
         feeds = self.feeds
         while True:
             live = [f for f in feeds if not f.done]
@@ -219,14 +271,16 @@ class ArrivalMerger:
         if merged is not None:
             yield merged
 
-    def _release(self, frontier) -> Arrivals | None:
+    def _release(self, frontier) -> Arrivals | ArrivalBatch | None:
         parts = []
         for f in self.feeds:
-            got = f.release(frontier)
+            got = f.release(frontier, self.columnar)
             if got:
                 parts.extend(got)
         if not parts:
             return None
+        if self.columnar:
+            return self._columns(parts)
         if len(parts) == 1:
             i, ts, _, signs, rows = parts[0]
             return Arrivals([i] * len(rows), None if not self.signed else
@@ -244,3 +298,19 @@ class ArrivalMerger:
         return Arrivals(st[order].tolist(), signs, ts[order].tolist(),
                         list(itemgetter(*order)(rows)) if len(order) > 1 else
                         [rows[j] for j in order])
+
+    def _columns(self, parts) -> ArrivalBatch:
+        """The released parts merged into one ArrivalBatch (each alias's rows keep their
+        (ts, row) order, so its table needs no reordering)."""
+        tables: list = [None] * len(self.query.streams)
+        for i, _, _, _, table in parts:
+            tables[i] = table
+        ts = np.concatenate([p[1] for p in parts])
+        st = np.concatenate([np.full(len(p[1]), p[0], np.int64) for p in parts])
+        pos = np.concatenate([p[2] for p in parts])
+        order = np.lexsort((pos, st, ts)) if len(parts) > 1 else np.arange(len(ts))
+        signs = None
+        if self.signed:
+            signs = np.concatenate([p[3] if p[3] is not None else np.ones(len(p[1]), np.int64)
+                                    for p in parts])[order]
+        return ArrivalBatch(st[order], ts[order], signs, tables)
