@@ -106,6 +106,11 @@ def _decoded(arr) -> pa.Array:
     return arr
 
 
+def _value_type(t: pa.DataType) -> pa.DataType:
+    """A column's type as the engine holds it (a dictionary decoded to its values)."""
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
 def _storage(t: pa.DataType) -> pa.DataType | None:
     """The integer type a fixed-width temporal type is stored as (None: not temporal)."""
     if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t) or \
@@ -248,7 +253,7 @@ class ColumnWindow:
         dtypes = {"ins": np.int64, "del": np.int64, "dts": ts_dtype, "ts": ts_dtype,
                   "cnt": np.int64}
         for c, v in self.values.items():
-            probe = v.to_numpy(pa.array([], v.type))[0]
+            probe = v.to_numpy(pa.nulls(0, v.type))[0]
             dtypes["v:" + c] = probe.dtype
             dtypes["m:" + c] = np.bool_
         for c in self.codings:
@@ -332,29 +337,125 @@ class ColumnWindow:
 
 
 class _Run:
-    """Rows with sids in [s0, s0 + L), sorted by (key code, sid): ``comb`` = rank of the
-    code × L + (sid − s0) is sorted, so one binary search finds (code, sid bound)."""
+    """Rows with sids in [s0, s0 + L), sorted by (key code, sid), so that one binary search
+    finds (code, sid bound): ``comb`` is sorted and encodes both. When the codes span a
+    small enough range (most integer keys), ``comb`` = (code − cmin) × L + (sid − s0)
+    directly ("direct": two searches per probe); else comb = rank of the code × L + (sid −
+    s0), the rank found by a search of ``code`` (three)."""
 
-    __slots__ = ("L", "code", "comb", "rank", "s0", "sid")
+    __slots__ = ("L", "bits", "cmin", "cmax", "code", "comb", "direct", "rank", "s0", "sid")
 
-    def __init__(self, win: ColumnWindow, key: tuple[str, ...], s0: int, s1: int):
+    def __init__(self, s0: int, s1: int, code: np.ndarray, sid: np.ndarray,
+                 presorted: bool = False):
+        """``code``, ``sid`` of the rows (NULL keys left out); ``presorted``: already in
+        (code, sid) runs to merge (a merge of two runs: a stable sort is then linear)."""
+        self.s0, self.L = s0, max(1, s1 - s0)
+        n = len(code)
+        cmin = int(code.min()) if n else 0
+        cmax = int(code.max()) if n else 0
+        self.cmin, self.cmax = cmin, cmax
+        self.direct = (cmax - cmin + 1) * self.L < 2 ** 62
+        # A bitmap of the codes present, when their range is small: a membership test is
+        # then one lookup, not a binary search (``has``).
+        self.bits = None
+        if n and cmax - cmin < max(1 << 16, 16 * n):
+            self.bits = np.zeros(cmax - cmin + 1, bool)
+            self.bits[code - cmin] = True
+        if self.direct:
+            comb = (code - cmin) * self.L + (sid - s0)
+            comb.sort(kind="stable" if presorted else "quicksort")
+            self.comb = comb
+            self.code = self.rank = self.sid = None
+            return
+        order = np.argsort(code, kind="stable")  # within a code, sids stay ascending
+        self.code, self.sid = code[order], sid[order]
+        rank = np.zeros(n, np.int64)
+        if n > 1:
+            np.cumsum(self.code[1:] != self.code[:-1], out=rank[1:])
+        self.rank = rank
+        self.comb = rank * self.L + (self.sid - s0)
+
+    @classmethod
+    def of(cls, win: ColumnWindow, key: tuple[str, ...], s0: int, s1: int) -> _Run:
         code, null = win.key_codes(key, s0, s1)
         sid = np.arange(s0, s1, dtype=np.int64)
         if null.any():
             keep = ~null
             code, sid = code[keep], sid[keep]
-        order = np.argsort(code, kind="stable")  # sids ascend: stable keeps them in order
-        self.s0, self.L = s0, max(1, s1 - s0)
-        self.code, self.sid = code[order], sid[order]
-        rank = np.zeros(len(order), np.int64)
-        if len(order) > 1:
-            np.cumsum(self.code[1:] != self.code[:-1], out=rank[1:])
-        self.rank = rank
-        self.comb = rank * self.L + (self.sid - s0)
+        return cls(s0, s1, code, sid)
+
+    @classmethod
+    def merge(cls, a: _Run, b: _Run, base: int) -> _Run:
+        """One run of ``a`` and ``b`` (adjacent, ``a`` first), without sids below
+        ``base`` (rows gone from the window)."""
+        codes, sids = [], []
+        for r in (a, b):
+            code, sid = r.rows()
+            if (sid < base).any():
+                keep = sid >= base
+                code, sid = code[keep], sid[keep]
+            codes.append(code)
+            sids.append(sid)
+        s0 = max(a.s0, base)
+        return cls(s0, b.s1, np.concatenate(codes), np.concatenate(sids), presorted=True)
+
+    def has(self, q: np.ndarray) -> np.ndarray:
+        """Per code of q: whether this run holds a row with it (any sid)."""
+        n = len(self.comb)
+        if self.bits is not None:
+            ok = (q >= self.cmin) & (q <= self.cmax)
+            ok[ok] = self.bits[q[ok] - self.cmin]
+            return ok
+        if self.direct:
+            ok = (q >= self.cmin) & (q <= self.cmax)
+            r0 = np.where(ok, q - self.cmin, 0) * self.L
+            a = np.searchsorted(self.comb, r0, "left")
+            return ok & (a < n) & (self.comb[np.minimum(a, n - 1)] < r0 + self.L)
+        g = np.searchsorted(self.code, q, "left")
+        return (g < n) & (self.code[np.minimum(g, n - 1)] == q)
+
+    def rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(code, sid) of the rows, in (code, sid) order."""
+        if self.direct:
+            q, r = np.divmod(self.comb, self.L)
+            return q + self.cmin, r + self.s0
+        return self.code, self.sid
+
+    def __len__(self) -> int:
+        return len(self.comb)
 
     @property
     def s1(self) -> int:
         return self.s0 + self.L
+
+    def probe(self, q: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+        """(probe index, sid) of the rows with code q[j] and sid in [lo[j], hi[j])."""
+        n = len(self.comb)
+        if self.direct:
+            j = np.flatnonzero((q >= self.cmin) & (q <= self.cmax))
+            if not len(j):
+                return None
+            r0 = (q[j] - self.cmin) * self.L
+        else:
+            g = np.searchsorted(self.code, q, "left")
+            gc = np.minimum(g, n - 1)
+            j = np.flatnonzero((g < n) & (self.code[gc] == q))
+            if not len(j):
+                return None
+            r0 = self.rank[gc[j]] * self.L
+        comb = self.comb
+        t_hi = r0 + np.clip(hi[j] - self.s0, 0, self.L)
+        a = np.searchsorted(comb, r0 + np.clip(lo[j] - self.s0, 0, self.L), "left")
+        # Most probes of a selective join find nothing: test the first candidate before
+        # searching for the end of the range.
+        hit = np.flatnonzero((a < n) & (comb[np.minimum(a, n - 1)] < t_hi))
+        if len(hit) < len(j):
+            j, a, t_hi = j[hit], a[hit], t_hi[hit]
+        b = np.searchsorted(comb, t_hi, "left")
+        jj, at = _expand(j, a, b - a)
+        if self.direct:
+            return jj, self.comb[at] % self.L + self.s0
+        return jj, self.sid[at]
 
 
 class RunIndex:
@@ -364,43 +465,81 @@ class RunIndex:
         self.key = key
         self.runs: list[_Run] = []
         self.covered = 0  # sids below this are in runs (or gone)
+        self.found = 1.0  # running fraction of probes whose code is here (``candidates``)
+        self._hits = 0    # matches of the last probe
 
     def refresh(self, win: ColumnWindow) -> None:
         runs = [r for r in self.runs if r.s1 > win.base]
         self.covered = max(self.covered, win.base)
         if self.covered < win.end:
-            runs.append(_Run(win, self.key, self.covered, win.end))
+            runs.append(_Run.of(win, self.key, self.covered, win.end))
             self.covered = win.end
-        while len(runs) >= 2 and len(runs[-2].sid) <= 2 * len(runs[-1].sid):
+        while len(runs) >= 2 and len(runs[-2]) <= 2 * len(runs[-1]):
             last = runs.pop()
-            prev = runs.pop()
-            runs.append(_Run(win, self.key, max(prev.s0, win.base), last.s1))
+            runs.append(_Run.merge(runs.pop(), last, win.base))
         self.runs = runs
+
+    def candidates(self, q: np.ndarray) -> np.ndarray | None:
+        """The probes whose code is in the index at all (any arrival), when most are not
+        (a selective join: measured on the earlier probes, ``found``); None otherwise, when
+        the test would cost more than it saves. The window band is then computed only for
+        these (``ColumnWindow.lo_hi``)."""
+        if self.found > 0.5 or not len(q):
+            self.found = 0.9 * self.found + 0.1 * min(1.0, self._hits / max(1, len(q)))
+            return None
+        mask = np.zeros(len(q), bool)
+        for run in self.runs:
+            if len(run):
+                mask |= run.has(q)
+        some = np.flatnonzero(mask)
+        self.found = 0.9 * self.found + 0.1 * (len(some) / len(q))
+        return some
 
     def probe(self, q: np.ndarray, lo: np.ndarray, hi: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
         """(probe index, sid) of every row with code ``q[j]`` and sid in [lo[j], hi[j])."""
         outs_j, outs_s = [], []
         for run in self.runs:
-            n = len(run.code)
-            if n == 0:
+            if not len(run):
                 continue
-            g = np.searchsorted(run.code, q, "left")
-            gc = np.minimum(g, n - 1)
-            j = np.flatnonzero((g < n) & (run.code[gc] == q))
-            if not len(j):
-                continue
-            r0 = run.rank[gc[j]] * run.L
-            a = np.searchsorted(run.comb, r0 + np.clip(lo[j] - run.s0, 0, run.L), "left")
-            b = np.searchsorted(run.comb, r0 + np.clip(hi[j] - run.s0, 0, run.L), "left")
-            jj, at = _expand(j, a, b - a)
-            outs_j.append(jj)
-            outs_s.append(run.sid[at])
+            got = run.probe(q, lo, hi)
+            if got is not None and len(got[0]):
+                outs_j.append(got[0])
+                outs_s.append(got[1])
+        self._hits = sum(len(x) for x in outs_j)
         if not outs_j:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         if len(outs_j) == 1:
             return outs_j[0], outs_s[0]
         return np.concatenate(outs_j), np.concatenate(outs_s)
+
+
+def _present(w: ColumnWindow, p: np.ndarray) -> float:
+    """Σ over the positions p of the rows of w present there (σ's denominator), from at
+    most 256 of them (a sample: the band of every probe is not always computed)."""
+    if not len(p):
+        return 0.0
+    step = max(1, len(p) // 256)
+    lo, hi = w.lo_hi(p[::step])
+    return float((hi - lo).mean()) * len(p)
+
+
+def _update_order(k: np.ndarray, phase: np.ndarray, e: np.ndarray, tie: np.ndarray
+                  ) -> np.ndarray:
+    """The updates' processing order: by (arrival k, phase, expiry time e, tie). Only time
+    expiries (phase 0) share a (k, phase); they are ranked by (e, tie) first (runs already
+    sorted per stream), and the key packs (k, phase, that rank) into one int64, so one
+    stable sort of mostly sorted runs does it (a four-key lexsort costs ten times more)."""
+    n = len(k)
+    expiries = np.flatnonzero(phase == 0)
+    m = len(expiries) + 1
+    key = (k * 3 + phase) * m
+    if len(expiries) > 1:
+        sub = np.lexsort((tie[expiries], e[expiries]))
+        rank = np.empty(len(sub), np.int64)
+        rank[sub] = np.arange(len(sub), dtype=np.int64)
+        key[expiries] += rank
+    return np.argsort(key, kind="stable") if n > 1 else np.arange(n)
 
 
 def _expand(j: np.ndarray, starts: np.ndarray, counts: np.ndarray
@@ -463,7 +602,7 @@ class VectorJoin:
         self.selections = [
             compile_predicate(query.selections[a], query.columns[a], a, query.types)
             if query.selections.get(a) is not None else None for a in aliases]
-        types = {(a, c): _decoded(pa.array([], schemas[a].field(c).type)).type
+        types = {(a, c): _value_type(schemas[a].field(c).type)
                  for a in aliases for c in query.columns[a]}
         self.codings: dict[ColumnRef, KeyCoding] = {}
         for cls in query.classes:
@@ -631,7 +770,7 @@ class VectorJoin:
         """Number the updates listed by ``plan`` (module docstring, "Updates and
         positions"), run the pipelines, and drop what left its window."""
         keys_k, keys_phase, keys_e, keys_tie, what = plan
-        order = np.lexsort((keys_tie, keys_e, keys_phase, keys_k))
+        order = _update_order(keys_k, keys_phase, keys_e, keys_tie)
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order), dtype=np.int64)
         positions_all = pos0 + rank
@@ -868,8 +1007,7 @@ class VectorJoin:
             y = aliases.index(st.stream)
             w = self.windows[y]
             pc_ = p[drv]
-            lo, hi = w.lo_hi(pc_)
-            present = float((hi - lo).sum())  # pairs the step could join: σ's denominator
+            present = _present(w, pc_)  # pairs the step could join: σ's denominator
             if st.key:
                 codes, null = [], np.zeros(len(drv), bool)
                 for ref in st.refs:
@@ -879,15 +1017,21 @@ class VectorJoin:
                     null |= zw.col("n:" + ref.column)[local]
                 q = _combine(codes)
                 live = np.flatnonzero(~null) if null.any() else None
+                index = w.index(st.key)
+                some = index.candidates(q if live is None else q[live])
+                if some is not None:  # a selective step: only probes whose key is there
+                    live = some if live is None else live[some]
                 if live is not None:
-                    q, lo, hi = q[live], lo[live], hi[live]
-                j, ysid = w.index(st.key).probe(q, lo, hi)
+                    q = q[live]
+                lo, hi = w.lo_hi(pc_ if live is None else pc_[live])
+                j, ysid = index.probe(q, lo, hi)
                 if live is not None:
                     j = live[j]
                 if st.check and len(j):
                     ok = self._check(st, y, ysid, cur, j)
                     j, ysid = j[ok], ysid[ok]
             else:
+                lo, hi = w.lo_hi(pc_)
                 j, at = _expand(np.arange(len(drv)), lo, hi - lo)
                 ysid = at
             if w.explicit and len(j):

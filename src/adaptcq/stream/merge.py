@@ -303,12 +303,14 @@ class ArrivalMerger:
         """The released parts merged into one ArrivalBatch (each alias's rows keep their
         (ts, row) order, so its table needs no reordering)."""
         tables: list = [None] * len(self.query.streams)
+        parts = sorted(parts, key=lambda p: p[0])  # by alias: ties in time go in FROM order
         for i, _, _, _, table in parts:
             tables[i] = table
         ts = np.concatenate([p[1] for p in parts])
         st = np.concatenate([np.full(len(p[1]), p[0], np.int64) for p in parts])
-        pos = np.concatenate([p[2] for p in parts])
-        order = np.lexsort((pos, st, ts)) if len(parts) > 1 else np.arange(len(ts))
+        # Each part is in (time, row) order, so a stable sort on time alone merges them in
+        # (time, alias, row) order: linear on these sorted runs, unlike a three-key lexsort.
+        order = np.argsort(ts, kind="stable") if len(parts) > 1 else np.arange(len(ts))
         signs = None
         if self.signed:
             signs = np.concatenate([p[3] if p[3] is not None else np.ones(len(p[1]), np.int64)
