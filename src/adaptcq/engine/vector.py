@@ -343,7 +343,7 @@ class _Run:
     directly ("direct": two searches per probe); else comb = rank of the code × L + (sid −
     s0), the rank found by a search of ``code`` (three)."""
 
-    __slots__ = ("L", "bits", "cmin", "cmax", "code", "comb", "direct", "rank", "s0", "sid")
+    __slots__ = ("L", "bits", "cmax", "cmin", "code", "comb", "direct", "rank", "s0", "sid")
 
     def __init__(self, s0: int, s1: int, code: np.ndarray, sid: np.ndarray,
                  presorted: bool = False):
