@@ -524,6 +524,20 @@ def _present(w: ColumnWindow, p: np.ndarray) -> float:
     return float((hi - lo).mean()) * len(p)
 
 
+class _TooLarge(Exception):
+    """A join step of a range of updates produced more than ``step_limit`` rows."""
+
+
+def _ranges(p: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Position ranges [lo, hi) holding about ``size`` of the driving positions ``p``
+    each (all of them in one range when they are fewer)."""
+    if not len(p):
+        return []
+    p = np.sort(p)
+    cuts = [int(x) for x in p[::size]] + [int(p[-1]) + 1]
+    return list(zip(cuts, cuts[1:]))
+
+
 def _update_order(k: np.ndarray, phase: np.ndarray, e: np.ndarray, tie: np.ndarray
                   ) -> np.ndarray:
     """The updates' processing order: by (arrival k, phase, expiry time e, tie). Only time
@@ -649,6 +663,13 @@ class VectorJoin:
         self.selectivity: dict[tuple[str, str], Ratio] = {}
         self.order_log: dict[str, dict[tuple[str, ...], int]] = {a: {} for a in aliases}
         self.observers: list = []    # fn(self) after each batch (adaptive ordering)
+        # Memory (docs/vector.md, "Batching"): the updates of a batch are joined a range of
+        # positions at a time, at most ``range_updates`` driving updates, and a range whose
+        # join step builds more than ``step_limit`` rows is halved; with ``emit`` set each
+        # range's output goes there at once, so a batch never holds all of its output.
+        self.range_updates = 65_536
+        self.step_limit = 4_000_000
+        self.emit = None
 
     # ----- plan ------------------------------------------------------------------------------
     def set_order(self, stream: str, order: Sequence[str]) -> None:
@@ -980,19 +1001,50 @@ class VectorJoin:
 
     # ----- the joins ---------------------------------------------------------------------
     def _join(self, deleted) -> pa.Table:
-        parts = []  # (sids per stream, positions, sign, ts)
-        for i, a in enumerate(self.query.aliases):
+        """Every pipeline over its driving updates (the batch's insertions, and in retract
+        mode its deletions), a range of update positions at a time (``_ranges``): each
+        range's output, in position order, goes to ``emit`` when one is set (a driver
+        bounding its memory), else all of it is returned."""
+        drivers = []  # (stream, sids, positions, sign, times), positions ascending
+        for i in range(len(self.windows)):
             w = self.windows[i]
             fresh = self._fresh[i]
             if len(fresh):
                 local = fresh - w.base
-                parts.append(self._pipeline(i, fresh, w.col("ins")[local], 1,
-                                            w.col("ts")[local]))
+                drivers.append((i, fresh, w.col("ins")[local], 1, w.col("ts")[local]))
             if self.retract and len(deleted[i][0]):
                 sids, p = deleted[i]
-                parts.append(self._pipeline(i, sids, p, -1, w.col("dts")[sids - w.base]))
-        parts = [x for x in parts if len(x[1])]
-        return self._output(parts)
+                order = np.argsort(p, kind="stable")
+                sids, p = sids[order], p[order]
+                drivers.append((i, sids, p, -1, w.col("dts")[sids - w.base]))
+        for i in {d[0] for d in drivers}:
+            a = self.query.aliases[i]
+            order = tuple(self.orders[a])
+            self.order_log[a][order] = self.order_log[a].get(order, 0) + 1
+        out = []
+        todo = _ranges(np.concatenate([d[2] for d in drivers]) if drivers else
+                       np.empty(0, np.int64), self.range_updates)
+        while todo:
+            lo, hi = todo.pop(0)
+            try:
+                parts = []
+                for i, sids, p, sign, ts in drivers:
+                    a, b = np.searchsorted(p, [lo, hi], "left")
+                    if b > a:
+                        parts.append(self._pipeline(i, sids[a:b], p[a:b], sign, ts[a:b]))
+            except _TooLarge:
+                mid = lo + (hi - lo) // 2
+                todo[:0] = [(lo, mid), (mid, hi)]  # halve the range and try again
+                continue
+            table = self._output([x for x in parts if len(x[1])])
+            if self.emit is not None and table.num_rows:
+                self.stats.results += table.num_rows
+                self.emit(table.drop_columns(["_pos"]))
+            else:
+                out.append(table)
+        if not out:
+            return self._empty(True)
+        return out[0] if len(out) == 1 else pa.concat_tables(out)
 
     def _pipeline(self, i: int, sids: np.ndarray, p: np.ndarray, sign: int, ts: np.ndarray):
         """ΔX ⋈ … for driving rows ``sids`` of stream i at positions ``p``: every
@@ -1044,12 +1096,11 @@ class VectorJoin:
                 if est is None:
                     est = self.selectivity[(z, st.stream)] = Ratio()
                 est.update(len(j), present)
+            if len(j) > self.step_limit and len(np.unique(p[drv])) > 1:
+                raise _TooLarge  # split the updates: an intermediate this large is memory
             cur = {s: a[j] for s, a in cur.items()}
             cur[y] = ysid
             drv = drv[j]
-        order = tuple(self.orders[alias])
-        log = self.order_log[alias]
-        log[order] = log.get(order, 0) + 1
         return cur, p[drv], sign, ts[drv]
 
     def _check(self, st: _Step, y: int, ysid, cur, j) -> np.ndarray:

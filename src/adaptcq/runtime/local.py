@@ -79,7 +79,7 @@ class LocalRun:
     """
 
     def __init__(self, sql: str | LogicalQuery, sources: Mapping[str, object],
-                 timestamp: str = "ts", executor: str = "mjoin", mode: str = "append",
+                 timestamp: str = "ts", executor: str = "auto", mode: str = "append",
                  sign: str | None = None, allowed_lateness: float = 0.0,
                  timestamp_unit: str | None = None, max_results: int | None = None,
                  chunk_rows: int = CHUNK_ROWS,
@@ -323,6 +323,7 @@ class LocalRun:
         """The vectorized executor's loop: batches of ``batch_rows`` arrivals (or
         ``batch_seconds`` of event time), each processed whole; results leave as Arrow."""
         vj = self.cq
+        vj.emit = self._emit_table  # a batch's output leaves a range of updates at a time
         next_rss, rss_every = 0, 100_000
         try:
             for batch, rest in self._batches():
@@ -332,8 +333,10 @@ class LocalRun:
                     break
                 self._at = (rest, len(batch))
                 t0 = time.process_time()
-                out = vj.process_batch(batch)
-                self.engine_cpu += time.process_time() - t0
+                try:
+                    out = vj.process_batch(batch)
+                finally:
+                    self.engine_cpu += time.process_time() - t0
                 self.batches += 1
                 self.last_ts = int(batch.timestamps[-1])
                 if out.num_rows:
@@ -353,10 +356,13 @@ class LocalRun:
                 if self.stopped:
                     self._unprocessed(rest, len(batch))
                     break
+        except _ResultBound:
+            self._unprocessed(*self._at)
         except OutputClosed:
             if self._at is not None:
                 self._unprocessed(*self._at)
             raise
+        yield from self._take_ready()
         self._flush_rejected()
         self._engine_rejected()
         if np.isfinite(vj.now):
@@ -370,9 +376,16 @@ class LocalRun:
         from adaptcq.stream.merge import ArrivalBatch
         buf = None
         span = None if self.batch_seconds is None else round(self.batch_seconds / TIME_UNIT)
+        # Sources of unknown length (iterators, generators: possibly live) close a batch at
+        # every release, so their results leave as soon as the per-tuple executors' would.
+        live = any(s.num_rows is None for s in self.sources.values())
         for arr in self.merger:
             self._flush_rejected()
             buf = arr if buf is None else ArrivalBatch.concat([buf, arr])
+            if live and len(buf) < self.batch_rows and span is None:
+                yield buf, buf
+                buf = None
+                continue
             while buf is not None:
                 cut = min(len(buf), self.batch_rows)
                 if span is not None:
@@ -408,6 +421,8 @@ class LocalRun:
                 self.sink.write(b)
             else:
                 self._ready.append(b)
+        if self.stopped:
+            raise _ResultBound
 
     def _unprocessed(self, arr: Arrivals, lo: int) -> None:
         """At a stop: per source, the rows read but not processed (buffered in the merger,
@@ -699,7 +714,7 @@ def _check_join_types(query: LogicalQuery) -> None:
 
 # ----- the API ----------------------------------------------------------------------------
 def stream(sql: str, sources: Mapping[str, object], timestamp: str = "ts",
-           executor: str = "mjoin", mode: str = "append", **options) -> LocalRun:
+           executor: str = "auto", mode: str = "append", **options) -> LocalRun:
     """Run a continuous query and yield its results as Arrow record batches, live.
 
     >>> for batch in adaptcq.stream(sql, {"R": reader_of_r(), "S": "s.parquet"}):
@@ -712,7 +727,7 @@ def stream(sql: str, sources: Mapping[str, object], timestamp: str = "ts",
 
 
 def run(sql: str, sources: Mapping[str, object], timestamp: str = "ts",
-        executor: str = "mjoin", mode: str = "append", **options) -> RunResult:
+        executor: str = "auto", mode: str = "append", **options) -> RunResult:
     """Run a continuous query over finite inputs in this process; collect the output.
 
     >>> result = adaptcq.run(sql, sources={"R": "r.parquet", ...}, timestamp="ts")
@@ -746,8 +761,8 @@ def prepare(sql: str | LogicalQuery, sources: Mapping[str, object], timestamp: s
             timestamp_unit: str | None = None) -> PreparedInput:
     """Read and merge every input into memory, in processing order."""
     t0 = time.process_time()
-    r = LocalRun(sql, sources, timestamp, sign=sign, allowed_lateness=allowed_lateness,
-                 timestamp_unit=timestamp_unit)
+    r = LocalRun(sql, sources, timestamp, "mjoin",  # rows as tuples: the per-tuple merger
+                 sign=sign, allowed_lateness=allowed_lateness, timestamp_unit=timestamp_unit)
     streams, signs, ts, rows = [], [], [], []
     for arr in r.merger:
         streams.extend(arr.streams)

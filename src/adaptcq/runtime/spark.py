@@ -222,7 +222,7 @@ def _arrow_time_type(dt, tz: str):
 
 
 def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: str = "ts",
-                     executor: str = "mjoin", mode: str = "append", partitions: int | None = None,
+                     executor: str = "auto", mode: str = "append", partitions: int | None = None,
                      allowed_lateness: float = 0.0, sign: str | None = None,
                      order: str | Mapping[str, str] | None = None,
                      end_of_input: str | os.PathLike | None = None,
@@ -1275,7 +1275,7 @@ def _output_state(path: str | None, label: str, fresh: bool, run_id: str | None,
 
 def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.PathLike,
                   output: str | None, rejected: str | None = None, timestamp: str = "ts",
-                  executor: str = "mjoin", mode: str = "append", partitions: int = 1,
+                  executor: str = "auto", mode: str = "append", partitions: int = 1,
                   allowed_lateness: float = 0.0, sign: str | None = None,
                   timestamp_unit: str | None = None, adaptivity: Mapping | None = None,
                   shares: Mapping | None = None, **options) -> FileJob:
@@ -1381,7 +1381,7 @@ def _input_rates(query: LogicalQuery, inputs: dict) -> dict[str, float]:
 
 
 def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, output: str | None,
-              rejected: str | None = None, timestamp: str = "ts", executor: str = "mjoin",
+              rejected: str | None = None, timestamp: str = "ts", executor: str = "auto",
               mode: str = "append", partitions: int | None = None,
               allowed_lateness: float = 0.0, sign: str | None = None, finish: bool = True,
               max_files_per_trigger: int | None = None, timestamp_unit: str | None = None,
