@@ -47,6 +47,7 @@ The orders of the pipelines may change between batches (``orders``, or a policy 
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -535,7 +536,7 @@ def _ranges(p: np.ndarray, size: int) -> list[tuple[int, int]]:
         return []
     p = np.sort(p)
     cuts = [int(x) for x in p[::size]] + [int(p[-1]) + 1]
-    return list(zip(cuts, cuts[1:]))
+    return list(itertools.pairwise(cuts))
 
 
 def _update_order(k: np.ndarray, phase: np.ndarray, e: np.ndarray, tie: np.ndarray
