@@ -11,7 +11,7 @@ from adaptcq.errors import AdaptcqError, InputError, QueryError
 __version__ = "0.1.0"
 
 
-def run(sql, sources, timestamp="ts", executor="mjoin", mode="append", **options):
+def run(sql, sources, timestamp="ts", executor="auto", mode="append", **options):
     """Run a continuous query over finite inputs in this process; see
     ``adaptcq.runtime.local.run``. Returns a RunResult (``.table``, ``.stats``,
     ``.rejected``)."""

@@ -111,13 +111,14 @@ def _selective():
 # ----- the two jobs ------------------------------------------------------------------------
 
 def job_adaptcq(case: str, srcs: dict, out: Path, partitions: int,
-                master: str = "local[2]") -> dict:
+                master: str = "local[2]", executor: str = "auto") -> dict:
     from adaptcq.runtime.spark import run_files
     from adaptcq.runtime.spark_session import get_spark
     spark = get_spark(master, "bench-adaptcq")
     t0 = time.perf_counter()
     run = run_files(spark, SQL[case], srcs, str(out / "ck"), str(out / "result"),
-                    mode="append", partitions=partitions, max_files_per_trigger=1)
+                    mode="append", partitions=partitions, max_files_per_trigger=1,
+                    executor=executor)
     stream_s = time.perf_counter() - t0
     engine_cpu = sum(h["engine_cpu_seconds"] for h in run.history)
     return {"rows_in": run.rows_in, "results": run.results, "batches": run.batches,
@@ -125,7 +126,7 @@ def job_adaptcq(case: str, srcs: dict, out: Path, partitions: int,
             "peak_state_bytes": run.peak_state_bytes, "groups": len(run.groups),
             "engine_cpu_seconds": engine_cpu,
             "cache_hits": sum(bool(h["cache_hit"]) for h in run.history),
-            "group_batches": len(run.history)}
+            "group_batches": len(run.history), "executor": run.executor}
 
 
 def job_native(case: str, srcs: dict, out: Path, master: str = "local[2]") -> dict:
@@ -177,13 +178,13 @@ def job_native(case: str, srcs: dict, out: Path, master: str = "local[2]") -> di
 
 
 def run_job(engine: str, case: str, data: Path, out: Path, partitions: int,
-            master: str = "local[2]") -> dict:
+            master: str = "local[2]", executor: str = "auto") -> dict:
     """One engine on one case in a fresh process: wall time from start to exit."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     cmd = [sys.executable, "-m", "adaptcq.bench.spark_vs_native", "--job", engine,
            "--case", case, "--data", str(data), "--job-out", str(out),
-           "--partitions", str(partitions), "--master", master]
+           "--partitions", str(partitions), "--master", master, "--executor", executor]
     return timed_job(cmd, f"{engine} job on case {case}")
 
 
@@ -208,6 +209,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default="a,b,c,d")
     ap.add_argument("--out", default="results/spark_vs_native")
     ap.add_argument("--master", default="local[2]", help="Spark master of both jobs")
+    ap.add_argument("--executor", default="auto",
+                    help="adaptcq's executor in every partition group (auto: the vectorized "
+                    "one; mjoin: a tuple at a time)")
     ap.add_argument("--job", choices=["adaptcq", "native"], help=argparse.SUPPRESS)
     ap.add_argument("--case", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
@@ -218,7 +222,8 @@ def main(argv=None) -> int:
         cpu = TreeCPU().start()
         srcs = {s: str(Path(args.data) / s) for s in "RST"}
         fn = job_adaptcq if args.job == "adaptcq" else job_native
-        res = (fn(args.case, srcs, Path(args.job_out), args.partitions, args.master)
+        res = (fn(args.case, srcs, Path(args.job_out), args.partitions, args.master,
+                  args.executor)
                if args.job == "adaptcq" else fn(args.case, srcs, Path(args.job_out),
                                                 args.master))
         res["cpu_seconds"] = cpu.stop()
@@ -236,7 +241,7 @@ def main(argv=None) -> int:
         for engine in ("adaptcq", "native"):
             print(f"case {case}: {engine} ...", flush=True)
             res[engine] = run_job(engine, case, data, out / f"{engine}_{case}",
-                                  args.partitions, args.master)
+                                  args.partitions, args.master, args.executor)
         ok, na, nn = same_results(out / f"adaptcq_{case}" / "result",
                                   out / f"native_{case}" / "result")
         for engine, r in res.items():
@@ -252,7 +257,8 @@ def main(argv=None) -> int:
                 "peak_state_bytes": r["peak_state_bytes"],
                 "results_equal": ok, "extra": json.dumps(
                     {k: v for k, v in r.items() if k in ("groups", "engine_cpu_seconds",
-                                                         "cache_hits", "group_batches")})})
+                                                         "cache_hits", "group_batches",
+                                                         "executor")})})
         a, n = res["adaptcq"], res["native"]
         print(f"case {case}: results equal: {ok} ({na:,} vs {nn:,} rows); "
               f"speed-up (wall) {n['wall_seconds'] / a['wall_seconds']:.2f}x, "
