@@ -1060,7 +1060,7 @@ class VectorJoin:
             y = aliases.index(st.stream)
             w = self.windows[y]
             pc_ = p[drv]
-            present = _present(w, pc_)  # pairs the step could join: σ's denominator
+            pairs = _present(w, pc_)  # pairs the step could join: σ's denominator
             if st.key:
                 codes, null = [], np.zeros(len(drv), bool)
                 for ref in st.refs:
@@ -1087,8 +1087,9 @@ class VectorJoin:
                 lo, hi = w.lo_hi(pc_)
                 j, at = _expand(np.arange(len(drv)), lo, hi - lo)
                 ysid = at
-            if w.explicit and len(j):
-                ok = w.col("del")[ysid - w.base] > pc_[j]
+            if w.explicit and len(j):  # rows leave from the middle: the rule itself
+                yl = ysid - w.base
+                ok = present(w.col("ins")[yl], w.col("del")[yl], pc_[j])
                 j, ysid = j[ok], ysid[ok]
             linked = {r.stream for r in st.refs}
             if len(linked) == 1:
@@ -1096,7 +1097,7 @@ class VectorJoin:
                 est = self.selectivity.get((z, st.stream))
                 if est is None:
                     est = self.selectivity[(z, st.stream)] = Ratio()
-                est.update(len(j), present)
+                est.update(len(j), pairs)
             if len(j) > self.step_limit and len(np.unique(p[drv])) > 1:
                 raise _TooLarge  # split the updates: an intermediate this large is memory
             cur = {s: a[j] for s, a in cur.items()}
