@@ -607,25 +607,13 @@ def _ordered(cfg: _Config, go: list, pc) -> tuple:
     """The released rows of every stream, merged in the local runtime's order: (streams,
     signs or None, times, rows, ids of rows that are not primary replicas of a deletion).
     Rows become the engine's Python tuples here, column by column."""
-    import pyarrow as pa
     if not go:
         return [], None, [], [], set()
-    keys = []
     per_rows = {}
     for i, t in go:
         cols = [t.column(c).to_pylist() for c in cfg.stream_columns[i]]
         per_rows[i] = list(zip(*cols, strict=True)) if cols else [()] * t.num_rows
-        keys.append(pa.table({"_t": t.column("_t"), "_s": pa.array(np.full(t.num_rows, i,
-                                                                             np.int32)),
-                              "_q": t.column("_q"),
-                              "_o1": pc.cast(t.column("_o1"), pa.string()),
-                              "_o2": t.column("_o2"),
-                              "_k": pa.array(np.arange(t.num_rows, dtype=np.int64)),
-                              "_sg": t.column("_sg") if cfg.signed else
-                              pa.array(np.ones(t.num_rows, np.int8)),
-                              "_pr": t.column("_pr")}))
-    k = pa.concat_tables(keys) if len(keys) > 1 else keys[0]
-    k = k.take(pc.sort_indices(k, [(c, "ascending") for c in _ORDER]))
+    k = _order_keys(cfg, go, pc)
     streams = k.column("_s").to_pylist()
     idx = k.column("_k").to_pylist()
     rows = [per_rows[s][j] for s, j in zip(streams, idx, strict=True)]
@@ -676,20 +664,7 @@ def _batch(cfg: _Config, go: list, pc):
     if not go:
         return ArrivalBatch(np.empty(0, np.int64), np.empty(0, np.int64),
                             None, [None] * n), np.empty(0, bool)
-    keys = []
-    for i, t in go:
-        keys.append(pa.table({"_t": t.column("_t"),
-                              "_s": pa.array(np.full(t.num_rows, i, np.int32)),
-                              "_q": t.column("_q"),
-                              "_o1": pc.cast(t.column("_o1"), pa.string()),
-                              "_o2": t.column("_o2"),
-                              "_k": pa.array(np.arange(t.num_rows, dtype=np.int64)),
-                              "_sg": t.column("_sg") if cfg.signed else
-                              pa.array(np.ones(t.num_rows, np.int8)),
-                              "_pr": t.column("_pr")}))
-    k = pa.concat_tables(keys) if len(keys) > 1 else keys[0]
-    if len(keys) > 1 or not _sorted_by_order(k):
-        k = k.take(pc.sort_indices(k, [(c, "ascending") for c in _ORDER]))
+    k = _order_keys(cfg, go, pc)
     st = k.column("_s").to_numpy().astype(np.int64)
     idx = k.column("_k").to_numpy()
     tables: list = [None] * n
@@ -707,6 +682,29 @@ def _batch(cfg: _Config, go: list, pc):
     signs = k.column("_sg").to_numpy().astype(np.int64) if cfg.signed else None
     primary = k.column("_pr").to_numpy(zero_copy_only=False)
     return ArrivalBatch(st, k.column("_t").to_numpy(), signs, tables), primary
+
+
+def _order_keys(cfg: _Config, go: list, pc):
+    """The released rows' order keys (time, stream, micro-batch, file, row; with each row's
+    index ``_k`` in its stream's table, its sign and primary flag), sorted in the local
+    runtime's order (``_ORDER``). One stream's rows in strictly increasing time need no
+    sort."""
+    import pyarrow as pa
+    keys = []
+    for i, t in go:
+        keys.append(pa.table({"_t": t.column("_t"),
+                              "_s": pa.array(np.full(t.num_rows, i, np.int32)),
+                              "_q": t.column("_q"),
+                              "_o1": pc.cast(t.column("_o1"), pa.string()),
+                              "_o2": t.column("_o2"),
+                              "_k": pa.array(np.arange(t.num_rows, dtype=np.int64)),
+                              "_sg": t.column("_sg") if cfg.signed else
+                              pa.array(np.ones(t.num_rows, np.int8)),
+                              "_pr": t.column("_pr")}))
+    k = pa.concat_tables(keys) if len(keys) > 1 else keys[0]
+    if len(keys) > 1 or not _sorted_by_order(k):
+        k = k.take(pc.sort_indices(k, [(c, "ascending") for c in _ORDER]))
+    return k
 
 
 def _sorted_by_order(k) -> bool:
