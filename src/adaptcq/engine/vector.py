@@ -59,6 +59,7 @@ import pyarrow.compute as pc
 from adaptcq.engine.continuous import Counters, row_key
 from adaptcq.engine.rules import check_order, connected_order
 from adaptcq.errors import OptionError
+from adaptcq.query.arrow_expr import arrow_predicate
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.estimators import Ratio
 from adaptcq.stream.merge import ArrivalBatch
@@ -617,6 +618,9 @@ class VectorJoin:
         self.selections = [
             compile_predicate(query.selections[a], query.columns[a], a, query.types)
             if query.selections.get(a) is not None else None for a in aliases]
+        # The same selections over column batches, where they translate (query.arrow_expr).
+        self.column_selections = [arrow_predicate(query.selections.get(a), a)
+                                  for a in aliases]
         types = {(a, c): _value_type(schemas[a].field(c).type)
                  for a in aliases for c in query.columns[a]}
         self.codings: dict[ColumnRef, KeyCoding] = {}
@@ -920,8 +924,10 @@ class VectorJoin:
         sel = self.selections[i]
         if sel is None:
             return np.ones(table.num_rows, bool)
-        # Selections run per row (the compiled predicate of the per-tuple engine, so their
-        # three-valued logic is the same); only streams with a selection pay it.
+        if self.column_selections[i] is not None:
+            return self.column_selections[i](table)
+        # A selection Arrow compute does not express (arithmetic, timestamp literals, UDFs)
+        # runs per row: the per-tuple engine's compiled predicate, the same logic.
         cols = [table.column(c).to_pylist() for c in self.query.columns[self.query.aliases[i]]]
         return np.fromiter((bool(sel(r)) for r in zip(*cols)), bool, table.num_rows)
 
