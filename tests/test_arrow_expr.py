@@ -37,7 +37,7 @@ def test_column_selection_equals_the_row_one(cond):
     table = TABLE.select(list(q.columns["R"]))
     want = [bool(rowwise(r)) for r in zip(*(table.column(c).to_pylist()
                                             for c in table.column_names))]
-    fn = arrow_predicate(expr, "R")
+    fn = arrow_predicate(expr, "R", q.types["R"])
     if cond in ("R.a + 1 > 2", "R.a / R.b > 0", "R.f", "NOT R.f"):
         assert fn is None  # left to the per-row compiler (arithmetic, a bare value)
         return
@@ -45,3 +45,10 @@ def test_column_selection_equals_the_row_one(cond):
     assert fn(table).tolist() == want
     assert not any(isinstance(x, float) and math.isnan(x) for x in fn(table).tolist())
     assert np.asarray(fn(table)).dtype == bool
+
+
+def test_timestamp_columns_are_left_to_the_row_compiler():
+    """A string compared with a timestamp column is a timestamp literal there."""
+    q = parse_query("SELECT R.a FROM R, S WHERE R.a = S.a AND R.t >= '2024-01-01'",
+                    {"R": {"a": "number", "t": "timestamp"}, "S": {"a": "number"}})
+    assert arrow_predicate(q.selections["R"], "R", q.types["R"]) is None

@@ -619,7 +619,8 @@ class VectorJoin:
             compile_predicate(query.selections[a], query.columns[a], a, query.types)
             if query.selections.get(a) is not None else None for a in aliases]
         # The same selections over column batches, where they translate (query.arrow_expr).
-        self.column_selections = [arrow_predicate(query.selections.get(a), a)
+        self.column_selections = [arrow_predicate(query.selections.get(a), a,
+                                                  query.types.get(a))
                                   for a in aliases]
         types = {(a, c): _value_type(schemas[a].field(c).type)
                  for a in aliases for c in query.columns[a]}

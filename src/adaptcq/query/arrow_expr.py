@@ -29,11 +29,18 @@ class _Unsupported(Exception):
     """A node this translator leaves to the per-row compiler."""
 
 
-def arrow_predicate(expr: exp.Expression | None, stream: str
+def arrow_predicate(expr: exp.Expression | None, stream: str,
+                    kinds: dict[str, str] | None = None
                     ) -> Callable[[pa.Table], np.ndarray] | None:
     """``table -> bool mask`` (rows where ``expr`` is TRUE) for ``stream``'s rows as a table
-    of its columns, or None when ``expr`` uses what is not translated (module docstring)."""
+    of its columns, or None when ``expr`` uses what is not translated (module docstring).
+    ``kinds``: the stream's column kinds (``LogicalQuery.types[stream]``); a timestamp
+    column is left to the per-row compiler, which reads a string compared with it as a
+    timestamp literal."""
     if expr is None:
+        return None
+    temporal = {c for c, k in (kinds or {}).items() if k not in ("number", "string", "bool")}
+    if any(isinstance(c, exp.Column) and c.name in temporal for c in expr.find_all(exp.Column)):
         return None
     try:
         fn = _condition(expr, stream)
