@@ -52,3 +52,20 @@ def test_timestamp_columns_are_left_to_the_row_compiler():
     q = parse_query("SELECT R.a FROM R, S WHERE R.a = S.a AND R.t >= '2024-01-01'",
                     {"R": {"a": "number", "t": "timestamp"}, "S": {"a": "number"}})
     assert arrow_predicate(q.selections["R"], "R", q.types["R"]) is None
+
+
+def test_a_selection_arrow_has_no_kernel_for_falls_back_per_row():
+    """A decimal column against a float literal: the vectorized executor gives MJoin's rows
+    (per row when Arrow compute cannot compare the types)."""
+    import decimal
+
+    import adaptcq
+    r = pa.table({"ts": [0.0, 1.0, 2.0, 3.0], "id": [1, 2, 3, 4], "a": [1, 1, 1, 2],
+                  "d": pa.array([decimal.Decimal("1.5"), decimal.Decimal("2.5"), None,
+                                 decimal.Decimal("9.0")], pa.decimal128(5, 2))})
+    s = pa.table({"ts": [0.5, 1.5, 3.5], "id": [7, 8, 9], "a": [1, 1, 2]})
+    sql = "SELECT R.id AS r, S.id AS s FROM R, S WHERE R.a = S.a AND R.d > 2.25"
+    v = adaptcq.run(sql, {"R": r, "S": s})
+    m = adaptcq.run(sql, {"R": r, "S": s}, executor="mjoin")
+    assert v.stats["executor"] == "vector"
+    assert v.table.to_pylist() == m.table.to_pylist() and v.table.num_rows == 3

@@ -926,7 +926,12 @@ class VectorJoin:
         if sel is None:
             return np.ones(table.num_rows, bool)
         if self.column_selections[i] is not None:
-            return self.column_selections[i](table)
+            try:
+                return self.column_selections[i](table)
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+                # A type Arrow compute has no kernel for (a decimal against a float, say):
+                # from now on this stream's selection runs per row, as below.
+                self.column_selections[i] = None
         # A selection Arrow compute does not express (arithmetic, timestamp literals, UDFs)
         # runs per row: the per-tuple engine's compiled predicate, the same logic.
         cols = [table.column(c).to_pylist() for c in self.query.columns[self.query.aliases[i]]]
