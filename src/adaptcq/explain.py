@@ -498,7 +498,6 @@ def explain_vector(args) -> int:
     (adapt.batch_order) — the plan the next batch would run."""
     from adaptcq.engine.vector import VectorJoin, unsupported
     from adaptcq.query.cql import parse_query
-    from adaptcq.stream.merge import ArrivalBatch
 
     if len(args.sql) > 1:
         raise AdaptcqError("several --sql: the vectorized executor runs one query")
@@ -518,16 +517,11 @@ def explain_vector(args) -> int:
         run = LocalRun(sql, parse_inputs(args.input), args.timestamp, "vector", mode,
                        orders=orders, batch_rows=args.batch_rows)
         vj, left = run.cq, max(1, args.prefix)
-        buf = []
-        for arr in run.merger:
-            buf.append(arr.slice(0, min(len(arr), left)))
-            left -= len(buf[-1])
+        for batch, _ in run.iter_batches():  # the batches adaptcq run would make
+            vj.process_batch(batch.slice(0, min(len(batch), left)))
+            left -= len(batch)
             if left <= 0:
                 break
-        if buf:
-            whole = ArrivalBatch.concat(buf)
-            for lo in range(0, len(whole), run.batch_rows):
-                vj.process_batch(whole.slice(lo, min(len(whole), lo + run.batch_rows)))
         query = vj.query
         report["measured"] = (f"over the first {vj.stats.arrivals:,} input rows, in "
                               f"batches of {run.batch_rows:,}")

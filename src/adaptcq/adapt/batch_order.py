@@ -12,6 +12,7 @@ so a change costs nothing but the decision.
   and window tuple (the W most recent batches); a pair not measured yet gets σ = 1/|W_y|
   (one match per probe: no preference).
 * :class:`BatchOrdering`: the policy; the executor calls it after each batch.
+* :func:`vector_executor`: the executor with this policy attached (both runtimes use it).
 """
 
 from __future__ import annotations
@@ -62,3 +63,19 @@ class BatchOrdering:
             if order != executor.orders[a]:
                 executor.set_order(a, order)
                 self.changes += 1
+
+
+def vector_executor(query: LogicalQuery, mode: str, schemas, *, time_unit: float,
+                    signed: bool = False, orders: Mapping | None = None,
+                    ordering: str | None = None):
+    """The vectorized executor (engine.vector) with its per-batch ordering attached as an
+    observer: ``ordering`` an optimizer algorithm (default fgreedy), or "off" (the orders
+    stay as given); pipelines in ``orders`` are fixed either way."""
+    from adaptcq.engine.vector import VectorJoin
+    orders = dict(orders or {})
+    vj = VectorJoin(query, mode, schemas, time_unit=time_unit, explicit_deletions=signed,
+                    orders=orders)
+    ordering = ordering or ALGORITHM_DEFAULT
+    if ordering != "off":
+        vj.observers.append(BatchOrdering(ordering, fixed=orders))
+    return vj

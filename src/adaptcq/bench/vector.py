@@ -41,7 +41,6 @@ Writes ``runs.csv``, ``summary.csv``, ``memory.csv`` and ``throughput.png`` unde
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import resource
@@ -50,6 +49,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from adaptcq.bench.spark_scale import write_csv  # the benchmarks' one CSV writer
 
 BATCHES = (1_000, 5_000, 20_000, 100_000)
 DEFAULT_BATCH = 20_000
@@ -214,12 +215,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"({r['engine_cpu_s']:.2f} engine), {r['results']:,} results", flush=True)
     summary = _summary(rows)
     if rows:
-        _write(out / "runs.csv", rows)
-        _write(out / "summary.csv", summary)
+        write_csv(rows, out / "runs.csv")
+        write_csv(summary, out / "summary.csv")
         _plot(summary, out / "throughput.png")
     memory = [] if args.no_memory else _memory(out, scale)
     if memory:
-        _write(out / "memory.csv", memory)
+        write_csv(memory, out / "memory.csv")
     _report(summary, memory, runs)
     print(f"wrote {out / 'runs.csv'}, {out / 'summary.csv'}, {out / 'throughput.png'}"
           + (f", {out / 'memory.csv'}" if memory else ""))
@@ -271,14 +272,6 @@ def _memory(out: Path, scale: float) -> list[dict]:
               f"{r['rss_before_mb']:.0f} MB before the run), {r['arrivals']:,} arrivals",
               flush=True)
     return rows
-
-
-def _write(path: Path, rows: list[dict]) -> None:
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
 
 
 def _report(summary: list[dict], memory: list[dict], runs: int) -> None:

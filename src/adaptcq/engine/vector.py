@@ -42,7 +42,7 @@ as a 64-bit hash whose matches are then checked on the values. A NULL never join
 several columns is a mix of their codes, its matches checked column by column.
 
 The orders of the pipelines may change between batches (``orders``, or a policy such as
-``adapt.vector_order``); each batch runs with the orders current when it starts.
+``adapt.batch_order``); each batch runs with the orders current when it starts.
 """
 
 from __future__ import annotations
@@ -468,7 +468,7 @@ class RunIndex:
         self.runs: list[_Run] = []
         self.covered = 0  # sids below this are in runs (or gone)
         self.found = 1.0  # running fraction of probes whose code is here (``candidates``)
-        self._hits = 0    # matches of the last probe
+        self._hit_rate = 1.0  # matches per probe of the last probe (capped at 1)
 
     def refresh(self, win: ColumnWindow) -> None:
         runs = [r for r in self.runs if r.s1 > win.base]
@@ -487,7 +487,8 @@ class RunIndex:
         the test would cost more than it saves. The window band is then computed only for
         these (``ColumnWindow.lo_hi``)."""
         if self.found > 0.5 or not len(q):
-            self.found = 0.9 * self.found + 0.1 * min(1.0, self._hits / max(1, len(q)))
+            # untested probes: the last probe's matches per probe stand in for the fraction
+            self.found = 0.9 * self.found + 0.1 * self._hit_rate
             return None
         mask = np.zeros(len(q), bool)
         for run in self.runs:
@@ -508,7 +509,7 @@ class RunIndex:
             if got is not None and len(got[0]):
                 outs_j.append(got[0])
                 outs_s.append(got[1])
-        self._hits = sum(len(x) for x in outs_j)
+        self._hit_rate = min(1.0, sum(len(x) for x in outs_j) / max(1, len(q)))
         if not outs_j:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         if len(outs_j) == 1:
@@ -516,7 +517,7 @@ class RunIndex:
         return np.concatenate(outs_j), np.concatenate(outs_s)
 
 
-def _present(w: ColumnWindow, p: np.ndarray) -> float:
+def _pairs_present(w: ColumnWindow, p: np.ndarray) -> float:
     """Σ over the positions p of the rows of w present there (σ's denominator), from at
     most 256 of them (a sample: the band of every probe is not always computed)."""
     if not len(p):
@@ -524,6 +525,32 @@ def _present(w: ColumnWindow, p: np.ndarray) -> float:
     step = max(1, len(p) // 256)
     lo, hi = w.lo_hi(p[::step])
     return float((hi - lo).mean()) * len(p)
+
+
+class _Updates:
+    """The updates of one batch as they are found: per group, its sort key (arrival k,
+    phase 0 time expiry / 1 count or explicit deletion / 2 insertion, expiry time e, tie by
+    arrival; scalars broadcast) and what it does (kind, stream, sids, deletion times)."""
+
+    def __init__(self, time_dtype):
+        self.dtype = time_dtype
+        self.k, self.phase, self.e, self.tie, self.what = [], [], [], [], []
+
+    def add(self, k, phase, e, tie, kind, i, sids, extra=None) -> None:
+        m = len(sids)
+        self.k.append(np.broadcast_to(np.asarray(k, np.int64), (m,)))
+        self.phase.append(np.full(m, phase, np.int8))
+        self.e.append(np.broadcast_to(np.asarray(e, self.dtype), (m,)))
+        self.tie.append(np.broadcast_to(np.asarray(tie, np.int64), (m,)))
+        self.what.append((kind, i, sids, extra))
+
+    def plan(self) -> tuple:
+        """(k, phase, e, tie, what), as ``VectorJoin._run`` takes them."""
+        if not self.what:
+            empty = np.empty(0, np.int64)
+            return empty, empty, empty, empty, self.what
+        return (np.concatenate(self.k), np.concatenate(self.phase), np.concatenate(self.e),
+                np.concatenate(self.tie), self.what)
 
 
 class _TooLarge(Exception):
@@ -760,7 +787,6 @@ class VectorJoin:
         ts = batch.timestamps
         if ts[0] < self.now:
             raise ValueError(f"arrivals out of time order: {ts[0]} after {self.now}")
-        self._rejected_from = len(self.rejected_rows)
         pos0 = self.next_pos
         out = self._run(self._ingest(batch, pos0), pos0, positions, emit)
         self.now = ts[-1].item()  # a Python number: it goes into JSON summaries
@@ -774,24 +800,12 @@ class VectorJoin:
         n = len(self.windows)
         empty = np.empty(0, np.int64)
         self._fresh, self._fresh_k = [empty] * n, [empty] * n
-        ks, phases, es, ties, what = [], [], [], [], []
         dt = self.windows[0].cols.data["ts"].dtype
-
-        def add(k, phase, e, tie, kind, i, sids, extra=None):
-            m = len(sids)
-            ks.append(np.broadcast_to(np.asarray(k, np.int64), (m,)))
-            phases.append(np.full(m, phase, np.int8))
-            es.append(np.broadcast_to(np.asarray(e, dt), (m,)))
-            ties.append(np.broadcast_to(np.asarray(tie, np.int64), (m,)))
-            what.append((kind, i, sids, extra))
-
-        self._time_expiries(np.empty(0, dt), np.asarray(now, dt), self.next_pos, add)
-        if not what:
+        updates = _Updates(dt)
+        self._time_expiries(np.empty(0, dt), np.asarray(now, dt), self.next_pos, updates.add)
+        if not updates.what:
             return self._empty(positions)
-        pos0 = self.next_pos
-        plan = (np.concatenate(ks), np.concatenate(phases), np.concatenate(es),
-                np.concatenate(ties), what)
-        return self._run(plan, pos0, positions, emit)
+        return self._run(updates.plan(), self.next_pos, positions, emit)
 
     def _run(self, plan, pos0: int, positions: bool, emit: bool) -> pa.Table:
         """Number the updates listed by ``plan`` (module docstring, "Updates and
@@ -825,24 +839,13 @@ class VectorJoin:
 
     def _ingest(self, batch: ArrivalBatch, pos0: int):
         """Store the batch's rows (positions to be set) and list every update with its
-        sort key: (arrival k, phase 0 time expiry / 1 count or explicit deletion /
-        2 insertion, expiry time, tie by arrival)."""
+        sort key (``_Updates``)."""
         st, ts, sg = batch.streams, batch.timestamps, batch.signs
-        len(st)
         last = ts[-1]
-        ks, phases, es, ties, what = [], [], [], [], []
+        updates = _Updates(ts.dtype)
+        add = updates.add
         self._fresh = []  # per stream: sids stored in this batch (insertion pipelines)
         self._fresh_k = []  # per stream: their arrivals' indices in the batch
-        edt = ts.dtype
-
-        def add(k, phase, e, tie, kind, i, sids, extra=None):
-            m = len(sids)
-            ks.append(np.asarray(k, np.int64))
-            phases.append(np.full(m, phase, np.int8))
-            es.append(np.broadcast_to(np.asarray(e, edt), (m,)))
-            ties.append(np.broadcast_to(np.asarray(tie, np.int64), (m,)))
-            what.append((kind, i, sids, extra))
-
         for i, w in enumerate(self.windows):
             idx = np.flatnonzero(st == i)
             table = batch.tables[i]
@@ -880,11 +883,7 @@ class VectorJoin:
             if w.kind == "rows":  # count-window evictions by these arrivals
                 self._evictions(i, idx, cnt, add, ts)
         self._time_expiries(ts, last, pos0, add)
-        empty = np.empty(0, np.int64)
-        if not ks:
-            return empty, empty, empty, empty, what
-        return (np.concatenate(ks), np.concatenate(phases), np.concatenate(es),
-                np.concatenate(ties), what)
+        return updates.plan()
 
     def _time_expiries(self, ts: np.ndarray, last, pos0: int, add) -> None:
         """[RANGE w]: the rows with ``t + w < last`` (a prefix of each window) leave, each
@@ -934,8 +933,14 @@ class VectorJoin:
                 self.column_selections[i] = None
         # A selection Arrow compute does not express (arithmetic, timestamp literals, UDFs)
         # runs per row: the per-tuple engine's compiled predicate, the same logic.
-        cols = [table.column(c).to_pylist() for c in self.query.columns[self.query.aliases[i]]]
-        return np.fromiter((bool(sel(r)) for r in zip(*cols)), bool, table.num_rows)
+        return np.fromiter((bool(sel(r)) for r in self._rows(i, table)), bool,
+                           table.num_rows)
+
+    def _rows(self, i: int, table: pa.Table):
+        """Stream i's rows of ``table`` as the per-tuple engine's tuples (the per-row
+        paths: selections Arrow compute cannot run, explicit deletions)."""
+        return zip(*(table.column(c).to_pylist()
+                     for c in self.query.columns[self.query.aliases[i]]))
 
     def _evictions(self, i: int, idx: np.ndarray, cnt: np.ndarray, add, ts) -> None:
         """[ROWS n]: the arrival numbered c + n of stream i deletes the row numbered c."""
@@ -956,19 +961,18 @@ class VectorJoin:
         """The values of an explicit-deletion stream's arrivals, for later deletions (a row
         that failed the selection is remembered as None: its deletion deletes nothing)."""
         store = self.values[i]
-        cols = [table.column(c).to_pylist() for c in self.query.columns[self.query.aliases[i]]]
-        for r, ok in zip(zip(*cols), passed.tolist()):
+        for r, ok in zip(self._rows(i, table), passed.tolist()):
             store.setdefault(row_key(r), deque()).append(sid if ok else None)
             sid += ok
 
-    def _explicit(self, i, idx, table, signs, ts, add) -> np.ndarray:
+    def _explicit(self, i, idx, table, signs, ts, add) -> tuple[np.ndarray, np.ndarray]:
         """A stream with explicit deletions in this batch: arrival by arrival (the oldest
-        equal row still there leaves; a deletion matching nothing is rejected)."""
+        equal row still there leaves; a deletion matching nothing is rejected). Returns the
+        sids stored and their arrivals' indices in the batch."""
         w = self.windows[i]
         store = self.values[i]
         alias = self.query.aliases[i]
-        cols = [table.column(c).to_pylist() for c in self.query.columns[alias]]
-        rows = list(zip(*cols))
+        rows = self._rows(i, table)
         sel = self.selections[i]
         ins_k, ins_rows, ins_sids, del_k, del_sids = [], [], [], [], []
         sid = w.end
@@ -1072,7 +1076,7 @@ class VectorJoin:
             y = aliases.index(st.stream)
             w = self.windows[y]
             pc_ = p[drv]
-            pairs = _present(w, pc_)  # pairs the step could join: σ's denominator
+            pairs = _pairs_present(w, pc_)  # pairs the step could join: σ's denominator
             if st.key:
                 codes, null = [], np.zeros(len(drv), bool)
                 for ref in st.refs:

@@ -128,8 +128,7 @@ class LocalRun:
         self.schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
                                     timestamp, timestamp_unit)
         self.ts_type = self.schema.field("_ts").type
-        self.executor_name, self.executor_reason = choose_executor(
-            executor, query, options, self.sign)
+        self.executor_name, self.executor_reason = choose_executor(executor, query, options)
         self.vector = self.executor_name == "vector"
         self.batch_rows, self.batch_seconds = batch_options(
             self.executor_name, options.pop("batch_rows", None),
@@ -160,6 +159,7 @@ class LocalRun:
         self.stopped: str | None = None   # why the run stopped before its input ended
         self.last_ts: int | None = None
         self.rss_samples: list[tuple[int, int]] = []
+        self._next_rss, self._rss_every = 0, 100_000  # (``_sample_rss``)
         self.sink = None  # a Sink: batches are written to it instead of being yielded
         self._stop = False
         self._started = False
@@ -231,23 +231,21 @@ class LocalRun:
         return cq
 
     def _vector_engine(self, mode: str, options: dict):
-        """The vectorized executor (engine.vector) with its per-batch ordering policy
-        (adapt.batch_order; ``ordering``: an optimizer algorithm, or "off")."""
-        from adaptcq.adapt.batch_order import ALGORITHM_DEFAULT, BatchOrdering
-        from adaptcq.engine.vector import VectorJoin
-        orders = options.pop("orders", None) or {}
-        ordering = options.pop("ordering", None) or ALGORITHM_DEFAULT
+        """The vectorized executor with its per-batch ordering policy
+        (``adapt.batch_order.vector_executor``; ``ordering``: an optimizer algorithm, or
+        "off")."""
+        from adaptcq.adapt.batch_order import BatchOrdering, vector_executor
         schemas = {s.alias: pa.schema([_engine_schema(self.sources[s.source].schema).field(c)
                                        for c in self.query.columns[s.alias]])
                    for s in self.query.streams}
         try:
-            vj = VectorJoin(self.query, mode, schemas, time_unit=TIME_UNIT,
-                            explicit_deletions=self.sign is not None, orders=orders)
-            if ordering != "off":
-                self.ordering = BatchOrdering(ordering, fixed=orders)
-                vj.observers.append(self.ordering)
+            vj = vector_executor(self.query, mode, schemas, time_unit=TIME_UNIT,
+                                 signed=self.sign is not None,
+                                 orders=options.pop("orders", None),
+                                 ordering=options.pop("ordering", None))
         except (TypeError, ValueError, KeyError) as e:
             raise OptionError(str(e).strip('"')) from None
+        self.ordering = next((o for o in vj.observers if isinstance(o, BatchOrdering)), None)
         self.policies = []
         return vj
 
@@ -268,7 +266,6 @@ class LocalRun:
             return
         cq, merger = self.cq, self.merger
         batch = 256  # arrivals per call; adapted so that one call's results stay near OUT_CHUNK
-        next_rss, rss_every = 0, 100_000
         if self.max_results is not None:
             self._bound()
         try:
@@ -299,12 +296,7 @@ class LocalRun:
                 yield from self._flush()
                 if self.progress:
                     self.progress(sum(merger.positions().values()), self.total_rows)
-                if cq.stats.arrivals >= next_rss:
-                    self.rss_samples.append((cq.stats.arrivals, current_rss()))
-                    if len(self.rss_samples) > 2048:  # bounded over a run of days
-                        del self.rss_samples[1::2]
-                        rss_every *= 2
-                    next_rss = cq.stats.arrivals + rss_every
+                self._sample_rss(cq.stats.arrivals)
                 if self.stopped:
                     break
         except _ResultBound:
@@ -324,9 +316,8 @@ class LocalRun:
         ``batch_seconds`` of event time), each processed whole; results leave as Arrow."""
         vj = self.cq
         vj.emit = self._emit_table  # a batch's output leaves a range of updates at a time
-        next_rss, rss_every = 0, 100_000
         try:
-            for batch, rest in self._batches():
+            for batch, rest in self.iter_batches():
                 if self._stop:
                     self.interrupted, self.stopped = True, "interrupted"
                     self._unprocessed(rest, 0)
@@ -334,25 +325,18 @@ class LocalRun:
                 self._at = (rest, len(batch))
                 t0 = time.process_time()
                 try:
-                    out = vj.process_batch(batch)
+                    vj.process_batch(batch)  # its output went to _emit_table (vj.emit)
                 finally:
                     self.engine_cpu += time.process_time() - t0
                 self.batches += 1
                 self.last_ts = int(batch.timestamps[-1])
-                if out.num_rows:
-                    self._emit_table(out)
                 if vj.rejected_rows:
                     self._engine_rejected()
                 yield from self._take_ready()
                 if self.progress:
                     self.progress(sum(self.merger.positions().values()), self.total_rows)
-                if vj.stats.arrivals >= next_rss:
-                    self.rss_samples.append((vj.stats.arrivals, current_rss()))
+                if self._sample_rss(vj.stats.arrivals):
                     vj.sample(vj.now)
-                    if len(self.rss_samples) > 2048:
-                        del self.rss_samples[1::2]
-                        rss_every *= 2
-                    next_rss = vj.stats.arrivals + rss_every
                 if self.stopped:
                     self._unprocessed(rest, len(batch))
                     break
@@ -369,7 +353,19 @@ class LocalRun:
             vj.sample(vj.now)
         self.rss_samples.append((vj.stats.arrivals, current_rss()))
 
-    def _batches(self):
+    def _sample_rss(self, arrivals: int) -> bool:
+        """Record the RSS every ``_rss_every`` arrivals (True when it did): bounded over a
+        run of days, every other sample dropped and the interval doubled past 2,048."""
+        if arrivals < self._next_rss:
+            return False
+        self.rss_samples.append((arrivals, current_rss()))
+        if len(self.rss_samples) > 2048:
+            del self.rss_samples[1::2]
+            self._rss_every *= 2
+        self._next_rss = arrivals + self._rss_every
+        return True
+
+    def iter_batches(self):
         """(batch, the arrivals from its start on) for each batch: ``batch_rows`` arrivals,
         cut earlier when ``batch_seconds`` of event time have passed; the last one may be
         shorter. Arrivals wait in ``buf`` (at most one batch plus one released chunk)."""
@@ -391,7 +387,7 @@ class LocalRun:
                 if span is not None:
                     cut = min(cut, max(1, int(np.searchsorted(
                         buf.timestamps, buf.timestamps[0] + span, "left"))))
-                if cut >= len(buf) and cut != self.batch_rows:
+                if cut == len(buf) < self.batch_rows:
                     break  # not a whole batch yet: wait for more arrivals
                 yield buf.slice(0, cut), buf
                 buf = buf.slice(cut, len(buf)) if cut < len(buf) else None
@@ -537,7 +533,7 @@ class LocalRun:
             stats["batches"] = self.batches
             stats["batch_rows"] = self.batch_rows
             stats["batch_seconds"] = self.batch_seconds
-            ordering = getattr(self, "ordering", None)
+            ordering = self.ordering
             stats["ordering"] = ordering.algorithm if ordering is not None else "off"
             stats["order_changes"] = ordering.changes if ordering is not None else 0
             stats["orders_used"] = {a: {"⋈".join(o): k for o, k in used.items()}
@@ -569,8 +565,7 @@ _PER_TUPLE = {
 }
 
 
-def choose_executor(executor: str, query: LogicalQuery, options: Mapping,
-                    sign: str | None = None) -> tuple[str, str]:
+def choose_executor(executor: str, query: LogicalQuery, options: Mapping) -> tuple[str, str]:
     """(the executor to run, why). ``auto`` runs the vectorized executor whenever the
     query and the options allow it, else MJoin (naming what prevented it); ``vector``
     refuses what it cannot honour, with the reason."""

@@ -416,9 +416,8 @@ class PartitionGroup:
         cq = self.cq
         batch, primary = _batch(cfg, go, pc)
         n_rej = len(cq.rejected_rows)
-        outs = []
+        outs = [cq.process_batch(batch)]  # (an empty batch: an empty table)
         if len(batch):
-            outs.append(cq.process_batch(batch))
             self.expired = max(self.expired, int(batch.timestamps[-1]))
         if advance > -math.inf:
             outs.append(cq.advance_to(advance))
@@ -432,8 +431,7 @@ class PartitionGroup:
         pt, pb = cq.peak_state()
         self.peak_tuples = max(self.peak_tuples, pt)
         self.peak_bytes = max(self.peak_bytes, pb)
-        out = pa.concat_tables(outs) if len(outs) > 1 else outs[0] if outs else \
-            cq.process_batch(batch)
+        out = pa.concat_tables(outs) if len(outs) > 1 else outs[0]
         return out, rejected, rows_in, received
 
     def _reject_late(self, cfg, i: int, t, report: np.ndarray, rejected: list) -> None:
@@ -629,21 +627,15 @@ def _ordered(cfg: _Config, go: list, pc) -> tuple:
 
 
 def vector_engine(query: LogicalQuery, mode: str, inputs: dict, signed: bool, options: dict):
-    """A group's vectorized executor (engine.vector) with its per-batch ordering
-    (adapt.batch_order; ``options``: ``orders``, ``ordering``)."""
-    from adaptcq.adapt.batch_order import ALGORITHM_DEFAULT, BatchOrdering
-    from adaptcq.engine.vector import VectorJoin
-    orders = options.get("orders") or {}
+    """A group's vectorized executor with its per-batch ordering
+    (``adapt.batch_order.vector_executor``; ``options``: ``orders``, ``ordering``)."""
+    from adaptcq.adapt.batch_order import vector_executor
     unknown = sorted(set(options) - {"orders", "ordering"})
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r} for the vectorized executor "
                          "(accepted: orders, ordering)")
-    vj = VectorJoin(query, mode, inputs, time_unit=TIME_UNIT, explicit_deletions=signed,
-                    orders=orders)
-    ordering = options.get("ordering") or ALGORITHM_DEFAULT
-    if ordering != "off":
-        vj.observers.append(BatchOrdering(ordering, fixed=orders))
-    return vj
+    return vector_executor(query, mode, inputs, time_unit=TIME_UNIT, signed=signed,
+                           orders=options.get("orders"), ordering=options.get("ordering"))
 
 
 def _take_scalars(cq, info: dict) -> None:
