@@ -24,7 +24,7 @@ from adaptcq.stats.estimators import W_DEFAULT
 from adaptcq.stats.profiler import INTERVAL_DEFAULT
 from adaptcq.stream.windows import CountWindow, ExpiryClock
 
-EXECUTORS = ("mjoin", "xjoin")
+EXECUTORS = ("mjoin", "xjoin", "tree")
 
 MODES = ("append", "retract")
 
@@ -34,6 +34,10 @@ MAX_SAMPLES = 2048  # state-size samples kept (thinned beyond: see ContinuousQue
 EXECUTOR_OPTIONS: dict[str, tuple[str, ...]] = {
     "mjoin": ("orders", "nested_loop"),
     "xjoin": ("tree",),
+    # The operator tree of state-spill.txt (engine.spill_tree): its plan, partitions per
+    # operator, the spill store, the spill policy, lineage sampling.
+    "tree": ("tree", "partitions", "store", "spill", "late_column", "sample", "seed",
+             "time_unit"),
 }
 # ContinuousQuery's own keyword arguments, named in the message for an unknown option.
 _OWN_OPTIONS = ("trace", "sample_every", "time_unit", "explicit_deletions")
@@ -95,6 +99,13 @@ def make_executor(query: LogicalQuery, executor: str, mode: str, out: list, **op
         from adaptcq.engine.mjoin import MJoin
         return MJoin(query, mode, orders=options.get("orders"), out=out,
                      nested_loop=options.get("nested_loop") or ())
+    if executor == "tree":
+        from adaptcq.engine.spill_tree import SpillTree
+        spill = options.pop("spill", None)
+        ex = SpillTree(query, mode, out=out, **options)
+        if spill is not None:
+            ex.set_controller(spill, spill.every)
+        return ex
     from adaptcq.engine.xjoin import XJoin
     return XJoin(query, mode, tree=options.get("tree"), out=out)
 
@@ -148,6 +159,12 @@ class ContinuousQuery:
         self.query = query
         self.mode = mode
         self.out: list = []
+        if executor == "tree":  # its windows end at t + w in the engine's time unit
+            if explicit_deletions:
+                raise OptionError("the operator tree (--executor tree, --spill) takes "
+                                  "insertions only: explicit deletions (--sign) are not "
+                                  "supported")
+            options = {**options, "time_unit": time_unit}
         self.executor = make_executor(query, executor, mode, self.out, **options)
         self.selections = [
             compile_predicate(query.selections[a], query.columns[a], a, query.types)

@@ -1,0 +1,177 @@
+"""State spill policies (state-spill.txt §3): which partition groups to push to disk when
+memory runs out, and when to bring them back.
+
+The four strategies are pure functions of the candidates — every partition group in
+memory with its statistics (``stats/partitions.py``) — and the bytes to free; each returns
+the groups to spill, in the order chosen, until their model sizes (§2.2) reach the amount:
+
+* :func:`bottom_up` (§3.1.1): operator-level; groups of the bottom operators (furthest from
+  the root) first, in random order, then the next level up.
+* :func:`local_output` (§3.2.1): partition-level; the smallest local productivity
+  P_output / P_size first, P_output counted at the operator itself.
+* :func:`global_output` (§3.2.2): the smallest global productivity first, P_output counted
+  in final results traced back through the tree (Algorithm 1).
+* :func:`global_penalty` (§3.2.3): the smallest P_output / (P_size + P_inter) first, P_inter
+  the bytes of subresults the group made downstream operators store.
+
+:class:`SpillPolicy` is the controller: every ``every`` insertions (the paper's k) it reads
+the tree's memory by the model, and when it exceeds the budget it asks the executor to
+spill the strategy's choice, freeing ``fraction`` (f) of the budget; when memory has freed
+up enough to take the spilled state back, it asks for a clean-up (beyond the paper: a
+barrier between two updates; ``cleanup_when_free``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from adaptcq.errors import OptionError
+
+MAX_SAMPLES = 4096
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A partition group in memory: operator id, partition id, distance of the operator
+    from the root, model bytes (P_size), local and global P_output, P_inter in bytes."""
+
+    op: int
+    pid: int
+    depth: int
+    size: float
+    local: float
+    output: float
+    inter: float
+
+
+Strategy = Callable[[Sequence[Candidate], float, random.Random], list[tuple[int, int]]]
+
+
+def _take(ordered: Sequence[Candidate], need: float) -> list[tuple[int, int]]:
+    out, freed = [], 0.0
+    for c in ordered:
+        if freed >= need:
+            break
+        out.append((c.op, c.pid))
+        freed += c.size
+    return out
+
+
+def bottom_up(cands: Sequence[Candidate], need: float, rng: random.Random
+              ) -> list[tuple[int, int]]:
+    """§3.1.1: the bottom operators' groups, each with an equal chance, then upwards."""
+    ordered = []
+    for depth in sorted({c.depth for c in cands}, reverse=True):
+        level = sorted((c for c in cands if c.depth == depth), key=lambda c: (c.op, c.pid))
+        rng.shuffle(level)
+        ordered += level
+    return _take(ordered, need)
+
+
+def _by_productivity(key: Callable[[Candidate], float]) -> Strategy:
+    def strategy(cands: Sequence[Candidate], need: float, rng: random.Random):
+        return _take(sorted(cands, key=lambda c: (key(c), c.op, c.pid)), need)
+    return strategy
+
+
+local_output = _by_productivity(lambda c: c.local / c.size)
+local_output.__doc__ = "§3.2.1: the smallest local productivity P_output / P_size first."
+global_output = _by_productivity(lambda c: c.output / c.size)
+global_output.__doc__ = ("§3.2.2: the smallest global productivity P_output / P_size first "
+                         "(P_output traced from the final results).")
+global_penalty = _by_productivity(lambda c: c.output / (c.size + c.inter))
+global_penalty.__doc__ = ("§3.2.3: the smallest P_output / (P_size + P_inter) first "
+                          "(P_inter: bytes of the subresults it made others store).")
+
+STRATEGIES: dict[str, Strategy] = {
+    "bottom-up": bottom_up,
+    "local-output": local_output,
+    "global-output": global_output,
+    "global-penalty": global_penalty,
+}
+
+
+def parse_bytes(text: str | int) -> int:
+    """``512MB``, ``1.5GiB``, ``64k``, ``1000000`` -> bytes (decimal units for kB/MB/GB,
+    binary for KiB/MiB/GiB)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        s = str(text).strip().replace(" ", "")
+        units = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6,
+                 "mb": 10**6, "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30}
+        num = s.rstrip("bBkKmMgGiI")
+        unit = s[len(num):].lower()
+        try:
+            value = float(num) * units[unit]
+        except (ValueError, KeyError):
+            raise OptionError(f"--memory {text!r}: expected a size such as 512MB, 2GiB or "
+                              "1000000 (bytes)") from None
+    if not value > 0:
+        raise OptionError(f"--memory must be positive, got {text!r}")
+    return int(value)
+
+
+class SpillPolicy:
+    """The state spill controller (a-caching.txt Figure 4's re-optimizer, for memory).
+
+    ``strategy``: a name of :data:`STRATEGIES`; ``budget``: bytes of state (the model of
+    state-spill.txt §2.2) the tree may hold; ``fraction`` (f): a spill frees f of the
+    budget; ``every`` (k): insertions between two checks; ``cleanup_when_free``: clean up
+    while running once the spilled state still alive fits in (1 - f) of the budget with
+    the state in memory."""
+
+    def __init__(self, strategy: str = "global-penalty", budget: int | str = 64 * 2**20,
+                 fraction: float = 0.2, every: int = 1000, seed: int = 0,
+                 cleanup_when_free: bool = True):
+        if strategy not in STRATEGIES:
+            raise OptionError(f"unknown spill strategy {strategy!r}; choose one of "
+                              f"{', '.join(STRATEGIES)}")
+        if not 0 < float(fraction) <= 1:
+            raise OptionError(f"the spill fraction f must be in (0, 1], got {fraction!r}")
+        if not isinstance(every, int) or every < 1:
+            raise OptionError(f"the memory check interval k must be a positive number of "
+                              f"insertions, got {every!r}")
+        self.strategy_name = strategy
+        self.strategy = STRATEGIES[strategy]
+        self.budget = parse_bytes(budget)
+        self.fraction = float(fraction)
+        self.every = every
+        self.cleanup_when_free = cleanup_when_free
+        self.rng = random.Random(seed)
+        self.samples: list[tuple[float, float]] = []   # (event time, model bytes) per check
+        self._thin = 1
+        self._checks = 0
+
+    def check(self, ex, ts) -> None:
+        """Called by the executor every k insertions, between two updates."""
+        usage = ex.memory_usage()
+        self._checks += 1
+        if self._checks % self._thin == 0:
+            self.samples.append((ts, usage))
+            if len(self.samples) > MAX_SAMPLES:
+                del self.samples[1::2]
+                self._thin *= 2
+        if usage > self.budget:
+            cands = [Candidate(*c) for c in ex.candidates()]
+            largest = max(cands, key=lambda c: c.size)
+            if largest.size > self.budget:
+                from adaptcq.state.spill_store import SpillError
+                raise SpillError(
+                    f"the memory budget ({self.budget:,} bytes) is smaller than one partition "
+                    f"group (Join{largest.op}, partition {largest.pid}: {largest.size:,.0f} "
+                    "bytes by the model of state-spill.txt §2.2): raise --memory or use more "
+                    "partitions (--spill-partitions)")
+            need = usage - (1 - self.fraction) * self.budget
+            chosen = self.strategy(cands, need, self.rng)
+            ex.spill(chosen, ts)
+            self.samples.append((ts, ex.memory_usage()))
+        elif self.cleanup_when_free and ex.pending() and \
+                usage + ex.pending_live_bytes(ts) <= (1 - self.fraction) * self.budget:
+            ex.cleanup(ts)
+
+    def report(self) -> dict:
+        return {"spill_strategy": self.strategy_name, "memory_budget": self.budget,
+                "spill_fraction": self.fraction, "spill_check_every": self.every}

@@ -1,0 +1,915 @@
+"""A plan of stateful operators whose partition groups can be spilled to disk, and the
+exact clean-up of what was spilled (state-spill.txt, D-CAPE).
+
+**The plan** (§2, Figures 4, 13, 15). A tree whose leaves are streams and whose internal
+nodes are *operators*: m-way symmetric hash joins over their children. One node over every
+stream is an MJoin; binary nodes are an XJoin; ``(((A, B, C), D), E)`` is the paper's
+plan. An operator stores its inputs — base rows of its stream children, join subresults
+(composite tuples) of its operator children — and an arrival joins with the other
+children's stored inputs and is then stored itself. A result of an operator goes to its
+parent as an input; the root's results are the query's output.
+
+**Partition groups** (§2.1). Every operator has one *partition column*: an attribute class
+with a column in each of its children (the join column all its inputs share), hashed into
+``partitions`` partition ids (300 by default, §6.1). The inputs with partition id i of all
+children form partition group i of the operator: every result of the operator is made of
+inputs of one group, so a group can be pushed to disk and later merged back without
+looking at the others. A tuple may belong to different partition ids in different
+operators (non-transitive predicates: Figure 6). Spark partition groups (one engine
+each, ``runtime/spark_split``) are the coarse level above this one; these are the fine
+level inside an engine.
+
+**Spilling** (§3). ``spill([(operator, pid), ...])`` writes those groups, as one spill
+event, to the :class:`~adaptcq.state.spill_store.SpillStore` and drops them from memory; the
+partition id starts a new, empty *generation* in memory. Which groups go is a policy's
+choice (``adapt/spilling.py``); the statistics it reads are kept here per (operator, pid)
+across generations (``stats/partitions.py``).
+
+**Clean-up** (§4). Every generation of a partition group is *self-contained*: the results
+among its own inputs were produced while it was in memory. Merging a generation Δ into a
+base yields the missing results Σ over the non-empty proper subsets S of the children of
+(⋈_{i∈S} Δ_i) ⋈ (⋈_{i∉S} base_i) (Eq. 3, Lemmas 4.1–4.2; the paper's Lemma 4.1 says
+"ΔV − V^{r,s}" where it means "− V^s"). Bags are never differenced: every combination is
+enumerated exactly once. Operators are cleaned from the leaves up (§4.2): an operator
+starts when every operator child has sent its End-of-Cleanup control tuple, joins the
+missing subresults its children sent with its complete stored inputs, and passes its own
+missing results up, then its End-of-Cleanup.
+
+**Windows** (beyond the paper, which has unbounded state). ``[RANGE w]`` windows in append
+mode: a result is valid when its newest component's time t_L satisfies t_L ≤ t_c + w_c
+for every component c (docs/semantics.md). Every stored input carries exp = min(t_c + w_c)
+over its components and is skipped by probes once exp < now; clean-up applies the same
+test to every combination it forms. An input that expires while a spill is pending and
+could still complete a missing result is *retired* rather than dropped: kept (and counted)
+until the clean-up, or written with its group's next spill (docs/spill.md, "Windows").
+
+Only append mode, ``[RANGE w]`` and unbounded windows, and insertions are supported; the
+rest is refused by :func:`check_query` with the reason.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from adaptcq.engine.codegen import compile_source, projection_source
+from adaptcq.errors import OptionError
+from adaptcq.query.logical import ColumnRef, LogicalQuery
+from adaptcq.stats.partitions import PartitionStatistics, partition_of
+
+INF = math.inf
+PARTITIONS_DEFAULT = 300  # state-spill.txt §6.1: "All input streams are partitioned into 300"
+
+Tree = str | tuple  # a stream alias, or a tuple of two or more trees
+
+
+# ----- the plan --------------------------------------------------------------------------
+def parse_plan(text: str) -> Tree:
+    """``"(((A, B, C), D), E)"`` -> ((("A", "B", "C"), "D"), "E"): nodes of two or more
+    inputs."""
+    tokens = text.replace("(", " ( ").replace(")", " ) ").replace(",", " ").split()
+    pos = 0
+
+    def node() -> Tree:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise ValueError(f"tree {text!r} ends early")
+        tok = tokens[pos]
+        pos += 1
+        if tok == ")":
+            raise ValueError(f"tree {text!r}: unexpected ')'")
+        if tok != "(":
+            return tok
+        kids = []
+        while pos < len(tokens) and tokens[pos] != ")":
+            kids.append(node())
+        if pos >= len(tokens):
+            raise ValueError(f"tree {text!r}: a '(' is never closed")
+        pos += 1
+        if len(kids) < 2:
+            raise ValueError(f"tree {text!r}: a join takes at least two inputs")
+        return tuple(kids)
+
+    tree = node()
+    if pos != len(tokens):
+        raise ValueError(f"tree {text!r}: unexpected {' '.join(tokens[pos:])!r}")
+    return tree
+
+
+def plan_leaves(tree: Tree) -> list[str]:
+    return [tree] if isinstance(tree, str) else [s for t in tree for s in plan_leaves(t)]
+
+
+def plan_str(tree: Tree) -> str:
+    return tree if isinstance(tree, str) else "(" + " ⋈ ".join(map(plan_str, tree)) + ")"
+
+
+def check_plan(tree) -> Tree:
+    """A plan given in Python (lists or tuples of two or more), as tuples."""
+    if isinstance(tree, str):
+        return tree
+    if isinstance(tree, (tuple, list)) and len(tree) >= 2:
+        return tuple(check_plan(t) for t in tree)
+    raise ValueError(f"tree: a join takes at least two inputs, got {tree!r}")
+
+
+def default_plan(query: LogicalQuery) -> Tree:
+    """The operator tree ``--executor tree`` runs when none is given: an m-way operator over
+    the streams of the largest attribute class, then, while streams remain, one operator
+    joining the tree built so far with every remaining stream of the class (that the tree
+    already has a column of) reaching most of them. The paper's query gives its plan
+    ((A ⋈ B ⋈ C) ⋈ D) ⋈ E (Figure 15)."""
+    order = {a: k for k, a in enumerate(query.aliases)}
+    classes = [sorted({c.stream for c in cls}, key=order.get) for cls in query.classes]
+    classes = [c for c in classes if len(c) >= 2]
+    if not classes:
+        raise ValueError("the query has no join predicate")
+    first = max(classes, key=len)
+    tree: Tree = tuple(first) if len(first) > 1 else first[0]
+    have = set(first)
+    while len(have) < len(query.aliases):
+        best = None
+        for cls in classes:
+            if not have & set(cls):
+                continue
+            new = [s for s in cls if s not in have]
+            if new and (best is None or len(new) > len(best)):
+                best = new
+        if best is None:  # a predicate of two columns of one class only within the tree
+            raise ValueError("the join graph is not connected")
+        tree = (tree, *best)
+        have |= set(best)
+    return tree
+
+
+@dataclass(eq=False)
+class Operator:
+    """One stateful operator: an m-way symmetric hash join over its children (stream
+    aliases or operators), partitioned on one column of its inputs (state-spill.txt §2.1).
+
+    ``streams`` is the layout of its results (composite tuples): its children's streams in
+    child order. ``id`` numbers operators bottom-up, as the paper's Join_1, Join_2, ...
+    """
+
+    id: int
+    children: list
+    streams: tuple[str, ...]
+    part_class: frozenset
+    key_slots: list = field(default_factory=list)    # per child: (component, column)
+    probes: list = field(default_factory=list)       # per child: [(child j, checks)]
+    assemble: list = field(default_factory=list)     # per child: probe order -> child order
+    parent: Operator | None = None
+    index_in_parent: int = 0
+    depth: int = 0                                    # distance from the root
+    parts: dict = field(default_factory=dict)         # pid -> Group (the memory generation)
+    below: list = field(default_factory=list)         # operators strictly below
+    trace_slots: list = field(default_factory=list)   # (operator, component, column)
+    unit: list = field(default_factory=list)          # per child: model bytes per input
+
+    @property
+    def label(self) -> str:
+        return f"Join{self.id}"
+
+    def child_streams(self, k: int) -> tuple[str, ...]:
+        c = self.children[k]
+        return (c,) if isinstance(c, str) else c.streams
+
+    def describe(self) -> str:
+        kids = ", ".join(c if isinstance(c, str) else c.label for c in self.children)
+        col = sorted(map(str, self.part_class))
+        return f"{self.label} = ⋈({kids}) partitioned on {' = '.join(col)}"
+
+
+class Group:
+    """The memory generation of one partition group: per child, key -> {entry id: (exp,
+    composite)}; ``retired``: inputs past their window kept for a pending clean-up."""
+
+    __slots__ = ("counts", "retired", "states")
+
+    def __init__(self, m: int):
+        self.states: list[dict] = [{} for _ in range(m)]
+        self.counts = [0] * m
+        self.retired: list[tuple[int, tuple]] = []   # (child, (exp, composite))
+
+    def entries(self, k: int):
+        for bucket in self.states[k].values():
+            yield from bucket.values()
+
+
+def build_operators(query: LogicalQuery, tree: Tree) -> list[Operator]:
+    """The operators of ``tree``, bottom-up (the root last), wired: partition columns,
+    probe orders with the join checks each step applies, and lineage slots."""
+    ops: list[Operator] = []
+
+    def build(t: Tree) -> Operator | str:
+        if isinstance(t, str):
+            return t
+        kids = [build(c) for c in t]
+        streams = tuple(s for c in kids for s in ((c,) if isinstance(c, str) else c.streams))
+        kid_streams = [{c} if isinstance(c, str) else set(c.streams) for c in kids]
+        common = [cls for cls in query.classes
+                  if all(any(r.stream in ks for r in cls) for ks in kid_streams)]
+        if not common:
+            raise ValueError(
+                f"operator {plan_str(t)} has no join column shared by all its inputs: a "
+                "partition group needs one (state-spill.txt §2.1); split it into smaller "
+                "operators, e.g. binary ones")
+        op = Operator(0, kids, streams, common[0])
+        for k, c in enumerate(kids):
+            if not isinstance(c, str):
+                c.parent, c.index_in_parent = op, k
+        ops.append(op)
+        return op
+
+    root = build(tree)
+    if isinstance(root, str):
+        raise ValueError("the tree needs at least one join")
+    for k, op in enumerate(ops, 1):
+        op.id = k
+    for op in ops:
+        _wire(query, op)
+        op.depth = 0 if op.parent is None else None
+    for op in reversed(ops):  # the root first: depths from the top
+        for c in op.children:
+            if not isinstance(c, str):
+                c.depth = op.depth + 1
+    for op in ops:
+        below, todo = [], [c for c in op.children if not isinstance(c, str)]
+        while todo:
+            c = todo.pop()
+            below.append(c)
+            todo += [g for g in c.children if not isinstance(g, str)]
+        op.below = below
+        # Lineage (§3.2.2, Algorithm 1): where each operator at or below this one finds its
+        # partition value in this operator's results.
+        op.trace_slots = [(o, *_slot_in(query, op.streams, o.part_class))
+                          for o in [op, *below]]
+    return ops
+
+
+def _slot_in(query: LogicalQuery, streams: Sequence[str], cls) -> tuple[int, int]:
+    ref = min((r for r in cls if r.stream in streams), key=lambda r: streams.index(r.stream))
+    return streams.index(ref.stream), query.columns[ref.stream].index(ref.column)
+
+
+def _wire(query: LogicalQuery, op: Operator) -> None:
+    m = len(op.children)
+    comps = [op.child_streams(k) for k in range(m)]
+    op.key_slots = [_slot_in(query, comps[k], op.part_class) for k in range(m)]
+    # Every equality between two different children, except the partition column's own
+    # (equal keys already guarantee it), is checked when its second side is bound.
+    eqs = []
+    for x, y in query.equalities():
+        kx = next((k for k in range(m) if x.stream in comps[k]), None)
+        ky = next((k for k in range(m) if y.stream in comps[k]), None)
+        if kx is None or ky is None or kx == ky:
+            continue
+        if x in op.part_class and y in op.part_class:
+            continue
+        eqs.append((kx, comps[kx].index(x.stream), query.columns[x.stream].index(x.column),
+                    ky, comps[ky].index(y.stream), query.columns[y.stream].index(y.column)))
+    op.probes, op.assemble = [], []
+    for k in range(m):
+        order = [k] + [j for j in range(m) if j != k]
+        steps = []
+        for pos in range(1, m):
+            j = order[pos]
+            bound = order[:pos]
+            checks = []
+            for a, ia, ca, b, ib, cb in eqs:
+                if a == j and b in bound:
+                    checks.append((bound.index(b), ib, cb, ia, ca))
+                elif b == j and a in bound:
+                    checks.append((bound.index(a), ia, ca, ib, cb))
+            steps.append((j, tuple(checks)))
+        op.probes.append(steps)
+        op.assemble.append(tuple(order.index(c) for c in range(m)))
+
+
+def max_time(comp: tuple) -> float:
+    return max(rec[1] for rec in comp)
+
+
+# ----- the executor ----------------------------------------------------------------------
+@dataclass
+class SpillCounters:
+    spills: int = 0              # spill events
+    groups_spilled: int = 0      # partition groups written
+    spilled_bytes: int = 0       # model bytes written (state-spill.txt §2.2)
+    spilled_inputs: int = 0      # stored inputs written
+    file_bytes: int = 0          # bytes on disk (compressed Arrow IPC)
+    cleanups: int = 0
+    cleanup_seconds: float = 0.0
+    late_results: int = 0
+    retired: int = 0             # inputs kept past their window for a pending clean-up
+    first_pending: float | None = None   # event time of the oldest spill not cleaned up
+    history: list = field(default_factory=list)  # (ts, event, model bytes, groups)
+
+
+class SpillTree:
+    """The operator-tree executor (``--executor tree``): state-spill.txt's plans, with
+    partition groups, spilling and clean-up. See the module docstring."""
+
+    name = "tree"
+
+    def __init__(self, query: LogicalQuery, mode: str = "append", tree: Tree | None = None,
+                 out: list | None = None, time_unit: float = 1.0,
+                 partitions: int = PARTITIONS_DEFAULT, store=None, late_column: bool = False,
+                 sample: float = 1.0, seed: int = 0):
+        check_query(query, mode)
+        if not isinstance(partitions, int) or partitions < 1:
+            raise OptionError(f"partitions must be a positive whole number, got {partitions!r}")
+        self.query = query
+        self.mode = mode
+        self.out = [] if out is None else out
+        self._emit = self.out.append
+        self.tree = check_plan(tree) if tree is not None else default_plan(query)
+        leaves = plan_leaves(self.tree)
+        if sorted(leaves) != sorted(query.aliases):
+            raise ValueError(f"tree {plan_str(self.tree)} must hold each of "
+                             f"{', '.join(query.aliases)} exactly once")
+        self.ops = build_operators(query, self.tree)
+        self.root = self.ops[-1]
+        self.partitions = partitions
+        self.time_unit = time_unit
+        self.w = {s.alias: (INF if s.window.kind == "unbounded" else
+                            (s.window.size if time_unit == 1.0 else
+                             round(s.window.size / time_unit)))
+                  for s in query.streams}
+        self.store = store
+        self.late_column = late_column
+        self.stats = PartitionStatistics(len(self.ops), partitions)
+        self.counters = SpillCounters()
+        self.sample = float(sample)
+        self._rng = random.Random(seed)
+        self.controller = None       # a spill policy: check(executor, ts) every k updates
+        self._check_every = 0
+        self._until_check = 0
+        self._heap: list = []        # (exp, eid, operator id, pid, child, key) of subresults
+        self._eid = itertools.count(1)
+        self.now = -INF
+        # Where each stream enters: (operator, child index); its partition column.
+        self._entry = {}
+        for op in self.ops:
+            for k, c in enumerate(op.children):
+                if isinstance(c, str):
+                    self._entry[c] = (op, k)
+        # Model tuple sizes (state-spill.txt §2.2): measured per stream on a sample of rows.
+        self._row_bytes = {a: _RowSize() for a in query.aliases}
+        self._refresh_units()
+        self.stems = [_Rows(a) for a in query.aliases]
+        self.inserts = [self._inserter(i, a) for i, a in enumerate(query.aliases)]
+        self.deletes = [self._deleter(i, a) for i, a in enumerate(query.aliases)]
+        # Pending spills (for retirement and "complete until"): per operator, the earliest
+        # spill time and the largest exp written; per (operator, pid), the largest exp.
+        self._pending_t = {op.id: INF for op in self.ops}
+        self._pending_exp = {op.id: -INF for op in self.ops}
+        self._disk_exp: dict[tuple[int, int], float] = {}
+        self._project = self._compile_projection()
+
+    # ----- construction ------------------------------------------------------------------
+    def _compile_projection(self):
+        q, streams = self.query, self.root.streams
+
+        def resolve(ref: ColumnRef) -> str:
+            return f"c[{streams.index(ref.stream)}][2][{q.columns[ref.stream].index(ref.column)}]"
+
+        late = ", late" if self.late_column else ""
+        return compile_source("project", "<operator tree projection>", "\n".join([
+            "def project(comps, ts, emit, late=False):",
+            "    for c in comps:",
+            f"        emit(({projection_source(q, resolve)}1, ts{late}))", ""]), {}).fn
+
+    def set_emit(self, emit) -> None:
+        self._emit = emit
+
+    def set_controller(self, controller, every: int) -> None:
+        """A spill policy's ``check(executor, ts)`` runs every ``every`` insertions."""
+        self.controller = controller
+        self._check_every = self._until_check = int(every)
+
+    # ----- updates ---------------------------------------------------------------------
+    def insert(self, i: int, rid: int, row: tuple, ts) -> None:
+        self.inserts[i](rid, row, ts)
+
+    def delete(self, i: int, rid: int, ts) -> None:
+        self.deletes[i](rid, ts)
+
+    def _inserter(self, i: int, alias: str):
+        op, k = self._entry[alias]
+        w = self.w[alias]
+        rows = self.stems[i].rows
+        size = self._row_bytes[alias]
+        arrive = self._arrive
+
+        def insert(rid: int, row: tuple, ts) -> None:
+            self.now = ts
+            rows[rid] = row
+            if rid & 1023 == 0:
+                size.update(row)
+            arrive(op, k, rid, ts + w, ((rid, ts, row),), ts)
+            if self.controller is not None:
+                self._until_check -= 1
+                if self._until_check <= 0:
+                    self._until_check = self._check_every
+                    self.controller.check(self, ts)
+        return insert
+
+    def _deleter(self, i: int, alias: str):
+        op, k = self._entry[alias]
+        rows = self.stems[i].rows
+        kcol = op.key_slots[k][1]
+
+        def delete(rid: int, ts) -> None:
+            row = rows.pop(rid, None)
+            if row is not None:
+                key = row[kcol]
+                if key is not None:
+                    self._expire(op, partition_of(key, self.partitions), k, key, rid)
+            self._purge(ts)
+        return delete
+
+    def _arrive(self, op: Operator, k: int, eid: int, exp, comp: tuple, ts,
+                emit: bool = True) -> None:
+        """An input ``comp`` (composite over child k's streams, valid until ``exp``) at
+        operator ``op``: join it with the other children's inputs in its partition group,
+        store it, and pass the results on (to the parent, or out at the root)."""
+        ci, cc = op.key_slots[k]
+        key = comp[ci][2][cc]
+        if key is None:
+            return  # NULL never joins (and is never stored)
+        pid = partition_of(key, self.partitions)
+        g = op.parts.get(pid)
+        if g is None:
+            g = op.parts[pid] = Group(len(op.children))
+        results = None
+        partial = [(exp, (comp,))]
+        for j, checks in op.probes[k]:
+            bucket = g.states[j].get(key)
+            if not bucket:
+                partial = None
+                break
+            nxt = []
+            for pexp, comps in partial:
+                for e2, c2 in bucket.values():
+                    if e2 < ts:
+                        continue  # past its window: purged at its expiry
+                    if checks and not _passes(checks, comps, c2):
+                        continue
+                    nxt.append((pexp if pexp < e2 else e2, comps + (c2,)))
+            if not nxt:
+                partial = None
+                break
+            partial = nxt
+        if partial is not None and len(op.children) > 1:
+            order = op.assemble[k]
+            results = [(e, tuple(r for p in order for r in comps[p])) for e, comps in partial]
+        b = g.states[k].get(key)
+        if b is None:
+            g.states[k][key] = {eid: (exp, comp)}
+        else:
+            b[eid] = (exp, comp)
+        g.counts[k] += 1
+        if len(comp) > 1 and exp != INF:
+            heapq.heappush(self._heap, (exp, eid, op.id, pid, k, key))
+        if not results:
+            return
+        st = self.stats
+        st.local_output(op.id, pid, len(results))
+        parent = op.parent
+        if parent is None:
+            if self.sample > 0:
+                for _, c in results:
+                    if self._rng.random() < self.sample:
+                        st.trace_output(op.trace_slots, c, self.partitions, 1 / self.sample)
+            if emit:
+                self._project([c for _, c in results], ts, self._emit)
+            return
+        if self.sample > 0:
+            unit = sum(self._unit_of(s) for s in op.streams)
+            for _, c in results:
+                if self._rng.random() < self.sample:
+                    st.trace_inter(op.trace_slots, c, self.partitions, unit / self.sample)
+        pk = op.index_in_parent
+        for e, c in results:
+            self._arrive(parent, pk, next(self._eid), e, c, ts, emit)
+
+    # ----- expiry ----------------------------------------------------------------------
+    def _purge(self, ts) -> None:
+        """Drop the stored subresults whose window ended at or before ``ts`` (their first
+        component's deletion is being processed)."""
+        heap = self._heap
+        ops = self.ops
+        while heap and heap[0][0] <= ts:
+            _, eid, oid, pid, k, key = heapq.heappop(heap)
+            self._expire(ops[oid - 1], pid, k, key, eid)
+
+    def _expire(self, op: Operator, pid: int, k: int, key, eid: int) -> None:
+        g = op.parts.get(pid)
+        if g is None:
+            return
+        bucket = g.states[k].get(key)
+        if not bucket:
+            return
+        entry = bucket.pop(eid, None)
+        if entry is None:
+            return
+        if not bucket:
+            del g.states[k][key]
+        if self._needed(op, pid, entry):
+            g.retired.append((k, entry))  # still counted: it is still held
+            self.counters.retired += 1
+            return
+        g.counts[k] -= 1
+
+    def _needed(self, op: Operator, pid: int, entry) -> bool:
+        """Could this input, past its window, still complete a result the clean-up of a
+        pending spill must produce? With its own partition's spilled generations when it
+        arrived before their last input expired; with missing subresults from below when
+        it was alive after a spill there began (docs/spill.md, "Windows")."""
+        if self.counters.first_pending is None:
+            return False
+        exp, comp = entry
+        t = max_time(comp)
+        if t <= self._disk_exp.get((op.id, pid), -INF):
+            return True
+        lo = min((self._pending_t[b.id] for b in op.below), default=INF)
+        hi = max((self._pending_exp[b.id] for b in op.below), default=-INF)
+        return exp >= lo and t <= hi
+
+    # ----- memory (state-spill.txt §2.2) -------------------------------------------------
+    def _unit_of(self, stream: str) -> float:
+        return self._row_bytes[stream].get()
+
+    def _refresh_units(self) -> None:
+        for op in self.ops:
+            op.unit = [sum(self._unit_of(s) for s in op.child_streams(k))
+                       for k in range(len(op.children))]
+
+    def group_bytes(self, op: Operator, g: Group) -> float:
+        """S = Σ u_x · s_x over the group's children (§2.2): u_x the model size of one
+        input of child x (a subresult counts the sum of its components' sizes)."""
+        return sum(u * n for u, n in zip(op.unit, g.counts))
+
+    def memory_usage(self) -> float:
+        """The state size of the whole tree by §2.2's model, in bytes."""
+        self._refresh_units()
+        return sum(self.group_bytes(op, g) for op in self.ops for g in op.parts.values())
+
+    def candidates(self) -> list[tuple]:
+        """Every partition group in memory with its statistics: (operator id, pid, depth,
+        model bytes, local output, global output, intermediate bytes)."""
+        self._refresh_units()
+        st = self.stats
+        out = []
+        for op in self.ops:
+            for pid, g in op.parts.items():
+                size = self.group_bytes(op, g)
+                if size > 0:
+                    out.append((op.id, pid, op.depth, size, st.local[op.id - 1][pid],
+                                st.output[op.id - 1][pid], st.inter[op.id - 1][pid]))
+        return out
+
+    # ----- spilling (§3) -----------------------------------------------------------------
+    def spill(self, groups: Iterable[tuple[int, int]], ts=None) -> float:
+        """Write these (operator id, pid) groups to disk as one spill event and drop them
+        from memory; returns the model bytes freed. Nothing is dropped unless the event's
+        file and manifest were written (a failing disk raises ``SpillError`` and leaves
+        memory as it was)."""
+        if self.store is None:
+            raise OptionError("spilling needs a spill store (a folder for the spilled state)")
+        ts = self.now if ts is None else ts
+        self._refresh_units()
+        batch = []
+        for oid, pid in sorted(set(groups)):
+            op = self.ops[oid - 1]
+            g = op.parts.get(pid)
+            if g is None:
+                continue
+            per_child = [list(g.entries(k)) for k in range(len(op.children))]
+            for k, entry in g.retired:
+                per_child[k].append(entry)
+            if not any(per_child):
+                continue
+            batch.append((op, pid, per_child, self.group_bytes(op, g)))
+        if not batch:
+            return 0.0
+        event = self.store.write_event(
+            [(op.id, pid, [[c for _, c in entries] for entries in per_child],
+              [op.child_streams(k) for k in range(len(op.children))], size,
+              max((e for entries in per_child for e, _ in entries), default=-INF))
+             for op, pid, per_child, size in batch], ts)
+        freed = 0.0
+        c = self.counters
+        for op, pid, per_child, size in batch:
+            g = op.parts.pop(pid)
+            freed += size
+            c.spilled_inputs += sum(len(e) for e in per_child)
+            for k, child in enumerate(op.children):
+                if isinstance(child, str):  # base rows leave the stream's row map too
+                    rows = self.stems[self.query.aliases.index(child)].rows
+                    for _, comp in per_child[k]:
+                        rows.pop(comp[0][0], None)
+            top = max((e for entries in per_child for e, _ in entries), default=-INF)
+            self._disk_exp[(op.id, pid)] = max(self._disk_exp.get((op.id, pid), -INF), top)
+            self._pending_t[op.id] = min(self._pending_t[op.id], ts)
+            self._pending_exp[op.id] = max(self._pending_exp[op.id], top)
+            del g
+        c.spills += 1
+        c.groups_spilled += len(batch)
+        c.spilled_bytes += int(freed)
+        c.file_bytes += event.bytes
+        if c.first_pending is None:
+            c.first_pending = ts
+        c.history.append((ts, "spill", int(freed), len(batch)))
+        return freed
+
+    def pending(self) -> bool:
+        return self.counters.first_pending is not None
+
+    def pending_live_bytes(self, now) -> float:
+        """Model bytes on disk whose inputs are not all past their window at ``now``: what
+        a clean-up now would bring back into memory."""
+        return self.store.live_bytes(now) if self.store is not None else 0.0
+
+    # ----- clean-up (§4) -----------------------------------------------------------------
+    def cleanup(self, now=None, final: bool = False, log: list | None = None) -> int:
+        """Produce every result the spills held back, exactly once, and merge the spilled
+        generations back (§4: Eq. 3 per partition group, operators from the leaves up with
+        End-of-Cleanup control tuples). ``final``: at the end of the input, nothing is kept
+        in memory afterwards; otherwise (a barrier between two updates) each merged group
+        becomes the memory generation, without its inputs past their window. Late results
+        go to the output with ``_ts`` = their newest component's time (and ``_late``).
+        ``log`` receives the control flow: ("start", Join_k), ("eoc", Join_k -> Join_p).
+        Returns the number of late results."""
+        t0 = time.process_time()
+        now = self.now if now is None else now
+        inbox: dict[int, dict[int, list]] = {op.id: {} for op in self.ops}  # pid -> deltas
+        waiting = {op.id: sum(not isinstance(c, str) for c in op.children) for op in self.ops}
+        ready = deque(op for op in self.ops if waiting[op.id] == 0)
+        late = 0
+        spilled = self.store.groups() if self.store is not None else {}
+        while ready:
+            op = ready.popleft()
+            if log is not None:
+                log.append(("start", op.label))
+            late += self._cleanup_operator(op, spilled.get(op.id, {}), inbox[op.id], now,
+                                           final, inbox)
+            if op.parent is not None:
+                # End-of-Cleanup: no more subresults from this operator (§4.2).
+                if log is not None:
+                    log.append(("eoc", f"{op.label} -> {op.parent.label}"))
+                waiting[op.parent.id] -= 1
+                if waiting[op.parent.id] == 0:
+                    ready.append(op.parent)
+        if self.store is not None:
+            self.store.clear()
+        c = self.counters
+        c.cleanups += 1
+        c.late_results += late
+        c.first_pending = None
+        c.retired = 0
+        self._disk_exp.clear()
+        for op in self.ops:
+            self._pending_t[op.id], self._pending_exp[op.id] = INF, -INF
+            for g in op.parts.values():
+                for k, _ in g.retired:
+                    g.counts[k] -= 1
+                g.retired.clear()
+        c.cleanup_seconds += time.process_time() - t0
+        c.history.append((now, "cleanup", late, 0))
+        return late
+
+    def _cleanup_operator(self, op: Operator, disk: dict, deltas: dict, now, final: bool,
+                          inbox: dict) -> int:
+        m = len(op.children)
+        late = 0
+        for pid in sorted(set(disk) | set(deltas)):
+            gens = [self._from_disk(op, pid, ref) for ref in disk.get(pid, [])]
+            g = op.parts.get(pid)
+            mem = [[] for _ in range(m)]
+            if g is not None:
+                for k in range(m):
+                    mem[k] = list(g.entries(k))
+                for k, entry in g.retired:
+                    mem[k].append(entry)
+            gens.append(mem)
+            missing: list = []
+            # Eq. 3: merge each generation into the base; the base is every stored input.
+            base = [_by_key(op, k, gens[0][k]) for k in range(m)]
+            for delta in gens[1:]:
+                d = [_by_key(op, k, delta[k]) for k in range(m)]
+                for subset in _subsets(m, proper=True):
+                    missing += _combine(op, subset, d, base)
+                for k in range(m):
+                    _merge_into(base[k], d[k])
+            # Missing subresults from the children (their clean-up): joined with the
+            # complete stored inputs of the other children, every combination once.
+            dk = deltas.get(pid)
+            if dk:
+                d = [_by_key(op, k, dk.get(k, [])) for k in range(m)]
+                have = [k for k in range(m) if d[k]]
+                for subset in _subsets_of(have):
+                    missing += _combine(op, subset, d, base)
+                for k in have:
+                    _merge_into(base[k], d[k])
+            if g is not None:
+                op.parts.pop(pid)
+            if not final:  # the merged group is the memory generation again
+                ng = Group(m)
+                for k in range(m):
+                    for key, entries in base[k].items():
+                        for exp, comp in entries:
+                            if exp >= now:
+                                self._store(op, ng, pid, k, key, exp, comp)
+                if any(ng.counts):
+                    op.parts[pid] = ng
+            if not missing:
+                continue
+            self.stats.local_output(op.id, pid, len(missing))
+            if op.parent is None:
+                for _, comp in missing:
+                    self._project([comp], max_time(comp), self._emit, True)
+                late += len(missing)
+            else:
+                parent, pk = op.parent, op.index_in_parent
+                ci, cc = parent.key_slots[pk]
+                box = inbox[parent.id]
+                for exp, comp in missing:
+                    key = comp[ci][2][cc]
+                    if key is None:
+                        continue
+                    ppid = partition_of(key, self.partitions)
+                    box.setdefault(ppid, {}).setdefault(pk, []).append((exp, comp))
+        return late
+
+    def _from_disk(self, op: Operator, pid: int, ref) -> list[list]:
+        """One spilled generation of a group: per child, its inputs as (exp, composite)."""
+        w = self.w
+        out = []
+        for k, comps in enumerate(self.store.read(op.id, pid, ref,
+                                                  [op.child_streams(k) for k in
+                                                   range(len(op.children))])):
+            out.append([(min(t + w[s] for (_, t, _), s in zip(c, op.child_streams(k))), c)
+                        for c in comps])
+        return out
+
+    def _store(self, op: Operator, g: Group, pid: int, k: int, key, exp, comp) -> None:
+        if len(comp) == 1:  # a base row: its stream's row map again
+            rid = comp[0][0]
+            self.stems[self.query.aliases.index(op.children[k])].rows[rid] = comp[0][2]
+            eid = rid
+        else:
+            eid = next(self._eid)
+            if exp != INF:
+                heapq.heappush(self._heap, (exp, eid, op.id, pid, k, key))
+        b = g.states[k].get(key)
+        if b is None:
+            g.states[k][key] = {eid: (exp, comp)}
+        else:
+            b[eid] = (exp, comp)
+        g.counts[k] += 1
+
+    # ----- checkpoints / protocol --------------------------------------------------------
+    def plan_state(self) -> dict:
+        return {"tree": self.tree}
+
+    def load(self, i: int, rows: dict, times: dict | None = None) -> None:
+        """Restore stream i's rows (and the subresults they take part in) without output;
+        symmetric joins: the order of loading does not matter."""
+        alias = self.query.aliases[i]
+        op, k = self._entry[alias]
+        for rid, row in rows.items():
+            ts = (times or {}).get(rid, 0)
+            self.stems[i].rows[rid] = row
+            self._arrive(op, k, rid, ts + self.w[alias], ((rid, ts, row),), ts, emit=False)
+
+    def state_tuples(self) -> int:
+        return sum(sum(g.counts) for op in self.ops for g in op.parts.values())
+
+    def state_bytes(self) -> int:
+        return int(self.memory_usage())
+
+    def describe(self) -> str:
+        return "operator tree " + plan_str(self.tree) + "\n" + "\n".join(
+            "  " + op.describe() for op in reversed(self.ops))
+
+
+class _Rows:
+    """The base rows of one stream now in memory (``stems[i].rows``: rid -> row), as the
+    Executor protocol exposes them."""
+
+    __slots__ = ("name", "rows")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.rows: dict[int, tuple] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+class _RowSize:
+    """Bytes of one stored base input, measured on a sample of rows (the row tuple, its
+    values, the (rid, t, row) record, the entry and its bucket slot): the u_x of §2.2."""
+
+    __slots__ = ("n", "total")
+    OVERHEAD = 56 + 64 + 56 + 104  # record tuple, composite 1-tuple, (exp, comp), dict slot
+
+    def __init__(self):
+        self.n, self.total = 0, 0.0
+
+    def update(self, row: tuple) -> None:
+        self.total += sys.getsizeof(row) + sum(sys.getsizeof(v) for v in row) + self.OVERHEAD
+        self.n += 1
+
+    def get(self) -> float:
+        return self.total / self.n if self.n else 200.0
+
+
+def _passes(checks, comps, c2) -> bool:
+    for pos, ia, ca, ib, cb in checks:
+        v = comps[pos][ia][2][ca]
+        if v is None or v != c2[ib][2][cb]:
+            return False
+    return True
+
+
+def _by_key(op: Operator, k: int, entries: Iterable) -> dict:
+    ci, cc = op.key_slots[k]
+    out: dict = {}
+    for exp, comp in entries:
+        key = comp[ci][2][cc]
+        if key is not None:
+            out.setdefault(key, []).append((exp, comp))
+    return out
+
+
+def _merge_into(base: dict, delta: dict) -> None:
+    for key, entries in delta.items():
+        base.setdefault(key, []).extend(entries)
+
+
+def _subsets(m: int, proper: bool) -> list[tuple[int, ...]]:
+    """The non-empty (proper) subsets of range(m)."""
+    top = m - 1 if proper else m
+    return [s for r in range(1, top + 1) for s in itertools.combinations(range(m), r)]
+
+
+def _subsets_of(items: Sequence[int]) -> list[tuple[int, ...]]:
+    return [s for r in range(1, len(items) + 1) for s in itertools.combinations(items, r)]
+
+
+def _combine(op: Operator, subset: tuple[int, ...], delta: list[dict], base: list[dict]
+             ) -> list:
+    """(⋈_{i∈subset} delta_i) ⋈ (⋈_{i∉subset} base_i) within one partition group: every
+    combination of equal keys that passes the operator's checks and the window test
+    (newest component no later than any component's end), as (exp, composite)."""
+    m = len(op.children)
+    sources = [delta[k] if k in subset else base[k] for k in range(m)]
+    out = []
+    smallest = min(range(m), key=lambda k: len(sources[k]))
+    steps, order = op.probes[0], op.assemble[0]
+    for key in sources[smallest]:
+        lists = [sources[k].get(key) for k in range(m)]
+        if not all(lists):
+            continue
+        partial = [(exp, (comp,)) for exp, comp in lists[0]]
+        for j, checks in steps:
+            nxt = []
+            for pexp, comps in partial:
+                for e2, c2 in lists[j]:
+                    if checks and not _passes(checks, comps, c2):
+                        continue
+                    nxt.append((pexp if pexp < e2 else e2, comps + (c2,)))
+            partial = nxt
+            if not partial:
+                break
+        for exp, comps in partial:
+            comp = tuple(r for p in order for r in comps[p])
+            if max_time(comp) <= exp:
+                out.append((exp, comp))
+    return out
+
+
+def check_query(query: LogicalQuery, mode: str) -> None:
+    """What the operator tree cannot run, refused with the reason."""
+    if mode != "append":
+        raise OptionError(
+            "the operator tree (--executor tree, --spill) runs in append mode only: a "
+            "result held back by a spill is produced late, at clean-up, and its deletion "
+            "could not be emitted before its insertion; use --mode append")
+    for s in query.streams:
+        if s.window.kind == "rows":
+            raise OptionError(
+                f"stream {s.alias} has a [ROWS {s.window.size}] window: the operator tree "
+                "(--executor tree, --spill) supports [RANGE w] and unbounded windows (a "
+                "count window's membership depends on the stream's global order, which a "
+                "spilled generation cannot test at clean-up)")

@@ -1,0 +1,70 @@
+"""Per-partition-group statistics of an operator tree (state-spill.txt §3.2), kept per
+(operator, partition id) across generations: a group spilled and refilled keeps its history.
+
+* ``local[op][pid]`` — P_output of the *local output* strategy (§3.2.1): results the
+  operator produced from that group.
+* ``output[op][pid]`` — P_output of the *global output* strategies (§3.2.2): final results
+  of the query that the group took part in, found by tracing a random sample of the final
+  results down the tree (Algorithm 1: apply each operator's partition function to the
+  result's join columns), each sampled result weighted 1/p so the counts stay unbiased.
+* ``inter[op][pid]`` — P_inter of the *global output with penalty* strategy (§3.2.3), in
+  bytes: subresults stored downstream that the group took part in, traced the same way
+  from every sampled subresult and weighted by its model size (§2.2) over p.
+
+P_size is not kept here: it is the group's current memory size, which the executor knows
+(``SpillTree.group_bytes``).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+
+def partition_of(value, n: int) -> int:
+    """The partition id of a join value (state-spill.txt §2.1's split function): a stable
+    hash — the same in every process, unlike ``hash`` of a string — modulo ``n``."""
+    t = type(value)
+    if t is int or t is float or t is bool:
+        return hash(value) % n
+    if t is str:
+        return zlib.crc32(value.encode("utf-8", "surrogatepass")) % n
+    if t is bytes:
+        return zlib.crc32(value) % n
+    return zlib.crc32(repr(value).encode()) % n
+
+
+class PartitionStatistics:
+    """Counters per (operator id, partition id); operators are numbered from 1."""
+
+    __slots__ = ("inter", "local", "output", "partitions")
+
+    def __init__(self, operators: int, partitions: int):
+        self.partitions = partitions
+        self.local = [[0.0] * partitions for _ in range(operators)]
+        self.output = [[0.0] * partitions for _ in range(operators)]
+        self.inter = [[0.0] * partitions for _ in range(operators)]
+
+    def local_output(self, op: int, pid: int, n: int) -> None:
+        self.local[op - 1][pid] += n
+
+    def trace_output(self, slots, comp: tuple, n: int, weight: float) -> None:
+        """A sampled final result ``comp`` (records in the root's stream order): +weight to
+        P_output of the group it came through in every operator (Algorithm 1)."""
+        output = self.output
+        for op, idx, col in slots:
+            key = comp[idx][2][col]
+            if key is not None:
+                output[op.id - 1][partition_of(key, n)] += weight
+
+    def trace_inter(self, slots, comp: tuple, n: int, weight: float) -> None:
+        """A sampled subresult stored downstream: +weight bytes to P_inter of the group it
+        came through in the producing operator and every operator below it (§3.2.3)."""
+        inter = self.inter
+        for op, idx, col in slots:
+            key = comp[idx][2][col]
+            if key is not None:
+                inter[op.id - 1][partition_of(key, n)] += weight
+
+    def get(self, op: int, pid: int) -> dict[str, float]:
+        return {"local": self.local[op - 1][pid], "output": self.output[op - 1][pid],
+                "inter": self.inter[op - 1][pid]}
