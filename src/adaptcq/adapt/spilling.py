@@ -175,3 +175,22 @@ class SpillPolicy:
     def report(self) -> dict:
         return {"spill_strategy": self.strategy_name, "memory_budget": self.budget,
                 "spill_fraction": self.fraction, "spill_check_every": self.every}
+
+
+# ----- the chain analysis of §3 (Figure 5) ----------------------------------------------
+def chain_output(selectivities: Sequence[float], t: float) -> float:
+    """Eq. 1: the results OP_n outputs for t input tuples to OP_1, u = (Π s_i) · t."""
+    u = t
+    for s in selectivities:
+        u *= s
+    return u
+
+
+def chain_state_increase(selectivities: Sequence[float], t: float) -> float:
+    """Eq. 2: the tuples stored along the chain for t inputs to OP_1,
+    I = Σ_{i=1..n} (Π_{j<i} s_j) · t: OP_1 stores t, OP_2 t·s_1, OP_3 t·s_1·s_2, ..."""
+    total, stored = 0.0, t
+    for s in selectivities:
+        total += stored
+        stored *= s
+    return total

@@ -185,7 +185,6 @@ class SpillStore:
                     pass
             raise SpillError(f"cannot write spill file {path}: {e.strerror or e}; the "
                              "partition groups stay in memory") from None
-        self._verified.add(name)
         return Event(name, len(data), meta)
 
     # ----- reading -----------------------------------------------------------------------
@@ -251,16 +250,24 @@ class SpillStore:
         return sum(ev["bytes"] for ev in self.events)
 
     def clear(self) -> None:
-        """After a clean-up: every spilled generation was merged; drop the files."""
+        """After a clean-up: every spilled generation was merged; the manifest is emptied
+        first (it must never name a missing file), then the files are removed."""
         self._readers.clear()
-        for ev in self.events:
+        if not self.events:
+            return
+        gone, self.events = self.events, []
+        self._verified.clear()
+        try:
+            self._save()
+        except OSError as e:
+            self.events = gone
+            raise SpillError(f"the clean-up is done but the spill manifest in "
+                             f"{self.directory} cannot be rewritten: {e.strerror or e}") from None
+        for ev in gone:
             try:
                 (self.directory / ev["file"]).unlink()
             except OSError:
                 pass
-        self.events = []
-        self._verified.clear()
-        self._save()
 
     def close(self) -> None:
         self._readers.clear()

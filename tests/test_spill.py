@@ -1,0 +1,388 @@
+"""State spill (state-spill.txt, issue 12): the operator tree against the oracle, with
+random plans, data, budgets and spill decisions; the clean-up's algebra; worked examples
+from the paper; errors."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from adaptcq.adapt.spilling import (
+    STRATEGIES,
+    Candidate,
+    SpillPolicy,
+    chain_output,
+    chain_state_increase,
+    global_output,
+    global_penalty,
+    parse_bytes,
+)
+from adaptcq.engine.continuous import ContinuousQuery
+from adaptcq.engine.spill_tree import (
+    Group,
+    SpillTree,
+    _combine,
+    _merge_into,
+    _subsets,
+    build_operators,
+    default_plan,
+    parse_plan,
+    plan_leaves,
+)
+from adaptcq.errors import OptionError
+from adaptcq.query.cql import parse_query
+from adaptcq.state.spill_store import SpillError, SpillStore
+from conftest import examples
+from oracle import Oracle, engine_outputs
+
+SCHEMA = {"a": "number", "b": "number", "c": "number", "id": "number", "ts": "number"}
+common = settings(max_examples=examples(60), deadline=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@st.composite
+def queries(draw, max_streams=5):
+    """Random connected join graphs over streams with RANGE or no windows (what the
+    operator tree runs), with or without row ids in the output (without them, equal
+    results are duplicates that a multiset comparison must count)."""
+    n = draw(st.integers(2, max_streams))
+    names = [f"S{i}" for i in range(n)]
+    edges = [(draw(st.integers(0, i - 1)), i) for i in range(1, n)]
+    if n >= 3 and draw(st.booleans()):
+        edges.append((0, n - 1))
+    preds = [f"{names[i]}.{draw(st.sampled_from('ab'))} = {names[j]}.{draw(st.sampled_from('ab'))}"
+             for i, j in edges]
+    sels = [f"{nm}.c <> 1" for nm in names if draw(st.integers(0, 4)) == 0]
+    windows = [draw(st.sampled_from(["", " [RANGE 1 SECONDS]", " [RANGE 2.5 SECONDS]",
+                                     " [RANGE 0 SECONDS]"])) for _ in names]
+    if draw(st.booleans()):
+        select = ", ".join(f"{nm}.id AS i{k}" for k, nm in enumerate(names))
+    else:
+        select = f"{names[0]}.a AS x, {names[-1]}.b AS y"
+    frm = ", ".join(nm + w for nm, w in zip(names, windows))
+    sql = f"SELECT {select} FROM {frm} WHERE " + " AND ".join(preds + sels)
+    return parse_query(sql, {nm: SCHEMA for nm in names})
+
+
+@st.composite
+def arrivals(draw, n_streams, max_rows=40):
+    k = draw(st.integers(1, max_rows))
+    value = st.sampled_from([0, 1, 2, None]) if draw(st.booleans()) else st.sampled_from([0, 1])
+    streams, ts, rows = [], [], []
+    t = 0.0
+    for r in range(k):
+        t += draw(st.sampled_from([0.0, 0.0, 0.5, 1.0, 2.0]))
+        streams.append(draw(st.integers(0, n_streams - 1)))
+        ts.append(t)
+        rows.append({"a": draw(value), "b": draw(value), "c": draw(st.sampled_from([0, 1])),
+                     "id": r})
+    return streams, ts, rows
+
+
+def as_tuples(query, streams, rows):
+    return [tuple(r[c] for c in query.columns[query.aliases[i]]) for i, r in zip(streams, rows)]
+
+
+def random_plan(query, rnd: random.Random):
+    """A random operator tree whose every operator has a join column shared by all its
+    inputs (m-way nodes where the graph allows them), or the default plan."""
+    for _ in range(30):
+        nodes = list(query.aliases)
+        rnd.shuffle(nodes)
+        while len(nodes) > 1:
+            k = rnd.randint(2, min(3, len(nodes)))
+            pick = rnd.sample(range(len(nodes)), k)
+            group = tuple(nodes[i] for i in pick)
+            nodes = [x for i, x in enumerate(nodes) if i not in pick] + [group]
+        try:
+            build_operators(query, nodes[0])
+            return nodes[0]
+        except ValueError:
+            continue
+    return default_plan(query)
+
+
+def oracle_total(query, streams, ts, tup) -> Counter:
+    total: Counter = Counter()
+    for c in Oracle(query, "append").run(streams, None, ts, tup)[1]:
+        total.update(c)
+    return total
+
+
+# ----- without spills: update by update ---------------------------------------------------
+@common
+@given(data=st.data(), seed=st.integers(0, 10**6))
+def test_tree_equals_the_oracle_update_by_update(data, seed):
+    q = data.draw(queries())
+    streams, ts, rows = data.draw(arrivals(len(q.aliases)))
+    tup = as_tuples(q, streams, rows)
+    rnd = random.Random(seed)
+    cq = ContinuousQuery(q, "tree", "append", trace=True, tree=random_plan(q, rnd),
+                         partitions=rnd.choice([1, 2, 300]))
+    out = cq.process(streams, None, ts, tup)
+    got = engine_outputs(cq.trace, out)
+    want = Oracle(q, "append").run(streams, None, ts, tup)
+    assert got[0] == want[0]
+    for k, (g, w) in enumerate(zip(got[1], want[1])):
+        assert g == w, f"update {k} {want[0][k]}: tree {dict(g)} != oracle {dict(w)}"
+
+
+# ----- with spills and clean-ups: the multiset ----------------------------------------------
+def run_with_spills(q, streams, ts, tup, rnd, tmp, p_spill=0.3, p_clean=0.05,
+                    partitions=None, writer=None):
+    kw = {} if writer is None else {"writer": writer}
+    store = SpillStore(tmp, q.columns, **kw)
+    cq = ContinuousQuery(q, "tree", "append", tree=random_plan(q, rnd),
+                         partitions=partitions or rnd.choice([1, 2, 3, 5]), store=store,
+                         late_column=True, sample=1.0)
+    ex = cq.executor
+    out = []
+    for k in range(len(tup)):
+        out += cq.process([streams[k]], None, [ts[k]], [tup[k]])
+        if rnd.random() < p_spill:
+            cands = ex.candidates()
+            if cands:  # any operator, partition and time, many generations
+                pick = rnd.sample(cands, rnd.randint(1, len(cands)))
+                ex.spill([(c[0], c[1]) for c in pick], ts[k])
+        if rnd.random() < p_clean:
+            ex.cleanup(ts[k])
+            out += cq.drain()
+    ex.cleanup(final=True)
+    out += cq.drain()
+    return ex, out
+
+
+@common
+@given(data=st.data(), seed=st.integers(0, 10**6))
+def test_runtime_plus_cleanup_output_equals_the_oracle(data, seed, tmp_path_factory):
+    q = data.draw(queries())
+    streams, ts, rows = data.draw(arrivals(len(q.aliases)))
+    tup = as_tuples(q, streams, rows)
+    rnd = random.Random(seed)
+    ex, out = run_with_spills(q, streams, ts, tup, rnd, tmp_path_factory.mktemp("spill"))
+    runtime = Counter(r[:-1] for r in out if not r[-1])
+    late = Counter(r[:-1] for r in out if r[-1])
+    assert runtime + late == oracle_total(q, streams, ts, tup)
+    assert ex.counters.late_results == sum(late.values())
+    event(f"spills: {min(ex.counters.spills, 3)}+, late results: {bool(late)}")
+    # A late result's _ts is its newest component's time: never later than the input.
+    assert all(r[-2] <= ts[-1] for r in out)
+
+
+@settings(max_examples=examples(40), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), seed=st.integers(0, 10**6),
+       strategy=st.sampled_from(sorted(STRATEGIES)), budget=st.integers(700, 6_000),
+       fraction=st.sampled_from([0.1, 0.3, 0.5]), every=st.integers(1, 7))
+def test_spill_policies_keep_the_budget_and_the_results(data, seed, strategy, budget,
+                                                       fraction, every, tmp_path_factory):
+    """Every strategy, with random budgets f and k: after each spill the state is under
+    the budget by the model, and runtime plus clean-up output is the oracle's."""
+    q = data.draw(queries(max_streams=4))
+    streams, ts, rows = data.draw(arrivals(len(q.aliases), max_rows=80))
+    tup = as_tuples(q, streams, rows)
+    policy = SpillPolicy(strategy, budget, fraction=fraction, every=every, seed=seed)
+    after = []
+    spill = SpillTree.spill
+
+    def spying(self, groups, ts=None):
+        freed = spill(self, groups, ts)
+        after.append(self.memory_usage())
+        return freed
+
+    store = SpillStore(tmp_path_factory.mktemp("spill"), q.columns)
+    cq = ContinuousQuery(q, "tree", "append", partitions=7, store=store, spill=policy,
+                         late_column=True)
+    cq.executor.spill = spying.__get__(cq.executor)
+    try:
+        out = cq.process(streams, None, ts, tup)
+    except SpillError as e:  # a budget below one partition group: refused, named
+        assert "smaller than one partition group" in str(e)
+        return
+    cq.executor.cleanup(final=True)
+    out += cq.drain()
+    assert Counter(r[:-1] for r in out) == oracle_total(q, streams, ts, tup)
+    assert all(u <= budget for u in after)
+    event(f"spills: {min(cq.executor.counters.spills, 3)}+, "
+          f"clean-ups: {min(cq.executor.counters.cleanups, 2)}+")
+
+
+# ----- the clean-up's algebra (§4.1) ------------------------------------------------------
+def _three_way():
+    q = parse_query("SELECT A.id AS a, B.id AS b, C.id AS c FROM A, B, C "
+                    "WHERE A.a = B.a AND B.a = C.a", {n: SCHEMA for n in "ABC"})
+    (op,) = build_operators(q, ("A", "B", "C"))
+    return q, op
+
+
+def _entries(rnd, n, stream_id):
+    # composites of one record (rid, t, row); rows (a, id) with a in {0, 1}
+    return [(float("inf"), ((stream_id * 1000 + k, 0.0, (rnd.choice([0, 1]), k)),))
+            for k in range(rnd.randint(0, n))]
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(seed=st.integers(0, 10**6), k=st.integers(2, 5))
+def test_merging_generations_in_any_order_gives_every_result_once(seed, k):
+    """Lemmas 4.1–4.2: k self-contained generations merged by Eq. 3 in any order give,
+    with the results produced inside each generation, the full join exactly once."""
+    q, op = _three_way()
+    rnd = random.Random(seed)
+    gens = [[_entries(rnd, 4, s) for s in range(3)] for _ in range(k)]
+
+    def full(groups):
+        return _combine(op, (0, 1, 2), [_key(op, c, groups[c]) for c in range(3)],
+                        [{} for _ in range(3)])
+
+    def _key(op, c, entries):
+        out = {}
+        for e in entries:
+            out.setdefault(e[1][0][2][0], []).append(e)
+        return out
+
+    union = [[e for g in gens for e in g[c]] for c in range(3)]
+    want = Counter(comp for _, comp in full(union))
+    for order in itertools.islice(itertools.permutations(range(k)), 6):
+        got = Counter(comp for g in gens for _, comp in full(g))  # within generations
+        base = [_key(op, c, gens[order[0]][c]) for c in range(3)]
+        for i in order[1:]:
+            d = [_key(op, c, gens[i][c]) for c in range(3)]
+            for subset in _subsets(3, proper=True):
+                got.update(comp for _, comp in _combine(op, subset, d, base))
+            for c in range(3):
+                _merge_into(base[c], d[c])
+        assert got == want
+
+
+# ----- worked examples from the paper --------------------------------------------------------
+def test_equations_1_and_2_on_a_chain():
+    """Figure 5: OP_1..OP_3 with selectivities 2, 0.5, 3 and t = 10 inputs."""
+    s = [2, 0.5, 3]
+    assert chain_output(s, 10) == 10 * 2 * 0.5 * 3 == 30          # Eq. 1
+    assert chain_state_increase(s, 10) == 10 + 10 * 2 + 10 * 2 * 0.5 == 40   # Eq. 2
+
+
+def test_state_size_follows_section_2_2():
+    """S_1 = u_a·s_a + u_b·s_b + u_c·s_c, and a subresult of Join_1 counts u_a + u_b + u_c
+    in Join_2 (Figure 4)."""
+    q = parse_query("SELECT A.id FROM A, B, C, D WHERE A.a = B.a AND B.a = C.a AND C.b = D.b",
+                    {n: SCHEMA for n in "ABCD"})
+    ex = SpillTree(q, tree=(("A", "B", "C"), "D"), partitions=1)
+    for a, u in zip("ABCD", (100, 200, 300, 50)):
+        ex._row_bytes[a].n, ex._row_bytes[a].total = 1, float(u)
+    ex._refresh_units()
+    j1, j2 = ex.ops
+    assert j1.unit == [100, 200, 300] and j2.unit == [600, 50]
+    g1, g2 = Group(3), Group(2)
+    g1.counts, g2.counts = [4, 5, 6], [7, 8]
+    assert ex.group_bytes(j1, g1) == 100 * 4 + 200 * 5 + 300 * 6
+    assert ex.group_bytes(j2, g2) == 600 * 7 + 50 * 8
+
+
+def test_figure_10_the_penalty_strategy_spills_the_high_fan_out_group():
+    """Figure 10: P_1^1 and P_2^1 have equal P_size and P_output, but one input to P_2^1
+    makes 20 subresults downstream against P_1^1's 2: only the penalty strategy tells them
+    apart, and it spills P_2^1."""
+    p1 = Candidate(op=1, pid=1, depth=1, size=1000, local=10, output=10, inter=2 * 80)
+    p2 = Candidate(op=1, pid=2, depth=1, size=1000, local=10, output=10, inter=20 * 80)
+    rng = random.Random(0)
+    assert global_penalty([p1, p2], 500, rng) == [(1, 2)]
+    assert global_output([p2, p1], 500, rng) == [(1, 1)]   # a tie: no preference but order
+
+
+def test_plan_parsing_and_the_default_plan():
+    assert parse_plan("(((A, B, C), D), E)") == ((("A", "B", "C"), "D"), "E")
+    q = parse_query("SELECT A.id FROM A, B, C, D, E WHERE A.a = B.a AND B.a = C.a "
+                    "AND C.b = D.a AND D.b = E.a", {n: SCHEMA for n in "ABCDE"})
+    assert default_plan(q) == ((("A", "B", "C"), "D"), "E")   # Figure 15's plan
+    ops = build_operators(q, default_plan(q))
+    assert [o.depth for o in ops] == [2, 1, 0] and sorted(plan_leaves(default_plan(q))) == list("ABCDE")
+    with pytest.raises(ValueError, match="at least two inputs"):
+        parse_plan("((A), B)")
+
+
+# ----- errors -------------------------------------------------------------------------------
+@pytest.mark.parametrize("sql, mode, message", [
+    ("SELECT R.id FROM R, S WHERE R.a = S.a", "retract", "append mode only"),
+    ("SELECT R.id FROM R [ROWS 3], S WHERE R.a = S.a", "append", r"\[ROWS 3\] window"),
+])
+def test_refusals(sql, mode, message):
+    q = parse_query(sql, {n: SCHEMA for n in "RS"})
+    with pytest.raises(OptionError, match=message):
+        ContinuousQuery(q, "tree", mode)
+
+
+def test_explicit_deletions_and_shapeless_operators_are_refused():
+    q = parse_query("SELECT R.id FROM R, S, T WHERE R.a = S.a AND S.b = T.b",
+                    {n: SCHEMA for n in "RST"})
+    with pytest.raises(OptionError, match="explicit deletions"):
+        ContinuousQuery(q, "tree", "append", explicit_deletions=True)
+    with pytest.raises(ValueError, match="no join column shared by all its inputs"):
+        ContinuousQuery(q, "tree", "append", tree=("R", "S", "T"))
+
+
+def _small_run(tmp_path, **kw):
+    q = parse_query("SELECT R.id AS r, S.id AS s FROM R, S WHERE R.a = S.a",
+                    {n: SCHEMA for n in "RS"})
+    store = SpillStore(tmp_path, q.columns, **kw)
+    cq = ContinuousQuery(q, "tree", "append", partitions=2, store=store, late_column=True)
+    streams = [0, 1, 0, 1, 0, 1]
+    tup = [(k % 2, k) for k in range(6)]
+    return q, cq, store, streams, tup
+
+
+def test_a_failing_disk_is_an_error_and_loses_nothing(tmp_path):
+    def full_disk(path, data):
+        raise OSError(28, "No space left on device")
+
+    q, cq, store, streams, tup = _small_run(tmp_path, writer=full_disk)
+    out = cq.process(streams[:3], None, [0, 0, 0], tup[:3])
+    with pytest.raises(SpillError, match="No space left on device"):
+        cq.executor.spill([(1, 0), (1, 1)])
+    assert cq.executor.state_tuples() == 3      # the groups stayed in memory
+    out += cq.process(streams[3:], None, [0, 0, 0], tup[3:])
+    cq.executor.cleanup(final=True)
+    out += cq.drain()
+    want = Counter((r, s, 1, 0) for r in (0, 2, 4) for s in (1, 3, 5) if r % 2 == s % 2)
+    assert Counter(x[:-1] for x in out) == want
+    assert not list(tmp_path.glob("spill-*"))
+
+
+def test_a_corrupt_or_missing_spill_file_is_named(tmp_path):
+    q, cq, store, streams, tup = _small_run(tmp_path)
+    cq.process(streams[:3], None, [0, 0, 0], tup[:3])
+    cq.executor.spill([(1, 0), (1, 1)])
+    (f,) = tmp_path.glob("spill-*.arrow")
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+    with pytest.raises(SpillError, match="is corrupt"):
+        cq.executor.cleanup(final=True)
+    f.unlink()
+    with pytest.raises(SpillError, match="is missing"):
+        SpillStore(tmp_path, q.columns)
+
+
+def test_a_budget_smaller_than_one_partition_group_is_refused(tmp_path):
+    q, cq, store, streams, tup = _small_run(tmp_path)
+    cq = ContinuousQuery(q, "tree", "append", partitions=1, store=store,
+                         spill=SpillPolicy("global-output", 100, every=1))
+    with pytest.raises(SpillError, match=r"smaller than one partition group \(Join1"):
+        cq.process(streams, None, [0] * 6, tup)
+
+
+@pytest.mark.parametrize("text, value", [("512MB", 512 * 10**6), ("2GiB", 2 * 2**30),
+                                         ("64k", 64_000), ("1000", 1000), (4096, 4096)])
+def test_memory_sizes(text, value):
+    assert parse_bytes(text) == value
+
+
+@pytest.mark.parametrize("text", ["lots", "-5MB", "0", "12TB"])
+def test_bad_memory_sizes_are_named(text):
+    with pytest.raises(OptionError, match="--memory"):
+        parse_bytes(text)
