@@ -26,6 +26,7 @@ from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.engine.spill_tree import (
     Group,
     SpillTree,
+    _by_key,
     _combine,
     _merge_into,
     _subsets,
@@ -240,10 +241,7 @@ def test_merging_generations_in_any_order_gives_every_result_once(seed, k):
                         [{} for _ in range(3)])
 
     def _key(op, c, entries):
-        out = {}
-        for e in entries:
-            out.setdefault(e[1][0][2][0], []).append(e)
-        return out
+        return _by_key(op, c, entries)
 
     union = [[e for g in gens for e in g[c]] for c in range(3)]
     want = Counter(comp for _, comp in full(union))

@@ -15,6 +15,7 @@ from adaptcq.cliargs import (
     parse_inputs,
     parse_orders,
     routing_options,
+    spill_options,
     sql_arg,
 )
 from adaptcq.errors import AdaptcqError
@@ -46,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "pipelines and costs, and Q-Aware's choice")
     add_explain_arguments(e)
 
+    c = sub.add_parser("cleanup", help="produce the results a spilling run left on disk "
+                       "(adaptcq run --spill ... --cleanup off --spill-dir DIR)")
+    c.add_argument("folder", help="the run's --spill-dir")
+    c.add_argument("--output", required=True,
+                   help="where the late results go (Parquet, or CSV / JSON lines by suffix)")
+    c.add_argument("--format", choices=["parquet", "csv", "jsonl"])
+
     b = sub.add_parser("bench", help="benchmarks (write CSV/PNG, print figures)")
     b.add_argument("name", help="mjoin-xjoin")
     b.add_argument("args", nargs=argparse.REMAINDER)
@@ -63,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_workload(args)
         if args.command == "bench":
             return cmd_bench(args)
+        if args.command == "cleanup":
+            return cmd_cleanup(args)
         if args.command == "explain":
             from adaptcq.explain import main as explain_main
             return explain_main(args)
@@ -254,12 +264,22 @@ def _run_options(args) -> dict:
             from adaptcq.adapt import make_policies
             options["policies"] = make_policies(optimizer=spec["optimizer"],
                                                 reorder=spec["reorder"])
+    spill = spill_options(args)
+    if spill is not None:
+        if args.engine == "spark":
+            raise AdaptcqError("--spill runs on the local engine only for now: spilling "
+                               "inside Spark partition groups is not built yet "
+                               "(docs/spill.md, \"On Spark\")")
+        options["spill"] = spill
     if args.tree:
-        if args.executor != "xjoin":
-            raise AdaptcqError("--tree is for --executor xjoin")
+        tree_executor = args.executor == "tree" or (args.executor == "auto" and spill)
+        if args.executor != "xjoin" and not tree_executor:
+            raise AdaptcqError("--tree is for --executor xjoin (binary joins) or --executor "
+                               "tree (m-way operators)")
+        from adaptcq.engine.spill_tree import parse_plan
         from adaptcq.engine.xjoin import parse_tree
         try:
-            options["tree"] = parse_tree(args.tree)
+            options["tree"] = parse_plan(args.tree) if tree_executor else parse_tree(args.tree)
         except ValueError as e:
             raise AdaptcqError(str(e)) from None
     if args.max_results is not None and args.max_results < 1:
@@ -500,6 +520,16 @@ def cmd_workload(args) -> int:
     for name, path in paths.items():
         print(f"{name}: {path}")
     print(f"query: {wl.sql}")
+    return 0
+
+
+def cmd_cleanup(args) -> int:
+    """``adaptcq cleanup DIR --output OUT``: the results a spilling run held back on disk
+    (state-spill.txt §4), written to OUT; the folder is emptied."""
+    from adaptcq.runtime.spill import cleanup_folder
+    done = cleanup_folder(args.folder, args.output, args.format)
+    print(f"wrote {done['late_results']:,} late results to {args.output} "
+          f"(clean-up {done['cleanup_cpu_seconds']:.3f} CPU-s); {args.folder} is empty")
     return 0
 
 

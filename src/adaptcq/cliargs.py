@@ -13,7 +13,7 @@ from pathlib import Path
 from adaptcq.errors import AdaptcqError
 
 __all__ = ["Parser", "adaptivity_spec", "add_run_arguments", "parse_inputs", "parse_orders",
-           "run_defaults", "sql_arg"]
+           "run_defaults", "spill_options", "sql_arg"]
 
 
 def sql_arg(text: str) -> str:
@@ -102,12 +102,14 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    help="unit of a numeric timestamp column (default: s); timestamp-typed "
                    "columns carry their own")
     r.add_argument("--executor", default="auto",
-                   choices=["auto", "vector", "mjoin", "xjoin", "acaching", *QUERYSET_EXECUTORS],
+                   choices=["auto", "vector", "mjoin", "xjoin", "acaching", "tree",
+                            *QUERYSET_EXECUTORS],
                    help="auto (default): the vectorized executor whenever the query and "
                    "options allow it, else mjoin (the summary says why); vector: MJoin's "
                    "results a batch at a time over columns (docs/vector.md); mjoin, xjoin: "
                    "a tuple at a time; acaching: MJoin with adaptive join-subresult caches "
-                   "(A-Caching); eddy: many queries in one CACQ eddy over shared state "
+                   "(A-Caching); tree: a plan of m-way stateful operators whose partition "
+                   "groups can be spilled to disk (state-spill.txt, docs/spill.md); eddy: many queries in one CACQ eddy over shared state "
                    "(cacq.txt); eddies, pushdown, pullup: its baselines (an eddy per query, "
                    "NiagaraCQ's plans)")
     r.add_argument("--batch-rows", type=int, default=None, metavar="N",
@@ -147,7 +149,33 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    "(default: OUTPUT with .rejected.parquet when there are any)")
     r.add_argument("--order", action="append", default=[], metavar="STREAM:S2,S3,...",
                    help="fix STREAM's MJoin pipeline order")
-    r.add_argument("--tree", help="XJoin tree, e.g. '((R,S),T)' (default: left-deep)")
+    r.add_argument("--tree", help="XJoin tree of binary joins, e.g. '((R,S),T)' (default: "
+                   "left-deep); with --executor tree, nodes of any number of inputs, e.g. "
+                   "'(((A,B,C),D),E)'")
+    r.add_argument("--spill", choices=["bottom-up", "local-output", "global-output",
+                                       "global-penalty"],
+                   help="spill partition groups of the operator tree to disk when its state "
+                   "passes --memory, choosing them by this strategy (state-spill.txt §3; "
+                   "runs --executor tree)")
+    r.add_argument("--memory", metavar="BYTES",
+                   help="with --spill: the state budget, e.g. 512MB or 2GiB (state-spill.txt "
+                   "§2.2's model of the state size)")
+    r.add_argument("--spill-partitions", type=int, metavar="N",
+                   help="partition ids per operator (default 300, state-spill.txt §6.1)")
+    r.add_argument("--spill-fraction", type=float, metavar="F",
+                   help="a spill frees this fraction of the budget (default 0.2)")
+    r.add_argument("--spill-check", type=int, metavar="K",
+                   help="insertions between two memory checks (default 1,000)")
+    r.add_argument("--spill-dir", metavar="DIR",
+                   help="folder for the spilled generations (default: a temporary folder)")
+    r.add_argument("--spill-sample", type=float, metavar="P",
+                   help="fraction of results traced for the global strategies' statistics "
+                   "(default 0.1)")
+    r.add_argument("--cleanup", choices=["end", "off", "never-while-running"],
+                   help="end (default): produce the results the spills held back at the end "
+                   "of the input, and while running once memory frees up; "
+                   "never-while-running: only at the end; off: leave them in --spill-dir for "
+                   "`adaptcq cleanup DIR`")
     r.add_argument("--nested-loop", action="append", default=[], metavar="STREAM[.COLUMN]",
                    help="MJoin: joins into STREAM (or probing its COLUMN) scan its window "
                    "instead of a hash index (a-caching.txt Figure 10)")
@@ -230,3 +258,24 @@ def parse_shares(items: list[str]) -> dict[str, int]:
                                "number >= 1 (e.g. --shares S.b=4)")
         out[name.strip()] = int(value)
     return out
+
+
+def spill_options(args) -> dict | None:
+    """``--spill --memory --spill-*`` and ``--cleanup`` as the ``spill`` option of a local
+    run (``runtime.spill``); None when none is given. They need the operator tree."""
+    given = {"strategy": args.spill, "memory": args.memory,
+             "partitions": args.spill_partitions, "fraction": args.spill_fraction,
+             "every": args.spill_check, "directory": args.spill_dir,
+             "sample": args.spill_sample}
+    spill = {k: v for k, v in given.items() if v is not None}
+    if args.cleanup is not None:
+        spill["cleanup"] = "end" if args.cleanup == "never-while-running" else args.cleanup
+        if args.cleanup == "never-while-running":
+            spill["when_free"] = False
+    if not spill:
+        return None
+    if args.executor not in ("auto", "tree"):
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in given if given[k] is not None)
+        raise AdaptcqError(f"{flags or '--cleanup'}: spilling is done by the operator tree "
+                           f"(--executor tree), not by --executor {args.executor}")
+    return spill

@@ -689,77 +689,90 @@ class SpillTree:
 
     def _cleanup_operator(self, op: Operator, disk: dict, deltas: dict, now, final: bool,
                           inbox: dict) -> int:
-        m = len(op.children)
-        late = 0
+        """One operator's clean-up, a block of partition ids at a time (one record batch of
+        each spill event decoded at once, so memory holds a block's generations)."""
+        from adaptcq.state.spill_store import BLOCKS, block_of
+        layouts = [op.child_streams(k) for k in range(len(op.children))]
+        pids_by_block: dict[int, list[int]] = {}
         for pid in sorted(set(disk) | set(deltas)):
-            gens = [self._from_disk(op, pid, ref) for ref in disk.get(pid, [])]
-            g = op.parts.get(pid)
-            mem = [[] for _ in range(m)]
-            if g is not None:
-                for k in range(m):
-                    mem[k] = list(g.entries(k))
-                for k, entry in g.retired:
-                    mem[k].append(entry)
-            gens.append(mem)
-            missing: list = []
-            # Eq. 3: merge each generation into the base; the base is every stored input.
-            base = [_by_key(op, k, gens[0][k]) for k in range(m)]
-            for delta in gens[1:]:
-                d = [_by_key(op, k, delta[k]) for k in range(m)]
-                for subset in _subsets(m, proper=True):
-                    missing += _combine(op, subset, d, base)
-                for k in range(m):
-                    _merge_into(base[k], d[k])
-            # Missing subresults from the children (their clean-up): joined with the
-            # complete stored inputs of the other children, every combination once.
-            dk = deltas.get(pid)
-            if dk:
-                d = [_by_key(op, k, dk.get(k, [])) for k in range(m)]
-                have = [k for k in range(m) if d[k]]
-                for subset in _subsets_of(have):
-                    missing += _combine(op, subset, d, base)
-                for k in have:
-                    _merge_into(base[k], d[k])
-            if g is not None:
-                op.parts.pop(pid)
-            if not final:  # the merged group is the memory generation again
-                ng = Group(m)
-                for k in range(m):
-                    for key, entries in base[k].items():
-                        for exp, comp in entries:
-                            if exp >= now:
-                                self._store(op, ng, pid, k, key, exp, comp)
-                if any(ng.counts):
-                    op.parts[pid] = ng
-            if not missing:
-                continue
-            self.stats.local_output(op.id, pid, len(missing))
-            if op.parent is None:
-                for _, comp in missing:
-                    self._project([comp], max_time(comp), self._emit, True)
-                late += len(missing)
-            else:
-                parent, pk = op.parent, op.index_in_parent
-                ci, cc = parent.key_slots[pk]
-                box = inbox[parent.id]
-                for exp, comp in missing:
-                    key = comp[ci][2][cc]
-                    if key is None:
-                        continue
-                    ppid = partition_of(key, self.partitions)
-                    box.setdefault(ppid, {}).setdefault(pk, []).append((exp, comp))
+            pids_by_block.setdefault(block_of(pid, BLOCKS), []).append(pid)
+        order = {ev["file"]: k for k, ev in enumerate(self.store.events)} \
+            if self.store is not None else {}
+        late = 0
+        for pids in pids_by_block.values():
+            refs = sorted({ref for pid in pids for ref in disk.get(pid, [])},
+                          key=lambda r: order[r[0]])
+            decoded = {ref: self.store.read_batch(ref, layouts) for ref in refs}
+            for pid in pids:
+                gens = [self._with_exp(op, decoded[ref][pid]) for ref in disk.get(pid, [])]
+                late += self._cleanup_group(op, pid, gens, deltas.get(pid), now, final, inbox)
         return late
 
-    def _from_disk(self, op: Operator, pid: int, ref) -> list[list]:
-        """One spilled generation of a group: per child, its inputs as (exp, composite)."""
+    def _with_exp(self, op: Operator, per_child: list[list[tuple]]) -> list[list]:
+        """A spilled generation's composites with their window ends, exp = min(t + w)."""
         w = self.w
         out = []
-        for k, comps in enumerate(self.store.read(op.id, pid, ref,
-                                                  [op.child_streams(k) for k in
-                                                   range(len(op.children))])):
-            out.append([(min(t + w[s] for (_, t, _), s in zip(c, op.child_streams(k))), c)
-                        for c in comps])
+        for k, comps in enumerate(per_child):
+            streams = op.child_streams(k)
+            out.append([(min(rec[1] + w[s] for rec, s in zip(c, streams)), c) for c in comps])
         return out
+
+    def _cleanup_group(self, op: Operator, pid: int, gens: list, dk: dict | None, now,
+                       final: bool, inbox: dict) -> int:
+        """Eq. 3 over one partition group's generations (spilled ones, then the memory
+        one), then the children's missing subresults against the merged inputs; the
+        missing results go up (or out, late, at the root)."""
+        m = len(op.children)
+        g = op.parts.get(pid)
+        mem = [[] for _ in range(m)]
+        if g is not None:
+            for k in range(m):
+                mem[k] = list(g.entries(k))
+            for k, entry in g.retired:
+                mem[k].append(entry)
+        gens.append(mem)
+        missing: list = []
+        base = [_by_key(op, k, gens[0][k]) for k in range(m)]
+        for delta in gens[1:]:
+            d = [_by_key(op, k, delta[k]) for k in range(m)]
+            for subset in _subsets(m, proper=True):
+                missing += _combine(op, subset, d, base)
+            for k in range(m):
+                _merge_into(base[k], d[k])
+        if dk:
+            d = [_by_key(op, k, dk.get(k, [])) for k in range(m)]
+            have = [k for k in range(m) if d[k]]
+            for subset in _subsets_of(have):
+                missing += _combine(op, subset, d, base)
+            for k in have:
+                _merge_into(base[k], d[k])
+        if g is not None:
+            op.parts.pop(pid)
+        if not final:  # the merged group is the memory generation again
+            ng = Group(m)
+            for k in range(m):
+                for key, entries in base[k].items():
+                    for exp, _, comp in entries:
+                        if exp >= now:
+                            self._store(op, ng, pid, k, key, exp, comp)
+            if any(ng.counts):
+                op.parts[pid] = ng
+        if not missing:
+            return 0
+        self.stats.local_output(op.id, pid, len(missing))
+        if op.parent is None:
+            for _, comp in missing:
+                self._project([comp], max_time(comp), self._emit, True)
+            return len(missing)
+        parent, pk = op.parent, op.index_in_parent
+        ci, cc = parent.key_slots[pk]
+        box = inbox[parent.id]
+        for exp, comp in missing:
+            key = comp[ci][2][cc]
+            if key is not None:
+                ppid = partition_of(key, self.partitions)
+                box.setdefault(ppid, {}).setdefault(pk, []).append((exp, comp))
+        return 0
 
     def _store(self, op: Operator, g: Group, pid: int, k: int, key, exp, comp) -> None:
         if len(comp) == 1:  # a base row: its stream's row map again
@@ -843,12 +856,18 @@ def _passes(checks, comps, c2) -> bool:
 
 
 def _by_key(op: Operator, k: int, entries: Iterable) -> dict:
+    """Child k's inputs by partition-column value, as (exp, newest time, composite)."""
     ci, cc = op.key_slots[k]
     out: dict = {}
     for exp, comp in entries:
         key = comp[ci][2][cc]
         if key is not None:
-            out.setdefault(key, []).append((exp, comp))
+            item = (exp, max_time(comp), comp)
+            b = out.get(key)
+            if b is None:
+                out[key] = [item]
+            else:
+                b.append(item)
     return out
 
 
@@ -881,21 +900,23 @@ def _combine(op: Operator, subset: tuple[int, ...], delta: list[dict], base: lis
         lists = [sources[k].get(key) for k in range(m)]
         if not all(lists):
             continue
-        partial = [(exp, (comp,)) for exp, comp in lists[0]]
+        # (exp, newest time, components): a partial combination whose newest component
+        # is past another's window end can never be valid; it is dropped at once.
+        partial = [(exp, t, (comp,)) for exp, t, comp in lists[0] if t <= exp]
         for j, checks in steps:
             nxt = []
-            for pexp, comps in partial:
-                for e2, c2 in lists[j]:
-                    if checks and not _passes(checks, comps, c2):
+            for pexp, pt, comps in partial:
+                for e2, t2, c2 in lists[j]:
+                    e = pexp if pexp < e2 else e2
+                    t = pt if pt > t2 else t2
+                    if t > e or (checks and not _passes(checks, comps, c2)):
                         continue
-                    nxt.append((pexp if pexp < e2 else e2, comps + (c2,)))
+                    nxt.append((e, t, comps + (c2,)))
             partial = nxt
             if not partial:
                 break
-        for exp, comps in partial:
-            comp = tuple(r for p in order for r in comps[p])
-            if max_time(comp) <= exp:
-                out.append((exp, comp))
+        for exp, _, comps in partial:
+            out.append((exp, tuple(r for p in order for r in comps[p])))
     return out
 
 

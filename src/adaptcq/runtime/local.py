@@ -50,7 +50,7 @@ REJECTED_SCHEMA = pa.schema([("stream", pa.string()), ("row", pa.int64()),
                              ("ts", pa.float64()), ("reason", pa.string())])
 
 RUN_OPTIONS = ("orders", "tree", "nested_loop", "policies", "cache_options", "trace",
-               "sample_every", "batch_rows", "batch_seconds", "ordering")
+               "sample_every", "batch_rows", "batch_seconds", "ordering", "spill")
 """Keyword options of ``run``/``stream`` passed on to the engine (anything else is refused)."""
 
 
@@ -125,10 +125,12 @@ class LocalRun:
         _check_join_types(query)
         self._check_columns()
         self.sign = self._check_sign(sign)
-        self.schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
-                                    timestamp, timestamp_unit)
-        self.ts_type = self.schema.field("_ts").type
         self.executor_name, self.executor_reason = choose_executor(executor, query, options)
+        self.schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
+                                    timestamp, timestamp_unit,
+                                    late=self.executor_name == "tree")
+        self.ts_type = self.schema.field("_ts").type
+        self.spill = None  # runtime.spill.SpillSetup of the operator tree
         self.vector = self.executor_name == "vector"
         self.batch_rows, self.batch_seconds = batch_options(
             self.executor_name, options.pop("batch_rows", None),
@@ -145,6 +147,18 @@ class LocalRun:
                 from adaptcq.adapt import make_policies  # auto fell back: the same algorithm
                 options["policies"] = [*(options.get("policies") or []),
                                        *make_policies(optimizer=ordering)]
+            if self.executor_name == "tree":
+                from adaptcq.runtime.spill import SpillSetup
+                self.spill = SpillSetup(query, options.pop("spill", None),
+                                        {s.alias: pa.schema(
+                                            [_engine_schema(self.sources[s.source].schema)
+                                             .field(c) for c in query.columns[s.alias]])
+                                         for s in query.streams}, timestamp_unit,
+                                        self.schema)
+                options.update(self.spill.engine_options())
+            elif options.pop("spill", None) is not None:
+                raise OptionError("spill options (--spill, --memory) need the operator "
+                                  f"tree (--executor tree); this run uses {self.executor_name}")
             self.cq = self._engine(self.executor_name, mode, options)
         self.merger = ArrivalMerger(query, self.sources, timestamp, timestamp_unit,
                                     self.lateness, self.sign, columnar=self.vector)
@@ -299,12 +313,24 @@ class LocalRun:
                 self._sample_rss(cq.stats.arrivals)
                 if self.stopped:
                     break
+            if self.spill is not None and not self.stopped:
+                t0 = time.process_time()
+                try:  # what the spills held back: produced now (or left on disk)
+                    self.spill.finish(cq)
+                finally:
+                    self.engine_cpu += time.process_time() - t0
+                out = cq.drain()
+                if out:
+                    self._buffer(out)
         except _ResultBound:
             self._unprocessed(*self._at)
         except OutputClosed:  # the reader closed stdout: say where each input stopped
             if self._at is not None:
                 self._unprocessed(*self._at)
             raise
+        finally:
+            if self.spill is not None:
+                self.spill.close()
         yield from self._flush()
         self._flush_rejected()
         self._engine_rejected()
@@ -527,6 +553,8 @@ class LocalRun:
         }
         if self.last_ts is not None:
             stats["last_event_time"] = self.last_ts * TIME_UNIT
+        if self.spill is not None:
+            stats.update(self.spill.report(self.cq, self.last_ts))
         for policy in self.policies:  # engine.protocols.Policy: report() is JSON-safe
             stats.update(policy.report())
         if self.vector:
@@ -551,7 +579,7 @@ class _ResultBound(Exception):
 
 # ----- output rows to Arrow --------------------------------------------------------------
 # ----- which executor ------------------------------------------------------------------------
-EXECUTOR_CHOICES = ("auto", "vector", "mjoin", "xjoin", "acaching")
+EXECUTOR_CHOICES = ("auto", "vector", "mjoin", "xjoin", "acaching", "tree")
 BATCH_ROWS_DEFAULT = 20_000  # chosen by python -m adaptcq.bench.vector (docs/vector.md)
 
 # Options only a per-tuple executor honours, and why (the vectorized one refuses them).
@@ -573,6 +601,8 @@ def choose_executor(executor: str, query: LogicalQuery, options: Mapping) -> tup
     if executor not in EXECUTOR_CHOICES:
         raise OptionError(f"unknown executor {executor!r}; choose one of "
                           f"{', '.join(EXECUTOR_CHOICES)}")
+    if options.get("spill") is not None and executor == "auto":
+        return "tree", "auto: spilling state (--spill) runs the operator tree"
     if executor not in ("auto", "vector"):
         return executor, f"--executor {executor} was asked for"
     why = unsupported(query)
@@ -611,9 +641,10 @@ def batch_options(executor: str, rows, seconds) -> tuple[int, float | None]:
 
 
 def output_schema(query: LogicalQuery, schemas: Mapping[str, pa.Schema], timestamp: str,
-                  unit: str | None = None) -> pa.Schema:
+                  unit: str | None = None, late: bool = False) -> pa.Schema:
     """The output's schema: SELECT columns typed from the input schemas, ``_sign`` (int8)
-    and ``_ts`` (see ``stream.eventtime``)."""
+    and ``_ts`` (see ``stream.eventtime``); with ``late`` (the operator tree), ``_late``
+    (bool): the result was held back by a spill and produced at clean-up."""
     from adaptcq.query.logical import output_types
     types = output_types(query, {n: _engine_schema(s) for n, s in schemas.items()})
     time_types = {s.alias: schemas[s.source].field(timestamp).type for s in query.streams}
@@ -622,7 +653,8 @@ def output_schema(query: LogicalQuery, schemas: Mapping[str, pa.Schema], timesta
     ts_type = output_time_type(time_types, unit, windows)
     # Timezone-aware input columns come back with their timezone (values are UTC instants).
     fields = [pa.field(o.name, t) for o, t in zip(query.outputs, types, strict=True)]
-    return pa.schema([*fields, pa.field("_sign", pa.int8()), pa.field("_ts", ts_type)])
+    tail = [pa.field("_late", pa.bool_())] if late else []
+    return pa.schema([*fields, pa.field("_sign", pa.int8()), pa.field("_ts", ts_type), *tail])
 
 
 def _engine_schema(schema: pa.Schema) -> pa.Schema:
@@ -630,21 +662,23 @@ def _engine_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def rows_to_batch(out: list, schema: pa.Schema, unit: str | None) -> pa.RecordBatch:
-    """Engine output rows ``(*values, sign, ts_ns)`` as a record batch of ``schema``."""
+    """Engine output rows ``(*values, sign, ts_ns[, late])`` as a record batch of
+    ``schema``."""
     fields = [pa.field(f"f{k}", f.type) for k, f in enumerate(schema)]
-    fields[-1] = pa.field("_ts", pa.int64())
+    at = schema.get_field_index("_ts")
+    fields[at] = pa.field("_ts", pa.int64())
     try:
         arrays = pa.array(out, type=pa.struct(fields)).flatten()
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         _explain_conversion_error(out, schema)
         raise
-    arrays[-1] = from_nanoseconds(arrays[-1].to_numpy(), schema.field("_ts").type, unit)
+    arrays[at] = from_nanoseconds(arrays[at].to_numpy(), schema.field("_ts").type, unit)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _explain_conversion_error(out: list, schema: pa.Schema) -> None:
     for k, f in enumerate(schema):
-        if f.name in ("_sign", "_ts"):
+        if f.name in ("_sign", "_ts", "_late"):
             continue
         for j, r in enumerate(out):
             try:
@@ -652,7 +686,7 @@ def _explain_conversion_error(out: list, schema: pa.Schema) -> None:
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
                 raise AdaptcqError(
                     f"output column {f.name!r} ({f.type}): the value {r[k]!r} of a result at "
-                    f"event time {r[-1] * TIME_UNIT:g} s does not fit ({e}); cast it in the "
+                    f"event time {r[schema.get_field_index('_ts')] * TIME_UNIT:g} s does not fit ({e}); cast it in the "
                     "query, e.g. CAST(... AS DOUBLE)") from None
 
 

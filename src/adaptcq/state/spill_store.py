@@ -39,6 +39,11 @@ from adaptcq.errors import AdaptcqError
 
 MANIFEST = "manifest.json"
 VERSION = 1
+BLOCKS = 16  # record batches per operator in a spill event: a clean-up decodes one at a time
+
+
+def block_of(pid: int, blocks: int) -> int:
+    return pid % blocks
 
 
 class SpillError(AdaptcqError):
@@ -75,22 +80,31 @@ class SpillStore:
     def __init__(self, directory: str | Path | None, columns: Mapping[str, Sequence[str]],
                  types: Mapping[str, pa.Schema] | None = None, fingerprint: str = "",
                  writer: Callable[[Path, bytes], None] = _write_file,
-                 compression: str | None = "zstd"):
+                 compression: str | None = "zstd", meta: dict | None = None,
+                 fresh: bool = False):
         self.temporary = directory is None
         self.directory = Path(tempfile.mkdtemp(prefix="adaptcq-spill-")) if directory is None \
             else Path(directory)
         self.columns = {a: tuple(c) for a, c in columns.items()}
         self.types = dict(types or {})
         self.fingerprint = fingerprint
+        self.meta = dict(meta or {})   # what ``adaptcq cleanup`` needs: query, plan, schema
         self.writer = writer
         self.options = ipc.IpcWriteOptions(compression=compression)
         self.events: list[dict] = []
         self._verified: set[str] = set()
         self._readers: dict[str, ipc.RecordBatchFileReader] = {}
+        self._index: dict[str, tuple[list, int]] = {}  # file -> (group index, blocks)
+        self._next = 1
         self.directory.mkdir(parents=True, exist_ok=True)
         manifest = self.directory / MANIFEST
         if manifest.exists():
             self._open(manifest)
+            if fresh and self.events:
+                raise SpillError(
+                    f"spill folder {self.directory} holds the spilled state of an earlier "
+                    f"run ({len(self.events)} spill events): produce its results with "
+                    f"`adaptcq cleanup {self.directory}`, or give an empty folder")
 
     # ----- the manifest ------------------------------------------------------------------
     def _open(self, manifest: Path) -> None:
@@ -105,6 +119,8 @@ class SpillStore:
             raise SpillError(f"spill folder {self.directory} holds the spilled state of "
                              "another query or plan; give an empty folder")
         self.events = doc["events"]
+        self._next = 1 + max((int(ev["file"][6:12]) for ev in self.events), default=0)
+        self.meta = {**doc.get("meta", {}), **self.meta}
         for ev in self.events:  # every file the manifest names must be there
             if not (self.directory / ev["file"]).exists():
                 raise SpillError(f"spill file {self.directory / ev['file']} named in the "
@@ -112,31 +128,33 @@ class SpillStore:
                                  "produced")
 
     def _save(self) -> None:
-        doc = {"version": VERSION, "fingerprint": self.fingerprint, "events": self.events}
+        doc = {"version": VERSION, "fingerprint": self.fingerprint, "meta": self.meta,
+               "events": self.events}
         self.writer(self.directory / MANIFEST, json.dumps(doc, indent=1).encode())
 
     # ----- writing -----------------------------------------------------------------------
-    def _batch(self, layouts: Sequence[Sequence[str]], per_child: Sequence[Sequence[tuple]]
-               ) -> pa.RecordBatch:
-        """One group's inputs as a record batch (see the module docstring)."""
-        n = sum(len(c) for c in per_child)
-        child = [k for k, comps in enumerate(per_child) for _ in comps]
-        arrays = [pa.array(child, pa.int16())]
-        names = ["child"]
+    def _rows(self, groups: Sequence[tuple]) -> pa.RecordBatch:
+        """The stored inputs of ``groups`` (one operator's, in pid order) as one record
+        batch: ``pid``, ``child``, and each stream's ``#rid``, ``#t`` and columns."""
+        pids, child, layout = [], [], []
+        for _, pid, per_child, layouts, _, _ in groups:
+            for k, comps in enumerate(per_child):
+                pids += [pid] * len(comps)
+                child += [k] * len(comps)
+                layout += [(layouts[k], comp) for comp in comps]
+        n = len(pids)
+        arrays = [pa.array(pids, pa.int32()), pa.array(child, pa.int16())]
+        names = ["pid", "child"]
         for alias, cols in self.columns.items():
             rid, t = [None] * n, [None] * n
             vals = [[None] * n for _ in cols]
-            r = 0
-            for k, comps in enumerate(per_child):
-                pos = layouts[k].index(alias) if alias in layouts[k] else None
-                for comp in comps:
-                    if pos is not None:
-                        rec = comp[pos]
-                        rid[r], t[r] = rec[0], rec[1]
-                        row = rec[2]
-                        for c in range(len(cols)):
-                            vals[c][r] = row[c]
-                    r += 1
+            for r, (streams, comp) in enumerate(layout):
+                if alias in streams:
+                    rec = comp[streams.index(alias)]
+                    rid[r], t[r] = rec[0], rec[1]
+                    row = rec[2]
+                    for c in range(len(cols)):
+                        vals[c][r] = row[c]
             arrays += [pa.array(rid, pa.int64()), _array(t, None, f"{alias} event time")]
             names += [f"{alias}#rid", f"{alias}#t"]
             known = self.types.get(alias)
@@ -147,30 +165,32 @@ class SpillStore:
                 names.append(f"{alias}.{col}")
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
-    def write_event(self, groups: Sequence[tuple], ts) -> Event:
-        """One spill event: ``groups`` are (operator id, pid, per-child composites,
-        child layouts, model bytes, latest window end), written as one file. Raises
+    def write_event(self, groups: Sequence[tuple], ts, blocks: int = BLOCKS) -> Event:
+        """One spill event: ``groups`` are (operator id, pid, per-child composites, child
+        layouts, model bytes, latest window end), written as one file: a record batch per
+        (operator, block of pids), the group index in the file's metadata. Raises
         :class:`SpillError` when the disk refuses it; the manifest then still lists only
         whole files."""
-        name = f"spill-{len(self.events) + 1:06d}.arrow"
+        name = f"spill-{self._next:06d}.arrow"
         path = self.directory / name
-        batches, meta = [], []
-        for b, (oid, pid, per_child, layouts, model_bytes, top) in enumerate(
-                sorted(groups, key=lambda g: (g[0], g[1]))):
-            batches.append(self._batch(layouts, per_child))
-            meta.append({"op": oid, "pid": pid, "batch": b,
-                         "inputs": sum(len(c) for c in per_child),
-                         "model_bytes": float(model_bytes),
-                         "max_exp": None if top == float("inf") else top})
-        # One schema for the file: each column's type is the first non-null one seen.
-        schema = _unify([bt.schema for bt in batches])
+        by_batch: dict[tuple[int, int], list] = {}
+        for g in sorted(groups, key=lambda g: (g[0], g[1])):
+            by_batch.setdefault((g[0], block_of(g[1], blocks)), []).append(g)
+        batches, index = [], []
+        for b, ((oid, block), members) in enumerate(sorted(by_batch.items())):
+            batches.append(self._rows(members))
+            index += [[oid, pid, b, float(size), None if top == float("inf") else top,
+                       sum(len(c) for c in per_child)]
+                      for _, pid, per_child, _, size, top in members]
+        schema = _unify([bt.schema for bt in batches]).with_metadata(
+            {"adaptcq.groups": json.dumps(index), "adaptcq.blocks": str(blocks)})
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, schema, options=self.options) as w:
             for bt in batches:
-                w.write_batch(bt.cast(schema) if bt.schema != schema else bt)
+                w.write_batch(bt.cast(schema) if bt.schema != schema.remove_metadata() else bt)
         data = sink.getvalue().to_pybytes()
         event = {"file": name, "bytes": len(data), "ts": ts,
-                 "sha256": hashlib.sha256(data).hexdigest(), "groups": meta}
+                 "sha256": hashlib.sha256(data).hexdigest()}
         try:
             self.writer(path, data)
             self.events.append(event)
@@ -185,16 +205,25 @@ class SpillStore:
                     pass
             raise SpillError(f"cannot write spill file {path}: {e.strerror or e}; the "
                              "partition groups stay in memory") from None
-        return Event(name, len(data), meta)
+        self._next += 1
+        self._index[name] = (index, blocks)
+        return Event(name, len(data), index)
 
     # ----- reading -----------------------------------------------------------------------
+    def _group_index(self, name: str) -> tuple[list, int]:
+        got = self._index.get(name)
+        if got is None:
+            md = self._reader(name).schema.metadata or {}
+            got = self._index[name] = (json.loads(md[b"adaptcq.groups"]),
+                                       int(md[b"adaptcq.blocks"]))
+        return got
+
     def groups(self) -> dict[int, dict[int, list[tuple[str, int]]]]:
         """{operator id: {pid: [(file, batch), ...] in spill order}}."""
         out: dict[int, dict[int, list]] = {}
         for ev in self.events:
-            for g in ev["groups"]:
-                out.setdefault(g["op"], {}).setdefault(g["pid"], []).append(
-                    (ev["file"], g["batch"]))
+            for oid, pid, b, *_ in self._group_index(ev["file"])[0]:
+                out.setdefault(oid, {}).setdefault(pid, []).append((ev["file"], b))
         return out
 
     def _reader(self, name: str) -> ipc.RecordBatchFileReader:
@@ -203,48 +232,59 @@ class SpillStore:
             return r
         path = self.directory / name
         try:
-            data = path.read_bytes()
+            if name not in self._verified:
+                ev = next(e for e in self.events if e["file"] == name)
+                digest = hashlib.sha256()
+                with open(path, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 20), b""):
+                        digest.update(chunk)
+                if digest.hexdigest() != ev["sha256"]:
+                    raise SpillError(f"spill file {path} is corrupt (its SHA-256 differs "
+                                     "from the manifest's): the spilled results cannot be "
+                                     "produced")
+                self._verified.add(name)
+            r = ipc.open_file(pa.memory_map(str(path)))  # pages are read as batches are
         except OSError as e:
             raise SpillError(f"spill file {path} cannot be read ({e.strerror or e}): the "
                              "spilled results cannot be produced") from None
-        if name not in self._verified:
-            ev = next(e for e in self.events if e["file"] == name)
-            if hashlib.sha256(data).hexdigest() != ev["sha256"]:
-                raise SpillError(f"spill file {path} is corrupt (its SHA-256 differs from "
-                                 "the manifest's): the spilled results cannot be produced")
-            self._verified.add(name)
-        try:
-            r = ipc.open_file(pa.py_buffer(data))
         except pa.ArrowInvalid as e:
             raise SpillError(f"spill file {path} is not a readable Arrow file: {e}") from None
         self._readers[name] = r
         return r
 
-    def read(self, oid: int, pid: int, ref: tuple[str, int],
-             layouts: Sequence[Sequence[str]]) -> list[list[tuple]]:
-        """One spilled generation of group (oid, pid): per child, its composites (tuples
-        of (rid, t, row) records in the child's stream layout)."""
+    def read_batch(self, ref: tuple[str, int], layouts: Sequence[Sequence[str]]
+                   ) -> dict[int, list[list[tuple]]]:
+        """One batch of a spill event: per pid, per child, its composites (tuples of
+        (rid, t, row) records in the child's stream layout)."""
         name, b = ref
         batch = self._reader(name).get_batch(b)
         cols = {n: batch.column(k).to_pylist() for k, n in enumerate(batch.schema.names)}
-        child = cols["child"]
-        out: list[list[tuple]] = [[] for _ in layouts]
+        pids, child = cols["pid"], cols["child"]
         per_stream = {a: (cols[f"{a}#rid"], cols[f"{a}#t"],
                           [cols[f"{a}.{c}"] for c in self.columns[a]])
                       for a in self.columns}
+        out: dict[int, list[list[tuple]]] = {}
+        m = len(layouts)
         for r, k in enumerate(child):
             comp = []
             for alias in layouts[k]:
                 rid, t, vals = per_stream[alias]
                 comp.append((rid[r], t[r], tuple(v[r] for v in vals)))
-            out[k].append(tuple(comp))
+            g = out.get(pids[r])
+            if g is None:
+                g = out[pids[r]] = [[] for _ in range(m)]
+            g[k].append(tuple(comp))
         return out
+
+    def release(self, name: str) -> None:
+        """Forget a file's decoded reader (the clean-up is done with it for now)."""
+        self._readers.pop(name, None)
 
     def live_bytes(self, now) -> float:
         """Model bytes of the spilled groups holding an input whose window has not ended
         at ``now`` (unbounded inputs never end)."""
-        return sum(g["model_bytes"] for ev in self.events for g in ev["groups"]
-                   if g["max_exp"] is None or g["max_exp"] >= now)
+        return sum(g[3] for ev in self.events for g in self._group_index(ev["file"])[0]
+                   if g[4] is None or g[4] >= now)
 
     def total_bytes(self) -> int:
         return sum(ev["bytes"] for ev in self.events)
@@ -257,6 +297,7 @@ class SpillStore:
             return
         gone, self.events = self.events, []
         self._verified.clear()
+        self._index.clear()
         try:
             self._save()
         except OSError as e:

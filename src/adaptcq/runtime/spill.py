@@ -1,0 +1,182 @@
+"""The operator tree's spilling for one local run (state-spill.txt; docs/spill.md): the
+options checked, the spill store and policy built, the clean-up at the end of the input,
+the run summary's figures, and ``adaptcq cleanup`` for a spill folder left behind.
+
+Options (the ``spill`` keyword of ``adaptcq.run``/``stream``; ``adaptcq run --spill ...``):
+
+=============  ===========================================================================
+strategy       bottom-up, local-output, global-output or global-penalty (§3); with memory
+memory         the state budget, bytes or a size such as "512MB" (§2.2's model)
+fraction       f: a spill frees this fraction of the budget (default 0.2)
+every          k: insertions between two memory checks (default 1,000)
+partitions     partition ids per operator (default 300, §6.1)
+directory      where spilled generations go (default: a temporary folder)
+sample         the fraction of results traced for the global statistics (default 0.1)
+seed           the seed of the sampling and of bottom-up's random choice
+cleanup        "end" (default): produce the held-back results at the end of the input;
+               "off": leave them on disk (every group is written) for `adaptcq cleanup`
+when_free      clean up while running once the spilled state fits again (default True)
+=============  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+
+import pyarrow as pa
+
+from adaptcq.errors import AdaptcqError, OptionError
+from adaptcq.query.logical import LogicalQuery
+
+KEYS = ("strategy", "memory", "fraction", "every", "partitions", "directory", "sample", "seed",
+        "cleanup", "when_free")
+
+
+def _plan_text(tree) -> str:
+    """A plan as ``parse_plan`` reads it back."""
+    return tree if isinstance(tree, str) else "(" + ", ".join(map(_plan_text, tree)) + ")"
+
+
+class SpillSetup:
+    """One run's spill options, store and policy (see the module docstring)."""
+
+    def __init__(self, query: LogicalQuery, spill: dict | None, types: dict,
+                 timestamp_unit: str | None, schema: pa.Schema, tree=None):
+        spill = dict(spill or {})
+        unknown = sorted(set(spill) - set(KEYS))
+        if unknown:
+            raise OptionError(f"unknown spill option {unknown[0]!r}; the options are: "
+                              f"{', '.join(KEYS)}")
+        self.query = query
+        self.strategy = spill.get("strategy")
+        memory = spill.get("memory")
+        if (self.strategy is None) != (memory is None):
+            raise OptionError("--spill STRATEGY and --memory BUDGET go together: a strategy "
+                              "chooses what to spill when the state passes the budget")
+        self.cleanup = spill.get("cleanup", "end")
+        if self.cleanup not in ("end", "off"):
+            raise OptionError(f"--cleanup {self.cleanup!r}: choose end or off")
+        directory = spill.get("directory")
+        if self.cleanup == "off" and directory is None:
+            raise OptionError("--cleanup off leaves the spilled state on disk for "
+                              "`adaptcq cleanup`: give the folder with --spill-dir")
+        if directory is not None and self.strategy is None:
+            raise OptionError("--spill-dir needs --spill STRATEGY and --memory BUDGET")
+        self.partitions = spill.get("partitions", 300)
+        self.sample = float(spill.get("sample", 0.1))
+        if not 0 <= self.sample <= 1:
+            raise OptionError(f"the lineage sample must be in [0, 1], got {self.sample!r}")
+        self.seed = int(spill.get("seed", 0))
+        self.schema = schema
+        self.unit = timestamp_unit
+        self.types = types
+        self.policy = self.store = None
+        if self.strategy is not None:
+            from adaptcq.adapt.spilling import SpillPolicy
+            from adaptcq.state.spill_store import SpillStore
+            self.policy = SpillPolicy(self.strategy, memory,
+                                      fraction=spill.get("fraction", 0.2),
+                                      every=spill.get("every", 1000), seed=self.seed,
+                                      cleanup_when_free=bool(spill.get("when_free", True)))
+            self.store = SpillStore(directory, query.columns, types, fresh=True)
+
+    def engine_options(self) -> dict:
+        return {"partitions": self.partitions, "store": self.store, "spill": self.policy,
+                "late_column": True, "sample": self.sample, "seed": self.seed}
+
+    def finish(self, cq) -> None:
+        """The end of the input: the clean-up (``cleanup="end"``), or every group in memory
+        written as a last spill event with what ``adaptcq cleanup`` needs
+        (``cleanup="off"``)."""
+        ex = cq.executor
+        if self.store is None:
+            return
+        if self.cleanup == "end":
+            if ex.pending():
+                ex.cleanup(final=True)
+            return
+        self.store.meta = {
+            "sql": self.query.sql, "tree": _plan_text(ex.tree), "partitions": ex.partitions,
+            "time_unit": ex.time_unit, "timestamp_unit": self.unit,
+            "kinds": {s.source: {c: k for c, k in self.query.types.get(s.alias, {}).items()}
+                      for s in self.query.streams},
+            "types": {a: base64.b64encode(t.serialize().to_pybytes()).decode()
+                      for a, t in self.types.items()},
+            "output_schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
+        }
+        groups = [(op.id, pid) for op in ex.ops for pid in op.parts]
+        if groups:
+            ex.spill(groups)
+        else:
+            self.store._save()
+
+    def close(self) -> None:
+        if self.store is not None and self.cleanup == "end":
+            self.store.close()
+
+    def report(self, cq, last_ts) -> dict:
+        ex = cq.executor
+        c = ex.counters
+        out = {"plan_operators": [op.describe() for op in reversed(ex.ops)],
+               "partitions_per_operator": ex.partitions}
+        if self.policy is None:
+            return out
+        out.update(self.policy.report())
+        out.update({
+            "spills": c.spills, "partition_groups_spilled": c.groups_spilled,
+            "spilled_bytes_model": c.spilled_bytes, "spill_file_bytes": c.file_bytes,
+            "cleanups": c.cleanups, "cleanup_cpu_seconds": round(c.cleanup_seconds, 4),
+            "late_results": c.late_results,
+            "memory_model_now": int(ex.memory_usage()),
+        })
+        if last_ts is not None:
+            # Every result whose newest input arrived before the oldest spill not yet
+            # cleaned up is out; after a clean-up, every result up to the input's end.
+            pending = c.first_pending
+            out["complete_until"] = (pending if pending is not None else last_ts) * 1e-9
+            if pending is not None:
+                out["spill_folder"] = str(self.store.directory)
+        return out
+
+
+def cleanup_folder(directory: str, output: str, fmt: str | None = None) -> dict:
+    """``adaptcq cleanup DIR --output OUT``: produce the results held back in a spill folder
+    left by ``adaptcq run --spill ... --cleanup off`` (Eq. 3 over every spilled generation,
+    §4.2's order), write them to OUT (late rows: ``_late`` true), and empty the folder."""
+    from adaptcq.engine.spill_tree import SpillTree, parse_plan
+    from adaptcq.query.cql import parse_query
+    from adaptcq.runtime.local import rows_to_batch
+    from adaptcq.runtime.output import FileSink, format_of
+    from adaptcq.state.spill_store import MANIFEST, SpillError, SpillStore
+
+    folder = Path(directory)
+    if not (folder / MANIFEST).exists():
+        raise AdaptcqError(f"{directory!r} is not a spill folder (no {MANIFEST}); it is the "
+                           "--spill-dir of a run with --cleanup off")
+    probe = SpillStore(folder, {})
+    meta = probe.meta
+    if not meta.get("sql"):
+        raise SpillError(f"spill folder {directory} has no query recorded: it was left by a "
+                         "run that did not finish (only `--cleanup off` runs leave one)")
+    types = {a: pa.ipc.read_schema(pa.py_buffer(base64.b64decode(t)))
+             for a, t in meta["types"].items()}
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(meta["output_schema"])))
+    query = parse_query(meta["sql"], meta["kinds"])
+    store = SpillStore(folder, query.columns, types)
+    ex = SpillTree(query, tree=parse_plan(meta["tree"]), partitions=meta["partitions"],
+                   time_unit=meta["time_unit"], store=store, late_column=True)
+    rows: list = []
+    ex.set_emit(rows.append)
+    sink = FileSink(output, schema, format_of(output, fmt))
+    try:
+        ex.cleanup(final=True)
+        for k in range(0, len(rows), 65_536):
+            sink.write(rows_to_batch(rows[k:k + 65_536], schema, meta.get("timestamp_unit")))
+    except BaseException:
+        sink.abort()
+        raise
+    sink.close()
+    return {"late_results": len(rows), "cleanup_cpu_seconds": ex.counters.cleanup_seconds,
+            "fingerprint": hashlib.sha256(meta["sql"].encode()).hexdigest()[:12]}
