@@ -165,6 +165,7 @@ class Operator:
     key_slots: list = field(default_factory=list)    # per child: (component, column)
     probes: list = field(default_factory=list)       # per child: [(child j, checks)]
     assemble: list = field(default_factory=list)     # per child: probe order -> child order
+    joiners: list = field(default_factory=list)      # per child: components -> result
     parent: Operator | None = None
     index_in_parent: int = 0
     depth: int = 0                                    # distance from the root
@@ -275,7 +276,7 @@ def _wire(query: LogicalQuery, op: Operator) -> None:
             continue
         eqs.append((kx, comps[kx].index(x.stream), query.columns[x.stream].index(x.column),
                     ky, comps[ky].index(y.stream), query.columns[y.stream].index(y.column)))
-    op.probes, op.assemble = [], []
+    op.probes, op.assemble, op.joiners = [], [], []
     for k in range(m):
         order = [k] + [j for j in range(m) if j != k]
         steps = []
@@ -291,6 +292,9 @@ def _wire(query: LogicalQuery, op: Operator) -> None:
             steps.append((j, tuple(checks)))
         op.probes.append(steps)
         op.assemble.append(tuple(order.index(c) for c in range(m)))
+        # The result in child order from the components in probe order: c[1] + c[0] + ...
+        op.joiners.append(eval("lambda c: " + " + ".join(
+            f"c[{p}]" for p in op.assemble[-1])))  # noqa: S307 (built from integers)
 
 
 def max_time(comp: tuple) -> float:
@@ -468,9 +472,9 @@ class SpillTree:
                 partial = None
                 break
             partial = nxt
-        if partial is not None and len(op.children) > 1:
-            order = op.assemble[k]
-            results = [(e, tuple(r for p in order for r in comps[p])) for e, comps in partial]
+        if partial is not None:
+            join = op.joiners[k]
+            results = [(e, join(comps)) for e, comps in partial]
         b = g.states[k].get(key)
         if b is None:
             g.states[k][key] = {eid: (exp, comp)}
@@ -895,7 +899,7 @@ def _combine(op: Operator, subset: tuple[int, ...], delta: list[dict], base: lis
     sources = [delta[k] if k in subset else base[k] for k in range(m)]
     out = []
     smallest = min(range(m), key=lambda k: len(sources[k]))
-    steps, order = op.probes[0], op.assemble[0]
+    steps = op.probes[0]
     for key in sources[smallest]:
         lists = [sources[k].get(key) for k in range(m)]
         if not all(lists):
@@ -915,8 +919,9 @@ def _combine(op: Operator, subset: tuple[int, ...], delta: list[dict], base: lis
             partial = nxt
             if not partial:
                 break
+        join = op.joiners[0]
         for exp, _, comps in partial:
-            out.append((exp, tuple(r for p in order for r in comps[p])))
+            out.append((exp, join(comps)))
     return out
 
 

@@ -965,4 +965,12 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "table2": table2_point,
     "default": default_workload,
 }
+
+
+def _spill(**kwargs) -> Workload:
+    from adaptcq.stream.spill_workload import spill_five_way
+    return spill_five_way(**kwargs)
+
+
+WORKLOADS["spill"] = _spill  # state-spill.txt §6.1 (stream/spill_workload.py)
 """Generators by name, for ``WORKLOADS[name](**kwargs)`` from a CLI."""
