@@ -1,0 +1,308 @@
+"""Benchmark: state spill (state-spill.txt §6, issue 12).
+
+``figures`` reproduces §6.2 on the workload of §6.1 (``stream/spill_workload.py``: five
+streams, the plan ((A ⋈ B ⋈ C) ⋈ D) ⋈ E, 300 partitions, unbounded state): for each join
+ratio setting — Figure 16 (3, 1, 1), Figure 19 (1, 3, 3), Figure 20 (3, 2, 3) — the
+unlimited-memory run, then each strategy under a budget of ``--budget-fraction`` of the
+unlimited run's peak state (the model of §2.2), with the clean-up after the input as in the
+paper. It plots run-time results over (event) time per strategy (Figures 16, 19, 20), the
+memory over time with each spill a drop (Figure 17: global output against global output
+with penalty; Figure 18: penalty against bottom-up), and prints the clean-up time of each
+strategy and whether the paper's trends hold. Every run's run-time plus clean-up results
+are checked against the unlimited run's count.
+
+``perf`` is the issue's performance check: the paper's plan with ``--arrivals`` (5M) over
+``[RANGE --window]`` windows, the unlimited run and the penalty strategy with a budget of
+one tenth of the unlimited peak, each a fresh process: run-time results per CPU-second
+(target: within 2× of unlimited), clean-up CPU against the run's (target: less), peak RSS
+(VmHWM) against the budget plus the fixed overhead (the process's RSS before the run, with
+the inputs loaded).
+
+    python -m adaptcq.bench.spill figures [--arrivals 300000] [--budget-fraction 0.25]
+        [--figures 16,19,20] [--out results/spill]
+    python -m adaptcq.bench.spill perf [--arrivals 5000000] [--window 20] [--ratios 2,1,1]
+
+Writes ``summary.csv``, ``results_over_time.csv``, ``memory.csv``, ``fig16.png`` ...
+``fig20.png`` (figures) and ``perf.csv`` (perf) under OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from adaptcq.bench.spark_scale import write_csv  # the benchmarks' one CSV writer
+
+FIGURES = {16: (3, 1, 1), 19: (1, 3, 3), 20: (3, 2, 3)}
+STRATEGIES = ("bottom-up", "local-output", "global-output", "global-penalty")
+BINS = 60
+
+
+def _run(workload, spill: dict | None) -> dict:
+    """One run in this process: results over event time (run-time and late), memory over
+    time, the spill figures."""
+    import numpy as np
+
+    from adaptcq.runtime.local import stream
+    options = {"spill": spill} if spill else {}
+    t0 = time.process_time()
+    run = stream(workload.sql, workload.tables, executor="tree", **options)
+    times, late = [], 0
+    for b in run:
+        lt = b.column("_late").to_numpy(zero_copy_only=False)
+        ts = b.column("_ts").to_numpy(zero_copy_only=False)
+        times.append(ts[~lt])
+        late += int(lt.sum())
+    cpu = time.process_time() - t0
+    s = run.stats
+    ex = run.cq.executor
+    if spill:
+        memory = list(ex.controller.samples)
+    else:
+        memory = [(ts * 1e-9, b) for _, ts, _, b in run.cq.stats.samples]
+    return {"runtime_times": np.concatenate(times) if times else np.zeros(0),
+            "late": late, "results": s["results"], "cpu": cpu,
+            "cleanup_cpu": s.get("cleanup_cpu_seconds", 0.0), "spills": s.get("spills", 0),
+            "spilled_bytes": s.get("spilled_bytes_model", 0),
+            "peak_bytes": s["peak_state_bytes"], "memory": memory,
+            "end": float(workload.tables["E"].column("ts")[-1].as_py())}
+
+
+def figures(args) -> int:
+    import numpy as np
+
+    from adaptcq.stream.spill_workload import spill_five_way
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary, over_time, memory_rows = [], [], []
+    verdicts = []
+    for fig in args.figures:
+        ratios = FIGURES[fig]
+        wl = spill_five_way(args.arrivals, ratios=ratios, seed=args.seed)
+        base = _run(wl, None)
+        budget = int(base["peak_bytes"] * args.budget_fraction)
+        print(f"Figure {fig}: join ratios {ratios}, {wl.n_updates:,} arrivals, "
+              f"K = {wl.params['tuple_range']:,}; unlimited: {base['results']:,} results, "
+              f"peak state {base['peak_bytes'] / 1e6:,.1f} MB (model), {base['cpu']:.1f} CPU-s; "
+              f"budget {budget / 1e6:,.1f} MB ({args.budget_fraction:g} of the peak)")
+        runs = {"unlimited": base}
+        for strategy in STRATEGIES:
+            r = _run(wl, {"strategy": strategy, "memory": budget, "cleanup": "end",
+                          "when_free": False, "seed": args.seed})
+            if r["results"] != base["results"]:
+                raise SystemExit(f"Figure {fig} {strategy}: {r['results']:,} results after "
+                                 f"clean-up, the unlimited run has {base['results']:,}")
+            runs[strategy] = r
+            print(f"  {strategy:>15}: run-time results {len(r['runtime_times']):>10,} "
+                  f"({len(r['runtime_times']) / base['results']:6.1%}), spills "
+                  f"{r['spills']:>4}, run {r['cpu'] - r['cleanup_cpu']:6.1f} CPU-s, "
+                  f"clean-up {r['cleanup_cpu']:6.1f} CPU-s")
+        edges = np.linspace(0, base["end"], BINS + 1)
+        for name, r in runs.items():
+            counts = np.histogram(r["runtime_times"] * 1e-9, bins=edges)[0].cumsum()
+            over_time += [{"figure": fig, "strategy": name, "minute": e / 60,
+                           "runtime_results": int(c)} for e, c in zip(edges[1:], counts)]
+            memory_rows += [{"figure": fig, "strategy": name, "minute": t / 60,
+                             "model_bytes": int(b)} for t, b in r["memory"]]
+            summary.append({"figure": fig, "ratios": "/".join(map(str, ratios)),
+                            "strategy": name, "arrivals": wl.n_updates,
+                            "budget_bytes": budget if name != "unlimited" else "",
+                            "runtime_results": len(r["runtime_times"]),
+                            "late_results": r["late"], "results": r["results"],
+                            "spills": r["spills"], "spilled_bytes_model": r["spilled_bytes"],
+                            "run_cpu_s": round(r["cpu"] - r["cleanup_cpu"], 3),
+                            "cleanup_cpu_s": round(r["cleanup_cpu"], 3)})
+        rt = {k: len(v["runtime_times"]) for k, v in runs.items()}
+        sp = {k: v["spills"] for k, v in runs.items()}
+        checks = [
+            ("penalty >= global output (run-time results)",
+             rt["global-penalty"] >= rt["global-output"]),
+            ("global output > local output", rt["global-output"] > rt["local-output"]),
+            ("global output > bottom-up", rt["global-output"] > rt["bottom-up"]),
+            ("penalty spills no more often than global output (Figure 17)",
+             sp["global-penalty"] <= sp["global-output"]),
+            ("bottom-up spills least often (Figure 18)",
+             sp["bottom-up"] <= min(sp["global-penalty"], sp["global-output"])),
+        ]
+        for what, ok in checks:
+            verdicts.append((fig, what, ok))
+            print(f"  paper's trend: {what}: {'HOLDS' if ok else 'DOES NOT HOLD'}")
+        _plot_results(out / f"fig{fig}.png", fig, ratios, over_time)
+        if fig == 16:
+            _plot_memory(out / "fig17.png", "Figure 17: global output vs. global output "
+                         "with penalty", memory_rows, fig, ("global-output", "global-penalty"),
+                         budget)
+            _plot_memory(out / "fig18.png", "Figure 18: global output with penalty vs. "
+                         "bottom-up", memory_rows, fig, ("global-penalty", "bottom-up"), budget)
+    write_csv(summary, out / "summary.csv")
+    write_csv(over_time, out / "results_over_time.csv")
+    write_csv(memory_rows, out / "memory.csv")
+    held = sum(ok for *_, ok in verdicts)
+    print(f"{held} of {len(verdicts)} trend checks hold; files under {out}")
+    return 0
+
+
+def _plot_results(path: Path, fig: int, ratios, rows) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.figure(figsize=(7, 4.5))
+    for name in ("unlimited", *STRATEGIES):
+        pts = [(r["minute"], r["runtime_results"]) for r in rows
+               if r["figure"] == fig and r["strategy"] == name]
+        plt.plot(*zip(*pts), label=name, linestyle="--" if name == "unlimited" else "-")
+    plt.xlabel("event time (minutes)")
+    plt.ylabel("run-time results (cumulative)")
+    plt.title(f"Figure {fig}: run-time throughput, join ratios {ratios}")
+    plt.legend()
+    plt.tight_layout()
+    plt.savefig(path, dpi=110)
+    plt.close()
+
+
+def _plot_memory(path: Path, title: str, rows, fig: int, names, budget: int) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.figure(figsize=(7, 4.5))
+    for name in names:
+        pts = [(r["minute"], r["model_bytes"] / 1e6) for r in rows
+               if r["figure"] == fig and r["strategy"] == name]
+        plt.plot(*zip(*pts), label=name)
+    plt.axhline(budget / 1e6, color="grey", linestyle=":", label="budget")
+    plt.xlabel("event time (minutes)")
+    plt.ylabel("state (MB, model of §2.2)")
+    plt.title(title)
+    plt.legend()
+    plt.tight_layout()
+    plt.savefig(path, dpi=110)
+    plt.close()
+
+
+# ----- perf: fresh processes -------------------------------------------------------------
+def single(folder: str, spill: str | None) -> dict:
+    """One run in this process (inputs read from ``folder``); CPU from getrusage."""
+    import pyarrow.parquet as pq
+
+    from adaptcq.runtime.local import current_rss, stream
+    sql = (Path(folder) / "query.sql").read_text()
+    tables = {s: pq.read_table(Path(folder) / f"{s}.parquet") for s in "ABCDE"}
+    rss0 = current_rss()
+    options = {"spill": json.loads(spill)} if spill else {}
+    run = stream(sql, tables, executor="tree", **options)
+    runtime = late = 0
+    for b in run:
+        n_late = b.column("_late").to_numpy(zero_copy_only=False).sum()
+        late += int(n_late)
+        runtime += b.num_rows - int(n_late)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    s = run.stats
+    with open("/proc/self/status") as f:
+        hwm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
+    return {"runtime_results": runtime, "late_results": late, "results": s["results"],
+            "engine_cpu_s": s["cpu_seconds"], "cleanup_cpu_s": s.get("cleanup_cpu_seconds", 0),
+            "process_cpu_s": ru.ru_utime + ru.ru_stime, "spills": s.get("spills", 0),
+            "peak_state_model": s["peak_state_bytes"], "peak_rss": hwm, "rss_before": rss0}
+
+
+def _fresh(folder: Path, spill: dict | None) -> dict:
+    cmd = [sys.executable, "-m", "adaptcq.bench.spill", "--single", str(folder)]
+    if spill:
+        cmd += ["--spill", json.dumps(spill)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def perf(args) -> int:
+    import pyarrow.parquet as pq
+
+    from adaptcq.stream.spill_workload import spill_five_way
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="adaptcq-spill-bench-") as tmp:
+        folder = Path(tmp)
+        wl = spill_five_way(args.arrivals, ratios=tuple(args.ratios), window=args.window,
+                            seed=args.seed)
+        for s, t in wl.tables.items():
+            pq.write_table(t, folder / f"{s}.parquet")
+        (folder / "query.sql").write_text(wl.sql)
+        print(f"the paper's plan, {wl.n_updates:,} arrivals, [RANGE {args.window:g} SECONDS], "
+              f"join ratios {tuple(args.ratios)}, K = {wl.params['tuple_range']:,}")
+        base = _fresh(folder, None)
+        budget = int(base["peak_state_model"] / 10)
+        print(f"  unlimited: {base['results']:,} results, {base['engine_cpu_s']:.1f} engine "
+              f"CPU-s, peak state {base['peak_state_model'] / 1e6:,.1f} MB (model), peak RSS "
+              f"{base['peak_rss'] / 2**20:,.0f} MiB")
+        spill = {"strategy": "global-penalty", "memory": budget, "cleanup": "end",
+                 "when_free": False}
+        r = _fresh(folder, spill)
+    if r["results"] != base["results"]:
+        raise SystemExit(f"penalty run: {r['results']:,} results, unlimited "
+                         f"{base['results']:,}")
+    run_cpu = r["engine_cpu_s"] - r["cleanup_cpu_s"]
+    rate_base = base["results"] / base["engine_cpu_s"]
+    rate = r["runtime_results"] / run_cpu
+    overhead = r["rss_before"]
+    rows = [{"run": "unlimited", "budget": "", **base},
+            {"run": "global-penalty", "budget": budget, **r}]
+    write_csv(rows, out / "perf.csv")
+    ok_rate = rate * 2 >= rate_base
+    ok_clean = r["cleanup_cpu_s"] < run_cpu
+    ok_rss = r["peak_rss"] <= budget + overhead
+    print(f"  global-penalty, budget {budget / 1e6:,.1f} MB: {r['runtime_results']:,} run-time "
+          f"results ({r['runtime_results'] / base['results']:.1%}), {r['spills']} spills, run "
+          f"{run_cpu:.1f} CPU-s, clean-up {r['cleanup_cpu_s']:.1f} CPU-s, peak RSS "
+          f"{r['peak_rss'] / 2**20:,.0f} MiB")
+    print(f"  run-time results per CPU-second: {rate:,.0f} against unlimited {rate_base:,.0f} "
+          f"({rate / rate_base:.2f}×; target ≥ 0.5×): {'MET' if ok_rate else 'NOT MET'}")
+    print(f"  clean-up {r['cleanup_cpu_s']:.1f} CPU-s against the run's {run_cpu:.1f}: "
+          f"{'MET' if ok_clean else 'NOT MET'}")
+    print(f"  peak RSS {r['peak_rss'] / 2**20:,.0f} MiB against the budget "
+          f"{budget / 2**20:,.0f} MiB + the fixed overhead {overhead / 2**20:,.0f} MiB (the "
+          f"process with its inputs loaded, before the run): {'MET' if ok_rss else 'NOT MET'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--single"]:
+        spill = argv[argv.index("--spill") + 1] if "--spill" in argv else None
+        print(json.dumps(single(argv[1], spill)))
+        return 0
+    p = argparse.ArgumentParser(prog="python -m adaptcq.bench.spill",
+                                description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    f = sub.add_parser("figures", help="Figures 16-20 and clean-up times (§6.2)")
+    f.add_argument("--arrivals", type=int, default=300_000,
+                   help="arrivals over the five streams (default 300,000: the paper's 50 "
+                   "minutes at 50 ms per stream)")
+    f.add_argument("--budget-fraction", type=float, default=0.25,
+                   help="the budget as a fraction of the unlimited run's peak state")
+    f.add_argument("--figures", type=lambda s: [int(x) for x in s.split(",")],
+                   default=list(FIGURES))
+    q = sub.add_parser("perf", help="the issue's performance check (fresh processes)")
+    q.add_argument("--arrivals", type=int, default=5_000_000)
+    q.add_argument("--window", type=float, default=20.0)
+    q.add_argument("--ratios", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[2, 1, 1])
+    for sp in (f, q):
+        sp.add_argument("--seed", type=int, default=0)
+        sp.add_argument("--out", default="results/spill")
+    args = p.parse_args(argv)
+    if getattr(args, "figures", None) and any(x not in FIGURES for x in args.figures):
+        p.error(f"--figures: choose from {', '.join(map(str, FIGURES))}")
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    return figures(args) if args.what == "figures" else perf(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
