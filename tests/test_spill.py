@@ -232,7 +232,7 @@ def _entries(rnd, n, stream_id):
 def test_merging_generations_in_any_order_gives_every_result_once(seed, k):
     """Lemmas 4.1–4.2: k self-contained generations merged by Eq. 3 in any order give,
     with the results produced inside each generation, the full join exactly once."""
-    q, op = _three_way()
+    _q, op = _three_way()
     rnd = random.Random(seed)
     gens = [[_entries(rnd, 4, s) for s in range(3)] for _ in range(k)]
 
@@ -338,7 +338,7 @@ def test_a_failing_disk_is_an_error_and_loses_nothing(tmp_path):
     def full_disk(path, data):
         raise OSError(28, "No space left on device")
 
-    q, cq, store, streams, tup = _small_run(tmp_path, writer=full_disk)
+    _q, cq, _store, streams, tup = _small_run(tmp_path, writer=full_disk)
     out = cq.process(streams[:3], None, [0, 0, 0], tup[:3])
     with pytest.raises(SpillError, match="No space left on device"):
         cq.executor.spill([(1, 0), (1, 1)])
@@ -352,7 +352,7 @@ def test_a_failing_disk_is_an_error_and_loses_nothing(tmp_path):
 
 
 def test_a_corrupt_or_missing_spill_file_is_named(tmp_path):
-    q, cq, store, streams, tup = _small_run(tmp_path)
+    q, cq, _store, streams, tup = _small_run(tmp_path)
     cq.process(streams[:3], None, [0, 0, 0], tup[:3])
     cq.executor.spill([(1, 0), (1, 1)])
     (f,) = tmp_path.glob("spill-*.arrow")

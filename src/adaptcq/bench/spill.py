@@ -71,6 +71,7 @@ def _run(workload, spill: dict | None) -> dict:
             "late": late, "results": s["results"], "cpu": cpu,
             "cleanup_cpu": s.get("cleanup_cpu_seconds", 0.0), "spills": s.get("spills", 0),
             "spilled_bytes": s.get("spilled_bytes_model", 0),
+            "file_bytes": s.get("spill_file_bytes", 0),
             "peak_bytes": s["peak_state_bytes"], "memory": memory,
             "end": float(workload.tables["E"].column("ts")[-1].as_py())}
 
@@ -117,6 +118,7 @@ def figures(args) -> int:
                             "runtime_results": len(r["runtime_times"]),
                             "late_results": r["late"], "results": r["results"],
                             "spills": r["spills"], "spilled_bytes_model": r["spilled_bytes"],
+                            "spill_file_bytes": r["file_bytes"],
                             "run_cpu_s": round(r["cpu"] - r["cleanup_cpu"], 3),
                             "cleanup_cpu_s": round(r["cleanup_cpu"], 3)})
         rt = {k: len(v["runtime_times"]) for k, v in runs.items()}

@@ -231,7 +231,7 @@ def build_operators(query: LogicalQuery, tree: Tree) -> list[Operator]:
 
     root = build(tree)
     if isinstance(root, str):
-        raise ValueError("the tree needs at least one join")
+        raise ValueError("the tree needs at least one join")  # noqa: TRY004
     for k, op in enumerate(ops, 1):
         op.id = k
     for op in ops:
@@ -294,7 +294,7 @@ def _wire(query: LogicalQuery, op: Operator) -> None:
         op.assemble.append(tuple(order.index(c) for c in range(m)))
         # The result in child order from the components in probe order: c[1] + c[0] + ...
         op.joiners.append(eval("lambda c: " + " + ".join(
-            f"c[{p}]" for p in op.assemble[-1])))  # noqa: S307 (built from integers)
+            f"c[{p}]" for p in op.assemble[-1])))
 
 
 def max_time(comp: tuple) -> float:
@@ -467,7 +467,7 @@ class SpillTree:
                         continue  # past its window: purged at its expiry
                     if checks and not _passes(checks, comps, c2):
                         continue
-                    nxt.append((pexp if pexp < e2 else e2, comps + (c2,)))
+                    nxt.append((pexp if pexp < e2 else e2, comps + (c2,)))  # noqa: FURB136 (hot)
             if not nxt:
                 partial = None
                 break
@@ -911,8 +911,8 @@ def _combine(op: Operator, subset: tuple[int, ...], delta: list[dict], base: lis
             nxt = []
             for pexp, pt, comps in partial:
                 for e2, t2, c2 in lists[j]:
-                    e = pexp if pexp < e2 else e2
-                    t = pt if pt > t2 else t2
+                    e = pexp if pexp < e2 else e2  # noqa: FURB136 (the hot loop)
+                    t = pt if pt > t2 else t2  # noqa: FURB136
                     if t > e or (checks and not _passes(checks, comps, c2)):
                         continue
                     nxt.append((e, t, comps + (c2,)))

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.ipc as ipc
+from pyarrow import ipc
 
 from adaptcq.errors import AdaptcqError
 

@@ -66,7 +66,7 @@ def spill_five_way(n_updates: int = 300_000, ratios=(3, 1, 1), seed: int = 0,
     per = n_updates // len(STREAMS)
     if per < 1:
         raise WorkloadError(f"n_updates must be at least {len(STREAMS)}, got {n_updates}")
-    k = tuple_range or (per if window is None else max(1, int(round(window / INTERARRIVAL))))
+    k = tuple_range or (per if window is None else max(1, round(window / INTERARRIVAL)))
     rng = np.random.default_rng(seed)
     table = [_ratios(r, partitions, rng) for r in ratios]
     ts = np.arange(per, dtype=np.float64) * INTERARRIVAL
