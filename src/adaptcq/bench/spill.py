@@ -21,6 +21,7 @@ the inputs loaded).
     python -m adaptcq.bench.spill figures [--arrivals 300000] [--budget-fraction 0.25]
         [--figures 16,19,20] [--out results/spill]
     python -m adaptcq.bench.spill perf [--arrivals 5000000] [--window 20] [--ratios 2,1,1]
+    python -m adaptcq.bench.spill formats [--arrivals 100000]
 
 Writes ``summary.csv``, ``results_over_time.csv``, ``memory.csv``, ``fig16.png`` ...
 ``fig20.png`` (figures) and ``perf.csv`` (perf) under OUT.
@@ -274,6 +275,73 @@ def perf(args) -> int:
     return 0
 
 
+def formats(args) -> int:
+    """The spill store's file format, chosen by measurement: the spill events of a Figure
+    16 run (kept with ``--cleanup off``) written and read back as Arrow IPC (zstd, lz4,
+    none) and Parquet (zstd, snappy); CPU seconds and bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyarrow import ipc
+
+    from adaptcq.runtime.local import run
+    from adaptcq.stream.spill_workload import spill_five_way
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    wl = spill_five_way(args.arrivals, ratios=(3, 1, 1), seed=args.seed)
+    with tempfile.TemporaryDirectory(prefix="adaptcq-spill-formats-") as tmp:
+        base = run(wl.sql, wl.tables, executor="tree").stats["peak_state_bytes"]
+        run(wl.sql, wl.tables, spill={"strategy": "global-penalty", "memory": base // 4,
+                                      "cleanup": "off", "directory": tmp, "when_free": False})
+        tables = []
+        for f in sorted(Path(tmp).glob("spill-*.arrow")):
+            with pa.memory_map(str(f)) as src:
+                tables.append(ipc.open_file(src).read_all())
+        rows = sum(t.num_rows for t in tables)
+
+        def timed(write, read) -> tuple[float, float, int]:
+            folder = Path(tmp) / "fmt"
+            folder.mkdir(exist_ok=True)
+            for p in folder.iterdir():
+                p.unlink()
+            t0 = time.process_time()
+            for k, t in enumerate(tables):
+                write(t, folder / f"{k}")
+            t1 = time.process_time()
+            for k in range(len(tables)):
+                read(folder / f"{k}")
+            t2 = time.process_time()
+            return t1 - t0, t2 - t1, sum(p.stat().st_size for p in folder.iterdir())
+
+        def ipc_writer(codec):
+            def write(t, path):
+                with ipc.new_file(str(path), t.schema,
+                                  options=ipc.IpcWriteOptions(compression=codec)) as w:
+                    w.write_table(t)
+            return write
+
+        def ipc_read(path):
+            with pa.memory_map(str(path)) as src:
+                ipc.open_file(src).read_all().to_pylist()
+
+        cases = {f"arrow-ipc-{c or 'none'}": (ipc_writer(c), ipc_read)
+                 for c in ("zstd", "lz4", None)}
+        for codec in ("zstd", "snappy"):
+            cases[f"parquet-{codec}"] = (
+                lambda t, path, codec=codec: pq.write_table(t, str(path), compression=codec),
+                lambda path: pq.read_table(str(path)).to_pylist())
+        rows_out = []
+        for name, (w, r) in cases.items():
+            wt, rt, size = timed(w, r)
+            rows_out.append({"format": name, "files": len(tables), "rows": rows,
+                             "write_cpu_s": round(wt, 3), "read_cpu_s": round(rt, 3),
+                             "bytes": size})
+            print(f"{name:>18}: write {wt:6.3f} CPU-s, read (to Python rows) {rt:6.3f} "
+                  f"CPU-s, {size / 1e6:8.1f} MB for {rows:,} stored inputs in "
+                  f"{len(tables)} spill events")
+    write_csv(rows_out, out / "formats.csv")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--single"]:
@@ -296,14 +364,16 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--window", type=float, default=20.0)
     q.add_argument("--ratios", type=lambda s: [int(x) for x in s.split(",")],
                    default=[2, 1, 1])
-    for sp in (f, q):
+    fm = sub.add_parser("formats", help="the spill file format, by measurement")
+    fm.add_argument("--arrivals", type=int, default=100_000)
+    for sp in (f, q, fm):
         sp.add_argument("--seed", type=int, default=0)
         sp.add_argument("--out", default="results/spill")
     args = p.parse_args(argv)
     if getattr(args, "figures", None) and any(x not in FIGURES for x in args.figures):
         p.error(f"--figures: choose from {', '.join(map(str, FIGURES))}")
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    return figures(args) if args.what == "figures" else perf(args)
+    return {"figures": figures, "perf": perf, "formats": formats}[args.what](args)
 
 
 if __name__ == "__main__":

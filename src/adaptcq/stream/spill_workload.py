@@ -24,7 +24,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from adaptcq.stream.workloads import Workload, WorkloadError, _table
+from adaptcq.stream.workloads import (
+    Workload,
+    WorkloadError,
+    _check_n_updates,
+    _check_seed,
+    _table,
+)
 
 STREAMS = ("A", "B", "C", "D", "E")
 INTERARRIVAL = 0.05   # §6.1: "The average tuple interarrival time is set to be 50 ms"
@@ -63,9 +69,8 @@ def spill_five_way(n_updates: int = 300_000, ratios=(3, 1, 1), seed: int = 0,
     if len(ratios) != 3:
         raise WorkloadError(f"ratios: three average join ratios (Join1, Join2, Join3), "
                             f"got {ratios!r}")
-    per = n_updates // len(STREAMS)
-    if per < 1:
-        raise WorkloadError(f"n_updates must be at least {len(STREAMS)}, got {n_updates}")
+    seed = _check_seed(seed)
+    per = _check_n_updates(n_updates, len(STREAMS)) // len(STREAMS)
     k = tuple_range or (per if window is None else max(1, round(window / INTERARRIVAL)))
     rng = np.random.default_rng(seed)
     table = [_ratios(r, partitions, rng) for r in ratios]
