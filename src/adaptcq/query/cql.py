@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-import networkx as nx
 import sqlglot
 import sqlglot.expressions as exp
 from sqlglot.errors import ParseError, TokenError
@@ -689,7 +688,18 @@ class _Parser:
         return {s.alias: tuple(per_source[s.source]) for s in self.streams}
 
     def check_connected(self, query: LogicalQuery) -> None:
-        parts = list(nx.connected_components(query.join_graph))
+        adj, parts, seen = query.adjacency(), [], set()
+        for a in query.aliases:  # the join graph's connected components
+            if a in seen:
+                continue
+            part, todo = {a}, [a]
+            while todo:
+                for b in adj[todo.pop()]:
+                    if b not in part:
+                        part.add(b)
+                        todo.append(b)
+            seen |= part
+            parts.append(part)
         if len(parts) < 2:
             return
         order = {a: i for i, a in enumerate(query.aliases)}
