@@ -54,7 +54,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from adaptcq.engine.continuous import Counters, row_key
 from adaptcq.engine.rules import check_order, connected_order
@@ -62,6 +61,7 @@ from adaptcq.errors import OptionError
 from adaptcq.query.arrow_expr import arrow_predicate
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.estimators import Ratio
+from adaptcq.stream.arrays import from_numpy, null_mask, numpy_dtype, storage_type, to_numpy
 from adaptcq.stream.merge import ArrivalBatch
 
 INF = np.iinfo(np.int64).max  # the deletion position of a row still in its window
@@ -100,62 +100,34 @@ def batch_from_rows(query: LogicalQuery, schemas: Mapping[str, pa.Schema],
 
 
 # ----- values and key codes ------------------------------------------------------------------
-def _decoded(arr) -> pa.Array:
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
-    return arr
-
-
 def _value_type(t: pa.DataType) -> pa.DataType:
     """A column's type as the engine holds it (a dictionary decoded to its values)."""
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
-def _storage(t: pa.DataType) -> pa.DataType | None:
-    """The integer type a fixed-width temporal type is stored as (None: not temporal)."""
-    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t) or \
-            pa.types.is_time64(t):
-        return pa.int64()
-    if pa.types.is_date32(t) or pa.types.is_time32(t):
-        return pa.int32()
-    return None
-
-
-def _is_primitive(t: pa.DataType) -> bool:
-    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-            or _storage(t) is not None)
-
-
 class Values:
     """How one input column is held in a window: numpy values and a NULL mask for
-    fixed-width types (ints, floats, bools, times), numpy objects for the rest."""
+    fixed-width types (ints, floats, bools, times: ``stream.arrays``), numpy objects for
+    the rest."""
 
     def __init__(self, t: pa.DataType):
         self.type = t
-        self.storage = _storage(t)
-        self.primitive = _is_primitive(t)
+        self.dtype = numpy_dtype(t)
+        self.primitive = self.dtype is not None
+        if self.dtype is None:
+            self.dtype = np.dtype(object)
 
     def to_numpy(self, arr) -> tuple[np.ndarray, np.ndarray]:
-        arr = _decoded(arr)
-        mask = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count \
-            else np.zeros(len(arr), bool)
-        if not self.primitive:
-            return arr.to_numpy(zero_copy_only=False), mask
-        if self.storage is not None:
-            arr = arr.view(self.storage)
-        if arr.null_count:
-            arr = pc.fill_null(arr, False if pa.types.is_boolean(arr.type) else 0)
-        return arr.to_numpy(zero_copy_only=False), mask
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        return to_numpy(arr), null_mask(arr)
 
     def to_arrow(self, values: np.ndarray, mask: np.ndarray) -> pa.Array:
-        m = mask if mask.any() else None
         if not self.primitive:
-            return pa.array(values, type=self.type, mask=m)
-        if self.storage is not None:
-            return pa.array(values, type=self.storage, mask=m).view(self.type)
-        return pa.array(values, type=self.type, mask=m)
+            return pa.array(values, type=self.type, mask=mask if mask.any() else None)
+        return from_numpy(values, self.type, mask)
 
 
 class KeyCoding:
@@ -167,7 +139,7 @@ class KeyCoding:
         big = any(t == pa.uint64() for t in types)
         numbers = all(pa.types.is_integer(t) or pa.types.is_floating(t)
                       or pa.types.is_boolean(t) for t in types)
-        same_time = len(set(types)) == 1 and _storage(types[0]) is not None
+        same_time = len(set(types)) == 1 and storage_type(types[0]) is not None
         if (ints and not big) or same_time:
             self.kind = "int"
         elif numbers and not big:
@@ -255,8 +227,7 @@ class ColumnWindow:
         dtypes = {"ins": np.int64, "del": np.int64, "dts": ts_dtype, "ts": ts_dtype,
                   "cnt": np.int64}
         for c, v in self.values.items():
-            probe = v.to_numpy(pa.nulls(0, v.type))[0]
-            dtypes["v:" + c] = probe.dtype
+            dtypes["v:" + c] = v.dtype
             dtypes["m:" + c] = np.bool_
         for c in self.codings:
             dtypes["c:" + c] = np.int64
@@ -872,7 +843,7 @@ class VectorJoin:
             if self.values[i] is not None:  # explicit-deletion stream: remember values
                 self._remember(i, table, passed, start_sid)
             if len(keep) < len(idx):
-                table = table.take(pa.array(keep))
+                table = table.take(from_numpy(keep))
             k_in = idx[keep]
             w.append(table, ts[k_in], cnt[keep], np.zeros(len(keep), np.int64))
             sids = np.arange(start_sid, w.end, dtype=np.int64)
@@ -1004,7 +975,7 @@ class VectorJoin:
             ins_sids.append(sid)
             sid += 1
         if ins_rows:
-            part = table.take(pa.array(ins_rows, pa.int64()))
+            part = table.take(from_numpy(np.asarray(ins_rows, np.int64)))
             k_in = np.asarray(ins_k, np.int64)
             w.append(part, ts[k_in], np.zeros(len(k_in), np.int64),
                      np.zeros(len(k_in), np.int64))
@@ -1147,7 +1118,7 @@ class VectorJoin:
             names.append(o.name)
         sign = np.concatenate([np.full(len(x[1]), x[2], np.int8) for x in parts])[order]
         ts = np.concatenate([x[3] for x in parts])[order]
-        arrays += [pa.array(sign, pa.int8()), pa.array(ts), pa.array(p[order], pa.int64())]
+        arrays += [from_numpy(sign), from_numpy(ts), from_numpy(p[order])]
         names += ["_sign", "_ts", "_pos"]
         return pa.table(arrays, names=names)
 
@@ -1157,7 +1128,7 @@ class VectorJoin:
         fields += [pa.field("_sign", pa.int8()), pa.field("_ts", pa.int64())]
         if positions:
             fields.append(pa.field("_pos", pa.int64()))
-        return pa.schema(fields).empty_table()
+        return pa.table([pa.nulls(0, f.type) for f in fields], schema=pa.schema(fields))
 
     def _expire(self, deleted) -> None:
         """Rows deleted in this batch leave their windows (a prefix, or marked dead)."""

@@ -33,6 +33,7 @@ from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.output import OutputClosed
+from adaptcq.stream.arrays import to_numpy
 from adaptcq.stream.eventtime import (
     check_unit,
     from_nanoseconds,
@@ -407,7 +408,7 @@ class LocalRun:
         arrays = []
         for f, col in zip(self.schema, out.columns):
             if f.name == "_ts":
-                arrays.append(from_nanoseconds(col.to_numpy(), f.type, self.unit))
+                arrays.append(from_nanoseconds(to_numpy(col), f.type, self.unit))
             else:
                 col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
                 arrays.append(col if col.type == f.type else col.cast(f.type))
