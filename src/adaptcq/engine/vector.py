@@ -58,7 +58,6 @@ import pyarrow as pa
 from adaptcq.engine.continuous import Counters, row_key
 from adaptcq.engine.rules import check_order, connected_order
 from adaptcq.errors import OptionError
-from adaptcq.query.arrow_expr import arrow_predicate
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.estimators import Ratio
 from adaptcq.stream.arrays import from_numpy, null_mask, numpy_dtype, storage_type, to_numpy
@@ -608,6 +607,9 @@ class VectorJoin:
         if schemas is None:
             raise OptionError("VectorJoin needs the streams' Arrow schemas")
         self.query, self.mode = query, mode
+        self.aliases = query.aliases
+        self._index = {a: i for i, a in enumerate(self.aliases)}  # alias -> stream index
+        self._steps: dict[tuple[str, tuple[str, ...]], list[_Step]] = {}
         self.schemas = dict(schemas)
         self.retract = mode == "retract"
         self.time_unit = time_unit
@@ -616,10 +618,14 @@ class VectorJoin:
         self.selections = [
             compile_predicate(query.selections[a], query.columns[a], a, query.types)
             if query.selections.get(a) is not None else None for a in aliases]
-        # The same selections over column batches, where they translate (query.arrow_expr).
-        self.column_selections = [arrow_predicate(query.selections.get(a), a,
-                                                  query.types.get(a))
-                                  for a in aliases]
+        # The same selections over column batches, where they translate (query.arrow_expr;
+        # imported only for a selection: it loads pyarrow.compute).
+        self.column_selections: list = [None] * len(aliases)
+        if any(sel is not None for sel in self.selections):
+            from adaptcq.query.arrow_expr import arrow_predicate
+            self.column_selections = [arrow_predicate(query.selections.get(a), a,
+                                                      query.types.get(a))
+                                      for a in aliases]
         types = {(a, c): _value_type(schemas[a].field(c).type)
                  for a in aliases for c in query.columns[a]}
         self.codings: dict[ColumnRef, KeyCoding] = {}
@@ -682,6 +688,13 @@ class VectorJoin:
         self.orders[stream] = check_order(self.query.aliases, stream, order)
 
     def steps(self, stream: str) -> list[_Step]:
+        key = (stream, tuple(self.orders[stream]))
+        got = self._steps.get(key)
+        if got is None:
+            got = self._steps[key] = self._plan_steps(stream)
+        return got
+
+    def _plan_steps(self, stream: str) -> list[_Step]:
         q, prefix, out = self.query, [stream], []
         for s in self.orders[stream]:
             pairs = q.join_key(s, frozenset(prefix))
@@ -1006,7 +1019,7 @@ class VectorJoin:
                 sids, p = sids[order], p[order]
                 drivers.append((i, sids, p, -1, w.col("dts")[sids - w.base]))
         for i in {d[0] for d in drivers}:
-            a = self.query.aliases[i]
+            a = self.aliases[i]
             order = tuple(self.orders[a])
             self.order_log[a][order] = self.order_log[a].get(order, 0) + 1
         out = []
@@ -1037,22 +1050,23 @@ class VectorJoin:
     def _pipeline(self, i: int, sids: np.ndarray, p: np.ndarray, sign: int, ts: np.ndarray):
         """ΔX ⋈ … for driving rows ``sids`` of stream i at positions ``p``: every
         combination of rows present at each p (the band at every step)."""
-        alias = self.query.aliases[i]
-        aliases = self.query.aliases
+        alias = self.aliases[i]
+        index_of = self._index
         cur = {i: sids}
         drv = np.arange(len(sids))
         for st in self.steps(alias):
             if not len(drv):
                 break
-            y = aliases.index(st.stream)
+            y = index_of[st.stream]
             w = self.windows[y]
             pc_ = p[drv]
             pairs = _pairs_present(w, pc_)  # pairs the step could join: σ's denominator
             if st.key:
                 codes, null = [], np.zeros(len(drv), bool)
                 for ref in st.refs:
-                    zw = self.windows[aliases.index(ref.stream)]
-                    local = cur[aliases.index(ref.stream)] - zw.base
+                    z = index_of[ref.stream]
+                    zw = self.windows[z]
+                    local = cur[z] - zw.base
                     codes.append(zw.col("c:" + ref.column)[local])
                     null |= zw.col("n:" + ref.column)[local]
                 q = _combine(codes)
@@ -1093,12 +1107,12 @@ class VectorJoin:
         return cur, p[drv], sign, ts[drv]
 
     def _check(self, st: _Step, y: int, ysid, cur, j) -> np.ndarray:
-        aliases = self.query.aliases
         w = self.windows[y]
         ok = np.ones(len(j), bool)
         for c, ref in zip(st.key, st.refs):
-            zw = self.windows[aliases.index(ref.stream)]
-            zl = cur[aliases.index(ref.stream)][j] - zw.base
+            z = self._index[ref.stream]
+            zw = self.windows[z]
+            zl = cur[z][j] - zw.base
             yl = ysid - w.base
             ok &= w.col("c:" + c)[yl] == zw.col("c:" + ref.column)[zl]
             if self.codings[ref].kind == "hash":

@@ -114,8 +114,8 @@ class _Feed:
         self.max_ts: int | None = None
         self.next_row = 0
         self.columns = sorted({c for _, cols in aliases for c in cols})
-        empty = pa.table({c: pa.nulls(0, src.schema.field(c).type) for c in self.columns})
-        self.table = empty.cast(naive_schema(empty.schema))
+        schema = naive_schema(pa.schema([src.schema.field(c) for c in self.columns]))
+        self.table = pa.table([pa.nulls(0, f.type) for f in schema], schema=schema)
         self.ts = np.empty(0, np.int64)
         self.pos = np.empty(0, np.int64)
         self.signs = np.empty(0, np.int64) if sign else None
