@@ -317,10 +317,8 @@ class _Run:
 
     __slots__ = ("L", "bits", "cmax", "cmin", "code", "comb", "direct", "rank", "s0", "sid")
 
-    def __init__(self, s0: int, s1: int, code: np.ndarray, sid: np.ndarray,
-                 presorted: bool = False):
-        """``code``, ``sid`` of the rows (NULL keys left out); ``presorted``: already in
-        (code, sid) runs to merge (a merge of two runs: a stable sort is then linear)."""
+    def __init__(self, s0: int, s1: int, code: np.ndarray, sid: np.ndarray):
+        """``code``, ``sid`` of the rows (NULL keys left out), in sid order."""
         self.s0, self.L = s0, max(1, s1 - s0)
         n = len(code)
         cmin = int(code.min()) if n else 0
@@ -335,7 +333,7 @@ class _Run:
             self.bits[code - cmin] = True
         if self.direct:
             comb = (code - cmin) * self.L + (sid - s0)
-            comb.sort(kind="stable" if presorted else "quicksort")
+            comb.sort()  # unique values: any sort is stable
             self.comb = comb
             self.code = self.rank = self.sid = None
             return
@@ -356,21 +354,6 @@ class _Run:
             code, sid = code[keep], sid[keep]
         return cls(s0, s1, code, sid)
 
-    @classmethod
-    def merge(cls, a: _Run, b: _Run, base: int) -> _Run:
-        """One run of ``a`` and ``b`` (adjacent, ``a`` first), without sids below
-        ``base`` (rows gone from the window)."""
-        codes, sids = [], []
-        for r in (a, b):
-            code, sid = r.rows()
-            if (sid < base).any():
-                keep = sid >= base
-                code, sid = code[keep], sid[keep]
-            codes.append(code)
-            sids.append(sid)
-        s0 = max(a.s0, base)
-        return cls(s0, b.s1, np.concatenate(codes), np.concatenate(sids), presorted=True)
-
     def has(self, q: np.ndarray) -> np.ndarray:
         """Per code of q: whether this run holds a row with it (any sid)."""
         n = len(self.comb)
@@ -385,13 +368,6 @@ class _Run:
             return ok & (a < n) & (self.comb[np.minimum(a, n - 1)] < r0 + self.L)
         g = np.searchsorted(self.code, q, "left")
         return (g < n) & (self.code[np.minimum(g, n - 1)] == q)
-
-    def rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """(code, sid) of the rows, in (code, sid) order."""
-        if self.direct:
-            q, r = np.divmod(self.comb, self.L)
-            return q + self.cmin, r + self.s0
-        return self.code, self.sid
 
     def __len__(self) -> int:
         return len(self.comb)
@@ -441,14 +417,22 @@ class RunIndex:
         self._hit_rate = 1.0  # matches per probe of the last probe (capped at 1)
 
     def refresh(self, win: ColumnWindow) -> None:
+        """Drop the runs that left the window and index the rows stored since: a new run,
+        merged with the runs before it while one is no larger than twice the next. A
+        merge is decided on the runs' sizes first and then built at once from the
+        window's columns (the rows of consecutive runs are one range of sids), so a
+        batch sorts its rows once instead of sorting them and then merging runs."""
         runs = [r for r in self.runs if r.s1 > win.base]
         self.covered = max(self.covered, win.base)
         if self.covered < win.end:
-            runs.append(_Run.of(win, self.key, self.covered, win.end))
+            size = win.end - self.covered
+            first = self.covered
+            while runs and len(runs[-1]) - max(0, win.base - runs[-1].s0) <= 2 * size:
+                old = runs.pop()
+                size += len(old)
+                first = max(old.s0, win.base)
+            runs.append(_Run.of(win, self.key, first, win.end))
             self.covered = win.end
-        while len(runs) >= 2 and len(runs[-2]) <= 2 * len(runs[-1]):
-            last = runs.pop()
-            runs.append(_Run.merge(runs.pop(), last, win.base))
         self.runs = runs
 
     def candidates(self, q: np.ndarray) -> np.ndarray | None:
