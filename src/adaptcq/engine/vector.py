@@ -379,11 +379,17 @@ class _Run:
     def probe(self, q: np.ndarray, lo: np.ndarray, hi: np.ndarray):
         """(probe index, sid) of the rows with code q[j] and sid in [lo[j], hi[j])."""
         n = len(self.comb)
+        if not len(q):
+            return None
         if self.direct:
-            j = np.flatnonzero((q >= self.cmin) & (q <= self.cmax))
-            if not len(j):
-                return None
-            r0 = (q[j] - self.cmin) * self.L
+            if int(q.min()) >= self.cmin and int(q.max()) <= self.cmax:
+                j = None  # every probe's code is in the run's range: no selection
+                r0 = (q - self.cmin) * self.L
+            else:
+                j = np.flatnonzero((q >= self.cmin) & (q <= self.cmax))
+                if not len(j):
+                    return None
+                r0 = (q[j] - self.cmin) * self.L
         else:
             g = np.searchsorted(self.code, q, "left")
             gc = np.minimum(g, n - 1)
@@ -391,14 +397,24 @@ class _Run:
             if not len(j):
                 return None
             r0 = self.rank[gc[j]] * self.L
+        if j is not None:
+            lo, hi = lo[j], hi[j]
+        s0, s1 = self.s0, self.s1
+        if int(lo.min()) >= s0 and int(hi.max()) <= s1:  # the bands lie inside the run
+            t_lo, t_hi = r0 + (lo - s0), r0 + (hi - s0)
+        else:
+            t_lo = r0 + np.clip(lo - s0, 0, self.L)
+            t_hi = r0 + np.clip(hi - s0, 0, self.L)
         comb = self.comb
-        t_hi = r0 + np.clip(hi[j] - self.s0, 0, self.L)
-        a = np.searchsorted(comb, r0 + np.clip(lo[j] - self.s0, 0, self.L), "left")
+        a = np.searchsorted(comb, t_lo, "left")
         # Most probes of a selective join find nothing: test the first candidate before
         # searching for the end of the range.
         hit = np.flatnonzero((a < n) & (comb[np.minimum(a, n - 1)] < t_hi))
-        if len(hit) < len(j):
-            j, a, t_hi = j[hit], a[hit], t_hi[hit]
+        if len(hit) < len(a):
+            a, t_hi = a[hit], t_hi[hit]
+            j = hit if j is None else j[hit]
+        elif j is None:
+            j = np.arange(len(a))
         b = np.searchsorted(comb, t_hi, "left")
         jj, at = _expand(j, a, b - a)
         if self.direct:
@@ -569,6 +585,8 @@ def _expand(j: np.ndarray, starts: np.ndarray, counts: np.ndarray
     total = int(counts.sum())
     if total == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
+    if total == len(counts) and counts.max() <= 1:  # one position each (a key join)
+        return j, starts
     rep = np.repeat(np.arange(len(counts)), counts)
     ends = np.cumsum(counts)
     at = np.arange(total, dtype=np.int64) - (ends - counts)[rep] + starts[rep]
