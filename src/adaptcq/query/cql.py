@@ -44,6 +44,7 @@ from adaptcq.query.logical import (
     OutputColumn,
     StreamRef,
     Window,
+    components,
 )
 
 Schemas = dict[str, dict[str, str]]
@@ -688,18 +689,7 @@ class _Parser:
         return {s.alias: tuple(per_source[s.source]) for s in self.streams}
 
     def check_connected(self, query: LogicalQuery) -> None:
-        adj, parts, seen = query.adjacency(), [], set()
-        for a in query.aliases:  # the join graph's connected components
-            if a in seen:
-                continue
-            part, todo = {a}, [a]
-            while todo:
-                for b in adj[todo.pop()]:
-                    if b not in part:
-                        part.add(b)
-                        todo.append(b)
-            seen |= part
-            parts.append(part)
+        parts = components(query.adjacency())
         if len(parts) < 2:
             return
         order = {a: i for i, a in enumerate(query.aliases)}

@@ -226,6 +226,24 @@ def graph_shape(g: nx.Graph) -> Shape:
     return adjacency_shape({n: tuple(g.neighbors(n)) for n in g.nodes})
 
 
+def components(adj: Mapping[str, Iterable[str]]) -> list[set[str]]:
+    """The connected components of a graph given as neighbour lists, in the order of their
+    first node in ``adj``."""
+    out, seen = [], set()
+    for a in adj:
+        if a in seen:
+            continue
+        part, todo = {a}, [a]
+        while todo:
+            for b in adj[todo.pop()]:
+                if b not in part:
+                    part.add(b)
+                    todo.append(b)
+        seen |= part
+        out.append(part)
+    return out
+
+
 def adjacency_shape(adj: Mapping[str, Iterable[str]]) -> Shape:
     """:func:`graph_shape` of a graph given as neighbour lists (a disconnected graph is not
     a tree, so it is "cyclic")."""
@@ -233,15 +251,7 @@ def adjacency_shape(adj: Mapping[str, Iterable[str]]) -> Shape:
     if n <= 2:
         return "linear"
     degrees = sorted(len(set(nb)) for nb in adj.values())
-    edges = sum(degrees) // 2
-    start = next(iter(adj))
-    reached, todo = {start}, [start]
-    while todo:
-        for m in adj[todo.pop()]:
-            if m not in reached:
-                reached.add(m)
-                todo.append(m)
-    if edges != n - 1 or len(reached) != n:  # not a tree
+    if sum(degrees) // 2 != n - 1 or len(components(adj)) != 1:  # not a tree
         return "cyclic"
     if degrees[-1] <= 2:
         return "linear"
