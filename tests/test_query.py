@@ -264,6 +264,13 @@ def test_shapes(where, shape):
     streams = sorted({w[0] for w in where.replace(" AND ", " ").split() if w[1:2] == "."})
     q = parse_query(f"SELECT A.x FROM {', '.join(streams)} WHERE {where}")
     assert q.shape == shape
+    # the networkx-free views (join_edges, adjacency, shape) agree with the nx.Graph
+    from adaptcq.query.logical import graph_shape
+    g = q.join_graph
+    assert graph_shape(g) == shape
+    assert list(q.join_edges()) == list(g.edges)
+    assert all(q.join_edges()[e] == g.edges[e]["predicates"] for e in g.edges)
+    assert q.adjacency() == {a: tuple(g.neighbors(a)) for a in q.aliases}
 
 
 def test_complete_graph_from_one_class():

@@ -234,3 +234,22 @@ def test_advance_to_and_load_match_mjoin(data, seed):
     rest = batch_from_rows(q, first.schemas, streams[cut:], None, ts[cut:], rows[cut:])
     assert first.process_batch(rest).to_pylist() == whole.process_batch(rest).to_pylist()
     assert first.state_tuples() == whole.state_tuples()
+
+
+def test_update_ranks_is_the_processing_order():
+    """_update_ranks counts instead of sorting: against the sort it replaces, by (arrival,
+    phase, then for time expiries (e, tie)), equal keys in the order listed."""
+    from adaptcq.engine.vector import _update_ranks
+    rng = np.random.default_rng(3)
+    for trial in range(500):
+        n = int(rng.integers(0, 30))
+        k, phase = rng.integers(0, 6, n), rng.integers(0, 3, n)
+        e = rng.integers(0, 4, n) if trial % 2 else rng.random(n)
+        tie = rng.integers(0, 5, n)
+        if trial % 3 == 0:  # times that grow with the arrival, as _time_expiries lists them
+            e = np.sort(e)[np.argsort(np.argsort(k, kind="stable"), kind="stable")]
+        key = [(k[u], phase[u], e[u] if phase[u] == 0 else 0, tie[u] if phase[u] == 0 else 0,
+                u) for u in range(n)]
+        want = np.empty(n, np.int64)
+        want[sorted(range(n), key=key.__getitem__)] = np.arange(n)
+        assert _update_ranks(k, phase, e, tie).tolist() == want.tolist()

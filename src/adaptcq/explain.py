@@ -107,7 +107,7 @@ def graph_from_json(query, data) -> object:
     sels = data.get("selectivities", {})
     if not isinstance(sels, dict):
         raise AdaptcqError("statistics: 'selectivities' must map \"A,B\" to σ")
-    edges = {frozenset(e) for e in query.join_graph.edges()}
+    edges = {frozenset(e) for e in query.join_edges()}
     sel = {}
     for key, sigma in sels.items():
         parts = [x.strip() for x in str(key).split(",")]

@@ -33,7 +33,7 @@ def measured_graph(query: LogicalQuery, sizes: Mapping[str, int],
     σ(a → b) and σ(b → a) that exist, else 1 / the larger window."""
     rates = {a: float(max(1, sizes.get(a, 0))) for a in query.aliases}
     sel = {}
-    for a, b in query.join_graph.edges:
+    for a, b in query.join_edges():
         seen = [selectivity[k] for k in ((a, b), (b, a)) if k in selectivity]
         sigma = sum(seen) / len(seen) if seen else 1.0 / max(rates[a], rates[b])
         sel[(a, b)] = min(1.0, max(sigma, 1e-12))

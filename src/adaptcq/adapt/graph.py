@@ -55,7 +55,7 @@ def join_graph_from_stats(query, profile, *, c_insert: float = 1.0,
         else:
             window = 1.0
     sel = {}
-    for a, b in query.join_graph.edges():
+    for a, b in query.join_edges():
         sigma = profile.selectivity(a, b)
         if sigma is None:
             sigma = 1.0

@@ -47,8 +47,7 @@ def admissible(neighbors: Mapping[str, Iterable[str]], prefix: Iterable[str],
 
 def adjacency(query: LogicalQuery) -> dict[str, tuple[str, ...]]:
     """The query's join graph as neighbour lists (what :func:`admissible` reads)."""
-    g = query.join_graph
-    return {a: tuple(g.neighbors(a)) for a in query.aliases}
+    return query.adjacency()
 
 
 def connected_order(query: LogicalQuery, start: str) -> list[str]:

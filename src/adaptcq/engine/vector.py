@@ -54,14 +54,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from adaptcq.engine.continuous import Counters, row_key
 from adaptcq.engine.rules import check_order, connected_order
 from adaptcq.errors import OptionError
-from adaptcq.query.arrow_expr import arrow_predicate
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.estimators import Ratio
+from adaptcq.stream.arrays import from_numpy, null_mask, numpy_dtype, storage_type, to_numpy
 from adaptcq.stream.merge import ArrivalBatch
 
 INF = np.iinfo(np.int64).max  # the deletion position of a row still in its window
@@ -100,62 +99,34 @@ def batch_from_rows(query: LogicalQuery, schemas: Mapping[str, pa.Schema],
 
 
 # ----- values and key codes ------------------------------------------------------------------
-def _decoded(arr) -> pa.Array:
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
-    return arr
-
-
 def _value_type(t: pa.DataType) -> pa.DataType:
     """A column's type as the engine holds it (a dictionary decoded to its values)."""
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
-def _storage(t: pa.DataType) -> pa.DataType | None:
-    """The integer type a fixed-width temporal type is stored as (None: not temporal)."""
-    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t) or \
-            pa.types.is_time64(t):
-        return pa.int64()
-    if pa.types.is_date32(t) or pa.types.is_time32(t):
-        return pa.int32()
-    return None
-
-
-def _is_primitive(t: pa.DataType) -> bool:
-    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-            or _storage(t) is not None)
-
-
 class Values:
     """How one input column is held in a window: numpy values and a NULL mask for
-    fixed-width types (ints, floats, bools, times), numpy objects for the rest."""
+    fixed-width types (ints, floats, bools, times: ``stream.arrays``), numpy objects for
+    the rest."""
 
     def __init__(self, t: pa.DataType):
         self.type = t
-        self.storage = _storage(t)
-        self.primitive = _is_primitive(t)
+        self.dtype = numpy_dtype(t)
+        self.primitive = self.dtype is not None
+        if self.dtype is None:
+            self.dtype = np.dtype(object)
 
     def to_numpy(self, arr) -> tuple[np.ndarray, np.ndarray]:
-        arr = _decoded(arr)
-        mask = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count \
-            else np.zeros(len(arr), bool)
-        if not self.primitive:
-            return arr.to_numpy(zero_copy_only=False), mask
-        if self.storage is not None:
-            arr = arr.view(self.storage)
-        if arr.null_count:
-            arr = pc.fill_null(arr, False if pa.types.is_boolean(arr.type) else 0)
-        return arr.to_numpy(zero_copy_only=False), mask
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        return to_numpy(arr), null_mask(arr)
 
     def to_arrow(self, values: np.ndarray, mask: np.ndarray) -> pa.Array:
-        m = mask if mask.any() else None
         if not self.primitive:
-            return pa.array(values, type=self.type, mask=m)
-        if self.storage is not None:
-            return pa.array(values, type=self.storage, mask=m).view(self.type)
-        return pa.array(values, type=self.type, mask=m)
+            return pa.array(values, type=self.type, mask=mask if mask.any() else None)
+        return from_numpy(values, self.type, mask)
 
 
 class KeyCoding:
@@ -167,7 +138,7 @@ class KeyCoding:
         big = any(t == pa.uint64() for t in types)
         numbers = all(pa.types.is_integer(t) or pa.types.is_floating(t)
                       or pa.types.is_boolean(t) for t in types)
-        same_time = len(set(types)) == 1 and _storage(types[0]) is not None
+        same_time = len(set(types)) == 1 and storage_type(types[0]) is not None
         if (ints and not big) or same_time:
             self.kind = "int"
         elif numbers and not big:
@@ -255,8 +226,7 @@ class ColumnWindow:
         dtypes = {"ins": np.int64, "del": np.int64, "dts": ts_dtype, "ts": ts_dtype,
                   "cnt": np.int64}
         for c, v in self.values.items():
-            probe = v.to_numpy(pa.nulls(0, v.type))[0]
-            dtypes["v:" + c] = probe.dtype
+            dtypes["v:" + c] = v.dtype
             dtypes["m:" + c] = np.bool_
         for c in self.codings:
             dtypes["c:" + c] = np.int64
@@ -347,10 +317,8 @@ class _Run:
 
     __slots__ = ("L", "bits", "cmax", "cmin", "code", "comb", "direct", "rank", "s0", "sid")
 
-    def __init__(self, s0: int, s1: int, code: np.ndarray, sid: np.ndarray,
-                 presorted: bool = False):
-        """``code``, ``sid`` of the rows (NULL keys left out); ``presorted``: already in
-        (code, sid) runs to merge (a merge of two runs: a stable sort is then linear)."""
+    def __init__(self, s0: int, s1: int, code: np.ndarray, sid: np.ndarray):
+        """``code``, ``sid`` of the rows (NULL keys left out), in sid order."""
         self.s0, self.L = s0, max(1, s1 - s0)
         n = len(code)
         cmin = int(code.min()) if n else 0
@@ -365,7 +333,7 @@ class _Run:
             self.bits[code - cmin] = True
         if self.direct:
             comb = (code - cmin) * self.L + (sid - s0)
-            comb.sort(kind="stable" if presorted else "quicksort")
+            comb.sort()  # unique values: any sort is stable
             self.comb = comb
             self.code = self.rank = self.sid = None
             return
@@ -386,21 +354,6 @@ class _Run:
             code, sid = code[keep], sid[keep]
         return cls(s0, s1, code, sid)
 
-    @classmethod
-    def merge(cls, a: _Run, b: _Run, base: int) -> _Run:
-        """One run of ``a`` and ``b`` (adjacent, ``a`` first), without sids below
-        ``base`` (rows gone from the window)."""
-        codes, sids = [], []
-        for r in (a, b):
-            code, sid = r.rows()
-            if (sid < base).any():
-                keep = sid >= base
-                code, sid = code[keep], sid[keep]
-            codes.append(code)
-            sids.append(sid)
-        s0 = max(a.s0, base)
-        return cls(s0, b.s1, np.concatenate(codes), np.concatenate(sids), presorted=True)
-
     def has(self, q: np.ndarray) -> np.ndarray:
         """Per code of q: whether this run holds a row with it (any sid)."""
         n = len(self.comb)
@@ -416,13 +369,6 @@ class _Run:
         g = np.searchsorted(self.code, q, "left")
         return (g < n) & (self.code[np.minimum(g, n - 1)] == q)
 
-    def rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """(code, sid) of the rows, in (code, sid) order."""
-        if self.direct:
-            q, r = np.divmod(self.comb, self.L)
-            return q + self.cmin, r + self.s0
-        return self.code, self.sid
-
     def __len__(self) -> int:
         return len(self.comb)
 
@@ -433,11 +379,17 @@ class _Run:
     def probe(self, q: np.ndarray, lo: np.ndarray, hi: np.ndarray):
         """(probe index, sid) of the rows with code q[j] and sid in [lo[j], hi[j])."""
         n = len(self.comb)
+        if not len(q):
+            return None
         if self.direct:
-            j = np.flatnonzero((q >= self.cmin) & (q <= self.cmax))
-            if not len(j):
-                return None
-            r0 = (q[j] - self.cmin) * self.L
+            if int(q.min()) >= self.cmin and int(q.max()) <= self.cmax:
+                j = None  # every probe's code is in the run's range: no selection
+                r0 = (q - self.cmin) * self.L
+            else:
+                j = np.flatnonzero((q >= self.cmin) & (q <= self.cmax))
+                if not len(j):
+                    return None
+                r0 = (q[j] - self.cmin) * self.L
         else:
             g = np.searchsorted(self.code, q, "left")
             gc = np.minimum(g, n - 1)
@@ -445,14 +397,24 @@ class _Run:
             if not len(j):
                 return None
             r0 = self.rank[gc[j]] * self.L
+        if j is not None:
+            lo, hi = lo[j], hi[j]
+        s0, s1 = self.s0, self.s1
+        if int(lo.min()) >= s0 and int(hi.max()) <= s1:  # the bands lie inside the run
+            t_lo, t_hi = r0 + (lo - s0), r0 + (hi - s0)
+        else:
+            t_lo = r0 + np.clip(lo - s0, 0, self.L)
+            t_hi = r0 + np.clip(hi - s0, 0, self.L)
         comb = self.comb
-        t_hi = r0 + np.clip(hi[j] - self.s0, 0, self.L)
-        a = np.searchsorted(comb, r0 + np.clip(lo[j] - self.s0, 0, self.L), "left")
+        a = np.searchsorted(comb, t_lo, "left")
         # Most probes of a selective join find nothing: test the first candidate before
         # searching for the end of the range.
         hit = np.flatnonzero((a < n) & (comb[np.minimum(a, n - 1)] < t_hi))
-        if len(hit) < len(j):
-            j, a, t_hi = j[hit], a[hit], t_hi[hit]
+        if len(hit) < len(a):
+            a, t_hi = a[hit], t_hi[hit]
+            j = hit if j is None else j[hit]
+        elif j is None:
+            j = np.arange(len(a))
         b = np.searchsorted(comb, t_hi, "left")
         jj, at = _expand(j, a, b - a)
         if self.direct:
@@ -471,14 +433,22 @@ class RunIndex:
         self._hit_rate = 1.0  # matches per probe of the last probe (capped at 1)
 
     def refresh(self, win: ColumnWindow) -> None:
+        """Drop the runs that left the window and index the rows stored since: a new run,
+        merged with the runs before it while one is no larger than twice the next. A
+        merge is decided on the runs' sizes first and then built at once from the
+        window's columns (the rows of consecutive runs are one range of sids), so a
+        batch sorts its rows once instead of sorting them and then merging runs."""
         runs = [r for r in self.runs if r.s1 > win.base]
         self.covered = max(self.covered, win.base)
         if self.covered < win.end:
-            runs.append(_Run.of(win, self.key, self.covered, win.end))
+            size = win.end - self.covered
+            first = self.covered
+            while runs and len(runs[-1]) - max(0, win.base - runs[-1].s0) <= 2 * size:
+                old = runs.pop()
+                size += len(old)
+                first = max(old.s0, win.base)
+            runs.append(_Run.of(win, self.key, first, win.end))
             self.covered = win.end
-        while len(runs) >= 2 and len(runs[-2]) <= 2 * len(runs[-1]):
-            last = runs.pop()
-            runs.append(_Run.merge(runs.pop(), last, win.base))
         self.runs = runs
 
     def candidates(self, q: np.ndarray) -> np.ndarray | None:
@@ -567,22 +537,45 @@ def _ranges(p: np.ndarray, size: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(cuts))
 
 
-def _update_order(k: np.ndarray, phase: np.ndarray, e: np.ndarray, tie: np.ndarray
+def _update_ranks(k: np.ndarray, phase: np.ndarray, e: np.ndarray, tie: np.ndarray
                   ) -> np.ndarray:
-    """The updates' processing order: by (arrival k, phase, expiry time e, tie). Only time
-    expiries (phase 0) share a (k, phase); they are ranked by (e, tie) first (runs already
-    sorted per stream), and the key packs (k, phase, that rank) into one int64, so one
-    stable sort of mostly sorted runs does it (a four-key lexsort costs ten times more)."""
+    """Each update's rank in the processing order: by (arrival k, phase, expiry time e,
+    tie), equal keys in the order listed. Counting, not one big sort: at arrival k come its
+    time expiries (phase 0, ranked among themselves by (k, e, tie)), then its count or
+    explicit deletion (phase 1), then its insertion (phase 2); so an update's rank is its
+    rank among its own kind plus the number of the other kind ordered before it. Only the
+    expiries are sorted (by e alone when no two share a time, as is usual)."""
     n = len(k)
-    expiries = np.flatnonzero(phase == 0)
-    m = len(expiries) + 1
-    key = (k * 3 + phase) * m
-    if len(expiries) > 1:
-        sub = np.lexsort((tie[expiries], e[expiries]))
-        rank = np.empty(len(sub), np.int64)
-        rank[sub] = np.arange(len(sub), dtype=np.int64)
-        key[expiries] += rank
-    return np.argsort(key, kind="stable") if n > 1 else np.arange(n)
+    if n == 0:
+        return np.empty(0, np.int64)
+    nk = int(k.max()) + 1
+    rank = np.empty(n, np.int64)
+    is0 = phase == 0
+    ex = np.flatnonzero(is0)
+    ke = k[ex]
+    other = np.flatnonzero(~is0)
+    # the others by slot (k, phase 1 or 2), in the order listed within a slot
+    slot = k[other] * 2 + (phase[other] - 1)
+    occupied = np.bincount(slot, minlength=2 * nk)
+    upto = np.zeros(2 * nk + 1, np.int64)  # others in the slots before slot s: upto[s]
+    np.cumsum(occupied, out=upto[1:])
+    if occupied.max(initial=0) <= 1:
+        within = upto[slot]
+    else:
+        within = np.empty(len(slot), np.int64)
+        within[np.argsort(slot, kind="stable")] = np.arange(len(slot), dtype=np.int64)
+    expired_upto = np.cumsum(np.bincount(ke, minlength=nk))  # expiries at arrivals <= k
+    rank[other] = within + expired_upto[slot >> 1]
+    if len(ex):
+        ee = e[ex]
+        order = np.argsort(ee, kind="stable")
+        se, sk = ee[order], ke[order]
+        if (se[1:] == se[:-1]).any() or (sk[1:] < sk[:-1]).any():
+            order = np.lexsort((tie[ex], ee, ke))
+        r = np.empty(len(ex), np.int64)
+        r[order] = np.arange(len(ex), dtype=np.int64)
+        rank[ex] = r + upto[2 * ke]  # the others at arrivals < k come before
+    return rank
 
 
 def _expand(j: np.ndarray, starts: np.ndarray, counts: np.ndarray
@@ -592,6 +585,8 @@ def _expand(j: np.ndarray, starts: np.ndarray, counts: np.ndarray
     total = int(counts.sum())
     if total == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
+    if total == len(counts) and counts.max() <= 1:  # one position each (a key join)
+        return j, starts
     rep = np.repeat(np.arange(len(counts)), counts)
     ends = np.cumsum(counts)
     at = np.arange(total, dtype=np.int64) - (ends - counts)[rep] + starts[rep]
@@ -637,6 +632,9 @@ class VectorJoin:
         if schemas is None:
             raise OptionError("VectorJoin needs the streams' Arrow schemas")
         self.query, self.mode = query, mode
+        self.aliases = query.aliases
+        self._index = {a: i for i, a in enumerate(self.aliases)}  # alias -> stream index
+        self._steps: dict[tuple[str, tuple[str, ...]], list[_Step]] = {}
         self.schemas = dict(schemas)
         self.retract = mode == "retract"
         self.time_unit = time_unit
@@ -645,10 +643,14 @@ class VectorJoin:
         self.selections = [
             compile_predicate(query.selections[a], query.columns[a], a, query.types)
             if query.selections.get(a) is not None else None for a in aliases]
-        # The same selections over column batches, where they translate (query.arrow_expr).
-        self.column_selections = [arrow_predicate(query.selections.get(a), a,
-                                                  query.types.get(a))
-                                  for a in aliases]
+        # The same selections over column batches, where they translate (query.arrow_expr;
+        # imported only for a selection: it loads pyarrow.compute).
+        self.column_selections: list = [None] * len(aliases)
+        if any(sel is not None for sel in self.selections):
+            from adaptcq.query.arrow_expr import arrow_predicate
+            self.column_selections = [arrow_predicate(query.selections.get(a), a,
+                                                      query.types.get(a))
+                                      for a in aliases]
         types = {(a, c): _value_type(schemas[a].field(c).type)
                  for a in aliases for c in query.columns[a]}
         self.codings: dict[ColumnRef, KeyCoding] = {}
@@ -711,6 +713,13 @@ class VectorJoin:
         self.orders[stream] = check_order(self.query.aliases, stream, order)
 
     def steps(self, stream: str) -> list[_Step]:
+        key = (stream, tuple(self.orders[stream]))
+        got = self._steps.get(key)
+        if got is None:
+            got = self._steps[key] = self._plan_steps(stream)
+        return got
+
+    def _plan_steps(self, stream: str) -> list[_Step]:
         q, prefix, out = self.query, [stream], []
         for s in self.orders[stream]:
             pairs = q.join_key(s, frozenset(prefix))
@@ -811,11 +820,8 @@ class VectorJoin:
         """Number the updates listed by ``plan`` (module docstring, "Updates and
         positions"), run the pipelines, and drop what left its window."""
         keys_k, keys_phase, keys_e, keys_tie, what = plan
-        order = _update_order(keys_k, keys_phase, keys_e, keys_tie)
-        rank = np.empty(len(order), np.int64)
-        rank[order] = np.arange(len(order), dtype=np.int64)
-        positions_all = pos0 + rank
-        self.next_pos = pos0 + len(order)
+        positions_all = pos0 + _update_ranks(keys_k, keys_phase, keys_e, keys_tie)
+        self.next_pos = pos0 + len(keys_k)
         at = 0
         deleted: list[tuple[np.ndarray, np.ndarray]] = [
             (np.empty(0, np.int64), np.empty(0, np.int64)) for _ in self.windows]
@@ -872,7 +878,7 @@ class VectorJoin:
             if self.values[i] is not None:  # explicit-deletion stream: remember values
                 self._remember(i, table, passed, start_sid)
             if len(keep) < len(idx):
-                table = table.take(pa.array(keep))
+                table = table.take(from_numpy(keep))
             k_in = idx[keep]
             w.append(table, ts[k_in], cnt[keep], np.zeros(len(keep), np.int64))
             sids = np.arange(start_sid, w.end, dtype=np.int64)
@@ -1004,7 +1010,7 @@ class VectorJoin:
             ins_sids.append(sid)
             sid += 1
         if ins_rows:
-            part = table.take(pa.array(ins_rows, pa.int64()))
+            part = table.take(from_numpy(np.asarray(ins_rows, np.int64)))
             k_in = np.asarray(ins_k, np.int64)
             w.append(part, ts[k_in], np.zeros(len(k_in), np.int64),
                      np.zeros(len(k_in), np.int64))
@@ -1035,7 +1041,7 @@ class VectorJoin:
                 sids, p = sids[order], p[order]
                 drivers.append((i, sids, p, -1, w.col("dts")[sids - w.base]))
         for i in {d[0] for d in drivers}:
-            a = self.query.aliases[i]
+            a = self.aliases[i]
             order = tuple(self.orders[a])
             self.order_log[a][order] = self.order_log[a].get(order, 0) + 1
         out = []
@@ -1066,22 +1072,23 @@ class VectorJoin:
     def _pipeline(self, i: int, sids: np.ndarray, p: np.ndarray, sign: int, ts: np.ndarray):
         """ΔX ⋈ … for driving rows ``sids`` of stream i at positions ``p``: every
         combination of rows present at each p (the band at every step)."""
-        alias = self.query.aliases[i]
-        aliases = self.query.aliases
+        alias = self.aliases[i]
+        index_of = self._index
         cur = {i: sids}
         drv = np.arange(len(sids))
         for st in self.steps(alias):
             if not len(drv):
                 break
-            y = aliases.index(st.stream)
+            y = index_of[st.stream]
             w = self.windows[y]
             pc_ = p[drv]
             pairs = _pairs_present(w, pc_)  # pairs the step could join: σ's denominator
             if st.key:
                 codes, null = [], np.zeros(len(drv), bool)
                 for ref in st.refs:
-                    zw = self.windows[aliases.index(ref.stream)]
-                    local = cur[aliases.index(ref.stream)] - zw.base
+                    z = index_of[ref.stream]
+                    zw = self.windows[z]
+                    local = cur[z] - zw.base
                     codes.append(zw.col("c:" + ref.column)[local])
                     null |= zw.col("n:" + ref.column)[local]
                 q = _combine(codes)
@@ -1122,12 +1129,12 @@ class VectorJoin:
         return cur, p[drv], sign, ts[drv]
 
     def _check(self, st: _Step, y: int, ysid, cur, j) -> np.ndarray:
-        aliases = self.query.aliases
         w = self.windows[y]
         ok = np.ones(len(j), bool)
         for c, ref in zip(st.key, st.refs):
-            zw = self.windows[aliases.index(ref.stream)]
-            zl = cur[aliases.index(ref.stream)][j] - zw.base
+            z = self._index[ref.stream]
+            zw = self.windows[z]
+            zl = cur[z][j] - zw.base
             yl = ysid - w.base
             ok &= w.col("c:" + c)[yl] == zw.col("c:" + ref.column)[zl]
             if self.codings[ref].kind == "hash":
@@ -1147,7 +1154,7 @@ class VectorJoin:
             names.append(o.name)
         sign = np.concatenate([np.full(len(x[1]), x[2], np.int8) for x in parts])[order]
         ts = np.concatenate([x[3] for x in parts])[order]
-        arrays += [pa.array(sign, pa.int8()), pa.array(ts), pa.array(p[order], pa.int64())]
+        arrays += [from_numpy(sign), from_numpy(ts), from_numpy(p[order])]
         names += ["_sign", "_ts", "_pos"]
         return pa.table(arrays, names=names)
 
@@ -1157,7 +1164,7 @@ class VectorJoin:
         fields += [pa.field("_sign", pa.int8()), pa.field("_ts", pa.int64())]
         if positions:
             fields.append(pa.field("_pos", pa.int64()))
-        return pa.schema(fields).empty_table()
+        return pa.table([pa.nulls(0, f.type) for f in fields], schema=pa.schema(fields))
 
     def _expire(self, deleted) -> None:
         """Rows deleted in this batch leave their windows (a prefix, or marked dead)."""

@@ -14,11 +14,13 @@ import math
 from collections.abc import Iterable, Mapping
 from functools import cached_property
 from types import MappingProxyType
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from adaptcq.errors import AdaptcqError
-from adaptcq.query.logical import Shape, graph_shape
+from adaptcq.query.logical import Shape, adjacency_shape
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 class OptimizerError(AdaptcqError, ValueError):
@@ -213,12 +215,13 @@ class JoinGraph:
         :func:`adaptcq.query.logical.graph_shape` defines them (join-ordering.txt §1.2, §3.3).
         A disconnected graph is not a tree and is therefore reported as ``cyclic`` there;
         use :attr:`has_cycle` to tell forests apart."""
-        return graph_shape(self.to_networkx())
+        return adjacency_shape(self._adj)
 
     def to_networkx(self) -> nx.Graph:
         """A new ``networkx.Graph``: node attribute ``rate`` (λ), edge attributes ``sigma`` (σ)
         and ``weight`` = λ_a·λ_b·σ_ab (the spanning-tree weight of §4); graph attributes
         ``window``, ``c_insert``, ``c_delete``, ``c_join``."""
+        import networkx as nx
         g = nx.Graph(window=self._window, c_insert=self._c_insert, c_delete=self._c_delete,
                      c_join=self._c_join)
         for s, lam in self._rates.items():

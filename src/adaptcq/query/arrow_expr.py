@@ -21,6 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import sqlglot.expressions as exp
 
+from adaptcq.stream.arrays import to_numpy
+
 _COMPARE = {exp.EQ: pc.equal, exp.NEQ: pc.not_equal, exp.LT: pc.less,
             exp.LTE: pc.less_equal, exp.GT: pc.greater, exp.GTE: pc.greater_equal}
 
@@ -54,7 +56,7 @@ def arrow_predicate(expr: exp.Expression | None, stream: str,
             return np.full(n, got.as_py() is True)
         if isinstance(got, pa.ChunkedArray):
             got = got.combine_chunks()
-        return pc.fill_null(got, False).to_numpy(zero_copy_only=False)
+        return to_numpy(got, null=False)  # NULL (unknown) is not TRUE
     return mask
 
 

@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-import networkx as nx
 import sqlglot
 import sqlglot.expressions as exp
 from sqlglot.errors import ParseError, TokenError
@@ -45,6 +44,7 @@ from adaptcq.query.logical import (
     OutputColumn,
     StreamRef,
     Window,
+    components,
 )
 
 Schemas = dict[str, dict[str, str]]
@@ -689,7 +689,7 @@ class _Parser:
         return {s.alias: tuple(per_source[s.source]) for s in self.streams}
 
     def check_connected(self, query: LogicalQuery) -> None:
-        parts = list(nx.connected_components(query.join_graph))
+        parts = components(query.adjacency())
         if len(parts) < 2:
             return
         order = {a: i for i, a in enumerate(query.aliases)}

@@ -7,15 +7,17 @@ streams that share a predicate) and a-caching.txt §3.1 (equijoins R_i.attr_j = 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import networkx as nx
 import pyarrow as pa
 import sqlglot.expressions as exp
 
 from adaptcq.errors import QueryError
+
+if TYPE_CHECKING:  # networkx is imported only when a caller asks for an nx.Graph
+    import networkx as nx
 
 WindowKind = Literal["range", "rows", "unbounded"]
 Shape = Literal["linear", "star", "acyclic", "cyclic"]
@@ -145,28 +147,55 @@ class LogicalQuery:
                         pairs.append((a, b))
         return pairs
 
+    def join_edges(self) -> dict[tuple[str, str], list[tuple[ColumnRef, ColumnRef]]]:
+        """The join graph's edges without networkx, in the order and orientation
+        :attr:`join_graph` lists them: (u, v) -> that edge's ``predicates``."""
+        edges: dict[frozenset[str], tuple[tuple[str, str], list]] = {}
+        for a, b in self.equalities():
+            key = frozenset((a.stream, b.stream))
+            if key not in edges:
+                edges[key] = ((a.stream, b.stream), [])
+            (u, v), preds = edges[key]
+            pair = (a, b) if (u, v) == (a.stream, b.stream) else (b, a)
+            if pair not in preds:
+                preds.append(pair)
+        # networkx's order: node by node (FROM order), each one's new neighbours in the
+        # order their edges were added
+        adj: dict[str, list[str]] = {a: [] for a in self.aliases}
+        for u, v in (uv for uv, _ in edges.values()):
+            adj[u].append(v)
+            adj[v].append(u)
+        out, seen = {}, set()
+        for n in self.aliases:
+            for m in adj[n]:
+                if m not in seen:
+                    out[(n, m)] = edges[frozenset((n, m))][1]
+            seen.add(n)
+        return out
+
+    def adjacency(self) -> dict[str, tuple[str, ...]]:
+        """The join graph as neighbour lists, per alias in FROM order (no networkx)."""
+        adj: dict[str, list[str]] = {a: [] for a in self.aliases}
+        for u, v in self.join_edges():
+            adj[u].append(v)
+            adj[v].append(u)
+        return {a: tuple(n) for a, n in adj.items()}
+
     @property
     def join_graph(self) -> nx.Graph:
         """Nodes: stream aliases. Edge (u, v) carries ``predicates``: a list of
         (ColumnRef of u, ColumnRef of v), all equalities between u and v implied by the
         query (written ones and their transitive consequences)."""
+        import networkx as nx
         g = nx.Graph()
         g.add_nodes_from(self.aliases)
-        for a, b in self.equalities():
-            if g.has_edge(a.stream, b.stream):
-                preds = g.edges[a.stream, b.stream]["predicates"]
-            else:
-                preds = []
-                g.add_edge(a.stream, b.stream, predicates=preds)
-            u, v = a.stream, b.stream
-            pair = (a, b) if (u, v) == (a.stream, b.stream) else (b, a)
-            if pair not in preds:
-                preds.append(pair)
+        for (u, v), preds in self.join_edges().items():
+            g.add_edge(u, v, predicates=preds)
         return g
 
     @property
     def shape(self) -> Shape:
-        return graph_shape(self.join_graph)
+        return adjacency_shape(self.adjacency())
 
     def join_key(self, stream: str, others: set[str] | frozenset[str]) -> list[tuple[str, ColumnRef]]:
         """The equalities between ``stream`` and the streams in ``others``, one per column of
@@ -194,12 +223,36 @@ class LogicalQuery:
 def graph_shape(g: nx.Graph) -> Shape:
     """join-ordering.txt §1.2/§3.3 shapes: linear (a path), star (one hub, >= 4 nodes),
     general acyclic (a tree), cyclic (anything with a cycle, complete graphs included)."""
-    n = g.number_of_nodes()
+    return adjacency_shape({n: tuple(g.neighbors(n)) for n in g.nodes})
+
+
+def components(adj: Mapping[str, Iterable[str]]) -> list[set[str]]:
+    """The connected components of a graph given as neighbour lists, in the order of their
+    first node in ``adj``."""
+    out, seen = [], set()
+    for a in adj:
+        if a in seen:
+            continue
+        part, todo = {a}, [a]
+        while todo:
+            for b in adj[todo.pop()]:
+                if b not in part:
+                    part.add(b)
+                    todo.append(b)
+        seen |= part
+        out.append(part)
+    return out
+
+
+def adjacency_shape(adj: Mapping[str, Iterable[str]]) -> Shape:
+    """:func:`graph_shape` of a graph given as neighbour lists (a disconnected graph is not
+    a tree, so it is "cyclic")."""
+    n = len(adj)
     if n <= 2:
         return "linear"
-    if not nx.is_tree(g):
+    degrees = sorted(len(set(nb)) for nb in adj.values())
+    if sum(degrees) // 2 != n - 1 or len(components(adj)) != 1:  # not a tree
         return "cyclic"
-    degrees = sorted(d for _, d in g.degree())
     if degrees[-1] <= 2:
         return "linear"
     if degrees[-1] == n - 1:

@@ -20,6 +20,7 @@ the input stopped. ``max_results`` stops a run whose output exceeds a bound.
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +34,7 @@ from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.output import OutputClosed
+from adaptcq.stream.arrays import to_numpy
 from adaptcq.stream.eventtime import (
     check_unit,
     from_nanoseconds,
@@ -342,6 +344,7 @@ class LocalRun:
         ``batch_seconds`` of event time), each processed whole; results leave as Arrow."""
         vj = self.cq
         vj.emit = self._emit_table  # a batch's output leaves a range of updates at a time
+        reuse_freed_memory()
         try:
             for batch, rest in self.iter_batches():
                 if self._stop:
@@ -433,7 +436,7 @@ class LocalRun:
         arrays = []
         for f, col in zip(self.schema, out.columns):
             if f.name == "_ts":
-                arrays.append(from_nanoseconds(col.to_numpy(), f.type, self.unit))
+                arrays.append(from_nanoseconds(to_numpy(col), f.type, self.unit))
             else:
                 col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
                 arrays.append(col if col.type == f.type else col.cast(f.type))
@@ -707,6 +710,35 @@ def _total(sources) -> int | None:
 def peak_rss() -> int:
     """Peak resident memory of this process, in bytes (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reuse_freed_memory() -> bool:
+    """Keep the arrays a vectorized batch frees for the next batch (glibc malloc; True when
+    set). Each batch allocates and frees many temporaries of 100 KB to a few MB; by default
+    glibc maps each of them anew and unmaps it when freed (or trims the heap), so every
+    batch pays page faults to get zeroed pages back: 0.2 of 1.2 CPU-seconds on the
+    selective chain. With blocks up to 32 MB served from the heap and up to 64 MB of free
+    heap kept, a batch reuses the previous batch's memory; the peak RSS is the same (the
+    memory benchmark). Leaves the process alone when MALLOC_MMAP_THRESHOLD_ or
+    MALLOC_TRIM_THRESHOLD_ is set, and on a C library without ``mallopt``."""
+    global _MALLOPT_DONE
+    if _MALLOPT_DONE is not None:
+        return _MALLOPT_DONE
+    _MALLOPT_DONE = False
+    if any(v in os.environ for v in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+        return False
+    try:
+        import ctypes
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (macOS, Windows)
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
+    _MALLOPT_DONE = bool(mallopt(m_mmap_threshold, 32 << 20)) and \
+        bool(mallopt(m_trim_threshold, 64 << 20))
+    return _MALLOPT_DONE
+
+
+_MALLOPT_DONE: bool | None = None
 
 
 def current_rss() -> int:

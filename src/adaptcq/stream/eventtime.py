@@ -20,9 +20,9 @@ import math
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from adaptcq.errors import InputError, OptionError
+from adaptcq.stream.arrays import from_numpy, null_mask, to_numpy
 
 UNITS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 """Nanoseconds per unit of a numeric or timestamp column."""
@@ -73,28 +73,30 @@ def to_nanoseconds(col: pa.Array | pa.ChunkedArray, unit: str | None, stream: st
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     if col.null_count:
-        row = first_row + int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        row = first_row + int(np.flatnonzero(null_mask(col))[0])
         raise InputError(f"stream {stream}: row {row} has no timestamp ({column!r} is null)")
     t = col.type
     if pa.types.is_date(t):
         col, t = col.cast(pa.timestamp("s")), pa.timestamp("s")
     if pa.types.is_timestamp(t):
-        raw = col.cast(pa.int64()).to_numpy()
+        raw = to_numpy(col).astype(np.int64, copy=False)
         factor = UNITS[t.unit]
         _check_range(raw, factor, stream, column, first_row, f"timestamp[{t.unit}]")
         return raw * factor if factor != 1 else raw
     u = check_unit(unit)
     factor = UNITS[u]
     if pa.types.is_integer(t):
+        raw = to_numpy(col)
         if pa.types.is_unsigned_integer(t):
-            big = pc.greater(col, pa.scalar(NS_MAX // factor, t))
-            if pc.any(big).as_py():
-                row = int(np.flatnonzero(big.to_numpy(zero_copy_only=False))[0])
-                _raise_range(stream, column, first_row + row, col[row].as_py(), u)
-        raw = col.cast(pa.int64()).to_numpy()
+            big = raw > NS_MAX // factor
+            if big.any():
+                row = int(np.flatnonzero(big)[0])
+                _raise_range(stream, column, first_row + row, raw[row].item(), u)
+        raw = raw.astype(np.int64, copy=False)
         _check_range(raw, factor, stream, column, first_row, u)
         return raw * factor if factor != 1 else raw
-    vals = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    vals = to_numpy(col if pa.types.is_floating(t) else col.cast(pa.float64()))
+    vals = vals.astype(np.float64, copy=False)
     bad = ~np.isfinite(vals)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
@@ -170,11 +172,11 @@ def from_nanoseconds(ns: np.ndarray, out_type: pa.DataType, unit: str | None) ->
     """Engine times (int64 ns) as ``_ts`` values of ``out_type`` (exact for integer types)."""
     ns = np.asarray(ns, dtype=np.int64)
     if pa.types.is_timestamp(out_type):
-        return pa.array(ns // UNITS[out_type.unit], pa.int64()).view(out_type)
+        return from_numpy(ns // UNITS[out_type.unit], out_type)
     factor = UNITS[check_unit(unit)]
     if pa.types.is_integer(out_type):
-        return pa.array(ns // factor, pa.int64())
-    return pa.array(ns / factor, pa.float64())
+        return from_numpy(ns // factor, pa.int64())
+    return from_numpy(ns / factor, pa.float64())
 
 
 def lateness_ns(seconds) -> int:

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from adaptcq.errors import InputError
 from adaptcq.query.logical import LogicalQuery
+from adaptcq.stream.arrays import from_numpy, null_mask, to_numpy
 from adaptcq.stream.eventtime import to_nanoseconds
 from adaptcq.stream.sources import Source, naive_schema
 
@@ -113,8 +114,8 @@ class _Feed:
         self.max_ts: int | None = None
         self.next_row = 0
         self.columns = sorted({c for _, cols in aliases for c in cols})
-        empty = pa.table({c: pa.array([], src.schema.field(c).type) for c in self.columns})
-        self.table = empty.cast(naive_schema(empty.schema))
+        schema = naive_schema(pa.schema([src.schema.field(c) for c in self.columns]))
+        self.table = pa.table([pa.nulls(0, f.type) for f in schema], schema=schema)
         self.ts = np.empty(0, np.int64)
         self.pos = np.empty(0, np.int64)
         self.signs = np.empty(0, np.int64) if sign else None
@@ -159,7 +160,7 @@ class _Feed:
                     "reason": f"late by more than the allowed lateness "
                               f"({self.lateness_int / SECOND:g} s)"})
             keep = np.flatnonzero(~late)
-            table, ts, pos = table.take(pa.array(keep)), ts[keep], pos[keep]
+            table, ts, pos = table.take(from_numpy(keep)), ts[keep], pos[keep]
             signs = None if signs is None else signs[keep]
         sorted_in = len(ts) == 0 or (
             (len(self.ts) == 0 or ts[0] >= self.ts[-1]) and bool(np.all(ts[1:] >= ts[:-1])))
@@ -170,7 +171,7 @@ class _Feed:
             self.signs = np.concatenate([self.signs, signs])
         if not sorted_in:  # rows within the lateness: into (ts, row) order
             order = np.argsort(self.ts, kind="stable")
-            self.table = self.table.take(pa.array(order))
+            self.table = self.table.take(from_numpy(order))
             self.ts, self.pos = self.ts[order], self.pos[order]
             if self.signs is not None:
                 self.signs = self.signs[order]
@@ -178,10 +179,10 @@ class _Feed:
     def _signs(self, batch: pa.RecordBatch, first: int) -> np.ndarray:
         col = batch.column(self.sign)
         if col.null_count:
-            r = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            r = int(np.flatnonzero(null_mask(col))[0])
             raise InputError(f"stream {self.src.name}: row {first + r} has no sign "
                              f"({self.sign!r} is null); the sign column holds +1 or -1")
-        sg = col.to_numpy(zero_copy_only=False)
+        sg = to_numpy(col)
         bad = np.flatnonzero((sg != 1) & (sg != -1))
         if len(bad):
             raise InputError(f"stream {self.src.name}: row {first + int(bad[0])} has sign "
