@@ -64,8 +64,8 @@ def _run(workload, spill: dict | None) -> dict:
     cpu = time.process_time() - t0
     s = run.stats
     ex = run.cq.executor
-    if spill:
-        memory = list(ex.controller.samples)
+    if spill:  # the controller's checks, at engine times (ns)
+        memory = [(ts * 1e-9, b) for ts, b in ex.controller.samples]
     else:
         memory = [(ts * 1e-9, b) for _, ts, _, b in run.cq.stats.samples]
     return {"runtime_times": np.concatenate(times) if times else np.zeros(0),
@@ -108,7 +108,7 @@ def figures(args) -> int:
                   f"clean-up {r['cleanup_cpu']:6.1f} CPU-s")
         edges = np.linspace(0, base["end"], BINS + 1)
         for name, r in runs.items():
-            counts = np.histogram(r["runtime_times"] * 1e-9, bins=edges)[0].cumsum()
+            counts = np.histogram(r["runtime_times"], bins=edges)[0].cumsum()  # _ts: s
             over_time += [{"figure": fig, "strategy": name, "minute": e / 60,
                            "runtime_results": int(c)} for e, c in zip(edges[1:], counts)]
             memory_rows += [{"figure": fig, "strategy": name, "minute": t / 60,
