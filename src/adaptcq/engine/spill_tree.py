@@ -475,14 +475,7 @@ class SpillTree:
         if partial is not None:
             join = op.joiners[k]
             results = [(e, join(comps)) for e, comps in partial]
-        b = g.states[k].get(key)
-        if b is None:
-            g.states[k][key] = {eid: (exp, comp)}
-        else:
-            b[eid] = (exp, comp)
-        g.counts[k] += 1
-        if len(comp) > 1 and exp != INF:
-            heapq.heappush(self._heap, (exp, eid, op.id, pid, k, key))
+        self._put(op, g, pid, k, key, eid, exp, comp)
         if not results:
             return
         st = self.stats
@@ -785,14 +778,20 @@ class SpillTree:
             eid = rid
         else:
             eid = next(self._eid)
-            if exp != INF:
-                heapq.heappush(self._heap, (exp, eid, op.id, pid, k, key))
+        self._put(op, g, pid, k, key, eid, exp, comp)
+
+    def _put(self, op: Operator, g: Group, pid: int, k: int, key, eid: int, exp, comp
+             ) -> None:
+        """Store an input in its group; a subresult with a window end goes on the expiry
+        heap (a base row is deleted by its stream's expiry)."""
         b = g.states[k].get(key)
         if b is None:
             g.states[k][key] = {eid: (exp, comp)}
         else:
             b[eid] = (exp, comp)
         g.counts[k] += 1
+        if len(comp) > 1 and exp != INF:
+            heapq.heappush(self._heap, (exp, eid, op.id, pid, k, key))
 
     # ----- checkpoints / protocol --------------------------------------------------------
     def plan_state(self) -> dict:

@@ -25,30 +25,13 @@ Tree = str | tuple  # an alias, or a pair (left, right) of trees
 
 
 def parse_tree(text: str) -> Tree:
-    """``"((R, S), T)"`` -> (("R", "S"), "T")."""
-    tokens = text.replace("(", " ( ").replace(")", " ) ").replace(",", " ").split()
-    pos = 0
-
-    def node() -> Tree:
-        nonlocal pos
-        if pos >= len(tokens):
-            raise ValueError(f"XJoin tree {text!r} ends early")
-        tok = tokens[pos]
-        pos += 1
-        if tok != "(":
-            if tok == ")":
-                raise ValueError(f"XJoin tree {text!r}: unexpected ')'")
-            return tok
-        left, right = node(), node()
-        if pos >= len(tokens) or tokens[pos] != ")":
-            raise ValueError(f"XJoin tree {text!r}: each join takes exactly two inputs")
-        pos += 1
-        return (left, right)
-
-    tree = node()
-    if pos != len(tokens):
-        raise ValueError(f"XJoin tree {text!r}: unexpected {' '.join(tokens[pos:])!r}")
-    return tree
+    """``"((R, S), T)"`` -> (("R", "S"), "T"): the operator tree's syntax
+    (``engine.spill_tree.parse_plan``), every join with exactly two inputs."""
+    from adaptcq.engine.spill_tree import parse_plan
+    try:
+        return check_tree(parse_plan(text))
+    except ValueError as e:
+        raise ValueError(f"XJoin {e}") from None
 
 
 def check_tree(tree) -> Tree:
