@@ -94,6 +94,8 @@ def test_the_tree_executor_with_an_m_way_plan_and_never_while_running(files):
      "spilling is done by the operator tree"),
     (["--spill", "global-output"], "--spill STRATEGY and --memory BUDGET go together"),
     (["--spill", "global-output", "--memory", "1MB", "--cleanup", "off"], "--spill-dir"),
+    (["--spill", "global-output", "--memory", "1MB", "--executor", "acaching"],
+     "not by --executor acaching"),
     (["--spill", "global-output", "--memory", "lots"], "--memory 'lots'"),
     (["--spill", "global-output", "--memory", "1MB", "--mode", "retract"], "append mode only"),
     (["--spill", "global-output", "--memory", "1MB", "--engine", "spark"],
@@ -149,3 +151,16 @@ def test_the_benchmark_runs_small(tmp_path, capsys):
     assert (tmp_path / "fig16.png").exists() and (tmp_path / "fig17.png").exists()
     out = capsys.readouterr().out
     assert "trend checks hold" in out
+
+
+def test_a_failed_run_leaves_no_half_spill_folder(files, capsys):
+    """A run that stops with an error cannot clean up what it spilled (its memory is
+    gone): the folder is emptied, so a new run or `adaptcq cleanup` is not misled."""
+    folder = files / "spilled"
+    assert cli(files, "--spill", "global-output", "--memory", "150kB", "--spill-partitions",
+               40, "--spill-check", 50, "--spill-dir", folder, "--max-results", 100,
+               "--output", files / "s.parquet") == 1
+    assert "max-results" in capsys.readouterr().err
+    assert not list(folder.glob("spill-*"))
+    assert cli(files, "--spill", "global-output", "--memory", "150kB", "--spill-dir", folder,
+               "--output", files / "s.parquet") == 0

@@ -435,7 +435,7 @@ class SpillTree:
             row = rows.pop(rid, None)
             if row is not None:
                 key = row[kcol]
-                if key is not None:
+                if key is not None and key == key:  # noqa: PLR0124 (not a NaN)
                     self._expire(op, partition_of(key, self.partitions), k, key, rid)
             self._purge(ts)
         return delete
@@ -447,8 +447,8 @@ class SpillTree:
         store it, and pass the results on (to the parent, or out at the root)."""
         ci, cc = op.key_slots[k]
         key = comp[ci][2][cc]
-        if key is None:
-            return  # NULL never joins (and is never stored)
+        if key is None or key != key:  # noqa: PLR0124 (a NaN)
+            return  # NULL (and NaN) never joins, and is never stored
         pid = partition_of(key, self.partitions)
         g = op.parts.get(pid)
         if g is None:
@@ -756,7 +756,17 @@ class SpillTree:
                 op.parts[pid] = ng
         if not missing:
             return 0
-        self.stats.local_output(op.id, pid, len(missing))
+        st = self.stats
+        st.local_output(op.id, pid, len(missing))
+        if self.sample > 0:  # the late results count for the global statistics too
+            unit = sum(self._unit_of(s) for s in op.streams)
+            for _, comp in missing:
+                if self._rng.random() < self.sample:
+                    if op.parent is None:
+                        st.trace_output(op.trace_slots, comp, self.partitions, 1 / self.sample)
+                    else:
+                        st.trace_inter(op.trace_slots, comp, self.partitions,
+                                       unit / self.sample)
         if op.parent is None:
             for _, comp in missing:
                 self._project([comp], max_time(comp), self._emit, True)
@@ -864,7 +874,7 @@ def _by_key(op: Operator, k: int, entries: Iterable) -> dict:
     out: dict = {}
     for exp, comp in entries:
         key = comp[ci][2][cc]
-        if key is not None:
+        if key is not None and key == key:  # noqa: PLR0124 (not a NaN)
             item = (exp, max_time(comp), comp)
             b = out.get(key)
             if b is None:

@@ -282,6 +282,7 @@ class LocalRun:
             return
         cq, merger = self.cq, self.merger
         batch = 256  # arrivals per call; adapted so that one call's results stay near OUT_CHUNK
+        finished = False  # the spills' clean-up (or hand-over) ran
         if self.max_results is not None:
             self._bound()
         try:
@@ -315,7 +316,9 @@ class LocalRun:
                 self._sample_rss(cq.stats.arrivals)
                 if self.stopped:
                     break
-            if self.spill is not None and not self.stopped:
+            if self.spill is not None and (not self.stopped or self.interrupted):
+                if not self._bounded:  # late results leave as they are produced
+                    self._bound()
                 t0 = time.process_time()
                 try:  # what the spills held back: produced now (or left on disk)
                     self.spill.finish(cq)
@@ -324,6 +327,7 @@ class LocalRun:
                 out = cq.drain()
                 if out:
                     self._buffer(out)
+                finished = True
         except _ResultBound:
             self._unprocessed(*self._at)
         except OutputClosed:  # the reader closed stdout: say where each input stopped
@@ -332,7 +336,7 @@ class LocalRun:
             raise
         finally:
             if self.spill is not None:
-                self.spill.close()
+                self.spill.close(finished)
         yield from self._flush()
         self._flush_rejected()
         self._engine_rejected()

@@ -76,11 +76,16 @@ class SpillSetup:
         if self.strategy is not None:
             from adaptcq.adapt.spilling import SpillPolicy
             from adaptcq.state.spill_store import SpillStore
+            when_free = spill.get("when_free", self.cleanup == "end")
+            if when_free and self.cleanup == "off":
+                raise OptionError("--cleanup off leaves every held-back result for `adaptcq "
+                                  "cleanup`: it cannot also clean up while running")
             self.policy = SpillPolicy(self.strategy, memory,
                                       fraction=spill.get("fraction", 0.2),
                                       every=spill.get("every", 1000), seed=self.seed,
-                                      cleanup_when_free=bool(spill.get("when_free", True)))
-            self.store = SpillStore(directory, query.columns, types, fresh=True)
+                                      cleanup_when_free=bool(when_free))
+            self.store = SpillStore(directory, query.columns, types, fresh=True,
+                                    time_type=pa.int64())  # the runtime's times: int64 ns
 
     def engine_options(self) -> dict:
         return {"partitions": self.partitions, "store": self.store, "spill": self.policy,
@@ -112,8 +117,15 @@ class SpillSetup:
         else:
             self.store._save()
 
-    def close(self) -> None:
-        if self.store is not None and self.cleanup == "end":
+    def close(self, finished: bool = True) -> None:
+        """At the end of the run. A run that did not finish (an error, a result bound)
+        cannot clean up what it spilled — the groups in memory are gone — so its spill
+        files are removed rather than left for a clean-up that could only be partial."""
+        if self.store is None:
+            return
+        if not finished:
+            self.store.clear()
+        if self.cleanup == "end" or not finished:
             self.store.close()
 
     def report(self, cq, last_ts) -> dict:

@@ -1,24 +1,24 @@
 """Spilled partition groups on disk (state-spill.txt §3, §4): written once, read at clean-up.
 
-One **spill event** is one Arrow IPC file (``spill-000001.arrow``, zstd-compressed), holding
-one record batch per spilled (operator, partition id) group, in (operator, pid) order, so a
-clean-up reads just the groups it merges. A batch's rows are the group's stored inputs:
-``child`` (which input of the operator), then per stream of the query its row id
-(``S#rid``), event time (``S#t``) and columns (``S.col``), null where the input (a
-subresult of some streams) does not hold that stream. Values keep their input types;
-nothing is pickled.
+One **spill event** is one Arrow IPC file (``spill-000001.arrow``, lz4-compressed), holding
+one record batch per (operator, block of partition ids) (``BLOCKS`` blocks: pid mod 16), in
+operator order, so a clean-up decodes one block of an operator at a time. A batch's rows are
+the stored inputs of its groups: ``pid``, ``child`` (which input of the operator), then per
+stream of the query its row id (``S#rid``), event time (``S#t``) and columns (``S.col``),
+null where the input (a subresult of some streams) does not hold that stream. Values keep
+their input types; nothing is pickled. The group index (operator, pid, batch, model bytes,
+the latest window end among its inputs, inputs) is in the file's schema metadata.
 
-``manifest.json`` lists the events in order, each with its file's size and SHA-256 and its
-groups (operator, pid, batch, inputs, model bytes, the latest window end among its inputs).
-A file is written under a temporary name, flushed to disk and renamed, then the manifest
-is replaced the same way: the manifest never names a file that is not whole, and a failed
-write (a full disk) leaves the previous manifest in force and raises :class:`SpillError`,
-so the caller keeps the groups in memory and no result is lost or repeated.
+``manifest.json`` lists the events in order, each with its file's size and SHA-256, and
+what ``adaptcq cleanup`` needs (the query, plan and schemas). A file is written under a
+temporary name, flushed to disk and renamed, then the manifest is replaced the same way:
+the manifest never names a file that is not whole, and a failed write (a full disk) leaves
+the previous manifest in force and raises :class:`SpillError` before any group leaves
+memory, so no result is lost or repeated.
 
-Why Arrow IPC files rather than Parquet or RocksDB (measured, docs/spill.md): a spill event
-is written once and read once, whole groups at a time; an IPC file is read batch by batch
-without decoding the others, writes about as fast as memory copies, and needs no new
-dependency.
+The format was chosen by measurement (``python -m adaptcq.bench.spill formats``,
+docs/spill.md): Arrow IPC with lz4 against IPC with zstd or none and Parquet with zstd or
+snappy, on the spill events of a Figure 16 run.
 """
 
 from __future__ import annotations
@@ -80,14 +80,15 @@ class SpillStore:
     def __init__(self, directory: str | Path | None, columns: Mapping[str, Sequence[str]],
                  types: Mapping[str, pa.Schema] | None = None, fingerprint: str = "",
                  writer: Callable[[Path, bytes], None] = _write_file,
-                 compression: str | None = "zstd", meta: dict | None = None,
-                 fresh: bool = False):
+                 compression: str | None = "lz4", meta: dict | None = None,
+                 fresh: bool = False, time_type: pa.DataType | None = None):
         self.temporary = directory is None
         self.directory = Path(tempfile.mkdtemp(prefix="adaptcq-spill-")) if directory is None \
             else Path(directory)
         self.columns = {a: tuple(c) for a, c in columns.items()}
         self.types = dict(types or {})
         self.fingerprint = fingerprint
+        self.time_type = time_type  # the engine's event times (int64 ns in the runtimes)
         self.meta = dict(meta or {})   # what ``adaptcq cleanup`` needs: query, plan, schema
         self.writer = writer
         self.options = ipc.IpcWriteOptions(compression=compression)
@@ -155,7 +156,8 @@ class SpillStore:
                     row = rec[2]
                     for c in range(len(cols)):
                         vals[c][r] = row[c]
-            arrays += [pa.array(rid, pa.int64()), _array(t, None, f"{alias} event time")]
+            arrays += [pa.array(rid, pa.int64()),
+                       _array(t, self.time_type, f"{alias} event time")]
             names += [f"{alias}#rid", f"{alias}#t"]
             known = self.types.get(alias)
             for c, col in enumerate(cols):
@@ -182,12 +184,20 @@ class SpillStore:
             index += [[oid, pid, b, float(size), None if top == float("inf") else top,
                        sum(len(c) for c in per_child)]
                       for _, pid, per_child, _, size, top in members]
-        schema = _unify([bt.schema for bt in batches]).with_metadata(
-            {"adaptcq.groups": json.dumps(index), "adaptcq.blocks": str(blocks)})
-        sink = pa.BufferOutputStream()
-        with ipc.new_file(sink, schema, options=self.options) as w:
-            for bt in batches:
-                w.write_batch(bt.cast(schema) if bt.schema != schema.remove_metadata() else bt)
+        # One schema for the file: a column inferred as int64 in one batch and double in
+        # another (values without a declared type) is double in all.
+        try:
+            schema = pa.unify_schemas([bt.schema for bt in batches],
+                                      promote_options="permissive")
+            sink = pa.BufferOutputStream()
+            with ipc.new_file(sink, schema.with_metadata(
+                    {"adaptcq.groups": json.dumps(index), "adaptcq.blocks": str(blocks)}),
+                    options=self.options) as w:
+                for bt in batches:
+                    w.write_batch(bt.cast(schema) if bt.schema != schema else bt)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+            raise SpillError(f"cannot spill: the stored values do not fit one Arrow type per "
+                             f"column ({e}); give the inputs an Arrow schema") from None
         data = sink.getvalue().to_pybytes()
         event = {"file": name, "bytes": len(data), "ts": ts,
                  "sha256": hashlib.sha256(data).hexdigest()}
@@ -203,8 +213,8 @@ class SpillStore:
                     p.unlink()
                 except OSError:
                     pass
-            raise SpillError(f"cannot write spill file {path}: {e.strerror or e}; the "
-                             "partition groups stay in memory") from None
+            raise SpillError(f"cannot write spill file {path}: {e.strerror or e} (no "
+                             "partition group was dropped from memory)") from None
         self._next += 1
         self._index[name] = (index, blocks)
         return Event(name, len(data), index)
@@ -276,18 +286,11 @@ class SpillStore:
             g[k].append(tuple(comp))
         return out
 
-    def release(self, name: str) -> None:
-        """Forget a file's decoded reader (the clean-up is done with it for now)."""
-        self._readers.pop(name, None)
-
     def live_bytes(self, now) -> float:
         """Model bytes of the spilled groups holding an input whose window has not ended
         at ``now`` (unbounded inputs never end)."""
         return sum(g[3] for ev in self.events for g in self._group_index(ev["file"])[0]
                    if g[4] is None or g[4] >= now)
-
-    def total_bytes(self) -> int:
-        return sum(ev["bytes"] for ev in self.events)
 
     def clear(self) -> None:
         """After a clean-up: every spilled generation was merged; the manifest is emptied
@@ -322,12 +325,3 @@ def _array(values: list, typ: pa.DataType | None, what: str) -> pa.Array:
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
         raise SpillError(f"cannot spill {what}: its values do not fit one Arrow type "
                          f"({e}); give the input an Arrow schema") from None
-
-
-def _unify(schemas: Sequence[pa.Schema]) -> pa.Schema:
-    fields = list(schemas[0])
-    for s in schemas[1:]:
-        for k, f in enumerate(s):
-            if pa.types.is_null(fields[k].type) and not pa.types.is_null(f.type):
-                fields[k] = f
-    return pa.schema(fields)
