@@ -245,8 +245,7 @@ def perf(args) -> int:
         print(f"  unlimited: {base['results']:,} results, {base['engine_cpu_s']:.1f} engine "
               f"CPU-s, peak state {base['peak_state_model'] / 1e6:,.1f} MB (model), peak RSS "
               f"{base['peak_rss'] / 2**20:,.0f} MiB")
-        spill = {"strategy": "global-penalty", "memory": budget, "cleanup": "end",
-                 "when_free": False}
+        spill = {"strategy": "global-penalty", "memory": budget}  # the run's defaults
         r = _fresh(folder, spill)
     if r["results"] != base["results"]:
         raise SystemExit(f"penalty run: {r['results']:,} results, unlimited "

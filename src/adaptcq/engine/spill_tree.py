@@ -729,20 +729,32 @@ class SpillTree:
                 mem[k].append(entry)
         gens.append(mem)
         missing: list = []
-        base = [_by_key(op, k, gens[0][k]) for k in range(m)]
-        for delta in gens[1:]:
-            d = [_by_key(op, k, delta[k]) for k in range(m)]
-            for subset in _subsets(m, proper=True):
-                missing += _combine(op, subset, d, base)
+        # Each generation by key, with its time range: the earliest newest-time and the
+        # latest window end of its inputs. Two inputs can only meet in a valid result when
+        # each one's newest time is at most the other's end, so a generation is merged
+        # with the earlier ones whose range reaches it (all of them for unbounded state;
+        # a window's worth otherwise, which keeps a long windowed run's clean-up linear).
+        keyed = [[_by_key(op, k, gen[k]) for k in range(m)] for gen in gens]
+        lo = [min((t for d in kg for es in d.values() for _, t, _ in es), default=INF)
+              for kg in keyed]
+        hi = [max((e for d in kg for es in d.values() for e, _, _ in es), default=-INF)
+              for kg in keyed]
+        base = [{} for _ in range(m)]      # every generation before j, merged
+        for k in range(m):
+            _merge_into(base[k], keyed[0][k])
+        for j in range(1, len(keyed)):
+            d = keyed[j]
+            if any(d):
+                near = [i for i in range(j) if hi[i] >= lo[j]]
+                view = base if len(near) == j else _merged([keyed[i] for i in near], m)
+                for subset in _subsets(m, proper=True):
+                    missing += _combine(op, subset, d, view)
             for k in range(m):
                 _merge_into(base[k], d[k])
         if dk:
-            d = [_by_key(op, k, dk.get(k, [])) for k in range(m)]
-            have = [k for k in range(m) if d[k]]
-            for subset in _subsets_of(have):
-                missing += _combine(op, subset, d, base)
-            for k in have:
-                _merge_into(base[k], d[k])
+            missing += self._join_deltas(op, dk, keyed, lo, hi, base)
+            for k, entries in dk.items():
+                _merge_into(base[k], _by_key(op, k, entries))
         if g is not None:
             op.parts.pop(pid)
         if not final:  # the merged group is the memory generation again
@@ -780,6 +792,32 @@ class SpillTree:
                 ppid = partition_of(key, self.partitions)
                 box.setdefault(ppid, {}).setdefault(pk, []).append((exp, comp))
         return 0
+
+    def _join_deltas(self, op: Operator, dk: dict, keyed: list, lo: list, hi: list,
+                     base: list) -> list:
+        """The children's missing subresults joined with the group's stored inputs: every
+        combination holding at least one of them, once. With missing subresults from one
+        child only, they are taken in time order a chunk at a time, each against the
+        generations whose time range reaches the chunk's."""
+        m = len(op.children)
+        have = sorted(k for k, entries in dk.items() if entries)
+        out: list = []
+        if len(have) != 1:
+            d = [_by_key(op, k, dk.get(k, [])) for k in range(m)]
+            for subset in _subsets_of(have):
+                out += _combine(op, subset, d, base)
+            return out
+        (k,) = have
+        entries = sorted(dk[k], key=lambda e: max_time(e[1]))
+        for at in range(0, len(entries), 4096):
+            chunk = entries[at:at + 4096]
+            t_lo = max_time(chunk[0][1])
+            e_hi = max(e for e, _ in chunk)
+            near = [i for i in range(len(keyed)) if hi[i] >= t_lo and lo[i] <= e_hi]
+            view = base if len(near) == len(keyed) else _merged([keyed[i] for i in near], m)
+            d = [_by_key(op, j, chunk) if j == k else {} for j in range(m)]
+            out += _combine(op, (k,), d, view)
+        return out
 
     def _store(self, op: Operator, g: Group, pid: int, k: int, key, exp, comp) -> None:
         if len(comp) == 1:  # a base row: its stream's row map again
@@ -881,6 +919,15 @@ def _by_key(op: Operator, k: int, entries: Iterable) -> dict:
                 out[key] = [item]
             else:
                 b.append(item)
+    return out
+
+
+def _merged(gens: list, m: int) -> list[dict]:
+    """Per child, the by-key inputs of several generations together."""
+    out = [{} for _ in range(m)]
+    for g in gens:
+        for k in range(m):
+            _merge_into(out[k], g[k])
     return out
 
 
