@@ -583,3 +583,29 @@ def test_plain_parquet_schema_is_sparks(spark, tmp_path):
         spark.read.parquet(str(tmp_path / "t.parquet")).schema
     assert _plain_parquet_schema(pa.schema([("t", pa.timestamp("us"))])) is None
     assert _plain_parquet_schema(pa.schema([("u", pa.uint32())])) is None
+
+
+def test_daemon_drops_spark_zips_only_for_the_same_installed_versions(tmp_path):
+    """``runtime.spark_daemon``: Spark's pyspark.zip and py4j zip leave the workers' path
+    only when the same version is installed on another entry; otherwise they stay."""
+    import zipfile
+
+    from adaptcq.runtime.spark_daemon import prefer_installed
+
+    def zipped(name: str, package: str, version: str, folder: str = "zips") -> str:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        p = tmp_path / folder / name
+        with zipfile.ZipFile(p, "w") as z:
+            z.writestr(f"{package}/version.py", f'__version__: str = "{version}"\n')
+        return str(p)
+
+    site = tmp_path / "site"
+    for package, version in (("pyspark", "4.3.0"), ("py4j", "0.10.9.9")):
+        (site / package).mkdir(parents=True)
+        (site / package / "version.py").write_text(f"__version__ = '{version}'\n")
+    same = [zipped("pyspark.zip", "pyspark", "4.3.0"),
+            zipped("py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")]
+    assert prefer_installed([*same, "/elsewhere", str(site)]) == ["/elsewhere", str(site)]
+    other = zipped("pyspark.zip", "pyspark", "4.2.0", "old")
+    assert prefer_installed([other, str(site)]) == [other, str(site)]
+    assert prefer_installed([same[0], "/elsewhere"]) == [same[0], "/elsewhere"]
