@@ -554,3 +554,58 @@ def test_restart_from_checkpoint_with_adaptivity_stays_exact(spark, tmp_path):
         assert g["policies"]["optimizer_plan"] == planned[k]  # planned once, kept
         assert g["policies"]["agreedy_profiled"] > 0
     assert sum(g["policies"]["agreedy_reorderings"] for g in run2.groups.values()) > 0
+
+
+def test_group_keys_hash_is_sparks(spark):
+    """The driver computes Spark's hash of an int itself (``spark_int_hash``), so the group
+    keys' shuffle partitions are Spark's without a job; checked here against Spark."""
+    from pyspark.sql import functions as F
+
+    from adaptcq.runtime.spark import spark_int_hash
+    vals = [0, 1, -1, 2, 7, 42, 255, 65_536, 2**31 - 1, -(2**31), 123_456_789]
+    vals += list(range(3, 300))
+    rows = (spark.createDataFrame([(v,) for v in vals], "v int")
+            .select("v", F.hash("v").alias("h")).collect())
+    assert [spark_int_hash(r["v"]) for r in rows] == [r["h"] for r in rows]
+
+
+def test_plain_parquet_schema_is_sparks(spark, tmp_path):
+    """A Parquet input of plain column types gets its Spark schema from pyarrow's (no Spark
+    read before the query); it is the schema Spark reads; other types fall back to Spark."""
+    from adaptcq.runtime.spark import _plain_parquet_schema
+    t = pa.table({"ts": pa.array([1.5], pa.float64()), "a": pa.array([1], pa.int64()),
+                  "b": pa.array([2], pa.int32()), "c": pa.array([3], pa.int16()),
+                  "d": pa.array([4], pa.int8()), "f": pa.array([1.0], pa.float32()),
+                  "s": pa.array(["x"], pa.string()), "y": pa.array([b"z"], pa.binary()),
+                  "k": pa.array([True], pa.bool_())})
+    pq.write_table(t, tmp_path / "t.parquet")
+    assert _plain_parquet_schema(pq.read_schema(tmp_path / "t.parquet")) == \
+        spark.read.parquet(str(tmp_path / "t.parquet")).schema
+    assert _plain_parquet_schema(pa.schema([("t", pa.timestamp("us"))])) is None
+    assert _plain_parquet_schema(pa.schema([("u", pa.uint32())])) is None
+
+
+def test_daemon_drops_spark_zips_only_for_the_same_installed_versions(tmp_path):
+    """``runtime.spark_daemon``: Spark's pyspark.zip and py4j zip leave the workers' path
+    only when the same version is installed on another entry; otherwise they stay."""
+    import zipfile
+
+    from adaptcq.runtime.spark_daemon import prefer_installed
+
+    def zipped(name: str, package: str, version: str, folder: str = "zips") -> str:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        p = tmp_path / folder / name
+        with zipfile.ZipFile(p, "w") as z:
+            z.writestr(f"{package}/version.py", f'__version__: str = "{version}"\n')
+        return str(p)
+
+    site = tmp_path / "site"
+    for package, version in (("pyspark", "4.3.0"), ("py4j", "0.10.9.9")):
+        (site / package).mkdir(parents=True)
+        (site / package / "version.py").write_text(f"__version__ = '{version}'\n")
+    same = [zipped("pyspark.zip", "pyspark", "4.3.0"),
+            zipped("py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")]
+    assert prefer_installed([*same, "/elsewhere", str(site)]) == ["/elsewhere", str(site)]
+    other = zipped("pyspark.zip", "pyspark", "4.2.0", "old")
+    assert prefer_installed([other, str(site)]) == [other, str(site)]
+    assert prefer_installed([same[0], "/elsewhere"]) == [same[0], "/elsewhere"]

@@ -52,7 +52,11 @@ def find_java() -> str:
         raise JavaMissingError(f"cannot run {java} -version ({e}); {JAVA_FIX}") from None
     if proc.returncode != 0:
         raise JavaMissingError(f"{java} -version failed: {proc.stderr.strip()[:200]}; {JAVA_FIX}")
+    _VERSION_TEXT[java] = proc.stderr + proc.stdout
     return java
+
+
+_VERSION_TEXT: dict[str, str] = {}  # java -> its last ``-version`` output (check_java)
 
 
 def java_major(version_text: str) -> int | None:
@@ -67,10 +71,8 @@ def java_major(version_text: str) -> int | None:
 
 def check_java() -> str:
     """``find_java`` plus a version check: Spark 4 needs Java 17 or newer."""
-    java = find_java()
-    proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30,
-                              check=False)
-    major = java_major(proc.stderr + proc.stdout)
+    java = find_java()  # (runs ``java -version`` once: its output is kept)
+    major = java_major(_VERSION_TEXT.pop(java, ""))
     if major is not None and major < 17:
         raise JavaMissingError(f"{java} is Java {major}; Spark 4 needs Java 17 or newer: "
                                f"{JAVA_FIX}")
@@ -116,6 +118,9 @@ def default_conf(master: str) -> dict[str, str]:
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
         "spark.sql.execution.pythonUDF.arrow.enabled": "false",
         "spark.python.worker.reuse": "true",
+        # The workers' daemon imports pyspark from its installed package (compiled
+        # bytecode), not from Spark's zip, when the versions agree (runtime.spark_daemon).
+        "spark.python.daemon.module": "adaptcq.runtime.spark_daemon",
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         "spark.driver.memory": "4g",
     }
