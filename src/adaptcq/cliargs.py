@@ -109,7 +109,8 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    "results a batch at a time over columns (docs/vector.md); mjoin, xjoin: "
                    "a tuple at a time; acaching: MJoin with adaptive join-subresult caches "
                    "(A-Caching); tree: a plan of m-way stateful operators whose partition "
-                   "groups can be spilled to disk (state-spill.txt, docs/spill.md); eddy: many queries in one CACQ eddy over shared state "
+                   "groups can be spilled to disk (state-spill.txt, docs/spill.md); eddy: "
+                   "many queries in one CACQ eddy over shared state "
                    "(cacq.txt); eddies, pushdown, pullup: its baselines (an eddy per query, "
                    "NiagaraCQ's plans)")
     r.add_argument("--batch-rows", type=int, default=None, metavar="N",

@@ -164,7 +164,6 @@ class Operator:
     part_class: frozenset
     key_slots: list = field(default_factory=list)    # per child: (component, column)
     probes: list = field(default_factory=list)       # per child: [(child j, checks)]
-    assemble: list = field(default_factory=list)     # per child: probe order -> child order
     joiners: list = field(default_factory=list)      # per child: components -> result
     parent: Operator | None = None
     index_in_parent: int = 0
@@ -276,7 +275,7 @@ def _wire(query: LogicalQuery, op: Operator) -> None:
             continue
         eqs.append((kx, comps[kx].index(x.stream), query.columns[x.stream].index(x.column),
                     ky, comps[ky].index(y.stream), query.columns[y.stream].index(y.column)))
-    op.probes, op.assemble, op.joiners = [], [], []
+    op.probes, op.joiners = [], []
     for k in range(m):
         order = [k] + [j for j in range(m) if j != k]
         steps = []
@@ -291,10 +290,9 @@ def _wire(query: LogicalQuery, op: Operator) -> None:
                     checks.append((bound.index(a), ia, ca, ib, cb))
             steps.append((j, tuple(checks)))
         op.probes.append(steps)
-        op.assemble.append(tuple(order.index(c) for c in range(m)))
         # The result in child order from the components in probe order: c[1] + c[0] + ...
         op.joiners.append(eval("lambda c: " + " + ".join(
-            f"c[{p}]" for p in op.assemble[-1])))
+            f"c[{order.index(c)}]" for c in range(m))))
 
 
 def max_time(comp: tuple) -> float:
@@ -314,7 +312,6 @@ class SpillCounters:
     late_results: int = 0
     retired: int = 0             # inputs kept past their window for a pending clean-up
     first_pending: float | None = None   # event time of the oldest spill not cleaned up
-    history: list = field(default_factory=list)  # (ts, event, model bytes, groups)
 
 
 class SpillTree:
@@ -595,17 +592,17 @@ class SpillTree:
                 per_child[k].append(entry)
             if not any(per_child):
                 continue
-            batch.append((op, pid, per_child, self.group_bytes(op, g)))
+            top = max((e for entries in per_child for e, _ in entries), default=-INF)
+            batch.append((op, pid, per_child, self.group_bytes(op, g), top))
         if not batch:
             return 0.0
         event = self.store.write_event(
             [(op.id, pid, [[c for _, c in entries] for entries in per_child],
-              [op.child_streams(k) for k in range(len(op.children))], size,
-              max((e for entries in per_child for e, _ in entries), default=-INF))
-             for op, pid, per_child, size in batch], ts)
+              [op.child_streams(k) for k in range(len(op.children))], size, top)
+             for op, pid, per_child, size, top in batch], ts)
         freed = 0.0
         c = self.counters
-        for op, pid, per_child, size in batch:
+        for op, pid, per_child, size, top in batch:
             g = op.parts.pop(pid)
             freed += size
             c.spilled_inputs += sum(len(e) for e in per_child)
@@ -614,7 +611,6 @@ class SpillTree:
                     rows = self.stems[self.query.aliases.index(child)].rows
                     for _, comp in per_child[k]:
                         rows.pop(comp[0][0], None)
-            top = max((e for entries in per_child for e, _ in entries), default=-INF)
             self._disk_exp[(op.id, pid)] = max(self._disk_exp.get((op.id, pid), -INF), top)
             self._pending_t[op.id] = min(self._pending_t[op.id], ts)
             self._pending_exp[op.id] = max(self._pending_exp[op.id], top)
@@ -625,7 +621,6 @@ class SpillTree:
         c.file_bytes += event.bytes
         if c.first_pending is None:
             c.first_pending = ts
-        c.history.append((ts, "spill", int(freed), len(batch)))
         return freed
 
     def pending(self) -> bool:
@@ -681,7 +676,6 @@ class SpillTree:
                     g.counts[k] -= 1
                 g.retired.clear()
         c.cleanup_seconds += time.process_time() - t0
-        c.history.append((now, "cleanup", late, 0))
         return late
 
     def _cleanup_operator(self, op: Operator, disk: dict, deltas: dict, now, final: bool,

@@ -152,11 +152,7 @@ class LocalRun:
             if self.executor_name == "tree":
                 from adaptcq.runtime.spill import SpillSetup
                 self.spill = SpillSetup(query, options.pop("spill", None),
-                                        {s.alias: pa.schema(
-                                            [_engine_schema(self.sources[s.source].schema)
-                                             .field(c) for c in query.columns[s.alias]])
-                                         for s in query.streams}, timestamp_unit,
-                                        self.schema)
+                                        self._stream_schemas(), timestamp_unit, self.schema)
                 options.update(self.spill.engine_options())
             elif options.pop("spill", None) is not None:
                 raise OptionError("spill options (--spill, --memory) need the operator "
@@ -246,14 +242,18 @@ class LocalRun:
         self.policies = policies
         return cq
 
+    def _stream_schemas(self) -> dict[str, pa.Schema]:
+        """Per stream alias, the engine's types of the columns its rows hold."""
+        return {s.alias: pa.schema([_engine_schema(self.sources[s.source].schema).field(c)
+                                    for c in self.query.columns[s.alias]])
+                for s in self.query.streams}
+
     def _vector_engine(self, mode: str, options: dict):
         """The vectorized executor with its per-batch ordering policy
         (``adapt.batch_order.vector_executor``; ``ordering``: an optimizer algorithm, or
         "off")."""
         from adaptcq.adapt.batch_order import BatchOrdering, vector_executor
-        schemas = {s.alias: pa.schema([_engine_schema(self.sources[s.source].schema).field(c)
-                                       for c in self.query.columns[s.alias]])
-                   for s in self.query.streams}
+        schemas = self._stream_schemas()
         try:
             vj = vector_executor(self.query, mode, schemas, time_unit=TIME_UNIT,
                                  signed=self.sign is not None,

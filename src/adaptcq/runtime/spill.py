@@ -43,7 +43,7 @@ class SpillSetup:
     """One run's spill options, store and policy (see the module docstring)."""
 
     def __init__(self, query: LogicalQuery, spill: dict | None, types: dict,
-                 timestamp_unit: str | None, schema: pa.Schema, tree=None):
+                 timestamp_unit: str | None, schema: pa.Schema):
         spill = dict(spill or {})
         unknown = sorted(set(spill) - set(KEYS))
         if unknown:

@@ -24,6 +24,7 @@ snappy, on the spill events of a Figure 16 run.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import os
 import shutil
@@ -96,6 +97,10 @@ class SpillStore:
         self._verified: set[str] = set()
         self._readers: dict[str, ipc.RecordBatchFileReader] = {}
         self._index: dict[str, tuple[list, int]] = {}  # file -> (group index, blocks)
+        # (latest window end, model bytes) of every spilled group, the earliest end first,
+        # and their total: ``live_bytes`` drops the ended ones as time passes.
+        self._live: list | None = None
+        self._live_total = 0.0
         self._next = 1
         self.directory.mkdir(parents=True, exist_ok=True)
         manifest = self.directory / MANIFEST
@@ -217,6 +222,8 @@ class SpillStore:
                              "partition group was dropped from memory)") from None
         self._next += 1
         self._index[name] = (index, blocks)
+        if self._live is not None:
+            self._track(index)
         return Event(name, len(data), index)
 
     # ----- reading -----------------------------------------------------------------------
@@ -288,9 +295,20 @@ class SpillStore:
 
     def live_bytes(self, now) -> float:
         """Model bytes of the spilled groups holding an input whose window has not ended
-        at ``now`` (unbounded inputs never end)."""
-        return sum(g[3] for ev in self.events for g in self._group_index(ev["file"])[0]
-                   if g[4] is None or g[4] >= now)
+        at ``now`` (unbounded inputs never end); ``now`` never decreases between calls."""
+        if self._live is None:
+            self._live, self._live_total = [], 0.0
+            for ev in self.events:
+                self._track(self._group_index(ev["file"])[0])
+        live = self._live
+        while live and live[0][0] < now:
+            self._live_total -= heapq.heappop(live)[1]
+        return max(self._live_total, 0.0)
+
+    def _track(self, index: list) -> None:
+        for g in index:
+            heapq.heappush(self._live, (float("inf") if g[4] is None else g[4], g[3]))
+            self._live_total += g[3]
 
     def clear(self) -> None:
         """After a clean-up: every spilled generation was merged; the manifest is emptied
@@ -301,6 +319,7 @@ class SpillStore:
         gone, self.events = self.events, []
         self._verified.clear()
         self._index.clear()
+        self._live, self._live_total = None, 0.0  # rebuilt from the index when asked
         try:
             self._save()
         except OSError as e:
