@@ -29,6 +29,10 @@ class Oracle:
         self.eqs = [(idx[x.stream], query.columns[x.stream].index(x.column),
                      idx[y.stream], query.columns[y.stream].index(y.column))
                     for x, y in query.equalities()]
+        # The set join conditions (load-shedding.txt §3.2) as (i, pos, j, pos, test).
+        self.sets = [(idx[p.left.stream], query.columns[p.left.stream].index(p.left.column),
+                      idx[p.right.stream], query.columns[p.right.stream].index(p.right.column),
+                      _set_condition(p)) for p in query.set_predicates]
 
     def _resolve(self, ref):
         return f"b[{self.q.aliases.index(ref.stream)}][{self.q.columns[ref.stream].index(ref.column)}]"
@@ -46,6 +50,10 @@ class Oracle:
                     va, vb = bound[a][pa_], bound[b][pb]
                     if va is None or vb is None or va != vb:
                         return False
+            for a, pa_, b, pb, test in self.sets:
+                if ((a == i and b < i) or (b == i and a < i)) and \
+                        not test(bound[a][pa_], bound[b][pb]):
+                    return False
             return True
 
         def rec(i: int):
@@ -123,6 +131,25 @@ class Oracle:
                 live.append((i, k, row))
                 step(i, 1, ts, row, True)
         return events, outputs
+
+
+def _set_condition(p):
+    """test(left value, right value) for a set join condition, written from its
+    definition: lists are sets, maps weighted sets, NULL never joins."""
+    def cmp(x):
+        return x > p.threshold if p.strict else x >= p.threshold
+
+    def test(a, b):
+        if a is None or b is None:
+            return False
+        if p.kind == "inner":
+            wa, wb = dict(a), dict(b)
+            return cmp(sum(wa[x] * wb[x] for x in wa if x in wb))
+        sa, sb = set(a), set(b)
+        return {"overlap": lambda: cmp(len(sa & sb)), "equal": lambda: sa == sb,
+                "subset": lambda: sa.issubset(sb), "superset": lambda: sa.issuperset(sb)
+                }[p.kind]()
+    return test
 
 
 def engine_outputs(trace, out):

@@ -15,6 +15,7 @@ from adaptcq.cliargs import (
     parse_inputs,
     parse_orders,
     routing_options,
+    shed_options,
     spill_options,
     sql_arg,
 )
@@ -264,6 +265,12 @@ def _run_options(args) -> dict:
             from adaptcq.adapt import make_policies
             options["policies"] = make_policies(optimizer=spec["optimizer"],
                                                 reorder=spec["reorder"])
+    shed = shed_options(args)
+    if shed is not None:
+        if args.engine == "spark":
+            raise AdaptcqError("--shed runs on the local engine only for now: per-group "
+                               "load shedding on Spark is not built yet (docs/shedding.md)")
+        options["shed"] = shed
     spill = spill_options(args)
     if spill is not None:
         if args.engine == "spark":

@@ -13,7 +13,7 @@ from pathlib import Path
 from adaptcq.errors import AdaptcqError
 
 __all__ = ["Parser", "adaptivity_spec", "add_run_arguments", "parse_inputs", "parse_orders",
-           "run_defaults", "spill_options", "sql_arg"]
+           "run_defaults", "shed_options", "spill_options", "sql_arg"]
 
 
 def sql_arg(text: str) -> str:
@@ -102,14 +102,16 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    help="unit of a numeric timestamp column (default: s); timestamp-typed "
                    "columns carry their own")
     r.add_argument("--executor", default="auto",
-                   choices=["auto", "vector", "mjoin", "xjoin", "acaching", "tree",
+                   choices=["auto", "vector", "mjoin", "xjoin", "acaching", "tree", "shed",
                             *QUERYSET_EXECUTORS],
                    help="auto (default): the vectorized executor whenever the query and "
                    "options allow it, else mjoin (the summary says why); vector: MJoin's "
                    "results a batch at a time over columns (docs/vector.md); mjoin, xjoin: "
                    "a tuple at a time; acaching: MJoin with adaptive join-subresult caches "
                    "(A-Caching); tree: a plan of m-way stateful operators whose partition "
-                   "groups can be spilled to disk (state-spill.txt, docs/spill.md); eddy: "
+                   "groups can be spilled to disk (state-spill.txt, docs/spill.md); shed: "
+                   "the two-way load-shedding join (load-shedding.txt, docs/shedding.md; "
+                   "the one that evaluates OVERLAP and the other set conditions); eddy: "
                    "many queries in one CACQ eddy over shared state "
                    "(cacq.txt); eddies, pushdown, pullup: its baselines (an eddy per query, "
                    "NiagaraCQ's plans)")
@@ -177,6 +179,26 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    "of the input, and while running once memory frees up; "
                    "never-while-running: only at the end; off: leave them in --spill-dir for "
                    "`adaptcq cleanup DIR`")
+    r.add_argument("--shed", choices=["none", "random", "partial", "selective"],
+                   help="CPU load shedding of a two-way windowed join (load-shedding.txt; "
+                   "runs --executor shed): selective (windows kept whole, the basic windows "
+                   "that pay processed first), partial (rate adaptation only), random (drop "
+                   "random buffered tuples, process the rest fully), none (buffers overflow)")
+    r.add_argument("--capacity", metavar="UNITS|wall",
+                   help="with --shed: the join's CPU capacity in work units (one tuple "
+                   "comparison, index entry or insertion) per second of event time, or wall "
+                   "(the CPU time each tuple really takes)")
+    r.add_argument("--basic-window", type=float, metavar="SECONDS",
+                   help="with --shed: basic window size b (default: a twentieth of the larger "
+                   "window, as the paper's 1 s for 20 s windows)")
+    r.add_argument("--index", choices=["auto", "none", "hash", "inverted", "inverted-id"],
+                   help="with --shed: the window index (auto: hash for an equi-join, none "
+                   "for set joins; inverted: time-ordered identifier lists, inverted-id: "
+                   "identifier-sorted)")
+    r.add_argument("--buffer", type=float, metavar="SECONDS",
+                   help="with --shed: input buffer in front of the join (default 1 s)")
+    r.add_argument("--no-join-direction", action="store_true",
+                   help="with --shed selective: no join direction adaptation (Algorithm 4)")
     r.add_argument("--nested-loop", action="append", default=[], metavar="STREAM[.COLUMN]",
                    help="MJoin: joins into STREAM (or probing its COLUMN) scan its window "
                    "instead of a hash index (a-caching.txt Figure 10)")
@@ -280,3 +302,14 @@ def spill_options(args) -> dict | None:
         raise AdaptcqError(f"{flags or '--cleanup'}: spilling is done by the operator tree "
                            f"(--executor tree), not by --executor {args.executor}")
     return spill
+
+
+def shed_options(args) -> dict | None:
+    """``--shed --capacity --basic-window --index --buffer --no-join-direction`` as the
+    ``shed`` option of a local run (``runtime.shed``); None when none is given."""
+    given = {"mode": args.shed, "capacity": args.capacity,
+             "basic_window": args.basic_window, "index": args.index, "buffer": args.buffer}
+    shed = {k: v for k, v in given.items() if v is not None}
+    if args.no_join_direction:
+        shed["direction"] = False
+    return shed or None

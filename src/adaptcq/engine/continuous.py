@@ -19,12 +19,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from adaptcq.errors import OptionError
-from adaptcq.query.logical import LogicalQuery
+from adaptcq.query.logical import LogicalQuery, require_equi_joins
 from adaptcq.stats.estimators import W_DEFAULT
 from adaptcq.stats.profiler import INTERVAL_DEFAULT
 from adaptcq.stream.windows import CountWindow, ExpiryClock
 
-EXECUTORS = ("mjoin", "xjoin", "tree")
+EXECUTORS = ("mjoin", "xjoin", "tree", "shed")
 
 MODES = ("append", "retract")
 
@@ -38,6 +38,10 @@ EXECUTOR_OPTIONS: dict[str, tuple[str, ...]] = {
     # operator, the spill store, the spill policy, lineage sampling.
     "tree": ("tree", "partitions", "store", "spill", "late_column", "sample", "seed",
              "time_unit"),
+    # The load-shedding join of load-shedding.txt (engine.shed_join): the shedding mode,
+    # the CPU capacity, basic windows, the index, input buffers, γ, the policy.
+    "shed": ("shed", "capacity", "basic_window", "index", "buffer", "gamma", "controller",
+             "seed", "time_unit"),
 }
 # ContinuousQuery's own keyword arguments, named in the message for an unknown option.
 _OWN_OPTIONS = ("trace", "sample_every", "time_unit", "explicit_deletions")
@@ -95,10 +99,15 @@ def make_executor(query: LogicalQuery, executor: str, mode: str, out: list, **op
     """The join executor ``executor`` (see :data:`EXECUTOR_OPTIONS` for the options each
     takes; any other option is an :class:`OptionError`)."""
     check_options(executor, options)
+    if executor != "shed":
+        require_equi_joins(query, f"the {executor} executor")
     if executor == "mjoin":
         from adaptcq.engine.mjoin import MJoin
         return MJoin(query, mode, orders=options.get("orders"), out=out,
                      nested_loop=options.get("nested_loop") or ())
+    if executor == "shed":
+        from adaptcq.engine.shed_join import ShedJoin
+        return ShedJoin(query, mode, out=out, **options)
     if executor == "tree":
         from adaptcq.engine.spill_tree import SpillTree
         spill = options.pop("spill", None)
@@ -165,6 +174,11 @@ class ContinuousQuery:
                                   "insertions only: explicit deletions (--sign) are not "
                                   "supported")
             options = {**options, "time_unit": time_unit}
+        if executor == "shed":
+            if explicit_deletions:
+                raise OptionError("the load-shedding join takes insertions only: explicit "
+                                  "deletions (--sign) are not supported")
+            options = {**options, "time_unit": time_unit}
         self.executor = make_executor(query, executor, mode, self.out, **options)
         self.selections = [
             compile_predicate(query.selections[a], query.columns[a], a, query.types)
@@ -180,6 +194,8 @@ class ContinuousQuery:
                        if s.window.kind == "range" else None for s in query.streams]
         self.counts = [CountWindow(int(s.window.size)) if s.window.kind == "rows" else None
                        for s in query.streams]
+        if executor == "shed":  # its rows expire inside it, at the time each is processed
+            self.ranges = [None] * len(query.streams)
         self.clock = ExpiryClock()
         # Explicit deletions: per unbounded stream, row_key(row) -> row ids of the equal
         # rows still there, oldest first (None for one that failed the selection).
@@ -448,6 +464,14 @@ class ContinuousQuery:
     def emitted(self) -> int:
         """Output rows produced so far (drained or not): a position in the output."""
         return self.stats.results + len(self.out)
+
+    def finish(self) -> list:
+        """End of input: what an executor still holds back (the load-shedding join's
+        buffered tuples) is processed; returns the output."""
+        finish = getattr(self.executor, "finish", None)
+        if finish is not None:
+            finish()
+        return self.drain()
 
     def drain(self) -> list:
         out = self.out[:]

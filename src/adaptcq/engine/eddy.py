@@ -66,7 +66,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from adaptcq.errors import OptionError, QueryError
-from adaptcq.query.logical import ColumnRef, LogicalQuery
+from adaptcq.query.logical import ColumnRef, LogicalQuery, require_equi_joins
 
 ROLE_BITS = 8                 # a row's sequence number as role k: rid * 8 + k
 MAX_ROLES = 1 << 3            # aliases of one source in one query (8 = 2**3 fits ROLE_BITS)
@@ -282,6 +282,7 @@ class Eddy:
         after the current one (``start="now"``) or also the rows held now (``"window"``)."""
         if handle in self.queries:
             raise OptionError(f"a query is already registered as {handle!r}")
+        require_equi_joins(query, "the eddy (CACQ)")
         if start not in START_MODES:
             raise OptionError(f"unknown start {start!r}; choose one of {', '.join(START_MODES)}")
         for s in query.streams:

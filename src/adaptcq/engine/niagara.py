@@ -74,7 +74,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 
 from adaptcq.errors import OptionError, QueryError
-from adaptcq.query.logical import ColumnRef, LogicalQuery
+from adaptcq.query.logical import ColumnRef, LogicalQuery, require_equi_joins
 
 CAPACITY_DEFAULT = 1024
 
@@ -423,6 +423,7 @@ class _Niagara:
         """Register ``query``: it sees the arrivals after the current one."""
         if handle in self.queries:
             raise OptionError(f"a query is already registered as {handle!r}")
+        require_equi_joins(query, "NiagaraCQ")
         if start != "now":
             raise OptionError(f"query {handle!r}: start={start!r} is not supported by the "
                               f"NiagaraCQ {self.name} plan (its plans hold no rows for a "

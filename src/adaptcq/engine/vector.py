@@ -1191,6 +1191,9 @@ class VectorJoin:
 def unsupported(query: LogicalQuery) -> str | None:
     """Why the vectorized executor cannot run ``query`` (None: it can)."""
     import sqlglot.expressions as exp
+    if query.set_predicates:
+        return (f"{query.set_predicates[0]} is a set join condition; the load-shedding "
+                "join (--executor shed) evaluates it")
     for o in query.outputs:
         if not isinstance(o.expr, exp.Column):
             return (f"the SELECT item {o.name!r} is an expression ({o.expr.sql()}); the "

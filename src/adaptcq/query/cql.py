@@ -38,10 +38,12 @@ from adaptcq.errors import QueryError
 from adaptcq.query import expr as sqlexpr
 from adaptcq.query import udf as udfmod
 from adaptcq.query.logical import (
+    SET_FUNCTIONS,
     ColumnRef,
     JoinPredicate,
     LogicalQuery,
     OutputColumn,
+    SetPredicate,
     StreamRef,
     Window,
     components,
@@ -251,6 +253,7 @@ class _Parser:
         self.sql = sql
         self.schemas = schemas
         self.udfs = udfmod.resolve_udfs(udfs)
+        self.set_predicates: list[SetPredicate] = []
         self.text, self.windows = lift_windows(sql)
         self._tokens: list[Token] | None = None
         self.streams: list[StreamRef] = []
@@ -375,6 +378,8 @@ class _Parser:
                 continue
             if isinstance(sub, exp.Anonymous) and sub.name.lower() in self.udfs:
                 continue  # a UDF call; its arguments are checked as they are walked
+            if isinstance(sub, exp.Anonymous) and sub.name.upper() in SET_FUNCTIONS:
+                continue  # a set join condition: checked where it stands (set_predicate)
             if not isinstance(sub, _ALLOWED) or self.bad_operand(sub):
                 yield self.describe(sub)
 
@@ -568,20 +573,97 @@ class _Parser:
         one touching a single stream is a selection on it; anything else is rejected."""
         predicates: list[JoinPredicate] = []
         selections: dict[str, list[exp.Expression]] = {s.alias: [] for s in self.streams}
+        self.set_predicates = []
+        placed: set[int] = set()  # the set functions that stand where they may
         for cond in self.conditions(select):
             for conjunct in _conjuncts(cond):
+                setp = self.set_predicate(conjunct)
+                if setp is not None:
+                    self.set_predicates.append(setp)
+                    placed.update(id(f) for f in _strip(conjunct).find_all(exp.Anonymous))
+                    continue
                 streams = _streams_of(conjunct)
                 join = _join_equality(conjunct)
                 if join is not None:
                     self.check_joinable(join, conjunct)
                     predicates.append(JoinPredicate(*join, position=self.start(conjunct) or 0))
                 elif len(streams) > 1:
+                    self.check_set_functions(conjunct, set())
                     raise self.error(f"non-equi predicate between streams {streams[0]} and "
                                      f"{streams[1]} is not supported", conjunct)
                 else:
                     target = streams[0] if streams else self.streams[0].alias
                     selections[target].append(_strip(conjunct))
+        self.check_set_functions(select, placed)
         return predicates, selections
+
+    # ----- set join conditions (load-shedding.txt §3.2) ------------------------------------
+    def set_predicate(self, conjunct: exp.Expression) -> SetPredicate | None:
+        """A top-level conjunct that is a set join condition: ``SUBSET(R.s, S.s)``,
+        ``SUPERSET``, ``SET_EQUAL``, or ``OVERLAP`` / ``INNER_PRODUCT`` compared with a
+        constant (``>= k``, ``> k``, or ``k <= ...``). None for any other conjunct."""
+        node = _strip(conjunct)
+        call, threshold, strict = node, None, False
+        if isinstance(node, (exp.GTE, exp.GT, exp.LTE, exp.LT)):
+            left, right = _strip(node.this), _strip(node.expression)
+            flipped = isinstance(node, (exp.LTE, exp.LT))
+            call, const = (right, left) if flipped else (left, right)
+            if not _is_set_call(call):
+                return None
+            strict = isinstance(node, (exp.GT, exp.LT))
+            threshold = self.set_threshold(call, const)
+        if not _is_set_call(call):
+            return None
+        kind = SET_FUNCTIONS[call.name.upper()]
+        name = call.name.upper()
+        needs = kind in ("overlap", "inner")
+        if needs and threshold is None:
+            raise self.error(f"{name}(...) is a number: compare it with a constant, as in "
+                             f"{name}(R.s, S.s) >= 3", call)
+        if not needs and threshold is not None:
+            raise self.error(f"{name}(...) is a condition of its own; it takes no "
+                             "threshold", node)
+        args = call.expressions
+        if len(args) != 2 or not all(isinstance(_strip(a), exp.Column) for a in args):
+            raise self.error(f"{name} takes two columns, one of each stream, as in "
+                             f"{name}(R.s, S.s)", call)
+        left, right = (ColumnRef(_strip(a).table, _strip(a).name) for a in args)
+        if left.stream == right.stream:
+            raise self.error(f"{name} joins two streams: both columns are of "
+                             f"{left.stream}", call)
+        want = "map" if kind == "inner" else "list"
+        what = ("weighted sets (map columns, item -> weight)" if want == "map"
+                else "sets (list columns)")
+        for ref, arg in ((left, args[0]), (right, args[1])):
+            got = (self.stream_schemas.get(ref.stream) or {}).get(ref.column)
+            if got is not None and got != want:
+                raise self.error(f"{name} needs {what}; {ref} is "
+                                 f"{sqlexpr.describe_kind(got)}", arg)
+        return SetPredicate(kind, left, right, threshold, strict,
+                            self.start(conjunct) or 0)
+
+    def set_threshold(self, call: exp.Expression, const: exp.Expression) -> float:
+        try:
+            value = sqlexpr.constant_value(const)
+        except Exception:  # noqa: BLE001 - any non-constant: the message says what to write
+            value = None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(f"the threshold of {call.name.upper()} must be a constant "
+                             "number", const)
+        return value
+
+    def check_set_functions(self, select: exp.Expression, placed: set[int]) -> None:
+        """A set function anywhere but as a top-level join condition is refused, here
+        (``select``: the query, or one conjunct of it)."""
+        trees = ([*select.expressions, *self.conditions(select)]
+                 if isinstance(select, exp.Select) else [select])
+        for tree in trees:
+            for f in tree.find_all(exp.Anonymous):
+                if f.name.upper() in SET_FUNCTIONS and id(f) not in placed:
+                    raise self.error(f"{f.name.upper()} is a set join condition: it must "
+                                     "stand on its own in the WHERE clause (ANDed with the "
+                                     "rest), as OVERLAP(R.s, S.s) >= 3 or SUBSET(R.s, S.s)",
+                                     f)
 
     def check_joinable(self, join: tuple[ColumnRef, ColumnRef], conjunct: exp.Expression
                        ) -> None:
@@ -666,14 +748,14 @@ class _Parser:
         conj = {a: exp.and_(*conds, copy=False) if conds else None
                 for a, conds in selections.items()}
         return LogicalQuery(self.sql, tuple(self.streams), tuple(predicates), classes, conj,
-                            tuple(outputs), columns, types)
+                            tuple(outputs), columns, types, tuple(self.set_predicates))
 
     def needed_columns(self, predicates: list[JoinPredicate],
                        selections: dict[str, list[exp.Expression]],
                        outputs: list[OutputColumn]) -> dict[str, tuple[str, ...]]:
         """Join columns (text order), then selection columns, then output columns."""
         needed: dict[str, dict[str, None]] = {s.alias: {} for s in self.streams}
-        for p in predicates:
+        for p in [*predicates, *self.set_predicates]:
             needed[p.left.stream][p.left.column] = None
             needed[p.right.stream][p.right.column] = None
         trees = [c for conds in selections.values() for c in conds] + [o.expr for o in outputs]
@@ -831,6 +913,10 @@ def _column_refs(node: exp.Expression) -> Iterator[ColumnRef]:
 def _streams_of(node: exp.Expression) -> list[str]:
     """The stream aliases a (resolved) expression mentions, in order of appearance."""
     return list(dict.fromkeys(c.table for c in node.find_all(exp.Column, bfs=False)))
+
+
+def _is_set_call(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Anonymous) and node.name.upper() in SET_FUNCTIONS
 
 
 def _join_equality(node: exp.Expression) -> tuple[ColumnRef, ColumnRef] | None:

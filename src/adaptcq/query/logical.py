@@ -84,6 +84,48 @@ class JoinPredicate:
         return self.left if self.left.stream == stream else self.right
 
 
+SetKind = Literal["overlap", "equal", "subset", "superset", "inner"]
+
+#: SQL function -> the set join condition it writes (load-shedding.txt §3.2): OVERLAP and
+#: INNER_PRODUCT take a threshold (``>= k``), the others are conditions of their own.
+SET_FUNCTIONS: dict[str, SetKind] = {"OVERLAP": "overlap", "SET_EQUAL": "equal",
+                                     "SUBSET": "subset", "SUPERSET": "superset",
+                                     "INNER_PRODUCT": "inner"}
+
+
+@dataclass(frozen=True)
+class SetPredicate:
+    """A join condition on set-valued columns of two streams (load-shedding.txt §3.2):
+
+    - ``overlap``: |L ∩ R| >= threshold (``OVERLAP(R.s, S.s) >= k``);
+    - ``equal``: L = R as sets (``SET_EQUAL(R.s, S.s)``);
+    - ``subset`` / ``superset``: L ⊆ R / L ⊇ R (``SUBSET(R.s, S.s)``);
+    - ``inner``: Σ_{x ∈ L ∩ R} L[x]·R[x] >= threshold over weighted sets (map columns,
+      item -> weight; ``INNER_PRODUCT(R.w, S.w) >= θ``).
+
+    A list column is read as a set (duplicates count once); a NULL set never joins, as a
+    NULL key never does. ``strict``: the comparison was ``>`` rather than ``>=``.
+    """
+
+    kind: SetKind
+    left: ColumnRef
+    right: ColumnRef
+    threshold: float | None = None
+    strict: bool = False
+    position: int = 0
+
+    @property
+    def streams(self) -> tuple[str, str]:
+        return self.left.stream, self.right.stream
+
+    def __str__(self) -> str:
+        name = next(f for f, k in SET_FUNCTIONS.items() if k == self.kind)
+        text = f"{name}({self.left}, {self.right})"
+        if self.threshold is None:
+            return text
+        return f"{text} {'>' if self.strict else '>='} {self.threshold:g}"
+
+
 @dataclass(frozen=True)
 class OutputColumn:
     """One SELECT item: the output column's name and its expression.
@@ -114,6 +156,9 @@ class LogicalQuery:
     - ``types``: per stream alias, column -> kind in {"number", "string", "timestamp",
       "bool", "list", "struct", "map", "other"} for the columns known from the schemas
       (``cql.KINDS``; the Arrow types of the outputs: :func:`output_types`).
+    - ``set_predicates``: join conditions on set-valued columns (:class:`SetPredicate`);
+      only the load-shedding join (``engine.shed_join``) evaluates them, every other
+      executor refuses such a query (:func:`require_equi_joins`).
     """
 
     sql: str
@@ -124,6 +169,7 @@ class LogicalQuery:
     outputs: tuple[OutputColumn, ...]
     columns: dict[str, tuple[str, ...]]
     types: dict[str, dict[str, str]] = field(default_factory=dict)
+    set_predicates: tuple[SetPredicate, ...] = ()
 
     # ----- derived views -------------------------------------------------------------
     @property
@@ -179,6 +225,11 @@ class LogicalQuery:
         for u, v in self.join_edges():
             adj[u].append(v)
             adj[v].append(u)
+        for p in self.set_predicates:  # a set join condition is an edge too
+            u, v = p.streams
+            if v not in adj[u]:
+                adj[u].append(v)
+                adj[v].append(u)
         return {a: tuple(n) for a, n in adj.items()}
 
     @property
@@ -404,3 +455,14 @@ class _OutputTyper:
         else:
             bound = sum(t.bound for t in known) if len(known) == 2 else 0
         return _Typed(pa.int64(), bound, True)
+
+
+def require_equi_joins(query: LogicalQuery, what: str) -> None:
+    """Refuse a query with set join conditions for ``what`` (an executor or runtime that
+    joins by equality only): it would otherwise run the query as a cross product."""
+    if query.set_predicates:
+        p = query.set_predicates[0]
+        raise QueryError(f"{p} is a set join condition (load-shedding.txt §3.2); only the "
+                         "load-shedding join evaluates it (adaptcq run --executor shed, "
+                         f"two streams, [RANGE w] windows): {what} joins by equality only",
+                         query.sql, p.position)

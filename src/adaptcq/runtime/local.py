@@ -52,7 +52,7 @@ REJECTED_SCHEMA = pa.schema([("stream", pa.string()), ("row", pa.int64()),
                              ("ts", pa.float64()), ("reason", pa.string())])
 
 RUN_OPTIONS = ("orders", "tree", "nested_loop", "policies", "cache_options", "trace",
-               "sample_every", "batch_rows", "batch_seconds", "ordering", "spill")
+               "sample_every", "batch_rows", "batch_seconds", "ordering", "spill", "shed")
 """Keyword options of ``run``/``stream`` passed on to the engine (anything else is refused)."""
 
 
@@ -133,6 +133,7 @@ class LocalRun:
                                     late=self.executor_name == "tree")
         self.ts_type = self.schema.field("_ts").type
         self.spill = None  # runtime.spill.SpillSetup of the operator tree
+        self.shed_controller = None  # adapt.shed_control.ShedController of the shed join
         self.vector = self.executor_name == "vector"
         self.batch_rows, self.batch_seconds = batch_options(
             self.executor_name, options.pop("batch_rows", None),
@@ -149,6 +150,13 @@ class LocalRun:
                 from adaptcq.adapt import make_policies  # auto fell back: the same algorithm
                 options["policies"] = [*(options.get("policies") or []),
                                        *make_policies(optimizer=ordering)]
+            if self.executor_name == "shed":
+                from adaptcq.runtime.shed import shed_engine_options
+                self.shed_controller, shed = shed_engine_options(options.pop("shed", None))
+                options.update(shed)
+            elif options.pop("shed", None) is not None:
+                raise OptionError("shedding options (--shed, --capacity) need the "
+                                  f"load-shedding join; this run uses {self.executor_name}")
             if self.executor_name == "tree":
                 from adaptcq.runtime.spill import SpillSetup
                 self.spill = SpillSetup(query, options.pop("spill", None),
@@ -316,6 +324,10 @@ class LocalRun:
                 self._sample_rss(cq.stats.arrivals)
                 if self.stopped:
                     break
+            if self.executor_name == "shed" and not self.stopped:
+                out = cq.finish()  # the tuples still in the input buffers
+                if out:
+                    self._buffer(out)
             if self.spill is not None and (not self.stopped or self.interrupted):
                 if not self._bounded:  # late results leave as they are produced
                     self._bound()
@@ -562,6 +574,8 @@ class LocalRun:
             stats["last_event_time"] = self.last_ts * TIME_UNIT
         if self.spill is not None:
             stats.update(self.spill.report(self.cq, self.last_ts))
+        if self.executor_name == "shed":
+            stats.update(self.cq.executor.report())
         for policy in self.policies:  # engine.protocols.Policy: report() is JSON-safe
             stats.update(policy.report())
         if self.vector:
@@ -586,7 +600,7 @@ class _ResultBound(Exception):
 
 # ----- output rows to Arrow --------------------------------------------------------------
 # ----- which executor ------------------------------------------------------------------------
-EXECUTOR_CHOICES = ("auto", "vector", "mjoin", "xjoin", "acaching", "tree")
+EXECUTOR_CHOICES = ("auto", "vector", "mjoin", "xjoin", "acaching", "tree", "shed")
 BATCH_ROWS_DEFAULT = 20_000  # chosen by python -m adaptcq.bench.vector (docs/vector.md)
 
 # Options only a per-tuple executor honours, and why (the vectorized one refuses them).
@@ -610,6 +624,13 @@ def choose_executor(executor: str, query: LogicalQuery, options: Mapping) -> tup
                           f"{', '.join(EXECUTOR_CHOICES)}")
     if options.get("spill") is not None and executor == "auto":
         return "tree", "auto: spilling state (--spill) runs the operator tree"
+    if executor == "auto" and (options.get("shed") is not None or query.set_predicates):
+        return "shed", ("auto: load shedding (--shed) runs the load-shedding join"
+                        if options.get("shed") is not None else
+                        "auto: set join conditions run on the load-shedding join")
+    if options.get("shed") is not None and executor != "shed":
+        raise OptionError(f"--shed runs the load-shedding join (--executor shed), not "
+                          f"{executor}")
     if executor not in ("auto", "vector"):
         return executor, f"--executor {executor} was asked for"
     why = unsupported(query)

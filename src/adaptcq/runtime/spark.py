@@ -57,7 +57,7 @@ import numpy as np
 
 from adaptcq import errors as _errors
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
-from adaptcq.query.logical import LogicalQuery
+from adaptcq.query.logical import LogicalQuery, require_equi_joins
 from adaptcq.runtime.output import overlaps
 from adaptcq.runtime.spark_group import GroupProcessor, _ipc, read_part
 from adaptcq.runtime.spark_split import (
@@ -292,6 +292,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     schemas = {name: {f.name: _spark_kind(f.dataType) for f in df.schema.fields}
                for name, df in streams.items()}
     query = parse_query(sql, schemas)
+    require_equi_joins(query, "the Spark runtime (load shedding on Spark is not built yet)")
     require_inputs(query, streams)
     _check_join_types(query)
     late_ns = lateness_ns(allowed_lateness)
@@ -1340,6 +1341,7 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     inputs = {name: _resolve_input(name, path, timestamp, timestamp_unit)
               for name, path in sources.items()}
     query = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()})
+    require_equi_joins(query, "the Spark runtime (load shedding on Spark is not built yet)")
     require_inputs(query, inputs)
     if sign is not None and not any(sign in i.schema.names for i in inputs.values()):
         raise InputError(f"no input has the sign column {sign!r} (--sign); the inputs' "

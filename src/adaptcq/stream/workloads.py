@@ -974,3 +974,11 @@ def _spill(**kwargs) -> Workload:
 
 WORKLOADS["spill"] = _spill  # state-spill.txt §6.1 (stream/spill_workload.py)
 """Generators by name, for ``WORKLOADS[name](**kwargs)`` from a CLI."""
+
+
+def _shed(**kwargs) -> Workload:
+    from adaptcq.stream.shed_workload import shed_two_way
+    return shed_two_way(**kwargs)
+
+
+WORKLOADS["shed"] = _shed  # load-shedding.txt §6.1 (stream/shed_workload.py)

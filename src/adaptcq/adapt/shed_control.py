@@ -1,0 +1,123 @@
+"""The load-shedding controller: partial processing (rate adaptation, Algorithm 1) and
+selective processing (time correlation, Algorithm 2; join direction, Algorithm 4) of
+load-shedding.txt, run every T_r and T_c seconds of event time on the statistics the
+load-shedding join keeps (``engine.shed_join``). The algorithms themselves are the pure
+functions of ``adapt.shedding``; this class only schedules them and moves the join's
+fractions r_i and basic-window orders s_i.
+"""
+
+from __future__ import annotations
+
+import time
+
+from adaptcq.adapt.shedding import join_direction, rate_adapt, time_correlation
+from adaptcq.errors import OptionError
+
+T_R_DEFAULT = 5.0      # T_r, the rate adaptation period (§6.1)
+T_C_DEFAULT = 5.0      # T_c, the time correlation adaptation period (§6.1)
+DELTA_R_DEFAULT = 1.2  # δ_r, the fraction boost factor (§6.1)
+SERIES_MAX = 100_000   # time-series points kept (one per T_r)
+R_MIN = 1e-3           # r's floor: in Algorithm 1, r = 0 would be absorbing (0·δ_r = 0)
+
+
+class ShedController:
+    """``selective``: rate, time correlation and (``direction``) join direction
+    adaptation; ``partial``: rate adaptation only, windows processed newest first."""
+
+    def __init__(self, mode: str = "selective", T_r: float = T_R_DEFAULT,
+                 T_c: float = T_C_DEFAULT, delta_r: float = DELTA_R_DEFAULT,
+                 direction: bool = True):
+        if mode not in ("partial", "selective"):
+            raise OptionError(f"a shedding controller is for --shed partial or selective, "
+                              f"not {mode!r}")
+        for name, v in (("T_r", T_r), ("T_c", T_c)):
+            if not v > 0:
+                raise OptionError(f"{name} must be a positive number of seconds, got {v}")
+        if not delta_r >= 1:
+            raise OptionError(f"delta_r (the fraction boost factor) must be >= 1, got "
+                              f"{delta_r}")
+        self.mode, self.T_r, self.T_c, self.delta_r = mode, T_r, T_c, delta_r
+        self.direction = direction and mode == "selective"
+        self.correlation = mode == "selective"
+        self.r = 1.0
+        self.beta = 1.0
+        self.lam = [0.0, 0.0]
+        self.o: list[list[float]] = [[], []]
+        self.next_rate: float | None = None
+        self.start = 0.0
+        self.next_corr: float | None = None
+        self.steps = 0
+        self.cpu = 0.0
+        self.min_r = 1.0
+        self.series: list[tuple] = []  # (time, r, r_1, r_2, β, drops, delay, results)
+
+    def at(self, join, seconds: float) -> None:
+        """Called at every arrival (event time in seconds): the steps now due."""
+        if self.next_rate is None:
+            self.next_rate, self.next_corr = seconds + self.T_r, seconds + self.T_c
+            self.start = seconds
+            return
+        if seconds < self.next_rate and (not self.correlation or seconds < self.next_corr):
+            return
+        t0 = time.process_time()
+        while True:  # in time order; at a tie, time correlation first (Algorithm 4 uses o)
+            rate_due = seconds >= self.next_rate
+            corr_due = self.correlation and seconds >= self.next_corr
+            if corr_due and (not rate_due or self.next_corr <= self.next_rate):
+                self.correlation_step(join, self.next_corr)
+                self.next_corr += self.T_c
+            elif rate_due:
+                self.rate_step(join, self.next_rate)
+                self.next_rate += self.T_r
+            else:
+                break
+        self.cpu += time.process_time() - t0  # the shedder's own overhead
+
+    def rate_step(self, join, now: float) -> None:
+        """Algorithm 1, then Algorithm 4 (join direction) when it is on."""
+        alpha = [join.fetched[i].take() for i in (0, 1)]
+        self.lam = [join.arrived[i].take() / self.T_r for i in (0, 1)]
+        self.r, self.beta = rate_adapt(self.r, alpha, self.lam, self.T_r, self.delta_r)
+        self.r = max(self.r, R_MIN)  # beyond the paper: a period with nothing fetched
+        # (one tuple costing more than T_r) would set r = 0 for good
+        if self.direction and min(join.w_seconds) > 0 and all(self.o):
+            # (Algorithm 4 divides by w_i, and needs o of both windows)
+            means = [sum(o) / len(o) for o in self.o]
+            r1, r2 = join_direction(self.r, join.w_seconds, means)
+        else:
+            r1 = r2 = self.r
+        join.fractions = [r1, r2]
+        join.sample_r = self.r
+        self.steps += 1
+        self.min_r = min(self.min_r, self.r)
+        if len(self.series) < SERIES_MAX:
+            self.series.append((now, self.r, r1, r2, self.beta, sum(join.drops),
+                                join.period_delay, join.results))
+        join.period_delay = 0.0
+
+    def correlation_step(self, join, now: float) -> None:
+        """Algorithm 2 for each window. Line 5 divides ô by the probability a tuple was
+        fully processed with, r·γ: the paper writes r_i there when join direction is on,
+        but keeps r·γ in Algorithm 3's line 2, and ô must be scaled by the probability
+        actually used (with r_i, a window whose r_i reached 0 would divide by zero, and
+        one with a small r_i would look r/r_i times more productive than it is)."""
+        # λ_i of the last rate step; before the first one, the rates so far
+        lam = self.lam if any(self.lam) else [
+            join.arrived[i].get() / max(now - self.start, 1e-9) for i in (0, 1)]
+        for i in (0, 1):
+            o, s = time_correlation(join.matches[i].take(), join.gamma, join.sample_r,
+                                    join.b_seconds, lam, self.T_c,
+                                    previous=join.orders[i])
+            if any(o):
+                self.o[i] = o
+            join.orders[i] = list(s)
+
+    def report(self) -> dict:
+        return {"shed_policy": self.mode, "fraction_r_final": round(self.r, 6),
+                "fraction_r_min": round(self.min_r, 6), "rate_steps": self.steps,
+                "join_direction": self.direction}
+
+    def series_columns(self) -> dict[str, list]:
+        """The time series, one point per rate adaptation step (T_r)."""
+        names = ("time", "r", "r_1", "r_2", "beta", "buffer_drops", "max_delay", "results")
+        return {n: [p[k] for p in self.series] for k, n in enumerate(names)}

@@ -1,0 +1,606 @@
+"""The load-shedding windowed join of load-shedding.txt: two streams, windows split into
+basic windows, a CPU capacity on a virtual work clock, input buffers, and the mechanism
+that partial and selective processing move (§3.2, §4, §5).
+
+**Mechanism, not policy.** This executor keeps the windows and does the work; what it
+exposes to a policy (``adapt.shed_control``) is the fraction of each window a new tuple
+is processed against (``fractions``: r_1, r_2 of §5.2),
+the order in which basic windows are visited (``orders``: s_i^j of §5.1) and the sampling
+probability γ of full processing. (Utility-based shedding, r_{i,z} of §5.3, is not wired
+into this executor yet: ``adapt.shedding.utility_knapsack`` computes it.) The policy reads the period statistics kept here
+(``arrived``, ``fetched``: α_i and λ_i of Algorithm 1; ``matches``: ô_{i,j} of Algorithm 2)
+at every T_r and T_c seconds of event time.
+
+**Overload on a virtual clock** (§3.2, §6.1). Arrivals enter per-stream input buffers at
+their timestamps; the join fetches them in arrival order and is busy for ``work / capacity``
+seconds of event time per tuple, where work is counted in units (one tuple comparison; one
+identifier-list lookup or entry visited with an index; one insertion). A buffer holds the
+tuples of the last ``buffer`` seconds: when its oldest tuple has waited longer, it
+overflows and a tuple is dropped (the oldest, or with ``shed="random"`` a random one of the
+buffer: the random-drop baseline of §6.1). With ``capacity="wall"`` a tuple costs the
+CPU time it really took. Everything else is deterministic, so a run replays exactly.
+
+**Windows and exactness.** Window W_i is a circular buffer of n_i = 1 + ⌈w_i/b⌉ basic
+windows (§5.1), each with its own index: none (a list scanned newest first), ``hash`` for
+equi-joins, ``inverted`` (identifier lists in time order, §4.2.2: O(1) insertion, a search
+stops at a time) or ``inverted-id`` (identifier-sorted lists, §4.2.1: a search must read
+whole lists). A shift empties the oldest basic window, whose rows are all expired (its
+newest row is more than w_i older than the tuple that caused the shift). Inside the kept
+basic windows rows still expire one by one: a row joins a tuple t only when
+``T(t) − w_i ≤ T(row)`` (the windows of ``stream.windows``, both ends inclusive). A tuple
+is processed at its own timestamp, so with ample capacity every tuple is fully processed
+and the output equals the oracle's, update by update (append mode). Under overload the
+output is a sub-multiset of it: every emitted pair is a true result.
+
+**Set-valued joins** (§3.2). A list column is a set (duplicates count once), a map column
+a weighted set. ``OVERLAP(R.s, S.s) >= k``, ``SET_EQUAL``, ``SUBSET``, ``SUPERSET`` and
+``INNER_PRODUCT(R.w, S.w) >= θ`` next to equi-joins; NULL sets and keys never join.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+
+from adaptcq.engine.codegen import compile_source, projection_source
+from adaptcq.errors import OptionError
+from adaptcq.query.logical import ColumnRef, LogicalQuery, SetPredicate
+from adaptcq.stats.shedding import BasicWindowMatches, HorvitzThompson, PeriodCount
+
+SHED_MODES = ("none", "random", "partial", "selective")
+INDEXES = ("auto", "none", "hash", "inverted", "inverted-id")
+BUFFER_DEFAULT = 1.0  # seconds of input buffered in front of the join (§6.1)
+GAMMA_DEFAULT = 0.1   # γ, the sampling probability of full processing (§6.1)
+INF = float("inf")
+
+
+# ----- join conditions --------------------------------------------------------------------
+def _as_set(v):
+    return None if v is None else frozenset(v)
+
+
+def _as_weights(v):
+    if v is None:
+        return None
+    return dict(v.items() if isinstance(v, dict) else v)
+
+
+def _inner(a: dict, b: dict) -> float:
+    if len(b) < len(a):
+        a, b = b, a
+    return sum(w * b[x] for x, w in a.items() if x in b)
+
+
+def _set_test(p: SetPredicate, probe_is_left: bool) -> Callable[[object, object], bool]:
+    """``test(probe value, row value)``: the condition with the probing tuple on its side.
+    NULL never joins."""
+    k, strict = p.threshold, p.strict
+    if p.kind == "overlap":
+        if strict:
+            return lambda q, s: q is not None and s is not None and len(q & s) > k
+        return lambda q, s: q is not None and s is not None and len(q & s) >= k
+    if p.kind == "inner":
+        if strict:
+            return lambda q, s: q is not None and s is not None and _inner(q, s) > k
+        return lambda q, s: q is not None and s is not None and _inner(q, s) >= k
+    if p.kind == "equal":
+        return lambda q, s: q is not None and s is not None and q == s
+    sub = (p.kind == "subset") == probe_is_left  # the probe is the subset side
+    if sub:
+        return lambda q, s: q is not None and s is not None and q <= s
+    return lambda q, s: q is not None and s is not None and q >= s
+
+
+class _Condition:
+    """One join condition between the two streams: how each side's value is read from a
+    row and prepared (a set, a weight map, a key), and its test per probe direction."""
+
+    def __init__(self, query: LogicalQuery, left: ColumnRef, right: ColumnRef,
+                 pred: SetPredicate | None):
+        self.pred = pred
+        self.cols = {}
+        for ref in (left, right):
+            self.cols[query.aliases.index(ref.stream)] = query.columns[ref.stream].index(
+                ref.column)
+        self.left = query.aliases.index(left.stream)
+        if pred is None:
+            self.prepare = lambda v: v
+            self.tests = [lambda q, s: q is not None and q == s] * 2
+        else:
+            self.prepare = _as_weights if pred.kind == "inner" else _as_set
+            self.tests = [_set_test(pred, probe_is_left=(p == self.left)) for p in (0, 1)]
+
+
+# ----- indexes of a basic window ----------------------------------------------------------
+class BasicWindow:
+    """One basic window B_{i,j} (§5.1): its rows in arrival order (parallel lists) and an
+    index on the primary condition. Positions are append order, i.e. time order."""
+
+    __slots__ = ("empty", "ids", "index", "rows", "ts", "vals")
+
+    def __init__(self, index: str):
+        self.ts: list = []
+        self.rows: list = []
+        self.vals: list = []   # per row: the prepared value of every condition
+        self.index: dict | None = None if index == "none" else {}
+        self.ids: list = []    # inverted-id: the row's random identifier
+        self.empty: list = []  # inverted: positions of rows with an empty set
+
+    def clear(self) -> None:
+        self.ts.clear()
+        self.rows.clear()
+        self.vals.clear()
+        self.ids.clear()
+        self.empty.clear()
+        if self.index is not None:
+            self.index.clear()
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+# ----- the executor -----------------------------------------------------------------------
+class ShedJoin:
+    """The load-shedding binary windowed join (load-shedding.txt §3.2, Figure 3; §4–§5)."""
+
+    name = "shed"
+
+    def __init__(self, query: LogicalQuery, mode: str = "append", out: list | None = None,
+                 *, shed: str = "none", capacity: float | str | None = None,
+                 basic_window: float | None = None, index: str = "auto",
+                 buffer: float = BUFFER_DEFAULT, gamma: float = GAMMA_DEFAULT,
+                 controller=None, seed: int = 0, time_unit: float = 1.0):
+        self._check(query, mode, shed, index)
+        self.query, self.mode, self.shed = query, mode, shed
+        self.time_unit = time_unit
+        self.out = out if out is not None else []
+        self._emit = self.out.append
+        self.aliases = query.aliases
+        # Windows in engine time units (integers when the runtime passes nanoseconds).
+        self.w_seconds = [float(s.window.size) for s in query.streams]
+        self.w = [self._units(w) for w in self.w_seconds]
+        # Default b: a twentieth of the larger window (§6.4: b = 1 s for w = 20 s).
+        b = ((max(self.w_seconds) / 20 or 1.0) if basic_window is None
+             else float(basic_window))
+        if not b > 0:
+            raise OptionError(f"--basic-window must be a positive number of seconds, got {b}")
+        self.b_seconds = b
+        self.b = self._units(b)
+        self.n = [1 + math.ceil(w / b) for w in self.w_seconds]  # n_i = 1 + ⌈w_i/b⌉
+        # The conditions: equalities first (written order), then the set conditions.
+        self.conds = [_Condition(query, a, c, None) for a, c in query.equalities()]
+        self.conds += [_Condition(query, p.left, p.right, p) for p in query.set_predicates]
+        self.index = self._choose_index(index)
+        self.windows = [deque(BasicWindow(self.index) for _ in range(n)) for n in self.n]
+        # Capacity: work units per second of event time, or the wall clock.
+        self.wall = capacity == "wall"
+        if capacity is None or self.wall:
+            self.rate = None
+        else:
+            try:
+                c = float(capacity)
+            except (TypeError, ValueError):
+                c = float("nan")
+            if not c > 0 or c == INF:
+                raise OptionError(f"--capacity must be a positive number of work units per "
+                                  f"second, or 'wall', got {capacity!r}")
+            self.rate = c * time_unit  # work units per engine time unit
+        if shed != "none" and capacity is None:
+            raise OptionError(f"--shed {shed} needs a CPU capacity (--capacity UNITS, work "
+                              "units per second of event time, or --capacity wall)")
+        if not buffer > 0:
+            raise OptionError(f"--buffer must be a positive number of seconds, got {buffer}")
+        self.buffer = self._units(buffer)
+        if not 0 < gamma <= 1:
+            raise OptionError(f"gamma (the sampling probability) must be in (0, 1], got "
+                              f"{gamma}")
+        self.gamma = gamma
+        self.rng = random.Random(seed)
+        # What a policy moves (§4.1, §5.1–5.3).
+        self.fractions = [1.0, 1.0]                 # r_1, r_2
+        self.sample_r = 1.0                         # r of Algorithm 1 (sampling r·γ)
+        self.orders = [list(range(n)) for n in self.n]  # s_i: positions by priority
+        self.controller = controller
+        # Period statistics the policy reads.
+        self.arrived = [PeriodCount(), PeriodCount()]
+        self.fetched = [PeriodCount(), PeriodCount()]
+        self.matches = [BasicWindowMatches(n) for n in self.n]
+        # Buffers and the clock.
+        self.buffers: list[deque] = [deque(), deque()]
+        self.clock = -INF
+        self._advancing = False
+        # Counters for the report.
+        self.work = 0.0
+        self.drops = [0, 0]
+        self.arrivals = [0, 0]
+        self.processed = [0, 0]
+        self.full = [0, 0]           # tuples fully processed (sampled or r = 1)
+        self.max_delay = 0.0
+        self.period_delay = 0.0
+        self.results = 0
+        self.estimate = [HorvitzThompson(), HorvitzThompson()]  # per probed window i
+        self.inserts = [self._arrival(0), self._arrival(1)]
+        self.deletes = [_ignore, _ignore]  # rows expire inside (by basic window and time)
+        self.stems = ()
+        self._project = self._compile_projection()
+
+    # ----- set-up ------------------------------------------------------------------------
+    @staticmethod
+    def _check(query: LogicalQuery, mode: str, shed: str, index: str) -> None:
+        if shed not in SHED_MODES:
+            raise OptionError(f"unknown --shed {shed!r}; choose one of {', '.join(SHED_MODES)}")
+        if index not in INDEXES:
+            raise OptionError(f"unknown --index {index!r}; choose one of {', '.join(INDEXES)}")
+        if len(query.streams) != 2:
+            raise OptionError(
+                f"the load-shedding join takes two streams (load-shedding.txt §3.2); this "
+                f"query has {len(query.streams)}: selective processing inside n-way MJoin "
+                "pipelines is not built yet")
+        if mode != "append":
+            raise OptionError("the load-shedding join runs in append mode only: under load "
+                              "shedding a result that was never produced cannot be retracted "
+                              "consistently (the paper's join has no deletions)")
+        for s in query.streams:
+            if s.window.kind != "range":
+                raise OptionError(f"the load-shedding join needs [RANGE w] windows (basic "
+                                  f"windows slice time, §5.1); stream {s.alias} has "
+                                  f"{s.window}")
+
+    def _units(self, seconds: float):
+        u = seconds / self.time_unit
+        return round(u) if self.time_unit != 1.0 else u
+
+    def _choose_index(self, index: str) -> str:
+        primary = self.conds[0].pred if self.conds else None
+        if index == "auto":
+            return "hash" if primary is None and self.conds else "none"
+        if index == "hash" and (primary is not None or not self.conds):
+            raise OptionError("--index hash needs an equi-join condition (R.a = S.b)")
+        if index.startswith("inverted"):
+            setp = next((c for c in self.conds if c.pred is not None), None)
+            if setp is None:
+                raise OptionError(f"--index {index} needs a set join condition (OVERLAP, "
+                                  "SET_EQUAL, SUBSET, SUPERSET, INNER_PRODUCT)")
+            self.conds.remove(setp)
+            self.conds.insert(0, setp)  # the indexed condition is the primary one
+        return index
+
+    def _compile_projection(self):
+        q = self.query
+
+        def resolve(ref: ColumnRef) -> str:
+            return f"c[{q.aliases.index(ref.stream)}][{q.columns[ref.stream].index(ref.column)}]"
+
+        return compile_source("project", "<load-shedding join projection>", "\n".join([
+            "def project(c, ts, emit):",
+            f"    emit(({projection_source(q, resolve)}1, ts))", ""]), {}).fn
+
+    def set_emit(self, emit) -> None:
+        self._emit = emit
+
+    # ----- arrivals, buffers and the clock ----------------------------------------------
+    def insert(self, i: int, rid: int, row: tuple, ts) -> None:
+        self.inserts[i](rid, row, ts)
+
+    def delete(self, i: int, rid: int, ts) -> None:
+        pass
+
+    def _arrival(self, i: int):
+        def arrive(rid: int, row: tuple, ts) -> None:
+            self._advance(ts)
+            if self.controller is not None:
+                self.controller.at(self, ts * self.time_unit)
+            self.arrivals[i] += 1
+            self.arrived[i].update()
+            buf = self.buffers[i]
+            buf.append((rid, ts, row))
+            if self.rate is None and not self.wall:
+                self._advance(ts)  # no capacity limit: processed on arrival
+                return
+            limit = ts - self.buffer
+            while buf[0][1] < limit:  # the oldest waited longer than the buffer holds
+                self.drops[i] += 1
+                if self.shed == "random":  # §6.1's baseline: a random tuple of the buffer
+                    k = self.rng.randrange(len(buf))
+                    buf.rotate(-k)
+                    buf.popleft()
+                    buf.rotate(k)
+                else:
+                    buf.popleft()
+                if not buf:
+                    break
+        return arrive
+
+    def _advance(self, until) -> None:
+        """Process buffered tuples, in arrival order, while the join is free before
+        ``until`` (event time): each costs its work / capacity."""
+        b0, b1 = self.buffers
+        while b0 or b1:
+            if self.clock > until:
+                return
+            i = 0 if b0 and (not b1 or b0[0][0] < b1[0][0]) else 1
+            _, ts, row = (b0 if i == 0 else b1).popleft()
+            start = max(self.clock, ts)
+            delay = (start - ts) * self.time_unit
+            self.max_delay = max(self.max_delay, delay)
+            self.period_delay = max(self.period_delay, delay)
+            self.fetched[i].update()
+            if self.wall:
+                t0 = time.process_time()
+                self._process(i, row, ts)
+                spent = (time.process_time() - t0) / self.time_unit
+                self.clock = start + (spent if self.time_unit == 1.0 else round(spent))
+            else:
+                before = self.work
+                self._process(i, row, ts)
+                if self.rate is None:
+                    self.clock = start
+                else:
+                    spent = (self.work - before) / self.rate
+                    self.clock = start + (spent if self.time_unit == 1.0 else round(spent))
+
+    def finish(self) -> None:
+        """End of input: the buffered tuples are processed (no more arrivals to drop)."""
+        self._advance(INF)
+
+    # ----- one tuple (Figure 3; Algorithm 3) --------------------------------------------
+    def _process(self, p: int, row: tuple, ts) -> None:
+        i = 1 - p
+        vals = tuple(c.prepare(row[c.cols[p]]) for c in self.conds)
+        self.processed[p] += 1
+        self._insert(p, row, ts, vals)
+        win = self.windows[i]
+        self._expire(i, ts)
+        size = sum(len(bw) for bw in win)
+        if size == 0:
+            return
+        r = self.fractions[i]
+        adaptive = self.shed in ("partial", "selective")
+        # Full processing with probability r·γ (Algorithm 3, line 2, with the rate
+        # adaptation's r in both directions, as the paper keeps it when join direction
+        # replaces r by r_i in line 7): its matches feed ô (the time correlation) and the
+        # estimate of the exact output. With r_i = 1, or without adaptation, every tuple
+        # is processed fully anyway.
+        pi = self.sample_r * self.gamma
+        sampled = adaptive and self.rng.random() < pi
+        if sampled or r >= 1.0 or not adaptive:
+            self.full[p] += 1
+            total = 0
+            hat = self.matches[i]
+            for j, bw in enumerate(win):
+                if bw.ts:
+                    m = self._probe(i, p, bw, 0, row, ts, vals)
+                    if m:
+                        total += m
+                        if sampled:  # lines 4–5 (ô ← ô + 1: the paper's typo fixed)
+                            hat.update(j, m)
+            if not adaptive or r >= 1.0:
+                self.estimate[i].update(total, 1.0)
+            else:  # only the sampled ones are in the sample (π = r·γ)
+                self.estimate[i].update(total, pi) if sampled else None
+            return
+        # Selective processing (lines 7–15): r·|W_i| tuples, basic windows by priority.
+        a = r * size
+        for j in self.orders[i]:
+            bw = win[j]
+            k = len(bw)
+            if not k:
+                continue
+            a -= k
+            if a > 0:
+                self._probe(i, p, bw, 0, row, ts, vals)
+            else:
+                r_e = 1.0 + a / k
+                self._probe(i, p, bw, k - math.ceil(r_e * k), row, ts, vals)
+                break
+
+    def _insert(self, p: int, row: tuple, ts, vals: tuple) -> None:
+        """Into the newest basic window of W_p; a full one shifts the circular buffer."""
+        win = self.windows[p]
+        bw = win[0]
+        if bw.ts and ts >= bw.ts[0] + self.b:
+            win.rotate(1)  # the oldest basic window becomes the newest, emptied
+            bw = win[0]
+            bw.clear()
+        pos = len(bw.ts)
+        bw.ts.append(ts)
+        bw.rows.append(row)
+        bw.vals.append(vals)
+        self.work += 1
+        idx = bw.index
+        if idx is None:
+            return
+        key = vals[0]
+        if self.index == "hash":
+            if key is not None:
+                idx.setdefault(key, []).append(pos)
+                self.work += 1
+            return
+        if key is None:
+            return
+        if not key:
+            bw.empty.append(pos)
+            return
+        if self.index == "inverted":
+            for x in key:
+                idx.setdefault(x, []).append(pos)  # O(1): time order is append order
+            self.work += len(key)
+        else:  # identifier-sorted lists (§4.2.1): a balanced-tree insertion per item
+            ident = self.rng.getrandbits(62)
+            bw.ids.append(ident)
+            for x in key:
+                lst = idx.setdefault(x, [])
+                bisect.insort(lst, (ident, pos))
+                self.work += 1 + math.log2(len(lst))
+
+    def _expire(self, i: int, ts) -> None:
+        """Drop the oldest basic windows whose newest row left the window (§3.2's expiry
+        check, a basic window at a time)."""
+        win, limit = self.windows[i], ts - self.w[i]
+        for j in range(len(win) - 1, 0, -1):
+            bw = win[j]
+            if not bw.ts:
+                continue
+            if bw.ts[-1] < limit:
+                bw.clear()
+            else:
+                return
+
+    def _probe(self, i: int, p: int, bw: BasicWindow, lo: int, row: tuple, ts,
+               vals: tuple) -> int:
+        """Compare the probing tuple with the rows of ``bw`` from position ``lo`` on (the
+        newest part: time-ordered processing stops at a time, §4.2.2); emit and count the
+        matches."""
+        limit = ts - self.w[i]
+        conds = self.conds
+        tests = [c.tests[p] for c in conds]
+        bts, brows, bvals = bw.ts, bw.rows, bw.vals
+        index = bw.index
+        if index is None:
+            cand = range(lo, len(bts))
+            self.work += len(bts) - lo
+        else:
+            cand = self._candidates(bw, lo, vals[0], p)
+        emit, project, found = self._emit, self._project, 0
+        for pos in cand:
+            if bts[pos] < limit:
+                continue
+            v = bvals[pos]
+            for k, test in enumerate(tests):
+                if not test(vals[k], v[k]):
+                    break
+            else:
+                found += 1
+                project((brows[pos], row) if p == 1 else (row, brows[pos]), ts, emit)
+        self.results += found
+        return found
+
+    def _candidates(self, bw: BasicWindow, lo: int, key, p: int):
+        """Positions from ``lo`` on that the index says may match (a superset of the
+        matches; each is then tested), charging the lookups and entries visited."""
+        idx = bw.index
+        if key is None:
+            self.work += 1
+            return ()
+        if self.index == "hash":
+            self.work += 1
+            lst = idx.get(key)
+            if not lst:
+                return ()
+            start = bisect.bisect_left(lst, lo) if lo else 0
+            self.work += len(lst) - start
+            return lst[start:]
+        pred = self.conds[0].pred
+        if not key or not self._index_finds_all(pred, p):
+            # An empty probe set, or a condition met without a shared item: all rows.
+            self.work += len(bw.ts) - lo
+            return range(lo, len(bw.ts))
+        seen: dict[int, None] = {}
+        if self.index == "inverted":
+            for x in key:
+                self.work += 1
+                lst = idx.get(x)
+                if lst:
+                    start = bisect.bisect_left(lst, lo) if lo else 0
+                    self.work += len(lst) - start
+                    for pos in lst[start:]:
+                        seen[pos] = None
+        else:  # identifier-sorted: no stop by time, whole lists are read
+            for x in key:
+                self.work += 1
+                lst = idx.get(x)
+                if lst:
+                    self.work += len(lst)
+                    for _, pos in lst:
+                        if pos >= lo:
+                            seen[pos] = None
+        if pred.kind in ("equal", "subset", "superset"):
+            seen.update(dict.fromkeys(e for e in bw.empty if e >= lo))
+        return sorted(seen)
+
+    @staticmethod
+    def _index_finds_all(pred: SetPredicate, p: int) -> bool:
+        """Whether every match shares an item with the probe (so the inverted lists of the
+        probe's items find it; rows with empty sets are listed apart)."""
+        if pred.kind in ("overlap", "inner"):
+            return pred.threshold > 0 or (pred.strict and pred.threshold >= 0)
+        if pred.kind == "superset" or pred.kind == "subset":
+            return True  # the probe is non-empty here; empty rows are added
+        return True
+
+    # ----- the Executor protocol ----------------------------------------------------------
+    def plan_state(self) -> dict:
+        return {}
+
+    def load(self, i, rows, times=None) -> None:
+        raise OptionError("the load-shedding join cannot be restored from a checkpoint")
+
+    def state_tuples(self) -> int:
+        return sum(len(bw) for win in self.windows for bw in win) + sum(
+            len(b) for b in self.buffers)
+
+    def state_bytes(self) -> int:
+        return 64 * self.state_tuples()  # rough: rows are shared with the input batches
+
+    def describe(self) -> str:
+        conds = [str(p) for p in self.query.set_predicates]
+        conds += [f"{a} = {b}" for a, b in self.query.equalities()]
+        return (f"load-shedding join {self.aliases[0]} ⋈ {self.aliases[1]} on "
+                f"{' AND '.join(conds)}: shed {self.shed}, index {self.index}, basic "
+                f"windows {self.b_seconds:g} s (n = {self.n[0]}, {self.n[1]})")
+
+    def report(self) -> dict:
+        """The run summary's shedding figures (JSON-safe)."""
+        out = {
+            "shed": self.shed, "index": self.index, "basic_window": self.b_seconds,
+            "basic_windows": list(self.n),
+            "capacity": "wall" if self.wall else (None if self.rate is None
+                                                  else self.rate / self.time_unit),
+            "work_units": self.work,
+            "fraction_r": [round(r, 6) for r in self.fractions],
+            "buffer_drops": dict(zip(self.aliases, self.drops)),
+            "max_delay_seconds": self.max_delay,
+            "fully_processed": sum(self.full),
+            "shed_results": self.results,
+        }
+        out.update(self.loss())
+        if self.controller is not None:
+            out.update(self.controller.report())
+        return out
+
+    def loss(self) -> dict:
+        """The estimated fraction of the results lost (beyond the paper): the exact
+        output is estimated per direction from the fully processed sample (Horvitz–
+        Thompson over the fetched tuples: each was fully processed with probability
+        r·γ, or 1 while r_i = 1), scaled up for dropped arrivals (the probing stream's,
+        and the probed window's rows that were dropped); a 95% interval."""
+        total = var = 0.0
+        for i in (0, 1):
+            p = 1 - i
+            est = self.estimate[i]
+            if self.processed[p] == 0:
+                continue
+            scale = self.arrivals[p] / self.processed[p]
+            kept = 1.0 - self.drops[i] / self.arrivals[i] if self.arrivals[i] else 1.0
+            if kept <= 0:
+                continue
+            scale /= kept
+            total += est.get() * scale
+            var += (est.stderr() * scale) ** 2
+        if total <= 0:
+            return {"estimated_results": total, "estimated_lost": 0.0,
+                    "estimated_lost_interval": [0.0, 0.0]}
+        half = 1.96 * math.sqrt(var)
+        lost = 1.0 - self.results / total
+        lo = 1.0 - self.results / max(total - half, self.results or 1e-12)
+        hi = 1.0 - self.results / (total + half)
+        return {"estimated_results": round(total, 1), "estimated_lost": max(0.0, lost),
+                "estimated_lost_interval": [max(0.0, min(lo, hi)), max(0.0, max(lo, hi))]}
+
+
+def _ignore(*_args) -> None:
+    return None

@@ -1,0 +1,287 @@
+"""The load-shedding join (engine.shed_join, load-shedding.txt): exact with ample capacity,
+a sub-multiset of the oracle under overload, deterministic on the virtual clock, within
+its comparison budget; the set join conditions and their errors."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adaptcq.adapt.shed_control import ShedController
+from adaptcq.engine.continuous import ContinuousQuery
+from adaptcq.errors import AdaptcqError, OptionError, QueryError
+from adaptcq.query.cql import parse_query
+from conftest import examples
+from oracle import Oracle
+
+SCHEMA = {"ts": "number", "id": "number", "s": "list", "w": "map", "v": "number"}
+common = settings(max_examples=examples(60), deadline=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+CONDITIONS = ["OVERLAP(R.s, S.s) >= {k}", "OVERLAP(R.s, S.s) > {k}", "SET_EQUAL(R.s, S.s)",
+              "SUBSET(R.s, S.s)", "SUPERSET(R.s, S.s)", "INNER_PRODUCT(R.w, S.w) >= {k}",
+              "R.v = S.v"]
+
+
+@st.composite
+def queries(draw):
+    cond = draw(st.sampled_from(CONDITIONS)).format(k=draw(st.sampled_from([0, 1, 2])))
+    if draw(st.integers(0, 3)) == 0:
+        cond += " AND R.v = S.v" if "R.v" not in cond else " AND OVERLAP(R.s, S.s) >= 1"
+    wins = [draw(st.sampled_from(["0", "1", "2.5", "4"])) for _ in range(2)]
+    sql = (f"SELECT R.id AS r, S.id AS i FROM R [RANGE {wins[0]} SECONDS], "
+           f"S [RANGE {wins[1]} SECONDS] WHERE {cond}")
+    return parse_query(sql, {"R": SCHEMA, "S": SCHEMA})
+
+
+@st.composite
+def arrivals(draw, max_rows=40):
+    k = draw(st.integers(1, max_rows))
+    items = st.lists(st.integers(1, 5), max_size=4)
+    sets = st.one_of(st.none(), items) if draw(st.booleans()) else items
+    streams, ts, rows = [], [], []
+    t = 0.0
+    for r in range(k):
+        t += draw(st.sampled_from([0, 0, 0.5, 1, 2.0]))
+        streams.append(draw(st.integers(0, 1)))
+        ts.append(t)
+        s = draw(sets)
+        w = None if s is None else {x: draw(st.sampled_from([0.5, 1, 2])) for x in s}
+        rows.append({"s": s, "w": w, "v": draw(st.sampled_from([0, 1, None])), "id": r})
+    return streams, ts, rows
+
+
+def as_tuples(query, streams, rows):
+    return [tuple(r[c] for c in query.columns[query.aliases[i]]) for i, r in zip(streams, rows)]
+
+
+def index_for(query, rnd):
+    if query.set_predicates and query.predicates:
+        return rnd.choice(["auto", "none", "hash", "inverted", "inverted-id"])
+    if query.set_predicates:
+        return rnd.choice(["auto", "none", "inverted", "inverted-id"])
+    return rnd.choice(["auto", "none", "hash"])
+
+
+def oracle_total(query, streams, ts, tup) -> Counter:
+    total: Counter = Counter()
+    for c in Oracle(query, "append").run(streams, None, ts, tup)[1]:
+        total.update(c)
+    return total
+
+
+@common
+@given(data=st.data(), seed=st.integers(0, 10**6))
+def test_without_a_capacity_limit_the_join_equals_the_oracle_update_by_update(data, seed):
+    q = data.draw(queries())
+    streams, ts, rows = data.draw(arrivals())
+    tup = as_tuples(q, streams, rows)
+    rnd = random.Random(seed)
+    cq = ContinuousQuery(q, "shed", "append", trace=True, index=index_for(q, rnd),
+                         basic_window=rnd.choice([None, 0.5, 1, 3]), seed=seed)
+    out = cq.process(streams, None, ts, tup) + cq.finish()
+    bounds = [t[4] for t in cq.trace] + [len(out)]
+    got = [Counter(out[bounds[k]:bounds[k + 1]]) for k in range(len(cq.trace))]
+    events, outputs = Oracle(q, "append").run(streams, None, ts, tup)
+    want = [o for e, o in zip(events, outputs) if e[1] > 0]  # insertions (append mode)
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"arrival {k}: shed join {dict(g)} != oracle {dict(w)}"
+
+
+@common
+@given(data=st.data(), seed=st.integers(0, 10**6),
+       shed=st.sampled_from(["none", "random", "partial", "selective"]),
+       capacity=st.sampled_from([0.5, 2, 10, 1e9]))
+def test_under_overload_the_output_is_a_sub_multiset_and_replays_exactly(
+        data, seed, shed, capacity):
+    q = data.draw(queries())
+    streams, ts, rows = data.draw(arrivals(max_rows=60))
+    tup = as_tuples(q, streams, rows)
+    rnd = random.Random(seed)
+    kw = {"index": index_for(q, rnd), "basic_window": rnd.choice([None, 0.5, 1, 3]),
+          "buffer": rnd.choice([0.5, 1, 2]), "gamma": rnd.choice([0.1, 0.5]), "seed": seed,
+          "shed": shed, "capacity": capacity}
+
+    def once():
+        ctl = (ShedController(shed, T_r=rnd_t, T_c=rnd_t)
+               if shed in ("partial", "selective") else None)
+        cq = ContinuousQuery(q, "shed", "append", controller=ctl, **kw)
+        return cq.process(streams, None, ts, tup) + cq.finish()
+
+    rnd_t = rnd.choice([0.5, 1, 5])
+    first = once()
+    want = oracle_total(q, streams, ts, tup)
+    assert want == pairs_total(q, streams, ts, tup)  # the two brute forces agree
+    got = Counter(first)
+    assert not got - want, f"rows the oracle does not have: {dict(got - want)}"
+    assert once() == first  # the virtual clock replays exactly
+    if capacity == 1e9:  # ample: nothing is shed
+        assert got == want
+
+
+def pairs_total(query, streams, ts, tup) -> Counter:
+    """The append-mode output of a two-way windowed join by brute force over pairs (the
+    oracle's conditions and projection, without its per-update recomputation): a pair
+    joins at the later arrival when the earlier row is within its window."""
+    o = Oracle(query, "append")
+    w = [s.window.size for s in query.streams]
+    total: Counter = Counter()
+    for k in range(len(tup)):
+        i = streams[k]
+        if not o.sel[i](tup[k]):
+            continue
+        m = k - 1
+        while m >= 0 and ts[k] - ts[m] <= max(w):
+            j = streams[m]
+            if j != i and ts[k] - ts[m] <= w[j] and o.sel[j](tup[m]):
+                bound = [None, None]
+                bound[i], bound[j] = tup[k], tup[m]
+                if all(bound[a][pa_] is not None and bound[a][pa_] == bound[b][pb]
+                       for a, pa_, b, pb in o.eqs) and \
+                        all(test(bound[a][pa_], bound[b][pb]) for a, pa_, b, pb, test in o.sets):
+                    total[(*o.project(bound), 1, ts[k])] += 1
+            m -= 1
+    return total
+
+
+def _overlap_workload(n=2000, seed=3):
+    rnd = random.Random(seed)
+    streams, ts, rows, t = [], [], [], 0.0
+    for r in range(n):
+        t += rnd.expovariate(200.0)
+        streams.append(r % 2)
+        ts.append(t)
+        rows.append({"s": rnd.sample(range(1, 20), 4), "w": None, "v": 0, "id": r})
+    return streams, ts, rows
+
+
+def test_selective_processing_stays_within_its_comparison_budget():
+    """Non-indexed: a tuple not fully processed compares with at most ⌈r_i·|W_i|⌉ rows
+    plus one basic window (Algorithm 3, lines 7–15)."""
+    q = parse_query("SELECT R.id AS r, S.id AS i FROM R [RANGE 4 SECONDS], "
+                    "S [RANGE 4 SECONDS] WHERE OVERLAP(R.s, S.s) >= 2",
+                    {"R": SCHEMA, "S": SCHEMA})
+    streams, ts, rows = _overlap_workload()
+    tup = as_tuples(q, streams, rows)
+    cq = ContinuousQuery(q, "shed", "append", shed="selective", capacity=20_000,
+                         basic_window=0.5, index="none",
+                         controller=ShedController("selective", T_r=1, T_c=1))
+    ex = cq.executor
+    checked = []
+    process = ex._process
+
+    def spy(p, row, ts_):
+        i = 1 - p
+        size = sum(len(bw) for bw in ex.windows[i])
+        biggest = max(len(bw) for bw in ex.windows[i])
+        r, full, work = ex.fractions[i], ex.full[p], ex.work
+        process(p, row, ts_)
+        if ex.full[p] == full:  # selective, not sampled
+            compared = ex.work - work - 1  # minus the insertion
+            assert compared <= math.ceil(r * size) + biggest
+            checked.append(r)
+    ex._process = spy
+    out = cq.process(streams, None, ts, tup) + cq.finish()
+    assert checked and min(checked) < 1.0  # the run was overloaded and shed
+    assert not Counter(out) - pairs_total(q, streams, ts, tup)
+
+
+def test_shedding_reports_what_it_lost():
+    q = parse_query("SELECT R.id AS r, S.id AS i FROM R [RANGE 4 SECONDS], "
+                    "S [RANGE 4 SECONDS] WHERE OVERLAP(R.s, S.s) >= 2",
+                    {"R": SCHEMA, "S": SCHEMA})
+    streams, ts, rows = _overlap_workload()
+    tup = as_tuples(q, streams, rows)
+    exact = sum(pairs_total(q, streams, ts, tup).values())
+    cq = ContinuousQuery(q, "shed", "append", shed="partial", capacity=20_000,
+                         controller=ShedController("partial", T_r=1, T_c=1))
+    out = cq.process(streams, None, ts, tup) + cq.finish()
+    rep = cq.executor.report()
+    assert rep["fraction_r_min"] < 1 and rep["rate_steps"] > 0
+    lost = 1 - len(out) / exact
+    lo, hi = rep["estimated_lost_interval"]
+    assert lo <= rep["estimated_lost"] <= hi
+    assert lost > 0.1 and abs(rep["estimated_lost"] - lost) < 0.15
+
+
+@pytest.mark.parametrize("sql, kw, message", [
+    (("SELECT * FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS], T [RANGE 1 SECONDS] WHERE "
+     "R.v = S.v AND S.v = T.v"), {}, "two streams"),
+    ("SELECT * FROM R [ROWS 3], S [RANGE 1 SECONDS] WHERE R.v = S.v", {}, "RANGE w"),
+    ("SELECT * FROM R, S WHERE R.v = S.v", {}, "RANGE w"),
+    ("SELECT * FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] WHERE OVERLAP(R.s, S.s) >= 1",
+     {"index": "hash"}, "--index hash needs an equi-join"),
+    ("SELECT * FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] WHERE R.v = S.v",
+     {"index": "inverted"}, "needs a set join condition"),
+    ("SELECT * FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] WHERE R.v = S.v",
+     {"shed": "selective"}, "needs a CPU capacity"),
+    ("SELECT * FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] WHERE R.v = S.v",
+     {"shed": "random", "capacity": "lots"}, "--capacity must be"),
+])
+def test_refusals(sql, kw, message):
+    schemas = {"R": SCHEMA, "S": SCHEMA, "T": SCHEMA}
+    with pytest.raises(OptionError, match=message):
+        ContinuousQuery(parse_query(sql, schemas), "shed", "append", **kw)
+
+
+def test_retract_mode_is_refused():
+    q = parse_query("SELECT * FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] WHERE R.v = S.v",
+                    {"R": SCHEMA, "S": SCHEMA})
+    with pytest.raises(OptionError, match="append mode only"):
+        ContinuousQuery(q, "shed", "retract")
+
+
+@pytest.mark.parametrize("executor", ["mjoin", "xjoin", "tree"])
+def test_other_executors_refuse_set_conditions(executor):
+    q = parse_query("SELECT * FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] "
+                    "WHERE OVERLAP(R.s, S.s) >= 2", {"R": SCHEMA, "S": SCHEMA})
+    with pytest.raises(QueryError, match="only the load-shedding join evaluates it"):
+        ContinuousQuery(q, executor, "append")
+
+
+@pytest.mark.parametrize("where, message, at", [
+    ("OVERLAP(R.s, S.s) >= 2 OR R.v = 1", "OVERLAP is a set join condition", "OVERLAP"),
+    ("OVERLAP(R.s, S.v) >= 2", "OVERLAP needs sets", "S.v"),
+    ("OVERLAP(R.s, S.s)", "compare it with a constant", "OVERLAP"),
+    ("SUBSET(R.s, S.s) >= 1", "takes no threshold", "SUBSET"),
+    ("OVERLAP(R.s, R.s) >= 1", "both columns are of R", "OVERLAP"),
+    ("OVERLAP(R.s, S.s) >= S.v", "must be a constant number", "S.v"),
+    ("INNER_PRODUCT(R.s, S.s) >= 1", "weighted sets", "R.s"),
+])
+def test_set_condition_errors_name_the_place(where, message, at):
+    sql = f"SELECT R.id FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] WHERE {where}"
+    with pytest.raises(QueryError, match=message) as e:
+        parse_query(sql, {"R": SCHEMA, "S": SCHEMA})
+    assert e.value.position == sql.index(at, sql.index("WHERE"))
+
+
+def test_the_local_runtime_runs_set_joins_and_reports_shedding():
+    from adaptcq.runtime.local import run
+    rnd = random.Random(0)
+    tables = {}
+    for name in "RS":
+        ts = sorted(rnd.uniform(0, 10) for _ in range(400))
+        tables[name] = pa.table({"ts": ts, "id": list(range(400)),
+                                 "s": [rnd.sample(range(1, 10), 3) for _ in ts]})
+    sql = ("SELECT R.id AS r, S.id AS i FROM R [RANGE 2 SECONDS], S [RANGE 2 SECONDS] "
+           "WHERE OVERLAP(R.s, S.s) >= 2")
+    full = run(sql, tables)
+    assert full.stats["executor"] == "shed"
+    assert "set join conditions" in full.stats["executor_reason"]
+    shed = run(sql, tables, shed={"mode": "selective", "capacity": 3000, "T_r": 1, "T_c": 1})
+    st_ = shed.stats
+    assert 0 < shed.table.num_rows < full.table.num_rows
+    assert st_["shed"] == "selective" and st_["rate_steps"] > 0 and st_["estimated_lost"] > 0
+    pairs = Counter(map(tuple, shed.table.select(["r", "i"]).to_pylist() and
+                        [tuple(d.values()) for d in shed.table.select(["r", "i"]).to_pylist()]))
+    every = Counter(tuple(d.values()) for d in full.table.select(["r", "i"]).to_pylist())
+    assert not pairs - every
+    with pytest.raises(AdaptcqError, match="--shed runs the load-shedding join"):
+        run(sql, tables, executor="mjoin", shed={"mode": "random", "capacity": 10})
