@@ -152,6 +152,14 @@ def _set_condition(p):
     return test
 
 
+def oracle_total(query: LogicalQuery, streams, ts, tup) -> Counter:
+    """The oracle's whole append-mode output over the arrivals, as one multiset."""
+    total: Counter = Counter()
+    for c in Oracle(query, "append").run(streams, None, ts, tup)[1]:
+        total.update(c)
+    return total
+
+
 def engine_outputs(trace, out):
     """Split an engine's output by update, using its trace: (events, Counters)."""
     events, outputs = [], []

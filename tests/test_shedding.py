@@ -18,7 +18,7 @@ from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, OptionError, QueryError
 from adaptcq.query.cql import parse_query
 from conftest import examples
-from oracle import Oracle
+from oracle import Oracle, oracle_total
 
 SCHEMA = {"ts": "number", "id": "number", "s": "list", "w": "map", "v": "number"}
 common = settings(max_examples=examples(60), deadline=None,
@@ -67,13 +67,6 @@ def index_for(query, rnd):
     if query.set_predicates:
         return rnd.choice(["auto", "none", "inverted", "inverted-id"])
     return rnd.choice(["auto", "none", "hash"])
-
-
-def oracle_total(query, streams, ts, tup) -> Counter:
-    total: Counter = Counter()
-    for c in Oracle(query, "append").run(streams, None, ts, tup)[1]:
-        total.update(c)
-    return total
 
 
 @common
@@ -285,3 +278,78 @@ def test_the_local_runtime_runs_set_joins_and_reports_shedding():
     assert not pairs - every
     with pytest.raises(AdaptcqError, match="--shed runs the load-shedding join"):
         run(sql, tables, executor="mjoin", shed={"mode": "random", "capacity": 10})
+
+
+# ----- utility-based shedding (§5.3) and the command line -----------------------------------
+def _typed_workload(duration=20.0, rate=200.0, seed=2):
+    from adaptcq.stream.shed_workload import shed_two_way, utilities_fig16
+    return shed_two_way(duration=duration, rate=rate, window=4.0, seed=seed,
+                        utilities=utilities_fig16(2), frequencies="inverse")
+
+
+def test_utility_based_shedding_counts_the_utility_of_what_it_emits():
+    from adaptcq.runtime.local import run
+    wl = _typed_workload()
+    util = wl.params["utility"]
+    values = {"t0": 1.0, "t1": 0.25, "t2": 1 / 9}
+    full = run(wl.sql, wl.tables)
+    kinds = {n: dict(zip(t.column("id").to_pylist(), t.column("kind").to_pylist()))
+             for n, t in wl.tables.items()}
+
+    def worth(table):
+        return sum(max(values[kinds["R"][r]], values[kinds["S"][s]])
+                   for r, s in zip(table.column("r").to_pylist(),
+                                   table.column("s").to_pylist()))
+
+    ample = run(wl.sql, wl.tables, shed={"mode": "selective", "capacity": 1e12,
+                                         "utility": util})
+    assert ample.table.num_rows == full.table.num_rows
+    assert ample.stats["output_utility"] == pytest.approx(worth(full.table))
+    shed = run(wl.sql, wl.tables, shed={"mode": "selective", "capacity": 20_000,
+                                        "T_r": 1, "T_c": 1, "utility": util})
+    assert 0 < shed.table.num_rows < full.table.num_rows
+    assert shed.stats["output_utility"] == pytest.approx(worth(shed.table))
+    every = Counter(zip(full.table.column("r").to_pylist(), full.table.column("s").to_pylist()))
+    got = Counter(zip(shed.table.column("r").to_pylist(), shed.table.column("s").to_pylist()))
+    assert not got - every
+    again = run(wl.sql, wl.tables, shed={"mode": "selective", "capacity": 20_000,
+                                         "T_r": 1, "T_c": 1, "utility": util})
+    assert again.table.equals(shed.table)
+
+
+@pytest.mark.parametrize("utility, message", [
+    ("kind = 't0'", "must be a CASE expression"),
+    ("CASE R.kind WHEN 't0' THEN 1 END", "write columns unqualified"),
+    ("CASE colour WHEN 'red' THEN 1 END", "stream R has no column 'colour'"),
+    ("CASE kind WHEN 't0' THEN id END", "a utility must be a constant number"),
+])
+def test_utility_errors(utility, message):
+    from adaptcq.runtime.local import run
+    wl = _typed_workload(duration=2.0)
+    with pytest.raises(OptionError, match=message):
+        run(wl.sql, wl.tables, shed={"mode": "selective", "capacity": 1e6,
+                                     "utility": utility})
+    with pytest.raises(OptionError, match="for --shed selective"):
+        run(wl.sql, wl.tables, shed={"mode": "random", "capacity": 1e6,
+                                     "utility": "CASE kind WHEN 't0' THEN 1 END"})
+
+
+def test_the_command_line(tmp_path, capsys):
+    import json
+
+    from adaptcq.cli import main
+    assert main(["workload", "shed", "--out", str(tmp_path / "w"), "--n-updates", "6000"]) == 0
+    w = tmp_path / "w"
+    summary = tmp_path / "summary.json"
+    assert main(["run", "--sql", f"@{w / 'query.sql'}", "--input", f"R={w / 'R.parquet'}",
+                 "--input", f"S={w / 'S.parquet'}", "--shed", "selective",
+                 "--capacity", "50000", "--basic-window", "2", "--output",
+                 str(tmp_path / "out.parquet"), "--summary-json", str(summary),
+                 "--no-progress"]) == 0
+    stats = json.loads(summary.read_text())
+    assert stats["executor"] == "shed" and stats["shed"] == "selective"
+    assert stats["basic_window"] == 2 and stats["results"] > 0
+    assert main(["run", "--sql", f"@{w / 'query.sql'}", "--input", f"R={w / 'R.parquet'}",
+                 "--input", f"S={w / 'S.parquet'}", "--shed", "random", "--capacity", "1e4",
+                 "--executor", "mjoin", "--output", str(tmp_path / "x.parquet")]) == 1
+    assert "--shed runs the load-shedding join" in capsys.readouterr().err

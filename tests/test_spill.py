@@ -39,7 +39,7 @@ from adaptcq.errors import OptionError
 from adaptcq.query.cql import parse_query
 from adaptcq.state.spill_store import SpillError, SpillStore
 from conftest import examples
-from oracle import Oracle, engine_outputs
+from oracle import Oracle, engine_outputs, oracle_total
 
 SCHEMA = {"a": "number", "b": "number", "c": "number", "id": "number", "ts": "number"}
 common = settings(max_examples=examples(60), deadline=None,
@@ -106,13 +106,6 @@ def random_plan(query, rnd: random.Random):
         except ValueError:
             continue
     return default_plan(query)
-
-
-def oracle_total(query, streams, ts, tup) -> Counter:
-    total: Counter = Counter()
-    for c in Oracle(query, "append").run(streams, None, ts, tup)[1]:
-        total.update(c)
-    return total
 
 
 # ----- without spills: update by update ---------------------------------------------------

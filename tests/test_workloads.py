@@ -80,7 +80,7 @@ def test_table2_transcription():
     assert sel[frozenset("TU")] == 0.0027
     assert TABLE2["D5"]["selectivities"][frozenset("TU")] == 0.002
     assert all(v == 0 for v in TABLE2["D7"]["selectivities"].values())
-    assert set(WORKLOADS) == {"three-way", "nway", "table2", "default", "spill"}
+    assert set(WORKLOADS) == {"three-way", "nway", "table2", "default", "spill", "shed"}
     assert WORKLOADS["table2"](name="D2", n_updates=1_800).params["point"] == "D2"
 
 

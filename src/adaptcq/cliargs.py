@@ -197,6 +197,11 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    "identifier-sorted)")
     r.add_argument("--buffer", type=float, metavar="SECONDS",
                    help="with --shed: input buffer in front of the join (default 1 s)")
+    r.add_argument("--utility", metavar="CASE",
+                   help="with --shed selective: tuple types and their utilities, as "
+                   "\"CASE kind WHEN 'alert' THEN 3 WHEN 'news' THEN 1 ELSE 0.5 END\" over each "
+                   "stream's own (unqualified) columns; shedding then maximizes the output's "
+                   "utility, a result worth the larger of its tuples' (Algorithm 5)")
     r.add_argument("--no-join-direction", action="store_true",
                    help="with --shed selective: no join direction adaptation (Algorithm 4)")
     r.add_argument("--nested-loop", action="append", default=[], metavar="STREAM[.COLUMN]",
@@ -308,7 +313,8 @@ def shed_options(args) -> dict | None:
     """``--shed --capacity --basic-window --index --buffer --no-join-direction`` as the
     ``shed`` option of a local run (``runtime.shed``); None when none is given."""
     given = {"mode": args.shed, "capacity": args.capacity,
-             "basic_window": args.basic_window, "index": args.index, "buffer": args.buffer}
+             "basic_window": args.basic_window, "index": args.index, "buffer": args.buffer,
+             "utility": args.utility}
     shed = {k: v for k, v in given.items() if v is not None}
     if args.no_join_direction:
         shed["direction"] = False

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import time
 
-from adaptcq.adapt.shedding import join_direction, rate_adapt, time_correlation
+from adaptcq.adapt.shedding import (
+    join_direction,
+    rate_adapt,
+    time_correlation,
+    utility_knapsack,
+)
 from adaptcq.errors import OptionError
 
 T_R_DEFAULT = 5.0      # T_r, the rate adaptation period (§6.1)
@@ -26,7 +31,7 @@ class ShedController:
 
     def __init__(self, mode: str = "selective", T_r: float = T_R_DEFAULT,
                  T_c: float = T_C_DEFAULT, delta_r: float = DELTA_R_DEFAULT,
-                 direction: bool = True):
+                 direction: bool = True, utility: bool = True):
         if mode not in ("partial", "selective"):
             raise OptionError(f"a shedding controller is for --shed partial or selective, "
                               f"not {mode!r}")
@@ -38,6 +43,7 @@ class ShedController:
                               f"{delta_r}")
         self.mode, self.T_r, self.T_c, self.delta_r = mode, T_r, T_c, delta_r
         self.direction = direction and mode == "selective"
+        self.use_utility = utility  # Algorithm 5 when the join has tuple types
         self.correlation = mode == "selective"
         self.r = 1.0
         self.beta = 1.0
@@ -48,6 +54,7 @@ class ShedController:
         self.next_corr: float | None = None
         self.steps = 0
         self.cpu = 0.0
+        self.u: dict = {}  # u_{i,z} last measured (utility-based shedding)
         self.min_r = 1.0
         self.series: list[tuple] = []  # (time, r, r_1, r_2, β, drops, delay, results)
 
@@ -80,7 +87,11 @@ class ShedController:
         self.r, self.beta = rate_adapt(self.r, alpha, self.lam, self.T_r, self.delta_r)
         self.r = max(self.r, R_MIN)  # beyond the paper: a period with nothing fetched
         # (one tuple costing more than T_r) would set r = 0 for good
-        if self.direction and min(join.w_seconds) > 0 and all(self.o):
+        if (join.type_of is not None and self.use_utility and self.mode == "selective"
+                and min(join.w_seconds) > 0):
+            self.utility_step(join)  # Algorithm 5 replaces Algorithm 4
+            r1, r2 = join.fractions
+        elif self.direction and min(join.w_seconds) > 0 and all(self.o):
             # (Algorithm 4 divides by w_i, and needs o of both windows)
             means = [sum(o) / len(o) for o in self.o]
             r1, r2 = join_direction(self.r, join.w_seconds, means)
@@ -94,6 +105,42 @@ class ShedController:
             self.series.append((now, self.r, r1, r2, self.beta, sum(join.drops),
                                 join.period_delay, join.results))
         join.period_delay = 0.0
+
+    def utility_step(self, join) -> None:
+        """Algorithm 5 (§5.3): r_{i,z} by the fractional knapsack, from ω_{i,z} (type
+        frequencies of the period's arrivals), u_{i,z} (utility per comparison of sampled
+        type-z tuples probing W_i; kept from earlier periods, or V(z) times W_i's match rate
+        before any sample) and the time correlation's o and s."""
+        nz = len(join.V)
+        omega = {}
+        for i in (0, 1):
+            counts = join.type_counts[i]
+            total = sum(counts)
+            for z in range(nz):
+                omega[(i, z)] = counts[z] / total if total else 1.0 / nz
+            join.type_counts[i] = [0] * nz
+        for key, (util, comps) in join.u_stats.items():
+            if comps:
+                self.u[key] = util / comps
+        join.u_stats = {}
+        u = {}
+        for i in (0, 1):
+            rate = (sum(self.o[i]) / len(self.o[i])) if self.o[i] else 1.0
+            for z in range(nz):
+                u[(i, z)] = self.u.get((i, z), join.V[z] * rate)
+        if self.r >= 1.0:  # nothing to shed: every window whole for every type
+            join.type_fractions = None
+            join.fractions = [1.0, 1.0]
+            return
+        # (Items are 1/n_i of a window but have the volume of b seconds, and n_i·b > w_i:
+        # at r = 1 the paper's capacity would not cover them all, hence the case above.)
+        o = [self.o[i] or [0.0] * join.n[i] for i in (0, 1)]
+        r_iz = utility_knapsack(self.r, self.lam, join.w_seconds, join.b_seconds, o,
+                                join.orders, u, omega)
+        join.type_fractions = r_iz
+        # r_i as the average over the probing stream's types, for the report
+        join.fractions = [sum(omega[(1 - i, z)] * r_iz[(i, z)] for z in range(nz))
+                          for i in (0, 1)]
 
     def correlation_step(self, join, now: float) -> None:
         """Algorithm 2 for each window. Line 5 divides ô by the probability a tuple was

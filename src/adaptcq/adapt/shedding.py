@@ -218,9 +218,19 @@ def join_direction(r: float, w: Sequence[float], o: Sequence[float]) -> tuple[fl
     w1, w2 = _pair("w (window sizes, seconds)", w, strict_low=True)
     o1, o2 = _pair("o (expected output per window)", o)
     share = r * (w1 + w2) / w1
-    r1 = min(1.0, share) if o1 >= o2 else max(0.0, share - w2 / w1)
-    r2 = r * (w1 + w2) / w2 - r1 * w1 / w2
-    return r1, min(1.0, max(0.0, r2))
+    if o1 >= o2:
+        r1 = _snap(min(1.0, share))
+        return r1, _snap(r * (w1 + w2) / w2 - r1 * w1 / w2)  # line 7, fixed
+    # Line 6, and line 7 written for this branch: W_2 gets min(1, r·(w_1+w_2)/w_2), the
+    # same value without the cancellation of two large terms when w_2 ≪ w_1.
+    return _snap(max(0.0, share - w2 / w1)), _snap(min(1.0, r * (w1 + w2) / w2))
+
+
+def _snap(x: float, eps: float = 1e-12) -> float:
+    """Clamp into [0, 1], and onto 1 within floating-point error of it (so that a window
+    given everything gets exactly 1)."""
+    x = min(1.0, max(0.0, x))
+    return 1.0 if x > 1.0 - eps else x
 
 
 # ---------------------------------------------------------------------------------------------

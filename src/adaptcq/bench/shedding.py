@@ -23,6 +23,7 @@ The shedder's own overhead is measured as CPU time: the adaptation steps (Algori
         [--capacity 156250] [--out results/shedding]
     python -m adaptcq.bench.shedding perf [--runs 3]   # the issue's check: 500 tuples/s,
                                                        # non-indexed overlap
+    python -m adaptcq.bench.shedding fig16 [--ks 0,1,2,3,4] [--runs 3]  # §6.5, Figure 16
 
 Writes ``fig15.csv`` (join, rate, run, policy, results, work, r_min, drops, cpu,
 overhead), ``fig15.png`` and ``fig15_series.csv`` (r, r_1, r_2 per T_r of the last
@@ -90,6 +91,78 @@ def run_one(join: str, rate: float, duration: float, policy: str, capacity: floa
             "series": ctl.series_columns() if ctl is not None else None}
 
 
+def run_utility(k: float, frequencies: str, duration: float, capacity: float,
+                utility_shedding: bool, seed: int = 0) -> dict:
+    """One Figure 16 run: three tuple types with utilities {1, 1/2^k, 1/3^k}, selective
+    processing with (Algorithm 5) or without (Algorithm 4) utility-based shedding; the
+    output utility is measured the same way in both."""
+    from adaptcq.adapt.shed_control import ShedController
+    from adaptcq.engine.continuous import ContinuousQuery
+    from adaptcq.query.cql import parse_query
+    from adaptcq.runtime.shed import utility_types
+    from adaptcq.stream.shed_workload import shed_two_way, utilities_fig16
+
+    wl = shed_two_way(duration=duration, rate=500.0, window=20.0, seed=seed,
+                      utilities=utilities_fig16(k), frequencies=frequencies)
+    kinds = {n: {f.name: ("list" if str(f.type).startswith("list") else
+                          "string" if str(f.type) == "string" else "number")
+                 for f in t.schema} for n, t in wl.tables.items()}
+    q, fns, values, _ = utility_types(parse_query(wl.sql, kinds), wl.params["utility"], kinds)
+    streams, ts, rows = _rows(wl, q)
+    ctl = ShedController("selective", utility=utility_shedding)
+    cq = ContinuousQuery(q, "shed", "append", shed="selective", capacity=capacity,
+                         basic_window=1.0, controller=ctl, types=(fns, values), seed=seed)
+    n = len(cq.process(streams, None, ts, rows)) + len(cq.finish())
+    return {"k": k, "frequencies": frequencies, "utility_shedding": utility_shedding,
+            "results": n, "utility": cq.executor.utility, "run": seed}
+
+
+def fig16(ks, duration, runs, capacity, out: Path) -> list[dict]:
+    rows = []
+    for freq in ("uniform", "inverse", "direct"):
+        for k in ks:
+            for seed in range(runs):
+                base = run_utility(k, freq, duration, capacity, False, seed)
+                util = run_utility(k, freq, duration, capacity, True, seed)
+                rows += [base, util]
+                print(f"{freq:8} k={k:g} run {seed}: output utility {base['utility']:,.1f} "
+                      f"-> {util['utility']:,.1f} with utility-based shedding "
+                      f"({(util['utility'] / base['utility'] - 1) * 100:+.0f}%)", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "fig16.csv")
+    summary = {}
+    for freq in ("uniform", "inverse", "direct"):
+        for k in ks:
+            gains = [u["utility"] / b["utility"] - 1 for b, u in zip(
+                [r for r in rows if r["frequencies"] == freq and r["k"] == k and
+                 not r["utility_shedding"]],
+                [r for r in rows if r["frequencies"] == freq and r["k"] == k and
+                 r["utility_shedding"]]) if b["utility"]]
+            summary[(freq, k)] = statistics.median(gains) if gains else float("nan")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for freq in ("uniform", "inverse", "direct"):
+        ax.plot(ks, [summary[(freq, k)] * 100 for k in ks], marker="o", label=freq)
+    ax.set_xlabel("skewness k of the utilities {1, 1/2^k, 1/3^k}")
+    ax.set_ylabel("output utility improvement (%)")
+    ax.set_title("Figure 16: utility-based shedding")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "fig16.png", dpi=120)
+    plt.close(fig)
+    for (freq, k), g in summary.items():
+        print(f"{freq:8} k={k:g}: median improvement {g * 100:+.1f}%")
+    inc = {f: summary[(f, ks[-1])] > summary[(f, ks[0])] for f in ("uniform", "inverse")}
+    print(f"paper: the improvement grows with skewness for uniform and inverse "
+          f"frequencies -> {'HOLDS' if all(inc.values()) else 'DOES NOT HOLD'} ({inc})")
+    best = max(("uniform", "inverse", "direct"), key=lambda f: summary[(f, ks[-1])])
+    print(f"paper: inverse frequencies gain most -> "
+          f"{'HOLDS' if best == 'inverse' else 'DOES NOT HOLD'} (most: {best})")
+    return rows
+
+
 def fig15(rates, joins, duration, runs, capacity, out: Path) -> list[dict]:
     rows, last_series = [], None
     for join in joins:
@@ -151,7 +224,9 @@ def plot(summary, out: Path) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.shedding",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["fig15", "perf"])
+    ap.add_argument("what", choices=["fig15", "perf", "fig16"])
+    ap.add_argument("--ks", default="0,1,2,3,4",
+                    help="fig16: the utility skewness values k")
     ap.add_argument("--rates", default=None)
     ap.add_argument("--joins", default=None)
     ap.add_argument("--duration", type=float, default=60.0)
@@ -159,6 +234,10 @@ def main(argv=None) -> int:
     ap.add_argument("--capacity", type=float, default=CAPACITY)
     ap.add_argument("--out", default="results/shedding")
     a = ap.parse_args(argv)
+    if a.what == "fig16":
+        fig16([float(x) for x in a.ks.split(",")], a.duration, a.runs, a.capacity,
+              Path(a.out))
+        return 0
     if a.what == "perf":
         rates, joins = [500.0], ["overlap"]
     else:

@@ -41,7 +41,7 @@ EXECUTOR_OPTIONS: dict[str, tuple[str, ...]] = {
     # The load-shedding join of load-shedding.txt (engine.shed_join): the shedding mode,
     # the CPU capacity, basic windows, the index, input buffers, γ, the policy.
     "shed": ("shed", "capacity", "basic_window", "index", "buffer", "gamma", "controller",
-             "seed", "time_unit"),
+             "types", "seed", "time_unit"),
 }
 # ContinuousQuery's own keyword arguments, named in the message for an unknown option.
 _OWN_OPTIONS = ("trace", "sample_every", "time_unit", "explicit_deletions")

@@ -6,8 +6,7 @@ that partial and selective processing move (§3.2, §4, §5).
 exposes to a policy (``adapt.shed_control``) is the fraction of each window a new tuple
 is processed against (``fractions``: r_1, r_2 of §5.2),
 the order in which basic windows are visited (``orders``: s_i^j of §5.1) and the sampling
-probability γ of full processing. (Utility-based shedding, r_{i,z} of §5.3, is not wired
-into this executor yet: ``adapt.shedding.utility_knapsack`` computes it.) The policy reads the period statistics kept here
+probability γ of full processing; with tuple types (§5.3), ``type_fractions``: r_{i,z}. The policy reads the period statistics kept here
 (``arrived``, ``fetched``: α_i and λ_i of Algorithm 1; ``matches``: ô_{i,j} of Algorithm 2)
 at every T_r and T_c seconds of event time.
 
@@ -120,12 +119,13 @@ class BasicWindow:
     """One basic window B_{i,j} (§5.1): its rows in arrival order (parallel lists) and an
     index on the primary condition. Positions are append order, i.e. time order."""
 
-    __slots__ = ("empty", "ids", "index", "rows", "ts", "vals")
+    __slots__ = ("empty", "ids", "index", "rows", "ts", "types", "vals")
 
     def __init__(self, index: str):
         self.ts: list = []
         self.rows: list = []
         self.vals: list = []   # per row: the prepared value of every condition
+        self.types: list = []  # per row: its tuple type z (utility-based shedding)
         self.index: dict | None = None if index == "none" else {}
         self.ids: list = []    # inverted-id: the row's random identifier
         self.empty: list = []  # inverted: positions of rows with an empty set
@@ -134,6 +134,7 @@ class BasicWindow:
         self.ts.clear()
         self.rows.clear()
         self.vals.clear()
+        self.types.clear()
         self.ids.clear()
         self.empty.clear()
         if self.index is not None:
@@ -153,7 +154,7 @@ class ShedJoin:
                  *, shed: str = "none", capacity: float | str | None = None,
                  basic_window: float | None = None, index: str = "auto",
                  buffer: float = BUFFER_DEFAULT, gamma: float = GAMMA_DEFAULT,
-                 controller=None, seed: int = 0, time_unit: float = 1.0):
+                 controller=None, types=None, seed: int = 0, time_unit: float = 1.0):
         self._check(query, mode, shed, index)
         self.query, self.mode, self.shed = query, mode, shed
         self.time_unit = time_unit
@@ -202,6 +203,7 @@ class ShedJoin:
         self.rng = random.Random(seed)
         # What a policy moves (§4.1, §5.1–5.3).
         self.fractions = [1.0, 1.0]                 # r_1, r_2
+        self.type_fractions: dict | None = None     # r_{i,z} of Algorithm 5, when set
         self.sample_r = 1.0                         # r of Algorithm 1 (sampling r·γ)
         self.orders = [list(range(n)) for n in self.n]  # s_i: positions by priority
         self.controller = controller
@@ -223,6 +225,14 @@ class ShedJoin:
         self.period_delay = 0.0
         self.results = 0
         self.estimate = [HorvitzThompson(), HorvitzThompson()]  # per probed window i
+        # Tuple types and utilities (§5.3): per stream a row -> type function, V(z).
+        self.type_of, self.V = (None, [0.0]) if types is None else (list(types[0]),
+                                                                    list(types[1]))
+        self.utility = 0.0                          # output utility: Σ max(V(z_a), V(z_b))
+        nz = len(self.V)
+        self.type_counts = [[0] * nz, [0] * nz]     # ω_{i,z}: arrivals per type, per period
+        self.u_stats: dict = {}                     # (i, z) -> [utility, comparisons]
+        self._z = 0                                 # the type of the tuple being processed
         self.inserts = [self._arrival(0), self._arrival(1)]
         self.deletes = [_ignore, _ignore]  # rows expire inside (by basic window and time)
         self.stems = ()
@@ -352,13 +362,18 @@ class ShedJoin:
         i = 1 - p
         vals = tuple(c.prepare(row[c.cols[p]]) for c in self.conds)
         self.processed[p] += 1
-        self._insert(p, row, ts, vals)
+        z = 0 if self.type_of is None else self.type_of[p](row)
+        self._z = z
+        self.type_counts[p][z] += 1
+        self._insert(p, row, ts, vals, z)
         win = self.windows[i]
         self._expire(i, ts)
         size = sum(len(bw) for bw in win)
         if size == 0:
             return
         r = self.fractions[i]
+        if self.type_fractions is not None:
+            r = self.type_fractions.get((i, z), r)
         adaptive = self.shed in ("partial", "selective")
         # Full processing with probability r·γ (Algorithm 3, line 2, with the rate
         # adaptation's r in both directions, as the paper keeps it when join direction
@@ -370,6 +385,7 @@ class ShedJoin:
         if sampled or r >= 1.0 or not adaptive:
             self.full[p] += 1
             total = 0
+            before = self.utility
             hat = self.matches[i]
             for j, bw in enumerate(win):
                 if bw.ts:
@@ -378,6 +394,10 @@ class ShedJoin:
                         total += m
                         if sampled:  # lines 4–5 (ô ← ô + 1: the paper's typo fixed)
                             hat.update(j, m)
+            if sampled and self.type_of is not None:  # u_{i,z}: utility per comparison
+                u = self.u_stats.setdefault((i, z), [0.0, 0])
+                u[0] += self.utility - before
+                u[1] += size
             if not adaptive or r >= 1.0:
                 self.estimate[i].update(total, 1.0)
             else:  # only the sampled ones are in the sample (π = r·γ)
@@ -398,7 +418,7 @@ class ShedJoin:
                 self._probe(i, p, bw, k - math.ceil(r_e * k), row, ts, vals)
                 break
 
-    def _insert(self, p: int, row: tuple, ts, vals: tuple) -> None:
+    def _insert(self, p: int, row: tuple, ts, vals: tuple, z: int) -> None:
         """Into the newest basic window of W_p; a full one shifts the circular buffer."""
         win = self.windows[p]
         bw = win[0]
@@ -410,6 +430,7 @@ class ShedJoin:
         bw.ts.append(ts)
         bw.rows.append(row)
         bw.vals.append(vals)
+        bw.types.append(z)
         self.work += 1
         idx = bw.index
         if idx is None:
@@ -466,6 +487,7 @@ class ShedJoin:
         else:
             cand = self._candidates(bw, lo, vals[0], p)
         emit, project, found = self._emit, self._project, 0
+        V = None if self.type_of is None else self.V
         for pos in cand:
             if bts[pos] < limit:
                 continue
@@ -476,6 +498,8 @@ class ShedJoin:
             else:
                 found += 1
                 project((brows[pos], row) if p == 1 else (row, brows[pos]), ts, emit)
+                if V is not None:  # a result is worth max(V(t_a), V(t_b)) (§5.3)
+                    self.utility += max(V[self._z], V[bw.types[pos]])
         self.results += found
         return found
 
@@ -567,6 +591,8 @@ class ShedJoin:
             "fully_processed": sum(self.full),
             "shed_results": self.results,
         }
+        if self.type_of is not None:
+            out["output_utility"] = round(self.utility, 6)
         out.update(self.loss())
         if self.controller is not None:
             out.update(self.controller.report())

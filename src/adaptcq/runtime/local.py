@@ -152,7 +152,19 @@ class LocalRun:
                                        *make_policies(optimizer=ordering)]
             if self.executor_name == "shed":
                 from adaptcq.runtime.shed import shed_engine_options
-                self.shed_controller, shed = shed_engine_options(options.pop("shed", None))
+                spec = dict(options.pop("shed", None) or {})
+                utility = spec.pop("utility", None)
+                self.shed_controller, shed = shed_engine_options(spec)
+                if utility is not None:
+                    if spec.get("mode") != "selective":
+                        raise OptionError("--utility is for --shed selective (utility-based "
+                                          "shedding, load-shedding.txt Algorithm 5)")
+                    from adaptcq.runtime.shed import utility_types
+                    self.query, fns, values, self.type_names = utility_types(
+                        self.query, utility, {n: schema_kinds(s.schema)
+                                              for n, s in self.sources.items()})
+                    query = self.query
+                    shed["types"] = (fns, values)
                 options.update(shed)
             elif options.pop("shed", None) is not None:
                 raise OptionError("shedding options (--shed, --capacity) need the "

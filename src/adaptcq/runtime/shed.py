@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from adaptcq.errors import OptionError
 
 KEYS = ("mode", "capacity", "basic_window", "index", "buffer", "gamma", "T_r", "T_c",
-        "delta_r", "direction", "seed")
+        "delta_r", "direction", "seed", "utility")
 
 
 def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
@@ -33,7 +33,92 @@ def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
         raise OptionError(f"join direction and the adaptation periods are for --shed "
                           f"selective or partial, not {mode}")
     options = {"shed": mode, "controller": controller}
+    if "utility" in spec and mode != "selective":
+        raise OptionError(f"--utility is for --shed selective (utility-based shedding, "
+                          f"Algorithm 5), not {mode}")
     for k in ("capacity", "basic_window", "index", "buffer", "gamma", "seed"):
         if k in spec:
             options[k] = spec[k]
     return controller, options
+
+
+def utility_types(query, text: str, kinds: Mapping[str, Mapping[str, str]]):
+    """``--utility "CASE kind WHEN 'alert' THEN 3 ... ELSE 1 END"`` (load-shedding.txt
+    §5.3): each WHEN branch is a tuple type z with the utility V(z) of its THEN constant,
+    ELSE one more type (utility 0 without ELSE). Columns are unqualified: each stream's
+    own. Returns (the query with those columns added to its streams' rows, per stream a
+    function row -> type index, the utilities V, the type names)."""
+    import dataclasses
+
+    import sqlglot
+    import sqlglot.expressions as exp
+    from sqlglot.errors import ParseError
+
+    from adaptcq.query.expr import ExprError, compile_predicate, constant_value
+
+    try:
+        case = sqlglot.parse_one(text)
+    except ParseError as e:
+        raise OptionError(f"--utility: cannot read {text!r}: {e}") from None
+    if not isinstance(case, exp.Case):
+        raise OptionError(f"--utility must be a CASE expression (CASE kind WHEN 'a' THEN 3 "
+                          f"... ELSE 1 END), got {text!r}")
+    conds, values, names = [], [], []
+    for branch in case.args.get("ifs") or []:
+        cond = branch.this
+        if case.this is not None:  # simple CASE: CASE x WHEN v THEN ...
+            cond = exp.EQ(this=case.this.copy(), expression=cond.copy())
+        conds.append(cond)
+        values.append(_utility_value(branch.args["true"], constant_value, exp))
+        names.append(cond.sql())
+    if not conds:
+        raise OptionError("--utility: a CASE with at least one WHEN ... THEN")
+    default = case.args.get("default")
+    values.append(0.0 if default is None else _utility_value(default, constant_value, exp))
+    names.append("ELSE")
+    used = list(dict.fromkeys(c.name for c in case.find_all(exp.Column)))
+    for c in case.find_all(exp.Column):
+        if c.table:
+            raise OptionError(f"--utility: write columns unqualified ({c.name}, not "
+                              f"{c.sql()}): each stream's type comes from its own columns")
+    columns, types = dict(query.columns), {a: dict(t) for a, t in query.types.items()}
+    for s in query.streams:
+        have = kinds.get(s.source, {})
+        for col in used:
+            if col not in have:
+                raise OptionError(f"--utility: stream {s.alias} has no column {col!r} (its "
+                                  f"columns: {', '.join(have)})")
+            if col not in columns[s.alias]:
+                columns[s.alias] = (*columns[s.alias], col)
+            types.setdefault(s.alias, {})[col] = have[col]
+    query = dataclasses.replace(query, columns=columns, types=types)
+    fns = []
+    for s in query.streams:
+        try:
+            preds = [compile_predicate(c, columns[s.alias], s.alias, types) for c in conds]
+        except ExprError as e:
+            raise OptionError(f"--utility: {e}") from None
+        fns.append(_type_function(preds))
+    return query, fns, values, names
+
+
+def _utility_value(node, constant_value, exp) -> float:
+    try:
+        v = constant_value(node)
+    except Exception:  # noqa: BLE001 - any non-constant: named below
+        v = None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise OptionError(f"--utility: a utility must be a constant number >= 0, got "
+                          f"{node.sql()}")
+    return float(v)
+
+
+def _type_function(preds):
+    last = len(preds)
+
+    def type_of(row: tuple) -> int:
+        for z, pred in enumerate(preds):
+            if pred(row):
+                return z
+        return last
+    return type_of

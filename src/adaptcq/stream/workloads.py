@@ -978,6 +978,8 @@ WORKLOADS["spill"] = _spill  # state-spill.txt §6.1 (stream/spill_workload.py)
 
 def _shed(**kwargs) -> Workload:
     from adaptcq.stream.shed_workload import shed_two_way
+    if "n_updates" in kwargs:  # given (as by --n-updates), it must be a count
+        _check_n_updates(kwargs["n_updates"], 2)
     return shed_two_way(**kwargs)
 
 
