@@ -82,11 +82,19 @@ class ShedController:
 
     def rate_step(self, join, now: float) -> None:
         """Algorithm 1, then Algorithm 4 (join direction) when it is on."""
-        alpha = [join.fetched[i].take() for i in (0, 1)]
-        self.lam = [join.arrived[i].take() / self.T_r for i in (0, 1)]
-        self.r, self.beta = rate_adapt(self.r, alpha, self.lam, self.T_r, self.delta_r)
+        k = len(join.fetched)
+        alpha = [join.fetched[i].take() for i in range(k)]
+        self.lam = [join.arrived[i].take() / self.T_r for i in range(k)]
+        # Algorithm 1 over k streams: β = Σα_i / (Σλ_i·T_r), the sums in one slot
+        self.r, self.beta = rate_adapt(self.r, [sum(alpha), 0], [sum(self.lam), 0.0],
+                                       self.T_r, self.delta_r)
         self.r = max(self.r, R_MIN)  # beyond the paper: a period with nothing fetched
         # (one tuple costing more than T_r) would set r = 0 for good
+        if k > 2:  # n-way pipelines: one r for every step
+            join.fractions = [self.r] * k
+            join.sample_r = self.r
+            self._record(join, now, self.r, self.r)
+            return
         if (join.type_of is not None and self.use_utility and self.mode == "selective"
                 and min(join.w_seconds) > 0):
             self.utility_step(join)  # Algorithm 5 replaces Algorithm 4
@@ -99,6 +107,9 @@ class ShedController:
             r1 = r2 = self.r
         join.fractions = [r1, r2]
         join.sample_r = self.r
+        self._record(join, now, r1, r2)
+
+    def _record(self, join, now: float, r1: float, r2: float) -> None:
         self.steps += 1
         self.min_r = min(self.min_r, self.r)
         if len(self.series) < SERIES_MAX:
@@ -150,7 +161,15 @@ class ShedController:
         one with a small r_i would look r/r_i times more productive than it is)."""
         # λ_i of the last rate step; before the first one, the rates so far
         lam = self.lam if any(self.lam) else [
-            join.arrived[i].get() / max(now - self.start, 1e-9) for i in (0, 1)]
+            join.arrived[i].get() / max(now - self.start, 1e-9)
+            for i in range(len(join.arrived))]
+        if isinstance(join.matches, dict):  # n-way: per pipeline step (X, Y)
+            for (x, y), hat in join.matches.items():
+                _, s = time_correlation(hat.take(), join.gamma, join.sample_r,
+                                        join.b_seconds, (lam[x], lam[y]), self.T_c,
+                                        previous=join.orders[(x, y)])
+                join.orders[(x, y)] = list(s)
+            return
         for i in (0, 1):
             o, s = time_correlation(join.matches[i].take(), join.gamma, join.sample_r,
                                     join.b_seconds, lam, self.T_c,

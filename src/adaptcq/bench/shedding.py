@@ -1,38 +1,96 @@
 """Benchmark: CPU load shedding by selective processing against random dropping
-(load-shedding.txt §6.4.1, Figure 15; issue 13's performance check).
+(load-shedding.txt §6, Figures 7, 8–10, 11–13, 14, 15, 16 and 17; issue 13's
+performance check).
 
-``fig15`` runs the §6.1 workload (w = 20 s non-indexed, 200 s indexed; κ = 0.8; ς = 2w;
-τ = 5/8·ς; overlap threshold 3) through the load-shedding join at a fixed CPU capacity on
-the virtual work clock, with selective processing (rate, time correlation and join
-direction adaptation) and with the random-drop baseline, for each stream rate and join
-(overlap or equality, indexed or not), and reports the output of each and their ratio,
-measured in the same process on the same input.
+Every figure runs the §6.1 workload (``stream.shed_workload.shed_two_way``: set-valued
+tuples, Zipf popularity κ, cycle period ς = 2w, time shift τ = 5/8·ς unless stated,
+overlap threshold 3) through the load-shedding join at a fixed CPU capacity on the virtual
+work clock, and compares shedding policies measured in the same process on the same
+input:
+
+- ``random``: the §6.1 baseline (full processing, random drops from the input buffers);
+- ``partial``: rate adaptation only (Algorithm 1; windows processed newest first);
+- ``selective-nodir``: rate and time correlation adaptation (Algorithms 1–3);
+- ``selective``: all three adaptations (plus join direction, Algorithm 4).
 
 The capacity. The paper's machine is not ours; we take its capacity from Figure 7's
 statement that a non-indexed overlap join at 50 tuples/s per stream with 125 s windows
 drops about half of its tuples: random dropping then keeps 25 tuples/s per stream, which
 costs 2 · 25 · (25 · 125) = 156,250 comparisons per second. That is the default
-``--capacity`` (work units per second of event time; a unit is one tuple comparison, one
-index entry or list lookup, or one insertion).
+``--capacity`` for every figure (work units per second of event time; a unit is one tuple
+comparison, one index entry or list lookup, or one insertion). ``fig7`` re-measures the
+statement as a consistency check. With it a non-indexed 20 s join is already overloaded at
+100 tuples/s (2 · 100 · 100 · 20 = 400,000 units/s), where the paper's Figures 8–9 show no
+shedding: our r is below 1 from the start of Figures 8–13, and the gains appear in every
+phase, not only in the bursts.
+
+Figures (defaults in brackets; fewer points and runs than the paper, to keep each default
+run under about 8 minutes on one core):
+
+- ``fig7`` (§6.2): random dropping's input drop rate (the sum of the two streams' dropped
+  fractions, as the paper plots it; also the overall fraction) against the window size,
+  non-indexed and with the inverted index, per stream rate; measured over ``--measure``
+  seconds after the windows filled.
+- ``fig9`` (§6.3, with Figure 8's r): the "fig8" rate profile, τ = 0, w = 20 s;
+  rate adaptation (``partial``) against random dropping: output per ``--bin`` seconds and r
+  per T_r.
+- ``fig10`` (§6.3): average output rate over the Figure 8 period against κ, per window.
+- ``fig12`` (§6.4, with Figure 11's r_1, r_2): the "fig11" profile (an approximation: the
+  paper does not give it), w = 20 s, b = 1 s; partial, selective-nodir and selective.
+- ``fig13`` (§6.4): average output against κ for the three settings, threshold 4.
+- ``fig14`` (§6.4.2): average output rate after the windows filled against the basic
+  window size b at 500 tuples/s, per κ: non-indexed w = 20 s, and w = 200 s with the
+  time-ordered (``inverted``) and identifier-sorted (``inverted-id``) inverted indexes.
+  "none" is partial processing (rate adaptation only, no basic-window selection), the
+  paper's run without basic windows: the engine still keeps basic windows of w/20 for
+  expiry, but partial processing reads the window newest first as one piece.
+- ``fig15`` (§6.4.1): selective processing against random dropping per stream rate and
+  join (overlap or equality, indexed or not). The indexed joins have 200 s windows, which
+  need runs longer than 200 s to fill: by default they run 300 s (``--duration-indexed``)
+  at 100, 300 and 500 tuples/s only, the non-indexed ones 60 s at 100–500 tuples/s (the
+  default sweep takes about 10 minutes).
+- ``fig16``/``fig17`` (§6.5): output utility of selective processing with and without
+  utility-based shedding (Algorithm 5 against Algorithm 4); Figure 16 over the utility
+  skewness k for three type-frequency models, Figure 17 over the number of tuple types |Z|
+  for value difference factors (inverse type frequencies).
+- ``perf``: the issue's check (Figure 15's non-indexed overlap join at 500 tuples/s).
 
 The shedder's own overhead is measured as CPU time: the adaptation steps (Algorithms 1,
 2, 4) timed inside the controller, against the run's CPU time.
 
+    python -m adaptcq.bench.shedding fig7 [--rates 50,100,200] [--windows 25,50,75,100,125]
+        [--windows-indexed 125,375,625] [--measure 30] [--runs 1]
+    python -m adaptcq.bench.shedding fig9 [--duration 150] [--window 20] [--bin 5] [--runs 3]
+    python -m adaptcq.bench.shedding fig10 [--kappas 0.4,0.6,0.8,1.0] [--windows 10,20]
+        [--duration 150] [--runs 2]
+    python -m adaptcq.bench.shedding fig12 [--duration 150] [--window 20] [--bw 1] [--bin 5]
+        [--runs 3]
+    python -m adaptcq.bench.shedding fig13 [--kappas 0.4,0.6,0.8,1.0] [--threshold 4]
+        [--duration 150] [--runs 2]
+    python -m adaptcq.bench.shedding fig14 [--bws 0.25,0.5,1,2,5,10] [--kappas 0.6,0.8]
+        [--rate 500] [--window 20] [--window-indexed 200] [--measure 40]
+        [--parts none,inverted,inverted-id] [--runs 1]
     python -m adaptcq.bench.shedding fig15 [--rates 100,200,300,400,500] [--duration 60]
-        [--joins overlap,overlap-indexed,equality,equality-indexed] [--runs 3]
-        [--capacity 156250] [--out results/shedding]
+        [--duration-indexed 300] [--joins overlap,overlap-indexed,equality,equality-indexed]
+        [--runs 3]
     python -m adaptcq.bench.shedding perf [--runs 3]   # the issue's check: 500 tuples/s,
                                                        # non-indexed overlap
-    python -m adaptcq.bench.shedding fig16 [--ks 0,1,2,3,4] [--runs 3]  # §6.5, Figure 16
+    python -m adaptcq.bench.shedding fig16 [--ks 0,1,2,3,4] [--duration 60] [--runs 3]
+    python -m adaptcq.bench.shedding fig17 [--types 2,4,8,16] [--factors 10,100]
+        [--duration 60] [--runs 3]
 
-Writes ``fig15.csv`` (join, rate, run, policy, results, work, r_min, drops, cpu,
-overhead), ``fig15.png`` and ``fig15_series.csv`` (r, r_1, r_2 per T_r of the last
-selective run) under OUT, and prints medians and the checks.
+Every command also takes ``--capacity`` (156250) and ``--out`` (results/shedding), and
+writes ``<figure>.csv`` and ``<figure>.png`` under OUT (the time-series figures also
+``fig9_r.csv`` and ``fig12_r.csv``: r, r_1, r_2 per T_r; ``fig15_series.csv``: those of
+the last selective run), prints the numbers, and prints each of the paper's observations
+as a check, HOLDS or DOES NOT HOLD, with the numbers behind it.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import math
 import statistics
 import sys
 import time
@@ -47,8 +105,13 @@ JOINS = {  # name -> (join, window, index)
     "equality": ("equality", 20.0, "none"),
     "equality-indexed": ("equality", 200.0, "hash"),
 }
+POLICIES = ("random", "partial", "selective-nodir", "selective")
+LABELS = {"random": "random drop", "partial": "rate adaptation",
+          "selective-nodir": "+ time correlation", "selective": "+ join direction"}
+SETTINGS = ("partial", "selective-nodir", "selective")  # Figures 12 and 13
 
 
+# ----- running the join ----------------------------------------------------------------------
 def _rows(wl, query):
     """The workload's arrivals in time order (R first on ties), as engine rows."""
     cols = {a: query.columns[a] for a in query.aliases}
@@ -62,125 +125,673 @@ def _rows(wl, query):
     return [x[1] for x in items], [x[0] for x in items], [x[3] for x in items]
 
 
-def run_one(join: str, rate: float, duration: float, policy: str, capacity: float,
+def prepare(duration: float, rate: float | str = 500.0, window: float = 20.0, *,
+            kappa: float = 0.8, shift: float | None = None, threshold: int = 3,
+            join: str = "overlap", utilities=None, frequencies: str = "uniform",
             seed: int = 0) -> dict:
-    """One run of the load-shedding join; returns its figures."""
-    from adaptcq.adapt.shed_control import ShedController
-    from adaptcq.engine.continuous import ContinuousQuery
+    """The §6.1 workload parsed and turned into arrivals once, for several runs."""
     from adaptcq.query.cql import parse_query
     from adaptcq.stream.shed_workload import shed_two_way
 
-    kind, window, index = JOINS[join]
-    wl = shed_two_way(duration=duration, rate=rate, window=window, join=kind, seed=seed)
-    schemas = {n: {f.name: ("list" if str(f.type).startswith("list") else "number")
-                   for f in t.schema} for n, t in wl.tables.items()}
-    q = parse_query(wl.sql, schemas)
-    streams, ts, rows = _rows(wl, q)
-    ctl = ShedController("selective") if policy == "selective" else None
-    cq = ContinuousQuery(q, "shed", "append", shed=policy, capacity=capacity,
-                         basic_window=window / 20, index=index, controller=ctl, seed=seed)
-    t0 = time.process_time()
-    n = len(cq.process(streams, None, ts, rows)) + len(cq.finish())
-    cpu = time.process_time() - t0
-    rep = cq.executor.report()
-    return {"join": join, "rate": rate, "policy": policy, "results": n,
-            "work": rep["work_units"], "r_min": rep.get("fraction_r_min", 1.0),
-            "drops": sum(rep["buffer_drops"].values()), "cpu": round(cpu, 3),
-            "overhead": round(ctl.cpu / cpu, 5) if ctl is not None and cpu > 0 else 0.0,
-            "estimated_lost": rep["estimated_lost"],
-            "series": ctl.series_columns() if ctl is not None else None}
-
-
-def run_utility(k: float, frequencies: str, duration: float, capacity: float,
-                utility_shedding: bool, seed: int = 0) -> dict:
-    """One Figure 16 run: three tuple types with utilities {1, 1/2^k, 1/3^k}, selective
-    processing with (Algorithm 5) or without (Algorithm 4) utility-based shedding; the
-    output utility is measured the same way in both."""
-    from adaptcq.adapt.shed_control import ShedController
-    from adaptcq.engine.continuous import ContinuousQuery
-    from adaptcq.query.cql import parse_query
-    from adaptcq.runtime.shed import utility_types
-    from adaptcq.stream.shed_workload import shed_two_way, utilities_fig16
-
-    wl = shed_two_way(duration=duration, rate=500.0, window=20.0, seed=seed,
-                      utilities=utilities_fig16(k), frequencies=frequencies)
+    wl = shed_two_way(duration=duration, rate=rate, window=window, kappa=kappa, shift=shift,
+                      threshold=threshold, join=join, utilities=utilities,
+                      frequencies=frequencies, seed=seed)
     kinds = {n: {f.name: ("list" if str(f.type).startswith("list") else
                           "string" if str(f.type) == "string" else "number")
                  for f in t.schema} for n, t in wl.tables.items()}
-    q, fns, values, _ = utility_types(parse_query(wl.sql, kinds), wl.params["utility"], kinds)
-    streams, ts, rows = _rows(wl, q)
-    ctl = ShedController("selective", utility=utility_shedding)
-    cq = ContinuousQuery(q, "shed", "append", shed="selective", capacity=capacity,
-                         basic_window=1.0, controller=ctl, types=(fns, values), seed=seed)
-    n = len(cq.process(streams, None, ts, rows)) + len(cq.finish())
+    q = parse_query(wl.sql, kinds)
+    types = None
+    if utilities is not None:
+        from adaptcq.runtime.shed import utility_types
+        q, fns, values, _ = utility_types(q, wl.params["utility"], kinds)
+        types = (fns, values)
+    return {"workload": wl, "query": q, "arrivals": _rows(wl, q), "types": types,
+            "window": window, "duration": float(wl.params["duration"]), "seed": seed}
+
+
+def run_join(prep: dict, policy: str, capacity: float, *, basic_window: float | None = None,
+             index: str = "none", warmup: float = 0.0, bin_seconds: float | None = None,
+             utility: bool = True, seed: int | None = None) -> dict:
+    """One run of the load-shedding join on prepared arrivals. ``policy``: one of
+    :data:`POLICIES`. Drops, arrivals and ``rate`` (output per second) are measured from
+    ``warmup`` seconds on; ``bins`` counts the output per ``bin_seconds`` of result time."""
+    from adaptcq.adapt.shed_control import ShedController
+    from adaptcq.engine.continuous import ContinuousQuery
+
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+    seed = prep["seed"] if seed is None else seed
+    ctl = None
+    if policy == "partial":
+        ctl = ShedController("partial")
+    elif policy.startswith("selective"):
+        ctl = ShedController("selective", direction=policy == "selective", utility=utility)
+    shed = "selective" if policy.startswith("selective") else policy
+    window = prep["window"]
+    cq = ContinuousQuery(prep["query"], "shed", "append", shed=shed, capacity=capacity,
+                         basic_window=window / 20 if basic_window is None else basic_window,
+                         index=index, controller=ctl, types=prep["types"], seed=seed)
+    streams, ts, rows = prep["arrivals"]
+    split = bisect.bisect_left(ts, warmup) if warmup > 0 else 0
+    ex = cq.executor
+    t0 = time.process_time()
+    out = cq.process(streams[:split], None, ts[:split], rows[:split]) if split else []
+    drops0, arr0 = list(ex.drops), list(ex.arrivals)
+    out += cq.process(streams[split:], None, ts[split:], rows[split:]) + cq.finish()
+    cpu = time.process_time() - t0
+    rep = ex.report()
+    drops = [d - d0 for d, d0 in zip(ex.drops, drops0)]
+    arrived = [a - a0 for a, a0 in zip(ex.arrivals, arr0)]
+    span = max(prep["duration"] - warmup, 1e-9)
+    measured = sum(1 for row in out if row[-1] >= warmup) if warmup > 0 else len(out)
+    res = {"policy": policy, "results": len(out), "measured": measured,
+           "rate": measured / span, "work": rep["work_units"],
+           "r_min": rep.get("fraction_r_min", 1.0), "drops": sum(ex.drops),
+           "drops_R": drops[0], "drops_S": drops[1], "arrivals_R": arrived[0],
+           "arrivals_S": arrived[1],
+           "drop_sum": sum(d / a for d, a in zip(drops, arrived) if a),
+           "drop_fraction": sum(drops) / sum(arrived) if sum(arrived) else 0.0,
+           "cpu": round(cpu, 3),
+           "overhead": round(ctl.cpu / cpu, 5) if ctl is not None and cpu > 0 else 0.0,
+           "estimated_lost": rep["estimated_lost"], "utility": ex.utility,
+           "series": ctl.series_columns() if ctl is not None else None}
+    if bin_seconds:
+        nb = int(prep["duration"] // bin_seconds) + 1
+        counts = [0] * nb
+        for row in out:
+            counts[min(int(row[-1] // bin_seconds), nb - 1)] += 1
+        res["bins"] = counts
+    return res
+
+
+def run_one(join: str, rate: float, duration: float, policy: str, capacity: float,
+            seed: int = 0) -> dict:
+    """One Figure 15 run of the load-shedding join; returns its figures."""
+    kind, window, index = JOINS[join]
+    prep = prepare(duration, rate, window, join=kind, seed=seed)
+    r = run_join(prep, policy, capacity, index=index)
+    return {"join": join, "rate": rate, **{k: r[k] for k in (
+        "policy", "results", "work", "r_min", "drops", "cpu", "overhead", "estimated_lost",
+        "series")}}
+
+
+def run_utility(k: float, frequencies: str, duration: float, capacity: float,
+                utility_shedding: bool, seed: int = 0, utilities=None) -> dict:
+    """One Figure 16 (or 17) run: tuple types with ``utilities`` (default Figure 16's
+    {1, 1/2^k, 1/3^k}), selective processing with (Algorithm 5) or without (Algorithm 4)
+    utility-based shedding; the output utility is measured the same way in both."""
+    from adaptcq.stream.shed_workload import utilities_fig16
+
+    utilities = utilities_fig16(k) if utilities is None else list(utilities)
+    prep = prepare(duration, 500.0, 20.0, utilities=utilities, frequencies=frequencies,
+                   seed=seed)
+    r = run_join(prep, "selective", capacity, basic_window=1.0, utility=utility_shedding)
     return {"k": k, "frequencies": frequencies, "utility_shedding": utility_shedding,
-            "results": n, "utility": cq.executor.utility, "run": seed}
+            "results": r["results"], "utility": r["utility"], "run": seed}
+
+
+# ----- shared helpers ----------------------------------------------------------------------
+def _med(xs):
+    xs = [x for x in xs if not math.isnan(x)]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _gain(new: float, base: float) -> float:
+    return new / base - 1 if base else float("nan")
+
+
+def check(claim: str, ok: bool, detail: str) -> bool:
+    """Print one of the paper's observations with the verdict and its numbers."""
+    print(f"paper: {claim} -> {'HOLDS' if ok else 'DOES NOT HOLD'} ({detail})", flush=True)
+    return ok
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.0f}%"
+
+
+def _plot(path: Path, panels: list[dict]) -> None:
+    """Line plots side by side; a panel: title, xlabel, ylabel, lines {label: (xs, ys)},
+    optional logx."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, p in zip(axes[0], panels):
+        for label, (xs, ys) in p["lines"].items():
+            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, label=label)
+        if p.get("logx"):
+            ax.set_xscale("log")
+        ax.set_title(p["title"])
+        ax.set_xlabel(p["xlabel"])
+        ax.set_ylabel(p["ylabel"])
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _series_rows(series: dict, **extra) -> list[dict]:
+    return [{**extra, **dict(zip(series, v))} for v in zip(*series.values())]
+
+
+def _phases(profile: str, duration: float) -> list[tuple[float, float, float]]:
+    """(start, end, rate) of each step of a rate profile within the run."""
+    from adaptcq.stream.shed_workload import rate_profile
+    steps = rate_profile(profile)
+    out = []
+    for k, (start, rate) in enumerate(steps):
+        end = min(duration, steps[k + 1][0] if k + 1 < len(steps) else duration)
+        if end > start:
+            out.append((start, end, rate))
+    return out
+
+
+def _phase_rate(bins: list[int], bin_seconds: float, start: float, end: float) -> float:
+    """Output per second over [start, end) from the per-bin counts (whole bins)."""
+    lo, hi = int(start // bin_seconds), int(end // bin_seconds)
+    picked = bins[lo:hi]
+    return sum(picked) / (len(picked) * bin_seconds) if picked else float("nan")
+
+
+# ----- Figure 7 ------------------------------------------------------------------------------
+def fig7(rates, windows, windows_indexed, measure, runs, capacity, out: Path) -> list[dict]:
+    rows = []
+    for index, ws in (("none", windows), ("inverted", windows_indexed)):
+        for rate in rates:
+            for w in ws:
+                for seed in range(runs):
+                    prep = prepare(w + measure, rate, w, seed=seed)
+                    r = run_join(prep, "random", capacity, index=index, warmup=w)
+                    rows.append({"index": index, "rate": rate, "window": w, "run": seed,
+                                 **{k: r[k] for k in (
+                                     "drop_sum", "drop_fraction", "drops_R", "drops_S",
+                                     "arrivals_R", "arrivals_S", "results", "work", "cpu")}})
+                    print(f"fig7 {index:8} {rate:5g}/s w={w:5g}s run {seed}: drop rate "
+                          f"(sum of both streams) {r['drop_sum']:.3f}, overall "
+                          f"{r['drop_fraction']:.3f}  cpu {r['cpu']:.1f}s", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "fig7.csv")
+
+    def med(index, rate, w, key="drop_sum"):
+        return _med([x[key] for x in rows if x["index"] == index and x["rate"] == rate
+                     and x["window"] == w])
+
+    _plot(out / "fig7.png", [
+        {"title": f"Figure 7 ({name}): random drop", "xlabel": "window size (s)",
+         "ylabel": "input drop rate (sum of both streams)",
+         "lines": {f"{rate:g} tuples/s": (ws, [med(index, rate, w) for w in ws])
+                   for rate in rates}}
+        for name, index, ws in (("non-indexed", "none", windows),
+                                ("inverted index", "inverted", windows_indexed))])
+    for index, ws in (("none", windows), ("inverted", windows_indexed)):
+        for rate in rates:
+            print(f"{index:8} {rate:5g}/s: " + ", ".join(
+                f"w={w:g}: {med(index, rate, w):.3f}" for w in ws))
+    if 50.0 in rates and 125.0 in windows:
+        f = med("none", 50.0, 125.0, "drop_fraction")
+        check("non-indexed at 50 tuples/s and w = 125 s drops about half the tuples "
+              "(how CAPACITY was derived)", 0.4 <= f <= 0.6,
+              f"overall fraction {f:.3f}, sum of the streams' fractions "
+              f"{med('none', 50.0, 125.0):.3f}; within [0.4, 0.6]")
+    common = sorted(set(windows) & set(windows_indexed))
+    pairs = [(rate, w, med("none", rate, w), med("inverted", rate, w))
+             for rate in rates for w in common]
+    if pairs:
+        ok = all(i < n or n == 0 for _, _, n, i in pairs)
+        check("the indexed join drops less than the non-indexed at the same window and rate",
+              ok, "; ".join(f"{rate:g}/s w={w:g}: {n:.3f} vs {i:.3f}"
+                            for rate, w, n, i in pairs))
+    if 100.0 in rates and 625.0 in windows_indexed:
+        f = med("inverted", 100.0, 625.0, "drop_fraction")
+        print(f"paper (informative): indexed at 100 tuples/s, w = 625 s drops about a "
+              f"quarter; here {f:.3f} overall (sum {med('inverted', 100.0, 625.0):.3f})")
+    return rows
+
+
+# ----- Figures 8 and 9 -------------------------------------------------------------------------
+def _time_series_figure(name, profile, policies, duration, window, bin_seconds, runs,
+                        capacity, out: Path, *, shift=None, basic_window=None):
+    """Output over time per policy, r over time of the adaptive ones; returns (rows,
+    series rows, per-policy per-phase median output rates, phases)."""
+    rows, series_rows, runs_out = [], [], []
+    for seed in range(runs):
+        prep = prepare(duration, profile, window, shift=shift, seed=seed)
+        per = {}
+        for pol in policies:
+            r = run_join(prep, pol, capacity, basic_window=basic_window,
+                         bin_seconds=bin_seconds)
+            per[pol] = r
+            for k, c in enumerate(r["bins"]):
+                rows.append({"run": seed, "policy": pol, "time": k * bin_seconds,
+                             "results": c, "rate": c / bin_seconds})
+            if r["series"] is not None:
+                series_rows += _series_rows(r["series"], run=seed, policy=pol)
+            print(f"{name} run {seed} {pol:15} results {r['results']:>8,}  r_min "
+                  f"{r['r_min']:.4f}  drops {r['drops']:>6,}  cpu {r['cpu']:.1f}s",
+                  flush=True)
+        runs_out.append(per)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / f"{name}.csv")
+    if series_rows:
+        write_csv(series_rows, out / f"{name}_r.csv")
+    phases = _phases(profile, duration)
+    rates = {pol: [_med([_phase_rate(per[pol]["bins"], bin_seconds, a, b) for per in runs_out])
+                   for a, b, _ in phases] for pol in policies}
+    print(f"{name}: output per second by phase (median of {runs} runs)")
+    for (a, b, lam), k in zip(phases, range(len(phases))):
+        print(f"  [{a:g}, {b:g}) s at {lam:g} tuples/s: " + ", ".join(
+            f"{pol} {rates[pol][k]:.1f}" for pol in policies))
+    return rows, series_rows, runs_out, rates, phases
+
+
+def _median_bins(runs_out, pol):
+    return [_med(list(v)) for v in zip(*(per[pol]["bins"] for per in runs_out))]
+
+
+def _phase_gain(runs_out, new, base, bin_seconds, a, b) -> float:
+    """The median over runs of the output gain of ``new`` over ``base`` in [a, b)."""
+    return _med([_gain(_phase_rate(per[new]["bins"], bin_seconds, a, b),
+                       _phase_rate(per[base]["bins"], bin_seconds, a, b))
+                 for per in runs_out])
+
+
+def fig9(duration, window, bin_seconds, runs, capacity, out: Path) -> list[dict]:
+    rows, _, runs_out, _, phases = _time_series_figure(
+        "fig9", "fig8", ("random", "partial"), duration, window, bin_seconds, runs,
+        capacity, out, shift=0.0)
+    xs = [k * bin_seconds for k in range(len(runs_out[0]["random"]["bins"]))]
+    s0 = runs_out[-1]["partial"]["series"]
+    _plot(out / "fig9.png", [
+        {"title": "Figure 8: fraction r (rate adaptation, last run)", "xlabel": "time (s)",
+         "ylabel": "r", "lines": {"r": (s0["time"], s0["r"])}},
+        {"title": "Figure 9: output rate (median of runs)", "xlabel": "time (s)",
+         "ylabel": f"output tuples/s ({bin_seconds:g} s bins)",
+         "lines": {LABELS[p]: (xs, [c / bin_seconds for c in _median_bins(runs_out, p)])
+                   for p in ("random", "partial")}}])
+    # r over time: before the burst, lowest in the burst, at the end.
+    burst = [(a, b) for a, b, lam in phases if lam > phases[0][2]]
+    if burst:
+        b0, b1 = burst[0][0], burst[-1][1]
+        pre, low, post = [], [], []
+        for per in runs_out:
+            s = per["partial"]["series"]
+            pre.append(_med([r for t, r in zip(s["time"], s["r"]) if b0 - 30 < t <= b0]))
+            low.append(min([r for t, r in zip(s["time"], s["r"]) if b0 < t <= b1] or [1]))
+            post.append(s["r"][-1] if s["r"] else float("nan"))
+        pre, low, post = _med(pre), _med(low), _med(post)
+        check("r drops when the rates rise and recovers after", low < pre and post > 2 * low,
+              f"r before the burst {pre:.3f}, lowest in it {low:.3f}, at the end {post:.3f} "
+              f"(medians; recovering: the end above twice the lowest; back to the r before: "
+              f"{'yes' if post >= 0.8 * pre else 'not yet'}: Algorithm 1 raises r by at most "
+              f"delta_r = 1.2 per T_r)")
+    for lam, paper in ((500.0, "~100%"), (300.0, "~50%")):
+        ph = [(a, b) for a, b, x in phases if x == lam]
+        if ph:
+            g = _phase_gain(runs_out, "partial", "random", bin_seconds, *ph[0])
+            check(f"rate adaptation improves the output at {lam:g} tuples/s ({paper})", g > 0,
+                  f"{_pct(g)} median over runs in [{ph[0][0]:g}, {ph[0][1]:g}) s")
+    g = _phase_gain(runs_out, "partial", "random", bin_seconds, *phases[0][:2])
+    print(f"(at {phases[0][2]:g} tuples/s, where the paper does not shed: {_pct(g)}; our "
+          f"capacity overloads that rate already)")
+    return rows
+
+
+# ----- Figure 10 -------------------------------------------------------------------------------
+def fig10(kappas, windows, duration, runs, capacity, out: Path) -> list[dict]:
+    rows = []
+    for w in windows:
+        for kappa in kappas:
+            for seed in range(runs):
+                prep = prepare(duration, "fig8", w, kappa=kappa, shift=0.0, seed=seed)
+                for pol in ("random", "partial"):
+                    r = run_join(prep, pol, capacity)
+                    rows.append({"window": w, "kappa": kappa, "run": seed, "policy": pol,
+                                 "results": r["results"], "rate": r["rate"],
+                                 "r_min": r["r_min"], "cpu": r["cpu"]})
+                    print(f"fig10 w={w:g}s kappa={kappa:g} run {seed} {pol:8} average output "
+                          f"{r['rate']:8.1f}/s  cpu {r['cpu']:.1f}s", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "fig10.csv")
+
+    def avg(w, kappa, pol):
+        return _med([x["rate"] for x in rows if x["window"] == w and x["kappa"] == kappa
+                     and x["policy"] == pol])
+
+    def gain(w, kappa):
+        return _med([_gain(a["rate"], b["rate"]) for a in rows for b in rows
+                     if a["window"] == b["window"] == w and a["kappa"] == b["kappa"] == kappa
+                     and a["run"] == b["run"] and a["policy"] == "partial"
+                     and b["policy"] == "random"])
+
+    _plot(out / "fig10.png", [
+        {"title": "Figure 10: average output (Figure 8's period)", "xlabel": "kappa",
+         "ylabel": "average output tuples/s",
+         "lines": {f"{LABELS[p]}, w={w:g}s": (kappas, [avg(w, k, p) for k in kappas])
+                   for w in windows for p in ("random", "partial")}}])
+    for w in windows:
+        print(f"w={w:g}s: " + ", ".join(
+            f"kappa={k:g}: random {avg(w, k, 'random'):.1f}, rate adaptation "
+            f"{avg(w, k, 'partial'):.1f} ({_pct(gain(w, k))})" for k in kappas))
+    grows_k = {w: gain(w, kappas[-1]) > gain(w, kappas[0]) for w in windows}
+    check("the improvement of rate adaptation grows with kappa", all(grows_k.values()),
+          "; ".join(f"w={w:g}s: {_pct(gain(w, kappas[0]))} at kappa={kappas[0]:g} -> "
+                    f"{_pct(gain(w, kappas[-1]))} at kappa={kappas[-1]:g}" for w in windows))
+    if len(windows) > 1:
+        grows_w = [gain(windows[-1], k) > gain(windows[0], k) for k in kappas]
+        check("the improvement grows with the window size", all(grows_w),
+              "; ".join(f"kappa={k:g}: {_pct(gain(windows[0], k))} (w={windows[0]:g}s) vs "
+                        f"{_pct(gain(windows[-1], k))} (w={windows[-1]:g}s)" for k in kappas))
+    return rows
+
+
+# ----- Figures 11 and 12 -----------------------------------------------------------------------
+def fig12(duration, window, basic_window, bin_seconds, runs, capacity, out: Path) -> list[dict]:
+    from adaptcq.stream.shed_workload import match_distribution
+
+    rows, _, runs_out, _, phases = _time_series_figure(
+        "fig12", "fig11", SETTINGS, duration, window, bin_seconds, runs, capacity, out,
+        basic_window=basic_window)
+    xs = [k * bin_seconds for k in range(len(runs_out[0]["partial"]["bins"]))]
+    s0 = runs_out[-1]["selective"]["series"]
+    _plot(out / "fig12.png", [
+        {"title": "Figure 11: r_1 (W_R), r_2 (W_S), join direction (last run)",
+         "xlabel": "time (s)", "ylabel": "fraction",
+         "lines": {"r": (s0["time"], s0["r"]), "r_1 (W_R)": (s0["time"], s0["r_1"]),
+                   "r_2 (W_S)": (s0["time"], s0["r_2"])}},
+        {"title": "Figure 12: output rate (median of runs)", "xlabel": "time (s)",
+         "ylabel": f"output tuples/s ({bin_seconds:g} s bins)",
+         "lines": {LABELS[p]: (xs, [c / bin_seconds for c in _median_bins(runs_out, p)])
+                   for p in SETTINGS}}])
+    high = [(a, b) for a, b, lam in phases if lam > phases[0][2]]
+    if high:
+        a, b = high[0][0], high[-1][1]
+        g1 = _phase_gain(runs_out, "selective-nodir", "partial", bin_seconds, a, b)
+        g2 = _phase_gain(runs_out, "selective", "selective-nodir", bin_seconds, a, b)
+        check("time correlation improves the output over rate adaptation only when the "
+              "rates are high (~50%)", g1 > 0, f"{_pct(g1)} in [{a:g}, {b:g}) s")
+        check("join direction adds more on top (~40%)", g2 > 0,
+              f"{_pct(g2)} in [{a:g}, {b:g}) s")
+    low = [(a, b) for a, b, lam in phases if lam == phases[0][2]]
+    for a, b in low[:1]:
+        print(f"(at {phases[0][2]:g} tuples/s, [{a:g}, {b:g}) s: time correlation "
+              f"{_pct(_phase_gain(runs_out, 'selective-nodir', 'partial', bin_seconds, a, b))}"
+              f", join direction "
+              f"{_pct(_phase_gain(runs_out, 'selective', 'selective-nodir', bin_seconds, a, b))}"
+              f")")
+    # Which fraction is reduced first: the first T_r at which r_1 and r_2 differ, per run.
+    first = []
+    for per in runs_out:
+        s = per["selective"]["series"]
+        for t, r1, r2 in zip(s["time"], s["r_1"], s["r_2"]):
+            if abs(r1 - r2) > 1e-9:
+                first.append(("r_1" if r1 < r2 else "r_2", t, r1, r2))
+                break
+    md = match_distribution(prepare(3 * window, 500.0, window)["workload"], threshold=3,
+                            window=window)
+    f1, f2 = md["f_1"], md["f_2"]
+    less = "r_1" if f1["match_probability"] < f2["match_probability"] else "r_2"
+    print(f"match distributions (500 tuples/s, w={window:g}s): f_1 = W_{f1['window_of']} "
+          f"probed by {f1['probe']}: {f1['match_probability']:.5f} matches per comparison, "
+          f"peak lag {f1['peak_lag']}; f_2 = W_{f2['window_of']} probed by {f2['probe']}: "
+          f"{f2['match_probability']:.5f}, peak lag {f2['peak_lag']}")
+    if first:
+        names = [x[0] for x in first]
+        check(f"the reduction starts with the fraction of the less useful window "
+              f"({less}, the fraction of W_{'R' if less == 'r_1' else 'S'} here; the "
+              f"paper's r_2)", all(n == less for n in names),
+              "; ".join(f"run {k}: {n} first, at t={t:g}s (r_1 {r1:.3f}, r_2 {r2:.3f})"
+                        for k, (n, t, r1, r2) in enumerate(first)))
+    return rows
+
+
+# ----- Figure 13 -------------------------------------------------------------------------------
+def fig13(kappas, threshold, duration, window, runs, capacity, out: Path) -> list[dict]:
+    rows = []
+    for kappa in kappas:
+        for seed in range(runs):
+            prep = prepare(duration, "fig11", window, kappa=kappa, threshold=threshold,
+                           seed=seed)
+            for pol in SETTINGS:
+                r = run_join(prep, pol, capacity, basic_window=1.0)
+                rows.append({"kappa": kappa, "run": seed, "policy": pol,
+                             "results": r["results"], "rate": r["rate"], "r_min": r["r_min"],
+                             "cpu": r["cpu"]})
+                print(f"fig13 kappa={kappa:g} run {seed} {pol:15} average output "
+                      f"{r['rate']:8.2f}/s  cpu {r['cpu']:.1f}s", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "fig13.csv")
+
+    def avg(kappa, pol):
+        return _med([x["rate"] for x in rows if x["kappa"] == kappa and x["policy"] == pol])
+
+    def gain(kappa, new, base="partial"):
+        return _med([_gain(a["rate"], b["rate"]) for a in rows for b in rows
+                     if a["kappa"] == b["kappa"] == kappa and a["run"] == b["run"]
+                     and a["policy"] == new and b["policy"] == base])
+
+    _plot(out / "fig13.png", [
+        {"title": f"Figure 13: average output, threshold {threshold}", "xlabel": "kappa",
+         "ylabel": "average output tuples/s",
+         "lines": {LABELS[p]: (kappas, [avg(k, p) for k in kappas]) for p in SETTINGS}}])
+    for k in kappas:
+        print(f"kappa={k:g}: " + ", ".join(f"{p} {avg(k, p):.2f}/s" for p in SETTINGS)
+              + f"; over rate adaptation: time correlation "
+              f"{_pct(gain(k, 'selective-nodir'))}, + join direction "
+              f"{_pct(gain(k, 'selective'))}")
+    k0, k1 = kappas[0], kappas[-1]
+    for pol in ("selective-nodir", "selective"):
+        check(f"the improvement of {LABELS[pol]} over rate adaptation grows with kappa",
+              gain(k1, pol) > gain(k0, pol),
+              f"{_pct(gain(k0, pol))} at kappa={k0:g} -> {_pct(gain(k1, pol))} at "
+              f"kappa={k1:g}")
+    a0, a1 = avg(k0, "partial"), avg(k1, "partial")
+    check("rate adaptation alone does not improve with kappa", a1 <= 1.2 * a0,
+          f"{a0:.2f}/s at kappa={k0:g} -> {a1:.2f}/s at kappa={k1:g} (criterion: at most "
+          f"+20%)")
+    return rows
+
+
+# ----- Figure 14 -------------------------------------------------------------------------------
+def fig14(bws, kappas, rate, window, window_indexed, measure, parts, runs, capacity,
+          out: Path) -> list[dict]:
+    rows = []
+    for part in parts:
+        w = window if part == "none" else window_indexed
+        for kappa in kappas:
+            for seed in range(runs):
+                prep = prepare(w + measure, rate, w, kappa=kappa, seed=seed)
+                for b in [*bws, None]:
+                    pol = "selective" if b is not None else "partial"
+                    r = run_join(prep, pol, capacity, basic_window=b, index=part, warmup=w)
+                    rows.append({"index": part, "window": w, "kappa": kappa, "run": seed,
+                                 "basic_window": "none" if b is None else b,
+                                 "policy": pol, "rate": r["rate"], "results": r["results"],
+                                 "work": r["work"], "r_min": r["r_min"], "cpu": r["cpu"]})
+                    print(f"fig14 {part:11} w={w:g}s kappa={kappa:g} b="
+                          f"{'none' if b is None else f'{b:g}'} run {seed}: output "
+                          f"{r['rate']:8.1f}/s after the windows filled  cpu {r['cpu']:.1f}s",
+                          flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "fig14.csv")
+
+    def avg(part, kappa, b):
+        return _med([x["rate"] for x in rows if x["index"] == part and x["kappa"] == kappa
+                     and x["basic_window"] == b])
+
+    names = {"none": "non-indexed", "inverted": "inverted (time-sorted)",
+             "inverted-id": "inverted-id (identifier-sorted)"}
+    panels = []
+    for group in (["none"], [p for p in parts if p != "none"]):
+        group = [p for p in group if p in parts]
+        if group:
+            panels.append({
+                "title": f"Figure 14: {', '.join(names[p] for p in group)} ('none' drawn at b = w)",
+                "xlabel": "basic window size b (s)", "ylabel": "average output tuples/s",
+                "logx": True,
+                "lines": {**{f"{names[p]}, kappa={k:g}": (bws, [avg(p, k, b) for b in bws])
+                             for p in group for k in kappas},
+                          **{f"{names[p]}, kappa={k:g}, none": (
+                              [window if p == "none" else window_indexed],
+                              [avg(p, k, "none")]) for p in group for k in kappas}}})
+    _plot(out / "fig14.png", panels)
+    for part in parts:
+        for k in kappas:
+            print(f"{names[part]:32} kappa={k:g}: " + ", ".join(
+                f"b={b:g}: {avg(part, k, b):.1f}" for b in bws)
+                + f", none: {avg(part, k, 'none'):.1f}")
+    if "none" in parts and len(bws) > 1:
+        small, large = bws[0], bws[-1]
+        det = [(k, avg("none", k, small), avg("none", k, large), avg("none", k, "none"))
+               for k in kappas]
+        check("small basic windows give more output (non-indexed)",
+              all(s > lg and s > n for _, s, lg, n in det),
+              "; ".join(f"kappa={k:g}: b={small:g}: {s:.1f}, b={large:g}: {lg:.1f}, none: "
+                        f"{n:.1f}" for k, s, lg, n in det))
+    if "inverted" in parts and len(bws) > 2:
+        det = []
+        for k in kappas:
+            ys = [avg("inverted", k, b) for b in bws]
+            best = max(range(len(bws)), key=lambda j: ys[j])
+            det.append((k, bws[best], ys[best], ys[0]))
+        check("indexed: very small basic windows give less again (lookup overhead)",
+              all(bb > bws[0] and y0 < yb for _, bb, yb, y0 in det),
+              "; ".join(f"kappa={k:g}: best b={bb:g} ({yb:.1f}/s), b={bws[0]:g}: {y0:.1f}/s"
+                        for k, bb, yb, y0 in det))
+    if "inverted" in parts and "inverted-id" in parts:
+        det = [(k, b, avg("inverted", k, b), avg("inverted-id", k, b))
+               for k in kappas for b in bws]
+        lower = all(i < t for _, _, t, i in det)
+        gaps = {k: [(1 - i / t) if t else float("nan") for kk, _, t, i in det if kk == k]
+                for k in kappas}
+        larger = all(g[-1] > g[0] for g in gaps.values())
+        check("identifier-sorted lists give less output than time-sorted ones",
+              lower, "; ".join(f"kappa={k:g}: " + ", ".join(
+                  f"b={b:g}: {t:.1f} vs {i:.1f}" for kk, b, t, i in det if kk == k)
+                  for k in kappas))
+        check("... especially at large basic windows", larger,
+              "; ".join(f"kappa={k:g}: shortfall {g[0] * 100:.0f}% at b={bws[0]:g} -> "
+                        f"{g[-1] * 100:.0f}% at b={bws[-1]:g}" for k, g in gaps.items()))
+    return rows
+
+
+# ----- Figures 16 and 17 -----------------------------------------------------------------------
+def _utility_pair(utilities, frequencies, duration, capacity, seed) -> tuple[float, float]:
+    """Output utility without and with utility-based shedding on the same input."""
+    prep = prepare(duration, 500.0, 20.0, utilities=utilities, frequencies=frequencies,
+                   seed=seed)
+    base, util = (run_join(prep, "selective", capacity, basic_window=1.0, utility=u)
+                  for u in (False, True))
+    return base["utility"], util["utility"]
 
 
 def fig16(ks, duration, runs, capacity, out: Path) -> list[dict]:
+    from adaptcq.stream.shed_workload import utilities_fig16
+
     rows = []
     for freq in ("uniform", "inverse", "direct"):
         for k in ks:
             for seed in range(runs):
-                base = run_utility(k, freq, duration, capacity, False, seed)
-                util = run_utility(k, freq, duration, capacity, True, seed)
-                rows += [base, util]
-                print(f"{freq:8} k={k:g} run {seed}: output utility {base['utility']:,.1f} "
-                      f"-> {util['utility']:,.1f} with utility-based shedding "
-                      f"({(util['utility'] / base['utility'] - 1) * 100:+.0f}%)", flush=True)
+                b, u = _utility_pair(utilities_fig16(k), freq, duration, capacity, seed)
+                rows += [{"k": k, "frequencies": freq, "utility_shedding": flag,
+                          "utility": x, "run": seed} for flag, x in ((False, b), (True, u))]
+                print(f"{freq:8} k={k:g} run {seed}: output utility {b:,.1f} -> {u:,.1f} "
+                      f"with utility-based shedding ({_pct(_gain(u, b))})", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "fig16.csv")
-    summary = {}
-    for freq in ("uniform", "inverse", "direct"):
-        for k in ks:
-            gains = [u["utility"] / b["utility"] - 1 for b, u in zip(
-                [r for r in rows if r["frequencies"] == freq and r["k"] == k and
-                 not r["utility_shedding"]],
-                [r for r in rows if r["frequencies"] == freq and r["k"] == k and
-                 r["utility_shedding"]]) if b["utility"]]
-            summary[(freq, k)] = statistics.median(gains) if gains else float("nan")
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for freq in ("uniform", "inverse", "direct"):
-        ax.plot(ks, [summary[(freq, k)] * 100 for k in ks], marker="o", label=freq)
-    ax.set_xlabel("skewness k of the utilities {1, 1/2^k, 1/3^k}")
-    ax.set_ylabel("output utility improvement (%)")
-    ax.set_title("Figure 16: utility-based shedding")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "fig16.png", dpi=120)
-    plt.close(fig)
+    summary = {(freq, k): _utility_gain(rows, frequencies=freq, k=k)
+               for freq in ("uniform", "inverse", "direct") for k in ks}
+    _plot(out / "fig16.png", [
+        {"title": "Figure 16: utility-based shedding",
+         "xlabel": "skewness k of the utilities {1, 1/2^k, 1/3^k}",
+         "ylabel": "output utility improvement (%)",
+         "lines": {f: (ks, [summary[(f, k)] * 100 for k in ks])
+                   for f in ("uniform", "inverse", "direct")}}])
     for (freq, k), g in summary.items():
         print(f"{freq:8} k={k:g}: median improvement {g * 100:+.1f}%")
     inc = {f: summary[(f, ks[-1])] > summary[(f, ks[0])] for f in ("uniform", "inverse")}
-    print(f"paper: the improvement grows with skewness for uniform and inverse "
-          f"frequencies -> {'HOLDS' if all(inc.values()) else 'DOES NOT HOLD'} ({inc})")
+    check("the improvement grows with skewness for uniform and inverse frequencies",
+          all(inc.values()), str(inc))
     best = max(("uniform", "inverse", "direct"), key=lambda f: summary[(f, ks[-1])])
-    print(f"paper: inverse frequencies gain most -> "
-          f"{'HOLDS' if best == 'inverse' else 'DOES NOT HOLD'} (most: {best})")
+    check("inverse frequencies gain most", best == "inverse", f"most: {best}")
     return rows
 
 
-def fig15(rates, joins, duration, runs, capacity, out: Path) -> list[dict]:
+def _utility_gain(rows, **match) -> float:
+    """Median over runs of the output utility gain of utility-based shedding."""
+    pick = [r for r in rows if all(r[k] == v for k, v in match.items())]
+    by_run = {}
+    for r in pick:
+        by_run.setdefault(r["run"], {})[r["utility_shedding"]] = r["utility"]
+    return _med([_gain(v[True], v[False]) for v in by_run.values() if len(v) == 2])
+
+
+def fig17(types_list, factors, duration, runs, capacity, out: Path) -> list[dict]:
+    from adaptcq.stream.shed_workload import utilities_fig17
+
+    rows = []
+    for factor in factors:
+        for nz in types_list:
+            for seed in range(runs):
+                b, u = _utility_pair(utilities_fig17(nz, factor), "inverse", duration,
+                                     capacity, seed)
+                rows += [{"types": nz, "factor": factor, "utility_shedding": flag,
+                          "utility": x, "run": seed} for flag, x in ((False, b), (True, u))]
+                print(f"fig17 factor={factor:g} |Z|={nz} run {seed}: output utility "
+                      f"{b:,.1f} -> {u:,.1f} ({_pct(_gain(u, b))})", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "fig17.csv")
+    summary = {f: [_utility_gain(rows, factor=f, types=nz) for nz in types_list]
+               for f in factors}
+    _plot(out / "fig17.png", [
+        {"title": "Figure 17: utility-based shedding, inverse frequencies",
+         "xlabel": "type domain size |Z|", "ylabel": "output utility improvement (%)",
+         "logx": True,
+         "lines": {f"value difference factor {f:g}": (types_list, [g * 100 for g in gs])
+                   for f, gs in summary.items()}}])
+    for f, gs in summary.items():
+        print(f"factor={f:g}: " + ", ".join(f"|Z|={nz}: {g * 100:+.1f}%"
+                                           for nz, g in zip(types_list, gs)))
+    if len(types_list) >= 3:
+        ok = {}
+        for f, gs in summary.items():
+            first = gs[0] - gs[1]
+            later = max(abs(gs[j + 1] - gs[j]) for j in range(1, len(gs) - 1))
+            ok[f] = first > 0 and later < first
+        check("the improvement decreases at first with |Z|, then stabilizes",
+              all(ok.values()), "; ".join(
+                  f"factor={f:g}: first step {(gs[0] - gs[1]) * 100:+.1f} points down, "
+                  f"later steps at most "
+                  f"{max(abs(gs[j + 1] - gs[j]) for j in range(1, len(gs) - 1)) * 100:.1f}"
+                  for f, gs in summary.items()))
+    return rows
+
+
+# ----- Figure 15 -------------------------------------------------------------------------------
+def fig15(rates, joins, duration, runs, capacity, out: Path, *,
+          duration_indexed: float | None = None, rates_indexed=None) -> list[dict]:
     rows, last_series = [], None
     for join in joins:
-        for rate in rates:
+        indexed = JOINS[join][2] != "none"
+        d = duration_indexed if indexed and duration_indexed else duration
+        for rate in (rates_indexed if indexed and rates_indexed else rates):
             for k in range(runs):
+                kind, window, index = JOINS[join]
+                prep = prepare(d, rate, window, join=kind, seed=k)
                 for policy in ("random", "selective"):
-                    r = run_one(join, rate, duration, policy, capacity, seed=k)
+                    r = run_join(prep, policy, capacity, index=index)
                     if r["series"] is not None:
                         last_series = r["series"]
-                    rows.append({**{x: v for x, v in r.items() if x != "series"}, "run": k})
+                    rows.append({"join": join, "rate": rate, "duration": d, **{
+                        x: r[x] for x in ("policy", "results", "work", "r_min", "drops",
+                                          "cpu", "overhead", "estimated_lost")}, "run": k})
                     print(f"{join:17} {rate:5g}/s run {k} {policy:9} results "
                           f"{r['results']:>9,}  r_min {r['r_min']:.4f}  drops "
                           f"{r['drops']:>7,}  cpu {r['cpu']:.1f}s", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "fig15.csv")
-    if last_series:
-        write_csv([dict(zip(last_series, v))
-                   for v in zip(*last_series.values())], out / "fig15_series.csv")
+    if last_series and _series_rows(last_series):  # (none in a run shorter than T_r)
+        write_csv(_series_rows(last_series), out / "fig15_series.csv")
     return rows
 
 
@@ -205,54 +816,118 @@ def summarize(rows, rates, joins) -> list[tuple[str, float, float]]:
 
 
 def plot(summary, out: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for join in dict.fromkeys(j for j, _, _ in summary):
-        pts = [(r, x) for j, r, x in summary if j == join]
-        ax.plot([p[0] for p in pts], [(p[1] - 1) * 100 for p in pts], marker="o", label=join)
-    ax.set_xlabel("stream rate (tuples/s)")
-    ax.set_ylabel("output improvement over random drop (%)")
-    ax.set_title("Figure 15: selective processing vs random dropping")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "fig15.png", dpi=120)
-    plt.close(fig)
+    _plot(out / "fig15.png", [
+        {"title": "Figure 15: selective processing vs random dropping",
+         "xlabel": "stream rate (tuples/s)",
+         "ylabel": "output improvement over random drop (%)",
+         "lines": {join: ([r for j, r, _ in summary if j == join],
+                          [(x - 1) * 100 for j, _, x in summary if j == join])
+                   for join in dict.fromkeys(j for j, _, _ in summary)}}])
+
+
+# ----- the command line ------------------------------------------------------------------------
+FIGURES = ("fig7", "fig9", "fig10", "fig12", "fig13", "fig14", "fig15", "perf", "fig16",
+           "fig17")
+DEFAULTS = {  # per figure: the defaults of the options it reads (see the docstring)
+    "fig7": {"rates": "50,100,200", "windows": "25,50,75,100,125",
+             "windows_indexed": "125,375,625", "measure": 30.0, "runs": 1},
+    "fig9": {"duration": 150.0, "window": 20.0, "bin": 5.0, "runs": 3},
+    "fig10": {"duration": 150.0, "windows": "10,20", "kappas": "0.4,0.6,0.8,1.0", "runs": 2},
+    "fig12": {"duration": 150.0, "window": 20.0, "bw": 1.0, "bin": 5.0, "runs": 3},
+    "fig13": {"duration": 150.0, "window": 20.0, "kappas": "0.4,0.6,0.8,1.0", "threshold": 4,
+              "runs": 2},
+    "fig14": {"bws": "0.25,0.5,1,2,5,10", "kappas": "0.6,0.8", "rate": 500.0, "window": 20.0,
+              "window_indexed": 200.0, "measure": 40.0, "parts": "none,inverted,inverted-id",
+              "runs": 1},
+    "fig15": {"rates": "100,200,300,400,500", "duration": 60.0, "duration_indexed": 300.0,
+              "rates_indexed": "100,300,500", "runs": 3},
+    "perf": {"rates": "500", "duration": 60.0, "runs": 3},
+    "fig16": {"ks": "0,1,2,3,4", "duration": 60.0, "runs": 3},
+    "fig17": {"types": "2,4,8,16", "factors": "10,100", "duration": 60.0, "runs": 3},
+}
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.shedding",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["fig15", "perf", "fig16"])
-    ap.add_argument("--ks", default="0,1,2,3,4",
-                    help="fig16: the utility skewness values k")
-    ap.add_argument("--rates", default=None)
-    ap.add_argument("--joins", default=None)
-    ap.add_argument("--duration", type=float, default=60.0)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("what", choices=FIGURES)
+    ap.add_argument("--ks", help="fig16: the utility skewness values k")
+    ap.add_argument("--rates", help="fig7, fig15: stream rates (tuples/s per stream)")
+    ap.add_argument("--rates-indexed", help="fig15: the rates of the indexed joins")
+    ap.add_argument("--joins")
+    ap.add_argument("--windows", help="fig7 (non-indexed), fig10: window sizes (s)")
+    ap.add_argument("--windows-indexed", help="fig7: window sizes of the indexed join (s)")
+    ap.add_argument("--window", type=float, help="fig9, fig12, fig13, fig14: window (s)")
+    ap.add_argument("--window-indexed", type=float, help="fig14: the indexed window (s)")
+    ap.add_argument("--kappas", help="fig10, fig13, fig14: Zipf parameters")
+    ap.add_argument("--bws", help="fig14: basic window sizes (s)")
+    ap.add_argument("--bw", type=float, help="fig12: the basic window size (s)")
+    ap.add_argument("--bin", type=float, help="fig9, fig12: output bins (s)")
+    ap.add_argument("--measure", type=float,
+                    help="fig7, fig14: seconds measured after the windows filled")
+    ap.add_argument("--parts", help="fig14: none (non-indexed), inverted, inverted-id")
+    ap.add_argument("--rate", type=float, help="fig14: stream rate (tuples/s)")
+    ap.add_argument("--threshold", type=int, help="fig13: overlap threshold")
+    ap.add_argument("--types", help="fig17: numbers of tuple types |Z|")
+    ap.add_argument("--factors", help="fig17: value difference factors")
+    ap.add_argument("--duration", type=float)
+    ap.add_argument("--duration-indexed", type=float,
+                    help="fig15: run length of the indexed joins (s)")
+    ap.add_argument("--runs", type=int)
     ap.add_argument("--capacity", type=float, default=CAPACITY)
     ap.add_argument("--out", default="results/shedding")
     a = ap.parse_args(argv)
-    if a.what == "fig16":
-        fig16([float(x) for x in a.ks.split(",")], a.duration, a.runs, a.capacity,
-              Path(a.out))
-        return 0
-    if a.what == "perf":
-        rates, joins = [500.0], ["overlap"]
-    else:
-        rates = [100.0, 200.0, 300.0, 400.0, 500.0]
-        joins = list(JOINS)
-    if a.rates:
-        rates = [float(x) for x in a.rates.split(",")]
-    if a.joins:
-        joins = a.joins.split(",")
-        bad = [j for j in joins if j not in JOINS]
+    for key, value in DEFAULTS[a.what].items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
+    out, cap = Path(a.out), a.capacity
+    t0 = time.time()
+    if a.what == "fig7":
+        fig7(_floats(a.rates), _floats(a.windows), _floats(a.windows_indexed), a.measure,
+             a.runs, cap, out)
+    elif a.what == "fig9":
+        fig9(a.duration, a.window, a.bin, a.runs, cap, out)
+    elif a.what == "fig10":
+        fig10(_floats(a.kappas), _floats(a.windows), a.duration, a.runs, cap, out)
+    elif a.what == "fig12":
+        fig12(a.duration, a.window, a.bw, a.bin, a.runs, cap, out)
+    elif a.what == "fig13":
+        fig13(_floats(a.kappas), a.threshold, a.duration, a.window, a.runs, cap, out)
+    elif a.what == "fig14":
+        parts = a.parts.split(",")
+        bad = [p for p in parts if p not in ("none", "inverted", "inverted-id")]
         if bad:
-            ap.error(f"unknown join {bad[0]!r}; choose from {', '.join(JOINS)}")
-    out = Path(a.out)
-    rows = fig15(rates, joins, a.duration, a.runs, a.capacity, out)
-    summary = summarize(rows, rates, joins)
+            ap.error(f"unknown part {bad[0]!r}; choose from none, inverted, inverted-id")
+        fig14(_floats(a.bws), _floats(a.kappas), a.rate, a.window, a.window_indexed,
+              a.measure, parts, a.runs, cap, out)
+    elif a.what == "fig16":
+        fig16(_floats(a.ks), a.duration, a.runs, cap, out)
+    elif a.what == "fig17":
+        fig17([int(x) for x in _floats(a.types)], _floats(a.factors), a.duration, a.runs,
+              cap, out)
+    else:
+        _fig15_main(ap, a, out, cap)
+    print(f"{a.what}: {time.time() - t0:.0f} s; wrote {out / (a.what + '.csv')}, "
+          f"{out / (a.what + '.png')}")
+    return 0
+
+
+def _fig15_main(ap, a, out: Path, cap: float) -> None:
+    rates = _floats(a.rates)
+    rates_indexed = _floats(a.rates_indexed) if a.rates_indexed else None
+    joins = a.joins.split(",") if a.joins else (["overlap"] if a.what == "perf"
+                                                else list(JOINS))
+    bad = [j for j in joins if j not in JOINS]
+    if bad:
+        ap.error(f"unknown join {bad[0]!r}; choose from {', '.join(JOINS)}")
+    rows = fig15(rates, joins, a.duration, a.runs, cap, out,
+                 duration_indexed=a.duration_indexed, rates_indexed=rates_indexed)
+    all_rates = sorted({r["rate"] for r in rows})
+    summary = summarize(rows, all_rates, joins)
     plot(summary, out)
     sel = [r for r in rows if r["policy"] == "selective"]
     over = statistics.median(r["overhead"] for r in sel) if sel else 0.0
@@ -267,8 +942,6 @@ def main(argv=None) -> int:
     if idx:
         print(f"paper: no gain for hash-indexed equi-joins; here {min(idx):.2f}x to "
               f"{max(idx):.2f}x")
-    print(f"wrote {out / 'fig15.csv'}, {out / 'fig15.png'}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -105,7 +105,10 @@ def make_executor(query: LogicalQuery, executor: str, mode: str, out: list, **op
         from adaptcq.engine.mjoin import MJoin
         return MJoin(query, mode, orders=options.get("orders"), out=out,
                      nested_loop=options.get("nested_loop") or ())
-    if executor == "shed":
+    if executor == "shed":  # two streams: the paper's join; more: MJoin pipelines
+        if len(query.streams) > 2:
+            from adaptcq.engine.shed_mjoin import ShedMJoin
+            return ShedMJoin(query, mode, out=out, **options)
         from adaptcq.engine.shed_join import ShedJoin
         return ShedJoin(query, mode, out=out, **options)
     if executor == "tree":

@@ -108,10 +108,11 @@ class _Condition:
         self.left = query.aliases.index(left.stream)
         if pred is None:
             self.prepare = lambda v: v
-            self.tests = [lambda q, s: q is not None and q == s] * 2
+            self.tests = dict.fromkeys(self.cols, lambda q, s: q is not None and q == s)
         else:
             self.prepare = _as_weights if pred.kind == "inner" else _as_set
-            self.tests = [_set_test(pred, probe_is_left=(p == self.left)) for p in (0, 1)]
+            self.tests = {p: _set_test(pred, probe_is_left=(p == self.left))
+                          for p in self.cols}  # keyed by the probing stream
 
 
 # ----- indexes of a basic window ----------------------------------------------------------
@@ -119,12 +120,13 @@ class BasicWindow:
     """One basic window B_{i,j} (§5.1): its rows in arrival order (parallel lists) and an
     index on the primary condition. Positions are append order, i.e. time order."""
 
-    __slots__ = ("empty", "ids", "index", "rows", "ts", "types", "vals")
+    __slots__ = ("empty", "ids", "index", "keys", "rows", "ts", "types", "vals")
 
     def __init__(self, index: str):
         self.ts: list = []
         self.rows: list = []
         self.vals: list = []   # per row: the prepared value of every condition
+        self.keys: list = []   # per row: the primary condition's value (vals[k][0])
         self.types: list = []  # per row: its tuple type z (utility-based shedding)
         self.index: dict | None = None if index == "none" else {}
         self.ids: list = []    # inverted-id: the row's random identifier
@@ -134,6 +136,7 @@ class BasicWindow:
         self.ts.clear()
         self.rows.clear()
         self.vals.clear()
+        self.keys.clear()
         self.types.clear()
         self.ids.clear()
         self.empty.clear()
@@ -176,6 +179,10 @@ class ShedJoin:
         self.conds = [_Condition(query, a, c, None) for a, c in query.equalities()]
         self.conds += [_Condition(query, p.left, p.right, p) for p in query.set_predicates]
         self.index = self._choose_index(index)
+        # The paper's join (one OVERLAP >= k condition) gets an inlined test in _probe.
+        only = self.conds[0].pred if len(self.conds) == 1 else None
+        self._overlap = (only.threshold if only is not None and only.kind == "overlap"
+                         and not only.strict else None)
         self.windows = [deque(BasicWindow(self.index) for _ in range(n)) for n in self.n]
         # Capacity: work units per second of event time, or the wall clock.
         self.wall = capacity == "wall"
@@ -208,33 +215,34 @@ class ShedJoin:
         self.orders = [list(range(n)) for n in self.n]  # s_i: positions by priority
         self.controller = controller
         # Period statistics the policy reads.
-        self.arrived = [PeriodCount(), PeriodCount()]
-        self.fetched = [PeriodCount(), PeriodCount()]
+        k = len(query.streams)
+        self.arrived = [PeriodCount() for _ in range(k)]
+        self.fetched = [PeriodCount() for _ in range(k)]
         self.matches = [BasicWindowMatches(n) for n in self.n]
         # Buffers and the clock.
-        self.buffers: list[deque] = [deque(), deque()]
+        self.buffers: list[deque] = [deque() for _ in range(k)]
         self.clock = -INF
         self._advancing = False
         # Counters for the report.
         self.work = 0.0
-        self.drops = [0, 0]
-        self.arrivals = [0, 0]
-        self.processed = [0, 0]
-        self.full = [0, 0]           # tuples fully processed (sampled or r = 1)
+        self.drops = [0] * k
+        self.arrivals = [0] * k
+        self.processed = [0] * k
+        self.full = [0] * k          # tuples fully processed (sampled or r = 1)
         self.max_delay = 0.0
         self.period_delay = 0.0
         self.results = 0
-        self.estimate = [HorvitzThompson(), HorvitzThompson()]  # per probed window i
+        self.estimate = [HorvitzThompson() for _ in range(k)]  # per probed window i
         # Tuple types and utilities (§5.3): per stream a row -> type function, V(z).
         self.type_of, self.V = (None, [0.0]) if types is None else (list(types[0]),
                                                                     list(types[1]))
         self.utility = 0.0                          # output utility: Σ max(V(z_a), V(z_b))
         nz = len(self.V)
-        self.type_counts = [[0] * nz, [0] * nz]     # ω_{i,z}: arrivals per type, per period
+        self.type_counts = [[0] * nz for _ in range(k)]  # ω_{i,z}: arrivals per type
         self.u_stats: dict = {}                     # (i, z) -> [utility, comparisons]
         self._z = 0                                 # the type of the tuple being processed
-        self.inserts = [self._arrival(0), self._arrival(1)]
-        self.deletes = [_ignore, _ignore]  # rows expire inside (by basic window and time)
+        self.inserts = [self._arrival(i) for i in range(k)]
+        self.deletes = [_ignore] * k  # rows expire inside (by basic window and time)
         self.stems = ()
         self._project = self._compile_projection()
 
@@ -245,11 +253,9 @@ class ShedJoin:
             raise OptionError(f"unknown --shed {shed!r}; choose one of {', '.join(SHED_MODES)}")
         if index not in INDEXES:
             raise OptionError(f"unknown --index {index!r}; choose one of {', '.join(INDEXES)}")
-        if len(query.streams) != 2:
-            raise OptionError(
-                f"the load-shedding join takes two streams (load-shedding.txt §3.2); this "
-                f"query has {len(query.streams)}: selective processing inside n-way MJoin "
-                "pipelines is not built yet")
+        if len(query.streams) < 2:
+            raise OptionError("the load-shedding join joins two or more streams; this query "
+                              "has one")
         if mode != "append":
             raise OptionError("the load-shedding join runs in append mode only: under load "
                               "shedding a result that was never produced cannot be retracted "
@@ -328,12 +334,15 @@ class ShedJoin:
     def _advance(self, until) -> None:
         """Process buffered tuples, in arrival order, while the join is free before
         ``until`` (event time): each costs its work / capacity."""
-        b0, b1 = self.buffers
-        while b0 or b1:
-            if self.clock > until:
+        bufs = self.buffers
+        while True:
+            i, head = -1, None  # the buffer whose head arrived first
+            for k, b in enumerate(bufs):
+                if b and (head is None or b[0][0] < head):
+                    i, head = k, b[0][0]
+            if i < 0 or self.clock > until:
                 return
-            i = 0 if b0 and (not b1 or b0[0][0] < b1[0][0]) else 1
-            _, ts, row = (b0 if i == 0 else b1).popleft()
+            _, ts, row = bufs[i].popleft()
             start = max(self.clock, ts)
             delay = (start - ts) * self.time_unit
             self.max_delay = max(self.max_delay, delay)
@@ -430,6 +439,7 @@ class ShedJoin:
         bw.ts.append(ts)
         bw.rows.append(row)
         bw.vals.append(vals)
+        bw.keys.append(vals[0] if vals else None)
         bw.types.append(z)
         self.work += 1
         idx = bw.index
@@ -477,8 +487,6 @@ class ShedJoin:
         newest part: time-ordered processing stops at a time, §4.2.2); emit and count the
         matches."""
         limit = ts - self.w[i]
-        conds = self.conds
-        tests = [c.tests[p] for c in conds]
         bts, brows, bvals = bw.ts, bw.rows, bw.vals
         index = bw.index
         if index is None:
@@ -488,18 +496,22 @@ class ShedJoin:
             cand = self._candidates(bw, lo, vals[0], p)
         emit, project, found = self._emit, self._project, 0
         V = None if self.type_of is None else self.V
-        for pos in cand:
-            if bts[pos] < limit:
-                continue
-            v = bvals[pos]
-            for k, test in enumerate(tests):
-                if not test(vals[k], v[k]):
-                    break
-            else:
-                found += 1
-                project((brows[pos], row) if p == 1 else (row, brows[pos]), ts, emit)
-                if V is not None:  # a result is worth max(V(t_a), V(t_b)) (§5.3)
-                    self.utility += max(V[self._z], V[bw.types[pos]])
+        if self._overlap is not None:  # the paper's join, inlined (no call per row)
+            k, q, keys = self._overlap, vals[0], bw.keys
+            if q is None:
+                return 0
+            hits = [pos for pos in cand
+                    if keys[pos] is not None and len(q & keys[pos]) >= k
+                    and bts[pos] >= limit]
+        else:
+            tests = [c.tests[p] for c in self.conds]
+            hits = [pos for pos in cand if bts[pos] >= limit and
+                    all(test(a, b) for test, a, b in zip(tests, vals, bvals[pos]))]
+        for pos in hits:
+            project((brows[pos], row) if p == 1 else (row, brows[pos]), ts, emit)
+            if V is not None:  # a result is worth max(V(t_a), V(t_b)) (§5.3)
+                self.utility += max(V[self._z], V[bw.types[pos]])
+        found = len(hits)
         self.results += found
         return found
 
@@ -519,7 +531,7 @@ class ShedJoin:
             self.work += len(lst) - start
             return lst[start:]
         pred = self.conds[0].pred
-        if not key or not self._index_finds_all(pred, p):
+        if not key or not self._index_finds_all(pred):
             # An empty probe set, or a condition met without a shared item: all rows.
             self.work += len(bw.ts) - lo
             return range(lo, len(bw.ts))
@@ -547,13 +559,13 @@ class ShedJoin:
         return sorted(seen)
 
     @staticmethod
-    def _index_finds_all(pred: SetPredicate, p: int) -> bool:
-        """Whether every match shares an item with the probe (so the inverted lists of the
-        probe's items find it; rows with empty sets are listed apart)."""
+    def _index_finds_all(pred: SetPredicate) -> bool:
+        """Whether every match of a non-empty probe set shares an item with it, so that
+        the inverted lists of its items find them all (rows with empty sets, which can
+        be subsets or equal, are listed apart). OVERLAP and INNER_PRODUCT with a
+        threshold that zero shared items meets do not."""
         if pred.kind in ("overlap", "inner"):
             return pred.threshold > 0 or (pred.strict and pred.threshold >= 0)
-        if pred.kind == "superset" or pred.kind == "subset":
-            return True  # the probe is non-empty here; empty rows are added
         return True
 
     # ----- the Executor protocol ----------------------------------------------------------
@@ -573,9 +585,9 @@ class ShedJoin:
     def describe(self) -> str:
         conds = [str(p) for p in self.query.set_predicates]
         conds += [f"{a} = {b}" for a, b in self.query.equalities()]
-        return (f"load-shedding join {self.aliases[0]} ⋈ {self.aliases[1]} on "
+        return (f"load-shedding join {' ⋈ '.join(self.aliases)} on "
                 f"{' AND '.join(conds)}: shed {self.shed}, index {self.index}, basic "
-                f"windows {self.b_seconds:g} s (n = {self.n[0]}, {self.n[1]})")
+                f"windows {self.b_seconds:g} s (n = {', '.join(map(str, self.n))})")
 
     def report(self) -> dict:
         """The run summary's shedding figures (JSON-safe)."""
@@ -617,6 +629,11 @@ class ShedJoin:
             scale /= kept
             total += est.get() * scale
             var += (est.stderr() * scale) ** 2
+        return self._loss_summary(total, var)
+
+    def _loss_summary(self, total: float, var: float) -> dict:
+        """The estimate of the exact output and its variance as the lost fraction with a
+        95% interval."""
         if total <= 0:
             return {"estimated_results": total, "estimated_lost": 0.0,
                     "estimated_lost_interval": [0.0, 0.0]}

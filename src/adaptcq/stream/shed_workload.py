@@ -38,6 +38,7 @@ the sets.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -261,16 +262,27 @@ def _utility_case(utilities: Sequence[float]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def _stream_names(streams) -> tuple[str, ...]:
+    if isinstance(streams, bool) or not isinstance(streams, int) or not 2 <= streams <= 8:
+        raise WorkloadError(f"streams must be a whole number from 2 to 8, got {streams!r}")
+    return STREAMS if streams == 2 else ("R", "S", "T", "U", "V", "X", "Y", "Z")[:streams]
+
+
 def shed_two_way(duration: float = 120.0, rate: float | str = 500.0, window: float = 20.0,
                  kappa: float = 0.8, items: int = 100, mu: float = 5.0, sigma: float = 1.0,
                  cycle: float | None = None, shift: float | None = None, threshold: int = 3,
                  join: str = "overlap", equi_items: int = 5000,
                  utilities: Sequence[float] | None = None,
                  frequencies: str | Sequence[float] = "uniform", seed: int = 0,
-                 n_updates: int | None = None) -> Workload:
+                 n_updates: int | None = None, streams: int = 2) -> Workload:
     """§6.1's workload: streams R and S over ``window``-second windows joined by set
     overlap (``join="overlap"``: OVERLAP(R.s, S.s) >= ``threshold``) or equality
-    (``join="equality"``: R.v = S.v). See the module docstring for the model."""
+    (``join="equality"``: R.v = S.v). See the module docstring for the model.
+
+    ``streams`` > 2 (beyond the paper, for selective processing in n-way MJoins): a chain
+    R ⋈ S ⋈ T ⋈ … of that many streams, each joined with the next by the same condition,
+    the k-th stream (from 0) shifted by k·τ (mod ς), so that each link has the time
+    correlation of the paper's pair; ``n_updates`` is then not accepted."""
     seed = _check_seed(seed)
     window = _positive("window (seconds)", window)
     kappa = _non_negative("kappa (Zipf parameter)", kappa)
@@ -291,6 +303,10 @@ def shed_two_way(duration: float = 120.0, rate: float | str = 500.0, window: flo
     if join not in ("overlap", "equality"):
         raise WorkloadError(f"join must be 'overlap' or 'equality', got {join!r}")
     profile = rate_profile(rate)
+    stream_names = _stream_names(streams)
+    if n_updates is not None and len(stream_names) > 2:
+        raise WorkloadError("n_updates sets the duration of the two-stream workload; give "
+                            "duration for a chain of more streams")
     if n_updates is not None:
         n_updates = _check_n_updates(n_updates, len(STREAMS))
         duration = _duration_for(profile, n_updates)
@@ -307,13 +323,13 @@ def shed_two_way(duration: float = 120.0, rate: float | str = 500.0, window: flo
     else:
         freqs, model = None, None
 
-    seeds = np.random.SeedSequence(seed).spawn(4 * len(STREAMS))
+    seeds = np.random.SeedSequence(seed).spawn(4 * len(stream_names))
     tables = {}
-    for k, name in enumerate(STREAMS):
+    for k, name in enumerate(stream_names):
         arr, set_rng, val_rng, type_rng = (np.random.default_rng(s)
                                            for s in seeds[4 * k:4 * k + 4])
         ts = _arrivals(profile, duration, arr)
-        tau = shift if name == "S" else 0.0   # S (stream 2) is the shifted one
+        tau = k * shift   # S (stream 2) is the shifted one; in a chain, each next one
         offsets, values = _sets(ts, items, kappa, mu, sigma, cycle, tau, set_rng)
         cols = {
             TIMESTAMP: pa.array(ts, type=pa.float64()),
@@ -330,9 +346,16 @@ def shed_two_way(duration: float = 120.0, rate: float | str = 500.0, window: flo
         tables[name] = pa.table(cols)
 
     w = _fmt(window)
-    cond = f"OVERLAP(R.s, S.s) >= {threshold}" if join == "overlap" else "R.v = S.v"
-    sql = (f"SELECT R.id AS r, S.id AS s FROM R [RANGE {w} SECONDS], "
-           f"S [RANGE {w} SECONDS] WHERE {cond}")
+    if len(stream_names) == 2:
+        cond = f"OVERLAP(R.s, S.s) >= {threshold}" if join == "overlap" else "R.v = S.v"
+        sql = (f"SELECT R.id AS r, S.id AS s FROM R [RANGE {w} SECONDS], "
+               f"S [RANGE {w} SECONDS] WHERE {cond}")
+    else:
+        links = [f"OVERLAP({a}.s, {b}.s) >= {threshold}" if join == "overlap" else
+                 f"{a}.v = {b}.v" for a, b in itertools.pairwise(stream_names)]
+        sql = (f"SELECT {', '.join(f'{a}.id AS {a.lower()}' for a in stream_names)} FROM "
+               + ", ".join(f"{a} [RANGE {w} SECONDS]" for a in stream_names)
+               + " WHERE " + " AND ".join(links))
     return Workload("shed", sql, tables, params={
         "duration": duration, "rate": rate if isinstance(rate, str) else float(rate),
         "rate_profile": [[float(a), float(b)] for a, b in profile],
