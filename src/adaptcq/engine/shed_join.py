@@ -413,22 +413,12 @@ class ShedJoin:
                 self.estimate[i].update(total, pi) if sampled else None
             return
         # Selective processing (lines 7–15): r·|W_i| tuples, basic windows by priority.
-        a = r * size
-        for j in self.orders[i]:
-            bw = win[j]
-            k = len(bw)
-            if not k:
-                continue
-            a -= k
-            if a > 0:
-                self._probe(i, p, bw, 0, row, ts, vals)
-            else:
-                r_e = 1.0 + a / k
-                self._probe(i, p, bw, k - math.ceil(r_e * k), row, ts, vals)
-                break
+        for bw, lo in budget_slices(win, self.orders[i], r * size):
+            self._probe(i, p, bw, lo, row, ts, vals)
 
-    def _insert(self, p: int, row: tuple, ts, vals: tuple, z: int) -> None:
-        """Into the newest basic window of W_p; a full one shifts the circular buffer."""
+    def _append(self, p: int, row: tuple, ts, vals: tuple, z: int) -> tuple:
+        """Into the newest basic window of W_p, a full one shifting the circular buffer;
+        returns (the basic window, the row's position)."""
         win = self.windows[p]
         bw = win[0]
         if bw.ts and ts >= bw.ts[0] + self.b:
@@ -442,6 +432,10 @@ class ShedJoin:
         bw.keys.append(vals[0] if vals else None)
         bw.types.append(z)
         self.work += 1
+        return bw, pos
+
+    def _insert(self, p: int, row: tuple, ts, vals: tuple, z: int) -> None:
+        bw, pos = self._append(p, row, ts, vals, z)
         idx = bw.index
         if idx is None:
             return
@@ -643,6 +637,23 @@ class ShedJoin:
         hi = 1.0 - self.results / (total + half)
         return {"estimated_results": round(total, 1), "estimated_lost": max(0.0, lost),
                 "estimated_lost_interval": [max(0.0, min(lo, hi)), max(0.0, max(lo, hi))]}
+
+
+def budget_slices(win, order, a: float):
+    """Algorithm 3, lines 7–15: the basic windows of ``win`` in the priority ``order``,
+    each with the first position to process (0: all of it), until ``a`` rows are spent;
+    the last one in part, its newest rows (time-ordered processing stops at a time)."""
+    for j in order:
+        bw = win[j]
+        k = len(bw)
+        if not k:
+            continue
+        a -= k
+        if a > 0:
+            yield bw, 0
+        else:
+            yield bw, k - math.ceil((1.0 + a / k) * k)  # r_e = 1 + a/|B| of it
+            return
 
 
 def _ignore(*_args) -> None:

@@ -24,10 +24,9 @@ equality condition and basic window).
 from __future__ import annotations
 
 import bisect
-import math
 
 from adaptcq.engine.rules import connected_order
-from adaptcq.engine.shed_join import ShedJoin
+from adaptcq.engine.shed_join import ShedJoin, budget_slices
 from adaptcq.errors import OptionError
 from adaptcq.stats.shedding import BasicWindowMatches
 
@@ -103,20 +102,9 @@ class ShedMJoin(ShedJoin):
             else:
                 size = sum(len(bw) for bw in win)
                 order = self.orders[(p, y)]
-                for comps in partials:
-                    a = r * size  # r·|W_Y| rows per partial result (Algorithm 3, line 7)
-                    for j in order:
-                        bw = win[j]
-                        n = len(bw)
-                        if not n:
-                            continue
-                        a -= n
-                        if a > 0:
-                            self._step(y, links, comps, bw, 0, ts, out)
-                        else:
-                            r_e = 1.0 + a / n
-                            self._step(y, links, comps, bw, n - math.ceil(r_e * n), ts, out)
-                            break
+                for comps in partials:  # r·|W_Y| rows per partial result (Algorithm 3)
+                    for bw, lo in budget_slices(win, order, r * size):
+                        self._step(y, links, comps, bw, lo, ts, out)
             partials = out
             if not partials:
                 break
@@ -161,19 +149,7 @@ class ShedMJoin(ShedJoin):
         return found
 
     def _insert(self, p: int, row: tuple, ts, vals: tuple, z: int) -> None:
-        win = self.windows[p]
-        bw = win[0]
-        if bw.ts and ts >= bw.ts[0] + self.b:
-            win.rotate(1)
-            bw = win[0]
-            bw.clear()
-        pos = len(bw.ts)
-        bw.ts.append(ts)
-        bw.rows.append(row)
-        bw.vals.append(vals)
-        bw.keys.append(None)
-        bw.types.append(z)
-        self.work += 1
+        bw, pos = self._append(p, row, ts, vals, z)
         if self.index == "hash":  # one hash index per equality condition of this stream
             for ci, c in enumerate(self.conds):
                 if c.pred is None and p in c.cols and vals[ci] is not None:
