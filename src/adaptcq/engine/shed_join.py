@@ -41,6 +41,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -573,8 +574,25 @@ class ShedJoin:
         return sum(len(bw) for win in self.windows for bw in win) + sum(
             len(b) for b in self.buffers)
 
-    def state_bytes(self) -> int:
-        return 64 * self.state_tuples()  # rough: rows are shared with the input batches
+    def state_bytes(self, sample: int = 64) -> int:
+        """Bytes held in the windows and buffers: per row its tuple, its values and its
+        prepared condition values (sets, weight maps), measured on up to ``sample`` rows
+        of each window and multiplied out, plus the index lists' slots (8 bytes each)."""
+        total = 0
+        for win in self.windows:
+            rows = [(bw.rows[k], bw.vals[k]) for bw in win for k in range(len(bw))]
+            if not rows:
+                continue
+            step = max(1, len(rows) // sample)
+            picked = rows[::step]
+            per_row = sum(_deep_size(r) + _deep_size(v) for r, v in picked) / len(picked)
+            total += int(per_row * len(rows)) + 8 * 5 * len(rows)  # the parallel lists
+            for bw in win:
+                if bw.index:
+                    total += sys.getsizeof(bw.index) + 8 * sum(
+                        len(x) if isinstance(x, list) else sum(map(len, x.values()))
+                        for x in bw.index.values())
+        return total + 64 * sum(len(b) for b in self.buffers)
 
     def describe(self) -> str:
         conds = [str(p) for p in self.query.set_predicates]
@@ -654,6 +672,16 @@ def budget_slices(win, order, a: float):
         else:
             yield bw, k - math.ceil((1.0 + a / k) * k)  # r_e = 1 + a/|B| of it
             return
+
+
+def _deep_size(x) -> int:
+    """sys.getsizeof of a value and, for tuples, sets, lists and dicts, of its items."""
+    n = sys.getsizeof(x)
+    if isinstance(x, (tuple, list, set, frozenset)):
+        n += sum(_deep_size(v) for v in x)
+    elif isinstance(x, dict):
+        n += sum(_deep_size(k) + _deep_size(v) for k, v in x.items())
+    return n
 
 
 def _ignore(*_args) -> None:
