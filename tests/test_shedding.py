@@ -450,3 +450,15 @@ def test_nway_refuses_utilities_and_inverted_indexes():
         ContinuousQuery(q, "shed", "append", types=([lambda r: 0] * 3, [1.0]))
     with pytest.raises(OptionError, match="uses none or hash"):
         ContinuousQuery(q, "shed", "append", index="inverted-id")
+
+
+def test_explain_shows_the_load_shedding_plan(capsys):
+    from adaptcq.cli import main
+    sql = ("SELECT R.id FROM R [RANGE 20 SECONDS], S [RANGE 20 SECONDS] "
+           "WHERE OVERLAP(R.s, S.s) >= 3")
+    assert main(["explain", "--sql", sql]) == 0
+    assert "load-shedding join R ⋈ S on OVERLAP(R.s, S.s) >= 3" in capsys.readouterr().out
+    sql3 = ("SELECT R.a FROM R [RANGE 5 SECONDS], S [RANGE 5 SECONDS], T [RANGE 2 SECONDS] "
+            "WHERE R.a = S.a AND S.b = T.b")
+    assert main(["explain", "--sql", sql3, "--executor", "shed"]) == 0
+    assert "pipelines ΔR: S ⋈ T; ΔS: R ⋈ T; ΔT: S ⋈ R" in capsys.readouterr().out

@@ -57,13 +57,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --code: joins into STREAM scan its window (as adaptcq run)")
     c.add_argument("--mode", choices=["append", "retract"],
                    help="with --code: retract also has deletion pipelines (default append)")
-    c.add_argument("--executor", choices=["mjoin", "xjoin", "acaching", "eddy", "vector"],
+    c.add_argument("--executor", choices=["mjoin", "xjoin", "acaching", "eddy", "vector",
+                                          "shed"],
                    help="with --code: the executor adaptcq run would use (mjoin; xjoin has "
                    "no generated pipelines); eddy: run the queries (repeat --sql) in one "
                    "CACQ eddy over the first --prefix input rows and show its shared "
                    "operators, virtual sources, tickets and each query's mask; vector: the "
                    "vectorized executor's pipelines, and with --input the statistics it "
-                   "measured over the first --prefix rows and the orders it chose per batch")
+                   "measured over the first --prefix rows and the orders it chose per batch; "
+                   "shed: the load-shedding join's plan (chosen for any query with a set "
+                   "join condition)")
     c.add_argument("--batch-rows", type=int, default=None, metavar="N",
                    help="with --executor vector --input: arrivals per batch (as adaptcq run)")
     c.add_argument("--routing", choices=["tickets", "lottery", "random", "fixed"],
@@ -273,6 +276,8 @@ def main(args) -> int:
     sql = sql_arg(args.sql[0])
     if getattr(args, "partitions", None) is not None or getattr(args, "shares", None):
         return explain_split(args, sql)
+    if getattr(args, "executor", None) == "shed" or parse_query(sql).set_predicates:
+        return explain_shed(args, sql)
     code = _code_request(args)
     if code is not None and not args.stats and not args.input:
         return _print_code(pipeline_code(sql, **code), getattr(args, "json", False))
@@ -488,6 +493,29 @@ def explain_eddy(args) -> int:
     for name, source in report.get("routes", {}).items():
         console.print(f"[bold]compiled route of {name}[/] (this epoch's routing table)")
         console.print(source, highlight=False, markup=False)
+    return 0
+
+
+def explain_shed(args, sql: str) -> int:
+    """``adaptcq explain`` of a query the load-shedding join runs (``--executor shed``,
+    or any query with a set join condition): its conditions, windows, basic windows,
+    index and, for three or more streams, its MJoin pipelines (docs/shedding.md)."""
+    from adaptcq.engine.continuous import ContinuousQuery
+    from adaptcq.query.cql import parse_query
+
+    for flag, value in (("--code", getattr(args, "code", False)), ("--stats", args.stats),
+                        ("--input", args.input), ("--caches", args.caches)):
+        if value:
+            raise AdaptcqError(f"{flag} is not for the load-shedding join: it has no "
+                               "generated pipelines, caches or optimizer statistics; its "
+                               "plan is shown without them")
+    query = parse_query(sql)
+    cq = ContinuousQuery(query, "shed", args.mode or "append")
+    plan = cq.executor.describe()
+    if getattr(args, "json", False):
+        print(json.dumps({"executor": "shed", "plan": plan}))
+    else:
+        print(plan)
     return 0
 
 

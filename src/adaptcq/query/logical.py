@@ -464,5 +464,5 @@ def require_equi_joins(query: LogicalQuery, what: str) -> None:
         p = query.set_predicates[0]
         raise QueryError(f"{p} is a set join condition (load-shedding.txt §3.2); only the "
                          "load-shedding join evaluates it (adaptcq run --executor shed, "
-                         f"two streams, [RANGE w] windows): {what} joins by equality only",
+                         f"[RANGE w] windows): {what} joins by equality only",
                          query.sql, p.position)
