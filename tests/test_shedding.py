@@ -349,11 +349,10 @@ def test_the_local_runtime_runs_set_joins_and_reports_shedding():
     st_ = shed.stats
     assert 0 < shed.table.num_rows < full.table.num_rows
     assert st_["shed"] == "selective" and st_["rate_steps"] > 0 and st_["estimated_lost"] > 0
-    pairs = Counter(map(tuple, shed.table.select(["r", "i"]).to_pylist() and
-                        [tuple(d.values()) for d in shed.table.select(["r", "i"]).to_pylist()]))
+    pairs = Counter(tuple(d.values()) for d in shed.table.select(["r", "i"]).to_pylist())
     every = Counter(tuple(d.values()) for d in full.table.select(["r", "i"]).to_pylist())
     assert not pairs - every
-    with pytest.raises(AdaptcqError, match="--shed runs the load-shedding join"):
+    with pytest.raises(AdaptcqError, match="are for the load-shedding join"):
         run(sql, tables, executor="mjoin", shed={"mode": "random", "capacity": 10})
 
 
@@ -429,7 +428,7 @@ def test_the_command_line(tmp_path, capsys):
     assert main(["run", "--sql", f"@{w / 'query.sql'}", "--input", f"R={w / 'R.parquet'}",
                  "--input", f"S={w / 'S.parquet'}", "--shed", "random", "--capacity", "1e4",
                  "--executor", "mjoin", "--output", str(tmp_path / "x.parquet")]) == 1
-    assert "--shed runs the load-shedding join" in capsys.readouterr().err
+    assert "are for the load-shedding join (--executor shed)" in capsys.readouterr().err
 
 
 def test_the_nway_benchmark_runs(tmp_path, capsys):
@@ -462,3 +461,80 @@ def test_explain_shows_the_load_shedding_plan(capsys):
             "WHERE R.a = S.a AND S.b = T.b")
     assert main(["explain", "--sql", sql3, "--executor", "shed"]) == 0
     assert "pipelines ΔR: S ⋈ T; ΔS: R ⋈ T; ΔT: S ⋈ R" in capsys.readouterr().out
+
+
+# ----- regressions found in review ----------------------------------------------------------
+def test_a_basic_window_that_is_no_whole_number_of_time_units_loses_nothing():
+    """n_i is computed in engine units: with b = 1/3 s in nanoseconds, (n − 1)·b must cover
+    w, or a shift empties a basic window whose row is exactly w old."""
+    from adaptcq.runtime.local import run
+    r = pa.table({"ts": pa.array([0, 333333332, 333333333, 666666666, 999999999,
+                                  1333333332], pa.int64()), "id": list(range(6)), "a": [1] * 6})
+    s = pa.table({"ts": pa.array([1333333332], pa.int64()), "id": [0], "a": [1]})
+    sql = "SELECT R.id AS r FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] WHERE R.a = S.a"
+    for b in (1 / 3, 1 / 9, 1 / 12, 1 / 14):
+        out = run(sql, {"R": r, "S": s}, timestamp_unit="ns", shed={"basic_window": b})
+        assert sorted(out.table.column("r").to_pylist()) == [1, 2, 3, 4, 5], b
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"buffer": float("inf"), "capacity": 10}, "finite number of seconds"),
+    ({"basic_window": float("inf")}, "finite number of seconds"),
+    ({"capacity": 1e-300}, "from 0.001 up"),
+    ({"basic_window": 1e-12}, "below the time unit"),
+    ({"basic_window": 1e-5}, "basic windows per window"),
+    ({"mode": "partial", "capacity": 10, "direction": False}, "for --shed selective"),
+    ({"mode": "selective", "capacity": 10, "direction": False,
+      "utility": "CASE a WHEN 1 THEN 1 END"}, "replaces join direction"),
+    ({"buffer": 1}, "--buffer needs --capacity"),
+    ({"mode": "random", "capacity": 10, "gamma": 0.5}, "for --shed selective or partial"),
+])
+def test_option_values_and_combinations_are_refused(spec, message):
+    from adaptcq.runtime.local import run
+    t = pa.table({"ts": [0.0, 1.0], "id": [0, 1], "a": [1, 1]})
+    sql = "SELECT R.id AS r FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] WHERE R.a = S.a"
+    with pytest.raises(OptionError, match=message):
+        run(sql, {"R": t, "S": t}, timestamp_unit="s", shed=spec)
+
+
+def test_random_dropping_keeps_the_buffer_at_its_size_and_a_gap_costs_nothing():
+    q = parse_query("SELECT R.id AS r, S.id AS i FROM R [RANGE 4 SECONDS], "
+                    "S [RANGE 4 SECONDS] WHERE OVERLAP(R.s, S.s) >= 2",
+                    {"R": SCHEMA, "S": SCHEMA})
+    streams, ts, rows = _overlap_workload()
+    tup = as_tuples(q, streams, rows)
+    cq = ContinuousQuery(q, "shed", "append", shed="random", capacity=5_000, buffer=0.5)
+    ex = cq.executor
+    for k in range(len(tup)):  # one arrival at a time: after each, at most a buffer's worth
+        cq.process(streams[k:k + 1], None, ts[k:k + 1], tup[k:k + 1])
+        i = streams[k]
+        assert len(ex.buffers[i]) <= len(ex.recent[i])
+    assert sum(ex.drops) > 0
+    gap = ContinuousQuery(q, "shed", "append", shed="selective", capacity=100,
+                          controller=ShedController("selective"))
+    gap.process([0, 1, 0, 1], None, [0.0, 0.5, 1e7, 1e7 + 0.5], as_tuples(
+        q, [0, 1, 0, 1], [{"s": [1, 2], "w": None, "v": 0, "id": k} for k in range(4)]))
+    assert gap.executor.controller.steps <= 70  # not 2·10⁶ empty periods
+
+
+def test_nested_list_items_are_named():
+    from adaptcq.errors import InputError
+    q = parse_query("SELECT R.id AS r FROM R [RANGE 4 SECONDS], S [RANGE 4 SECONDS] "
+                    "WHERE OVERLAP(R.s, S.s) >= 1", {"R": SCHEMA, "S": SCHEMA})
+    cq = ContinuousQuery(q, "shed", "append")
+    with pytest.raises(InputError, match=r"OVERLAP\(R.s, S.s\) >= 1: a set's items must"):
+        cq.process([0], None, [0.0], as_tuples(q, [0], [{"s": [[1], [2]], "w": None,
+                                                         "v": 0, "id": 0}]))
+
+
+def test_explain_of_an_equi_join_with_select_star_still_measures(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    from adaptcq.cli import main
+    t = pa.table({"ts": [0.0, 0.5, 1.0], "a": [1, 1, 2]})
+    for n in "RS":
+        pq.write_table(t, tmp_path / f"{n}.parquet")
+    sql = "SELECT * FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] WHERE R.a = S.a"
+    assert main(["explain", "--sql", sql, "--input", f"R={tmp_path / 'R.parquet'}",
+                 "--input", f"S={tmp_path / 'S.parquet'}"]) == 0
+    assert "load-shedding" not in capsys.readouterr().out

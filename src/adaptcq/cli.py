@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(r)
 
     w = sub.add_parser("workload", help="write one of the papers' synthetic workloads to Parquet")
-    w.add_argument("name", help="three-way, nway, table2 or default")
+    w.add_argument("name", help="three-way, nway, table2, default, spill or shed")
     w.add_argument("--out", required=True, help="output folder")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--n-updates", type=int, help="number of arrivals over all streams")
@@ -268,8 +268,10 @@ def _run_options(args) -> dict:
     shed = shed_options(args)
     if shed is not None:
         if args.engine == "spark":
-            raise AdaptcqError("--shed runs on the local engine only for now: per-group "
-                               "load shedding on Spark is not built yet (docs/shedding.md)")
+            raise AdaptcqError("load shedding (--shed, --capacity, --basic-window, --index, "
+                               "--buffer, --utility) runs on the local engine only for now: "
+                               "per-group load shedding on Spark is not built yet "
+                               "(docs/shedding.md)")
         options["shed"] = shed
     spill = spill_options(args)
     if spill is not None:

@@ -110,8 +110,9 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    "a tuple at a time; acaching: MJoin with adaptive join-subresult caches "
                    "(A-Caching); tree: a plan of m-way stateful operators whose partition "
                    "groups can be spilled to disk (state-spill.txt, docs/spill.md); shed: "
-                   "the two-way load-shedding join (load-shedding.txt, docs/shedding.md; "
-                   "the one that evaluates OVERLAP and the other set conditions); eddy: "
+                   "the load-shedding join (load-shedding.txt, docs/shedding.md; two "
+                   "streams, or MJoin pipelines for more; the one that evaluates OVERLAP "
+                   "and the other set conditions); eddy: "
                    "many queries in one CACQ eddy over shared state "
                    "(cacq.txt); eddies, pushdown, pullup: its baselines (an eddy per query, "
                    "NiagaraCQ's plans)")
@@ -318,4 +319,6 @@ def shed_options(args) -> dict | None:
     shed = {k: v for k, v in given.items() if v is not None}
     if args.no_join_direction:
         shed["direction"] = False
+    if shed and getattr(args, "seed", None):
+        shed["seed"] = args.seed  # the sampling and random drops
     return shed or None

@@ -276,7 +276,11 @@ def main(args) -> int:
     sql = sql_arg(args.sql[0])
     if getattr(args, "partitions", None) is not None or getattr(args, "shares", None):
         return explain_split(args, sql)
-    if getattr(args, "executor", None) == "shed" or parse_query(sql).set_predicates:
+    if getattr(args, "executor", None) == "shed" or _has_set_conditions(sql):
+        if getattr(args, "executor", None) not in (None, "shed"):
+            raise AdaptcqError(f"--executor {args.executor}: the query has a set join "
+                               "condition, which only the load-shedding join evaluates "
+                               "(--executor shed)")
         return explain_shed(args, sql)
     code = _code_request(args)
     if code is not None and not args.stats and not args.input:
@@ -494,6 +498,17 @@ def explain_eddy(args) -> int:
         console.print(f"[bold]compiled route of {name}[/] (this epoch's routing table)")
         console.print(source, highlight=False, markup=False)
     return 0
+
+
+def _has_set_conditions(sql: str) -> bool:
+    """Whether the query has a set join condition (read without schemas; a query that
+    needs them, e.g. for SELECT *, is left to the path that has them)."""
+    from adaptcq.errors import QueryError
+    from adaptcq.query.cql import parse_query
+    try:
+        return bool(parse_query(sql).set_predicates)
+    except QueryError:
+        return False
 
 
 def explain_shed(args, sql: str) -> int:

@@ -8,6 +8,7 @@ fractions r_i and basic-window orders s_i.
 
 from __future__ import annotations
 
+import math
 import time
 
 from adaptcq.adapt.shedding import (
@@ -23,6 +24,7 @@ T_C_DEFAULT = 5.0      # T_c, the time correlation adaptation period (§6.1)
 DELTA_R_DEFAULT = 1.2  # δ_r, the fraction boost factor (§6.1)
 SERIES_MAX = 100_000   # time-series points kept (one per T_r)
 R_MIN = 1e-3           # r's floor: in Algorithm 1, r = 0 would be absorbing (0·δ_r = 0)
+CATCH_UP = 64          # empty rate steps run after a gap in the data; the rest skipped
 
 
 class ShedController:
@@ -51,6 +53,7 @@ class ShedController:
         self.o: list[list[float]] = [[], []]
         self.next_rate: float | None = None
         self.start = 0.0
+        self.two_way = True  # join direction is a two-way algorithm (off for n-way)
         self.next_corr: float | None = None
         self.steps = 0
         self.cpu = 0.0
@@ -67,6 +70,14 @@ class ShedController:
         if seconds < self.next_rate and (not self.correlation or seconds < self.next_corr):
             return
         t0 = time.process_time()
+        behind = (seconds - self.next_rate) / self.T_r
+        if behind > CATCH_UP:  # a gap in the data: nothing arrived for many periods
+            # Algorithm 1 would raise r by δ_r once per empty period; CATCH_UP of them
+            # reach r = 1 from any r ≥ R_MIN, so the rest are skipped in one jump.
+            self.next_rate += (math.floor(behind) - CATCH_UP) * self.T_r
+            corr_behind = math.floor((seconds - self.next_corr) / self.T_c)
+            if corr_behind > 1:  # empty periods teach the time correlation nothing
+                self.next_corr += (corr_behind - 1) * self.T_c
         while True:  # in time order; at a tie, time correlation first (Algorithm 4 uses o)
             rate_due = seconds >= self.next_rate
             corr_due = self.correlation and seconds >= self.next_corr
@@ -83,6 +94,7 @@ class ShedController:
     def rate_step(self, join, now: float) -> None:
         """Algorithm 1, then Algorithm 4 (join direction) when it is on."""
         k = len(join.fetched)
+        self.two_way = k == 2
         alpha = [join.fetched[i].take() for i in range(k)]
         self.lam = [join.arrived[i].take() / self.T_r for i in range(k)]
         # Algorithm 1 over k streams: β = Σα_i / (Σλ_i·T_r), the sums in one slot
@@ -181,7 +193,7 @@ class ShedController:
     def report(self) -> dict:
         return {"shed_policy": self.mode, "fraction_r_final": round(self.r, 6),
                 "fraction_r_min": round(self.min_r, 6), "rate_steps": self.steps,
-                "join_direction": self.direction}
+                "join_direction": self.direction and self.two_way}
 
     def series_columns(self) -> dict[str, list]:
         """The time series, one point per rate adaptation step (T_r)."""

@@ -16,7 +16,8 @@ paper's j = 1 .. n_i). The engine (``engine/shed_join.py``) counts, the estimato
 
 The paper's typos are fixed here and said so where they are: Algorithm 4 line 7 (r_2 is
 divided by w_2, not w_1), Algorithm 5 lines 12 and 16 (the probing tuple's frequency
-ω_{ī,z}, not ω_{i,z}); with join direction on, Algorithm 2 line 5 uses r_i (§5.2). Bad
+ω_{ī,z}, not ω_{i,z}). Algorithm 2 line 5 divides by the r the samples were drawn with
+(``adapt.shed_control`` passes r·γ's r; docs/shedding.md says why not r_i). Bad
 parameters raise :class:`~adaptcq.errors.OptionError` naming the parameter and its value.
 """
 
@@ -171,8 +172,9 @@ def time_correlation(o_hat: Sequence[float], gamma: float, r: float, b: float,
     probability r·γ, Algorithm 3) found in basic window j during the period. Line 5:
     o_{i,j} = ô_{i,j}/(γ·r·b·λ_1·λ_2·T_c), the expected output of comparing a new tuple with
     one tuple of B_{i,j} — γ·r·λ_ī·T_c tuples were fully processed, each against about
-    λ_i·b tuples of B_{i,j}. With join direction adaptation on, ``r`` is r_i (§5.2: "replacing
-    r with r_i in [...] line 5 of Algorithm 2"). s_i lists the positions in descending order
+    λ_i·b tuples of B_{i,j}. ``r`` must be the r the samples were drawn with (the paper
+    writes r_i with join direction on; docs/shedding.md says why the controller passes
+    Algorithm 1's r, with which Algorithm 3 line 2 samples). s_i lists the positions in descending order
     of o (line 6), ties broken towards the newer basic window (stable on j). The caller resets
     ô to zero (lines 7-8).
 

@@ -13,10 +13,10 @@ at every T_r and T_c seconds of event time.
 **Overload on a virtual clock** (§3.2, §6.1). Arrivals enter per-stream input buffers at
 their timestamps; the join fetches them in arrival order and is busy for ``work / capacity``
 seconds of event time per tuple, where work is counted in units (one tuple comparison; one
-identifier-list lookup or entry visited with an index; one insertion). A buffer holds the
-tuples of the last ``buffer`` seconds: when its oldest tuple has waited longer, it
-overflows and a tuple is dropped (the oldest, or with ``shed="random"`` a random one of the
-buffer: the random-drop baseline of §6.1). With ``capacity="wall"`` a tuple costs the
+identifier-list lookup or entry visited with an index; one insertion). A buffer holds as
+many tuples as its stream delivered in the last ``buffer`` seconds: beyond that it
+overflows and drops the excess (the oldest, or with ``shed="random"`` as many random
+tuples of the buffer: the random-drop baseline of §6.1). With ``capacity="wall"`` a tuple costs the
 CPU time it really took. Everything else is deterministic, so a run replays exactly.
 
 **Windows and exactness.** Window W_i is a circular buffer of n_i = 1 + ⌈w_i/b⌉ basic
@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Callable
 
 from adaptcq.engine.codegen import compile_source, projection_source
-from adaptcq.errors import OptionError
+from adaptcq.errors import InputError, OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery, SetPredicate
 from adaptcq.stats.shedding import BasicWindowMatches, HorvitzThompson, PeriodCount
 
@@ -56,6 +56,19 @@ INDEXES = ("auto", "none", "hash", "inverted", "inverted-id")
 BUFFER_DEFAULT = 1.0  # seconds of input buffered in front of the join (§6.1)
 GAMMA_DEFAULT = 0.1   # γ, the sampling probability of full processing (§6.1)
 INF = float("inf")
+MAX_BASIC_WINDOWS = 100_000  # per window: each tuple visits them (expiry, sizes)
+MIN_CAPACITY = 1e-3          # work units per second: below, one tuple outlasts any run
+
+
+def _seconds(name: str, value) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if not 0 < v < INF:
+        raise OptionError(f"{name} must be a positive, finite number of seconds, got "
+                          f"{value!r}")
+    return v
 
 
 # ----- join conditions --------------------------------------------------------------------
@@ -67,6 +80,18 @@ def _as_weights(v):
     if v is None:
         return None
     return dict(v.items() if isinstance(v, dict) else v)
+
+
+def _named(prepare, pred: SetPredicate):
+    """``prepare`` that names the condition when a value cannot be a set (items that are
+    lists, maps or structs: only scalars can be set items)."""
+    def checked(v):
+        try:
+            return prepare(v)
+        except TypeError as e:
+            raise InputError(f"{pred}: a set's items must be scalars (numbers, strings, "
+                             f"timestamps), got {type(v).__name__} {v!r:.60} ({e})") from None
+    return checked
 
 
 def _inner(a: dict, b: dict) -> float:
@@ -111,7 +136,7 @@ class _Condition:
             self.prepare = lambda v: v
             self.tests = dict.fromkeys(self.cols, lambda q, s: q is not None and q == s)
         else:
-            self.prepare = _as_weights if pred.kind == "inner" else _as_set
+            self.prepare = _named(_as_weights if pred.kind == "inner" else _as_set, pred)
             self.tests = {p: _set_test(pred, probe_is_left=(p == self.left))
                           for p in self.cols}  # keyed by the probing stream
 
@@ -170,12 +195,18 @@ class ShedJoin:
         self.w = [self._units(w) for w in self.w_seconds]
         # Default b: a twentieth of the larger window (§6.4: b = 1 s for w = 20 s).
         b = ((max(self.w_seconds) / 20 or 1.0) if basic_window is None
-             else float(basic_window))
-        if not b > 0:
-            raise OptionError(f"--basic-window must be a positive number of seconds, got {b}")
+             else _seconds("--basic-window", basic_window))
         self.b_seconds = b
         self.b = self._units(b)
-        self.n = [1 + math.ceil(w / b) for w in self.w_seconds]  # n_i = 1 + ⌈w_i/b⌉
+        if not self.b > 0:
+            raise OptionError(f"--basic-window {b:g} s is below the time unit")
+        # n_i = 1 + ⌈w_i/b⌉, in engine units: a shift must only empty expired rows
+        self.n = [1 + math.ceil(w / self.b) if isinstance(w, float) else 1 + -(-w // self.b)
+                  for w in self.w]
+        if max(self.n) > MAX_BASIC_WINDOWS:
+            raise OptionError(f"--basic-window {b:g} s makes {max(self.n):,} basic windows "
+                              f"per window (at most {MAX_BASIC_WINDOWS:,}): every tuple "
+                              "visits them all")
         # The conditions: equalities first (written order), then the set conditions.
         self.conds = [_Condition(query, a, c, None) for a, c in query.equalities()]
         self.conds += [_Condition(query, p.left, p.right, p) for p in query.set_predicates]
@@ -194,16 +225,14 @@ class ShedJoin:
                 c = float(capacity)
             except (TypeError, ValueError):
                 c = float("nan")
-            if not c > 0 or c == INF:
-                raise OptionError(f"--capacity must be a positive number of work units per "
-                                  f"second, or 'wall', got {capacity!r}")
+            if not MIN_CAPACITY <= c < INF:
+                raise OptionError(f"--capacity must be a number of work units per second "
+                                  f"from {MIN_CAPACITY:g} up, or 'wall', got {capacity!r}")
             self.rate = c * time_unit  # work units per engine time unit
         if shed != "none" and capacity is None:
             raise OptionError(f"--shed {shed} needs a CPU capacity (--capacity UNITS, work "
                               "units per second of event time, or --capacity wall)")
-        if not buffer > 0:
-            raise OptionError(f"--buffer must be a positive number of seconds, got {buffer}")
-        self.buffer = self._units(buffer)
+        self.buffer = self._units(_seconds("--buffer", buffer))
         if not 0 < gamma <= 1:
             raise OptionError(f"gamma (the sampling probability) must be in (0, 1], got "
                               f"{gamma}")
@@ -222,6 +251,7 @@ class ShedJoin:
         self.matches = [BasicWindowMatches(n) for n in self.n]
         # Buffers and the clock.
         self.buffers: list[deque] = [deque() for _ in range(k)]
+        self.recent: list[deque] = [deque() for _ in range(k)]  # arrival times, last buffer s
         self.clock = -INF
         self._advancing = False
         # Counters for the report.
@@ -318,18 +348,24 @@ class ShedJoin:
             if self.rate is None and not self.wall:
                 self._advance(ts)  # no capacity limit: processed on arrival
                 return
-            limit = ts - self.buffer
-            while buf[0][1] < limit:  # the oldest waited longer than the buffer holds
-                self.drops[i] += 1
-                if self.shed == "random":  # §6.1's baseline: a random tuple of the buffer
+            # The buffer holds as many tuples as arrived in the last `buffer` seconds.
+            recent, limit = self.recent[i], ts - self.buffer
+            recent.append(ts)
+            while recent[0] < limit:
+                recent.popleft()
+            over = len(buf) - len(recent)
+            if over <= 0:
+                return
+            self.drops[i] += over
+            if self.shed == "random":  # §6.1's baseline: that many random tuples of it
+                for _ in range(over):
                     k = self.rng.randrange(len(buf))
                     buf.rotate(-k)
                     buf.popleft()
                     buf.rotate(k)
-                else:
+            else:
+                for _ in range(over):
                     buf.popleft()
-                if not buf:
-                    break
         return arrive
 
     def _advance(self, until) -> None:

@@ -153,12 +153,9 @@ class LocalRun:
             if self.executor_name == "shed":
                 from adaptcq.runtime.shed import shed_engine_options
                 spec = dict(options.pop("shed", None) or {})
-                utility = spec.pop("utility", None)
-                self.shed_controller, shed = shed_engine_options(spec)
+                self.shed_controller, shed = shed_engine_options(spec)  # checks them all
+                utility = spec.get("utility")
                 if utility is not None:
-                    if spec.get("mode") != "selective":
-                        raise OptionError("--utility is for --shed selective (utility-based "
-                                          "shedding, load-shedding.txt Algorithm 5)")
                     from adaptcq.runtime.shed import utility_types
                     self.query, fns, values, self.type_names = utility_types(
                         self.query, utility, {n: schema_kinds(s.schema)
@@ -637,12 +634,14 @@ def choose_executor(executor: str, query: LogicalQuery, options: Mapping) -> tup
     if options.get("spill") is not None and executor == "auto":
         return "tree", "auto: spilling state (--spill) runs the operator tree"
     if executor == "auto" and (options.get("shed") is not None or query.set_predicates):
-        return "shed", ("auto: load shedding (--shed) runs the load-shedding join"
+        return "shed", ("auto: load-shedding options (--shed, --capacity, --basic-window, "
+                        "--index, --buffer) run the load-shedding join"
                         if options.get("shed") is not None else
                         "auto: set join conditions run on the load-shedding join")
     if options.get("shed") is not None and executor != "shed":
-        raise OptionError(f"--shed runs the load-shedding join (--executor shed), not "
-                          f"{executor}")
+        raise OptionError(f"the load-shedding options (--shed, --capacity, --basic-window, "
+                          f"--index, --buffer, --utility) are for the load-shedding join "
+                          f"(--executor shed), not {executor}")
     if executor not in ("auto", "vector"):
         return executor, f"--executor {executor} was asked for"
     why = unsupported(query)

@@ -24,13 +24,25 @@ def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
         raise OptionError(f"unknown shedding option {unknown[0]!r}; the options are: "
                           f"{', '.join(KEYS)}")
     mode = spec.get("mode", "none")
+    if "direction" in spec and mode != "selective":
+        raise OptionError(f"--no-join-direction is for --shed selective (join direction is "
+                          f"Algorithm 4 of selective processing), not {mode}")
+    if "direction" in spec and "utility" in spec:
+        raise OptionError("--no-join-direction with --utility: utility-based shedding "
+                          "(Algorithm 5) replaces join direction; give one of them")
+    if "buffer" in spec and "capacity" not in spec:
+        raise OptionError("--buffer needs --capacity: without a CPU limit every tuple is "
+                          "processed on arrival and nothing waits in a buffer")
+    if "gamma" in spec and mode not in ("partial", "selective"):
+        raise OptionError(f"gamma (the sampling probability of full processing) is for "
+                          f"--shed selective or partial, not {mode}")
     controller = None
     if mode in ("partial", "selective"):
         from adaptcq.adapt.shed_control import ShedController
         kw = {k: spec[k] for k in ("T_r", "T_c", "delta_r", "direction") if k in spec}
         controller = ShedController(mode, **kw)
-    elif "direction" in spec or any(k in spec for k in ("T_r", "T_c", "delta_r")):
-        raise OptionError(f"join direction and the adaptation periods are for --shed "
+    elif any(k in spec for k in ("T_r", "T_c", "delta_r")):
+        raise OptionError(f"the adaptation periods (T_r, T_c, delta_r) are for --shed "
                           f"selective or partial, not {mode}")
     options = {"shed": mode, "controller": controller}
     if "utility" in spec and mode != "selective":
