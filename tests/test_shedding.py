@@ -18,7 +18,7 @@ from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, OptionError, QueryError
 from adaptcq.query.cql import parse_query
 from conftest import examples
-from oracle import Oracle, oracle_total
+from oracle import Oracle, engine_outputs, oracle_total
 
 SCHEMA = {"ts": "number", "id": "number", "s": "list", "w": "map", "v": "number"}
 common = settings(max_examples=examples(60), deadline=None,
@@ -78,13 +78,10 @@ def test_without_a_capacity_limit_the_join_equals_the_oracle_update_by_update(da
     rnd = random.Random(seed)
     cq = ContinuousQuery(q, "shed", "append", trace=True, index=index_for(q, rnd),
                          basic_window=rnd.choice([None, 0.5, 1, 3]), seed=seed)
-    out = cq.process(streams, None, ts, tup) + cq.finish()
-    bounds = [t[4] for t in cq.trace] + [len(out)]
-    got = [Counter(out[bounds[k]:bounds[k + 1]]) for k in range(len(cq.trace))]
+    _, got = engine_outputs(cq.trace, cq.process(streams, None, ts, tup) + cq.finish())
     events, outputs = Oracle(q, "append").run(streams, None, ts, tup)
     want = [o for e, o in zip(events, outputs) if e[1] > 0]  # insertions (append mode)
-    assert len(got) == len(want)
-    for k, (g, w) in enumerate(zip(got, want)):
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g == w, f"arrival {k}: shed join {dict(g)} != oracle {dict(w)}"
 
 
@@ -188,9 +185,7 @@ def test_nway_without_a_capacity_limit_equals_the_oracle_update_by_update(data, 
     cq = ContinuousQuery(q, "shed", "append", trace=True,
                          index=rnd.choice(["auto", "none"] + (["hash"] if q.predicates else [])),
                          basic_window=rnd.choice([None, 0.5, 1]))
-    out = cq.process(streams, None, ts, tup) + cq.finish()
-    bounds = [t[4] for t in cq.trace] + [len(out)]
-    got = [Counter(out[bounds[k]:bounds[k + 1]]) for k in range(len(cq.trace))]
+    _, got = engine_outputs(cq.trace, cq.process(streams, None, ts, tup) + cq.finish())
     events, outputs = Oracle(q, "append").run(streams, None, ts, tup)
     want = [o for e, o in zip(events, outputs) if e[1] > 0]
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -232,14 +227,19 @@ def _overlap_workload(n=2000, seed=3):
     return streams, ts, rows
 
 
-def test_selective_processing_stays_within_its_comparison_budget():
-    """Non-indexed: a tuple not fully processed compares with at most ⌈r_i·|W_i|⌉ rows
-    plus one basic window (Algorithm 3, lines 7–15)."""
+def _overlap_case():
+    """An overlap join over 4 s windows and its arrivals: 2,000 at 200 per second."""
     q = parse_query("SELECT R.id AS r, S.id AS i FROM R [RANGE 4 SECONDS], "
                     "S [RANGE 4 SECONDS] WHERE OVERLAP(R.s, S.s) >= 2",
                     {"R": SCHEMA, "S": SCHEMA})
     streams, ts, rows = _overlap_workload()
-    tup = as_tuples(q, streams, rows)
+    return q, streams, ts, as_tuples(q, streams, rows)
+
+
+def test_selective_processing_stays_within_its_comparison_budget():
+    """Non-indexed: a tuple not fully processed compares with at most ⌈r_i·|W_i|⌉ rows
+    plus one basic window (Algorithm 3, lines 7–15)."""
+    q, streams, ts, tup = _overlap_case()
     cq = ContinuousQuery(q, "shed", "append", shed="selective", capacity=20_000,
                          basic_window=0.5, index="none",
                          controller=ShedController("selective", T_r=1, T_c=1))
@@ -264,11 +264,7 @@ def test_selective_processing_stays_within_its_comparison_budget():
 
 
 def test_shedding_reports_what_it_lost():
-    q = parse_query("SELECT R.id AS r, S.id AS i FROM R [RANGE 4 SECONDS], "
-                    "S [RANGE 4 SECONDS] WHERE OVERLAP(R.s, S.s) >= 2",
-                    {"R": SCHEMA, "S": SCHEMA})
-    streams, ts, rows = _overlap_workload()
-    tup = as_tuples(q, streams, rows)
+    q, streams, ts, tup = _overlap_case()
     exact = sum(pairs_total(q, streams, ts, tup).values())
     cq = ContinuousQuery(q, "shed", "append", shed="partial", capacity=20_000,
                          controller=ShedController("partial", T_r=1, T_c=1))
@@ -498,11 +494,7 @@ def test_option_values_and_combinations_are_refused(spec, message):
 
 
 def test_random_dropping_keeps_the_buffer_at_its_size_and_a_gap_costs_nothing():
-    q = parse_query("SELECT R.id AS r, S.id AS i FROM R [RANGE 4 SECONDS], "
-                    "S [RANGE 4 SECONDS] WHERE OVERLAP(R.s, S.s) >= 2",
-                    {"R": SCHEMA, "S": SCHEMA})
-    streams, ts, rows = _overlap_workload()
-    tup = as_tuples(q, streams, rows)
+    q, streams, ts, tup = _overlap_case()
     cq = ContinuousQuery(q, "shed", "append", shed="random", capacity=5_000, buffer=0.5)
     ex = cq.executor
     for k in range(len(tup)):  # one arrival at a time: after each, at most a buffer's worth

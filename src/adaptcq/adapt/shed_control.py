@@ -103,25 +103,20 @@ class ShedController:
         self.r = max(self.r, R_MIN)  # beyond the paper: a period with nothing fetched
         # (one tuple costing more than T_r) would set r = 0 for good
         if k > 2:  # n-way pipelines: one r for every step
-            join.fractions = [self.r] * k
-            join.sample_r = self.r
-            self._record(join, now, self.r, self.r)
-            return
-        if (join.type_of is not None and self.use_utility and self.mode == "selective"
+            fractions = [self.r] * k
+        elif (join.type_of is not None and self.use_utility and self.mode == "selective"
                 and min(join.w_seconds) > 0):
             self.utility_step(join)  # Algorithm 5 replaces Algorithm 4
-            r1, r2 = join.fractions
+            fractions = join.fractions
         elif self.direction and min(join.w_seconds) > 0 and all(self.o):
             # (Algorithm 4 divides by w_i, and needs o of both windows)
             means = [sum(o) / len(o) for o in self.o]
-            r1, r2 = join_direction(self.r, join.w_seconds, means)
+            fractions = list(join_direction(self.r, join.w_seconds, means))
         else:
-            r1 = r2 = self.r
-        join.fractions = [r1, r2]
+            fractions = [self.r, self.r]
+        join.fractions = fractions
         join.sample_r = self.r
-        self._record(join, now, r1, r2)
-
-    def _record(self, join, now: float, r1: float, r2: float) -> None:
+        r1, r2 = fractions[:2]
         self.steps += 1
         self.min_r = min(self.min_r, self.r)
         if len(self.series) < SERIES_MAX:

@@ -43,6 +43,9 @@ EXECUTOR_OPTIONS: dict[str, tuple[str, ...]] = {
     "shed": ("shed", "capacity", "basic_window", "index", "buffer", "gamma", "controller",
              "types", "seed", "time_unit"),
 }
+# Executors that take insertions only and keep time in the engine's unit themselves.
+_INSERTIONS_ONLY = {"tree": "the operator tree (--executor tree, --spill)",
+                    "shed": "the load-shedding join"}
 # ContinuousQuery's own keyword arguments, named in the message for an unknown option.
 _OWN_OPTIONS = ("trace", "sample_every", "time_unit", "explicit_deletions")
 # Where an option that belongs elsewhere goes, for the message.
@@ -171,16 +174,10 @@ class ContinuousQuery:
         self.query = query
         self.mode = mode
         self.out: list = []
-        if executor == "tree":  # its windows end at t + w in the engine's time unit
+        if executor in _INSERTIONS_ONLY:  # their windows end at t + w in engine units
             if explicit_deletions:
-                raise OptionError("the operator tree (--executor tree, --spill) takes "
-                                  "insertions only: explicit deletions (--sign) are not "
-                                  "supported")
-            options = {**options, "time_unit": time_unit}
-        if executor == "shed":
-            if explicit_deletions:
-                raise OptionError("the load-shedding join takes insertions only: explicit "
-                                  "deletions (--sign) are not supported")
+                raise OptionError(f"{_INSERTIONS_ONLY[executor]} takes insertions only: "
+                                  "explicit deletions (--sign) are not supported")
             options = {**options, "time_unit": time_unit}
         self.executor = make_executor(query, executor, mode, self.out, **options)
         self.selections = [

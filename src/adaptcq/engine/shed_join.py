@@ -146,13 +146,12 @@ class BasicWindow:
     """One basic window B_{i,j} (§5.1): its rows in arrival order (parallel lists) and an
     index on the primary condition. Positions are append order, i.e. time order."""
 
-    __slots__ = ("empty", "ids", "index", "keys", "rows", "ts", "types", "vals")
+    __slots__ = ("empty", "ids", "index", "rows", "ts", "types", "vals")
 
     def __init__(self, index: str):
         self.ts: list = []
         self.rows: list = []
         self.vals: list = []   # per row: the prepared value of every condition
-        self.keys: list = []   # per row: the primary condition's value (vals[k][0])
         self.types: list = []  # per row: its tuple type z (utility-based shedding)
         self.index: dict | None = None if index == "none" else {}
         self.ids: list = []    # inverted-id: the row's random identifier
@@ -162,7 +161,6 @@ class BasicWindow:
         self.ts.clear()
         self.rows.clear()
         self.vals.clear()
-        self.keys.clear()
         self.types.clear()
         self.ids.clear()
         self.empty.clear()
@@ -271,7 +269,6 @@ class ShedJoin:
         nz = len(self.V)
         self.type_counts = [[0] * nz for _ in range(k)]  # ω_{i,z}: arrivals per type
         self.u_stats: dict = {}                     # (i, z) -> [utility, comparisons]
-        self._z = 0                                 # the type of the tuple being processed
         self.inserts = [self._arrival(i) for i in range(k)]
         self.deletes = [_ignore] * k  # rows expire inside (by basic window and time)
         self.stems = ()
@@ -385,19 +382,13 @@ class ShedJoin:
             self.max_delay = max(self.max_delay, delay)
             self.period_delay = max(self.period_delay, delay)
             self.fetched[i].update()
-            if self.wall:
-                t0 = time.process_time()
-                self._process(i, row, ts)
+            t0, before = (time.process_time() if self.wall else 0.0), self.work
+            self._process(i, row, ts)
+            if self.wall:  # the CPU time it took, or its work at the capacity
                 spent = (time.process_time() - t0) / self.time_unit
-                self.clock = start + (spent if self.time_unit == 1.0 else round(spent))
             else:
-                before = self.work
-                self._process(i, row, ts)
-                if self.rate is None:
-                    self.clock = start
-                else:
-                    spent = (self.work - before) / self.rate
-                    self.clock = start + (spent if self.time_unit == 1.0 else round(spent))
+                spent = 0.0 if self.rate is None else (self.work - before) / self.rate
+            self.clock = start + (spent if self.time_unit == 1.0 else round(spent))
 
     def finish(self) -> None:
         """End of input: the buffered tuples are processed (no more arrivals to drop)."""
@@ -409,7 +400,6 @@ class ShedJoin:
         vals = tuple(c.prepare(row[c.cols[p]]) for c in self.conds)
         self.processed[p] += 1
         z = 0 if self.type_of is None else self.type_of[p](row)
-        self._z = z
         self.type_counts[p][z] += 1
         self._insert(p, row, ts, vals, z)
         win = self.windows[i]
@@ -435,7 +425,7 @@ class ShedJoin:
             hat = self.matches[i]
             for j, bw in enumerate(win):
                 if bw.ts:
-                    m = self._probe(i, p, bw, 0, row, ts, vals)
+                    m = self._probe(i, p, bw, 0, row, ts, vals, z)
                     if m:
                         total += m
                         if sampled:  # lines 4–5 (ô ← ô + 1: the paper's typo fixed)
@@ -446,12 +436,12 @@ class ShedJoin:
                 u[1] += size
             if not adaptive or r >= 1.0:
                 self.estimate[i].update(total, 1.0)
-            else:  # only the sampled ones are in the sample (π = r·γ)
-                self.estimate[i].update(total, pi) if sampled else None
+            elif sampled:  # only the sampled ones are in the sample (π = r·γ)
+                self.estimate[i].update(total, pi)
             return
         # Selective processing (lines 7–15): r·|W_i| tuples, basic windows by priority.
         for bw, lo in budget_slices(win, self.orders[i], r * size):
-            self._probe(i, p, bw, lo, row, ts, vals)
+            self._probe(i, p, bw, lo, row, ts, vals, z)
 
     def _append(self, p: int, row: tuple, ts, vals: tuple, z: int) -> tuple:
         """Into the newest basic window of W_p, a full one shifting the circular buffer;
@@ -466,7 +456,6 @@ class ShedJoin:
         bw.ts.append(ts)
         bw.rows.append(row)
         bw.vals.append(vals)
-        bw.keys.append(vals[0] if vals else None)
         bw.types.append(z)
         self.work += 1
         return bw, pos
@@ -513,7 +502,7 @@ class ShedJoin:
                 return
 
     def _probe(self, i: int, p: int, bw: BasicWindow, lo: int, row: tuple, ts,
-               vals: tuple) -> int:
+               vals: tuple, z: int) -> int:
         """Compare the probing tuple with the rows of ``bw`` from position ``lo`` on (the
         newest part: time-ordered processing stops at a time, §4.2.2); emit and count the
         matches."""
@@ -525,14 +514,14 @@ class ShedJoin:
             self.work += len(bts) - lo
         else:
             cand = self._candidates(bw, lo, vals[0], p)
-        emit, project, found = self._emit, self._project, 0
+        emit, project = self._emit, self._project
         V = None if self.type_of is None else self.V
         if self._overlap is not None:  # the paper's join, inlined (no call per row)
-            k, q, keys = self._overlap, vals[0], bw.keys
+            k, q = self._overlap, vals[0]
             if q is None:
                 return 0
             hits = [pos for pos in cand
-                    if keys[pos] is not None and len(q & keys[pos]) >= k
+                    if (s := bvals[pos][0]) is not None and len(q & s) >= k
                     and bts[pos] >= limit]
         else:
             tests = [c.tests[p] for c in self.conds]
@@ -541,7 +530,7 @@ class ShedJoin:
         for pos in hits:
             project((brows[pos], row) if p == 1 else (row, brows[pos]), ts, emit)
             if V is not None:  # a result is worth max(V(t_a), V(t_b)) (§5.3)
-                self.utility += max(V[self._z], V[bw.types[pos]])
+                self.utility += max(V[z], V[bw.types[pos]])
         found = len(hits)
         self.results += found
         return found

@@ -133,7 +133,6 @@ class LocalRun:
                                     late=self.executor_name == "tree")
         self.ts_type = self.schema.field("_ts").type
         self.spill = None  # runtime.spill.SpillSetup of the operator tree
-        self.shed_controller = None  # adapt.shed_control.ShedController of the shed join
         self.vector = self.executor_name == "vector"
         self.batch_rows, self.batch_seconds = batch_options(
             self.executor_name, options.pop("batch_rows", None),
@@ -153,19 +152,18 @@ class LocalRun:
             if self.executor_name == "shed":
                 from adaptcq.runtime.shed import shed_engine_options
                 spec = dict(options.pop("shed", None) or {})
-                self.shed_controller, shed = shed_engine_options(spec)  # checks them all
+                _, shed = shed_engine_options(spec)  # checks them all
                 utility = spec.get("utility")
                 if utility is not None:
                     from adaptcq.runtime.shed import utility_types
-                    self.query, fns, values, self.type_names = utility_types(
+                    self.query, fns, values, _ = utility_types(
                         self.query, utility, {n: schema_kinds(s.schema)
                                               for n, s in self.sources.items()})
                     query = self.query
                     shed["types"] = (fns, values)
                 options.update(shed)
-            elif options.pop("shed", None) is not None:
-                raise OptionError("shedding options (--shed, --capacity) need the "
-                                  f"load-shedding join; this run uses {self.executor_name}")
+            else:  # (choose_executor refused shedding options for another executor)
+                options.pop("shed", None)
             if self.executor_name == "tree":
                 from adaptcq.runtime.spill import SpillSetup
                 self.spill = SpillSetup(query, options.pop("spill", None),
