@@ -89,12 +89,14 @@ def test_split_plans():
 _QIDS = itertools.count()
 
 
-def _config(query, plan, mode: str, signed: bool = False, executor: str = "mjoin") -> _Config:
+def _config(query, plan, mode: str, signed: bool = False, executor: str = "mjoin",
+            options: dict | None = None) -> _Config:
     return _Config(
         qid=f"test-{next(_QIDS)}", sql=query.sql,
         schemas={s.source: {c: "number" for c in ("a", "b", "c", "id", "ts")}
                  for s in query.streams},
-        executor=executor, mode=mode, options={}, adaptivity=None, groups=plan.groups,
+        executor=executor, mode=mode, options=dict(options or {}), adaptivity=None,
+        groups=plan.groups,
         keys=list(range(100, 100 + plan.groups)), lateness=0.0, lateness_ns=0,
         signed=signed, n_streams=len(query.streams),
         stream_columns=[[f"c{i}_{k}" for k in range(len(query.columns[a]))]
@@ -137,12 +139,14 @@ def _union_batch(query, plan, streams, ts, rows, first: int, end: bool):
 
 
 def run_groups(query, plan, mode, streams, ts, rows, cuts, rebuild_at, rnd,
-               workers: int = 1, executor: str = "mjoin") -> Counter:
+               workers: int = 1, executor: str = "mjoin", options: dict | None = None,
+               groups: list | None = None) -> Counter:
     """Feed the split's packets to every group, micro-batch by micro-batch; at the batches
     in ``rebuild_at`` each group is rebuilt from its store (its live copies dropped). With
     several ``workers`` (Python processes, each its own live copies) a group's step runs on
-    a random one: a stale copy there catches up with the store."""
-    cfg = _config(query, plan, mode, executor=executor)
+    a random one: a stale copy there catches up with the store. ``groups`` receives each
+    group's engine after its last step."""
+    cfg = _config(query, plan, mode, executor=executor, options=options)
     lives = [{} for _ in range(workers)]
     split = ColumnarSplit(cfg)
     stores = {g: sg.MemoryStore() for g in cfg.keys}
@@ -162,7 +166,9 @@ def run_groups(query, plan, mode, streams, ts, rows, cuts, rebuild_at, rnd,
                 for live in lives:
                     live.pop((cfg.qid, g), None)
             sg._LIVE = lives[rnd.randrange(workers)]
-            _, res, rejected, _, extra = sg.advance_group(cfg, g, stores[g], packets[g])
+            eng, res, rejected, _, extra = sg.advance_group(cfg, g, stores[g], packets[g])
+            if last and groups is not None:
+                groups.append(eng)
             caught[0] += extra["caught_up"]
             assert not rejected
             if isinstance(res, pa.Table):  # the vectorized executor's output

@@ -121,9 +121,10 @@ def cmd_run(args) -> int:
         args.master = args.master or "local[*]"
         return run_cli(args, sql, sources, timestamp, options, console)
     if (args.checkpoint is not None or args.partitions is not None or args.master is not None
-            or args.shares):
-        raise AdaptcqError("--checkpoint, --partitions, --shares and --master need "
-                           "--engine spark")
+            or args.shares or args.trigger is not None
+            or args.max_files_per_trigger is not None):
+        raise AdaptcqError("--checkpoint, --partitions, --shares, --master, --trigger and "
+                           "--max-files-per-trigger need --engine spark")
     return _run_local(args, sql, sources, timestamp, options, console)
 
 
@@ -267,11 +268,6 @@ def _run_options(args) -> dict:
                                                 reorder=spec["reorder"])
     shed = shed_options(args)
     if shed is not None:
-        if args.engine == "spark":
-            raise AdaptcqError("load shedding (--shed, --capacity, --basic-window, --index, "
-                               "--buffer, --utility) runs on the local engine only for now: "
-                               "per-group load shedding on Spark is not built yet "
-                               "(docs/shedding.md)")
         options["shed"] = shed
     spill = spill_options(args)
     if spill is not None:

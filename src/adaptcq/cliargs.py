@@ -230,6 +230,13 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    help="with --engine spark: the share of the attribute class holding "
                    "STREAM.COLUMN (repeat it; classes not named get 1; the product is the "
                    "number of partition groups). Default: chosen from the inputs' sizes")
+    r.add_argument("--trigger", type=float, metavar="SECONDS",
+                   help="with --engine spark: start a micro-batch every SECONDS (Spark's "
+                   "processing-time trigger; default: as soon as the last one ends). With "
+                   "--shed and --capacity wall it is the partition groups' CPU budget")
+    r.add_argument("--max-files-per-trigger", type=int, metavar="N",
+                   help="with --engine spark: read at most N new files of each input per "
+                   "micro-batch (a folder of files then arrives over several micro-batches)")
     r.add_argument("--checkpoint", help="Spark checkpoint folder: a restarted run continues "
                    "exactly from it (with --engine spark)")
 

@@ -13,6 +13,7 @@ import time
 
 from adaptcq.adapt.shedding import (
     join_direction,
+    micro_batch_rate,
     rate_adapt,
     time_correlation,
     utility_knapsack,
@@ -29,14 +30,26 @@ CATCH_UP = 64          # empty rate steps run after a gap in the data; the rest 
 
 class ShedController:
     """``selective``: rate, time correlation and (``direction``) join direction
-    adaptation; ``partial``: rate adaptation only, windows processed newest first."""
+    adaptation; ``partial``: rate adaptation only, windows processed newest first.
+
+    With a ``budget`` (seconds of CPU per micro-batch: a Spark partition group's share of
+    the trigger interval) the rate step runs once per micro-batch (``batch_step``, from
+    the batch's CPU time) instead of every T_r; the time correlation still runs every T_c
+    of event time. Then ``random`` is a mode too: the same r is the share of arrivals
+    kept, the rest dropped at random (the §6.1 baseline without an input buffer)."""
 
     def __init__(self, mode: str = "selective", T_r: float = T_R_DEFAULT,
                  T_c: float = T_C_DEFAULT, delta_r: float = DELTA_R_DEFAULT,
-                 direction: bool = True, utility: bool = True):
-        if mode not in ("partial", "selective"):
+                 direction: bool = True, utility: bool = True,
+                 budget: float | None = None):
+        if mode not in ("partial", "selective") and not (mode == "random" and budget):
             raise OptionError(f"a shedding controller is for --shed partial or selective, "
                               f"not {mode!r}")
+        if budget is not None and not (isinstance(budget, int | float) and
+                                       0 < budget < math.inf):
+            raise OptionError(f"the CPU budget per micro-batch must be a positive number "
+                              f"of seconds, got {budget!r}")
+        self.budget = budget
         for name, v in (("T_r", T_r), ("T_c", T_c)):
             if not v > 0:
                 raise OptionError(f"{name} must be a positive number of seconds, got {v}")
@@ -55,6 +68,7 @@ class ShedController:
         self.start = 0.0
         self.two_way = True  # join direction is a two-way algorithm (off for n-way)
         self.next_corr: float | None = None
+        self.last_batch: float | None = None
         self.steps = 0
         self.cpu = 0.0
         self.u: dict = {}  # u_{i,z} last measured (utility-based shedding)
@@ -63,6 +77,12 @@ class ShedController:
 
     def at(self, join, seconds: float) -> None:
         """Called at every arrival (event time in seconds): the steps now due."""
+        if self.budget is not None:  # r moves per micro-batch (batch_step)
+            if self.last_batch is None:
+                self.last_batch = self.start = seconds
+            if self.correlation:
+                self._correlate(join, seconds)
+            return
         if self.next_rate is None:
             self.next_rate, self.next_corr = seconds + self.T_r, seconds + self.T_c
             self.start = seconds
@@ -91,10 +111,45 @@ class ShedController:
                 break
         self.cpu += time.process_time() - t0  # the shedder's own overhead
 
+    def _correlate(self, join, seconds: float) -> None:
+        """The time correlation steps due by ``seconds`` (per-micro-batch rate steps)."""
+        if self.next_corr is None:
+            self.next_corr = seconds + self.T_c
+            return
+        if seconds < self.next_corr:
+            return
+        t0 = time.process_time()
+        behind = math.floor((seconds - self.next_corr) / self.T_c)
+        if behind > 1:  # empty periods teach the time correlation nothing
+            self.next_corr += (behind - 1) * self.T_c
+        while seconds >= self.next_corr:
+            self.correlation_step(join, self.next_corr)
+            self.next_corr += self.T_c
+        self.cpu += time.process_time() - t0
+
+    def batch_step(self, join, seconds: float, now: float) -> None:
+        """Algorithm 1 once per micro-batch (``adapt.shedding.micro_batch_rate``): the
+        batch took ``seconds`` of CPU against the budget; ``now`` is its last event time
+        (seconds). λ_i for Algorithm 2 are the batch's arrival rates over its time span."""
+        t0 = time.process_time()
+        k = len(join.arrived)
+        span = max(now - (now if self.last_batch is None else self.last_batch), 1e-9)
+        self.lam = [join.arrived[i].take() / span for i in range(k)]
+        for i in range(k):
+            join.fetched[i].take()
+        self.last_batch = now
+        self.r, self.beta = micro_batch_rate(self.r, seconds, self.budget, self.delta_r)
+        self.r = max(self.r, R_MIN)
+        if self.mode == "random":
+            join.keep = self.r
+            self._record(join, now, [1.0] * k)
+        else:
+            self._apply(join, now, k)
+        self.cpu += time.process_time() - t0
+
     def rate_step(self, join, now: float) -> None:
         """Algorithm 1, then Algorithm 4 (join direction) when it is on."""
         k = len(join.fetched)
-        self.two_way = k == 2
         alpha = [join.fetched[i].take() for i in range(k)]
         self.lam = [join.arrived[i].take() / self.T_r for i in range(k)]
         # Algorithm 1 over k streams: β = Σα_i / (Σλ_i·T_r), the sums in one slot
@@ -102,6 +157,11 @@ class ShedController:
                                        self.T_r, self.delta_r)
         self.r = max(self.r, R_MIN)  # beyond the paper: a period with nothing fetched
         # (one tuple costing more than T_r) would set r = 0 for good
+        self._apply(join, now, k)
+
+    def _apply(self, join, now: float, k: int) -> None:
+        """The new r into the join's fractions: Algorithm 5 or 4 for two streams."""
+        self.two_way = k == 2
         if k > 2:  # n-way pipelines: one r for every step
             fractions = [self.r] * k
         elif (join.type_of is not None and self.use_utility and self.mode == "selective"
@@ -116,6 +176,9 @@ class ShedController:
             fractions = [self.r, self.r]
         join.fractions = fractions
         join.sample_r = self.r
+        self._record(join, now, fractions)
+
+    def _record(self, join, now: float, fractions: list) -> None:
         r1, r2 = fractions[:2]
         self.steps += 1
         self.min_r = min(self.min_r, self.r)
@@ -188,7 +251,9 @@ class ShedController:
     def report(self) -> dict:
         return {"shed_policy": self.mode, "fraction_r_final": round(self.r, 6),
                 "fraction_r_min": round(self.min_r, 6), "rate_steps": self.steps,
-                "join_direction": self.direction and self.two_way}
+                "join_direction": self.direction and self.two_way,
+                **({} if self.budget is None else {"budget_seconds": self.budget,
+                                                   "beta_last": round(self.beta, 6)})}
 
     def series_columns(self) -> dict[str, list]:
         """The time series, one point per rate adaptation step (T_r)."""

@@ -8,6 +8,8 @@ paper's j = 1 .. n_i). The engine (``engine/shed_join.py``) counts, the estimato
 
 * :func:`n_basic_windows` — n_i = 1 + ⌈w_i/b⌉ (§5.1);
 * :func:`rate_adapt` — Algorithm 1 (§4.1): the fraction parameter r from β;
+* :func:`micro_batch_rate` — Algorithm 1 once per micro-batch (the Spark runtime): β from
+  the batch's CPU time against its budget;
 * :func:`time_correlation` — Algorithm 2 (§5.1): o_{i,j} and the priority order s_i;
 * :func:`join_direction` — Algorithm 4 (§5.2): r_1, r_2 from r and the o_i;
 * :func:`utility_knapsack` — Algorithm 5 (§5.3): r_{i,z} by the fractional knapsack;
@@ -36,6 +38,7 @@ __all__ = [
     "basic_window_areas",
     "join_direction",
     "max_area",
+    "micro_batch_rate",
     "n_basic_windows",
     "phi",
     "rate_adapt",
@@ -153,6 +156,28 @@ def rate_adapt(r: float, alpha: Sequence[int], lam: Sequence[float], T_r: float,
     T_r = _number("T_r (rate adaptation period, seconds)", T_r, low=0.0, strict_low=True)
     delta_r = _number("delta_r (fraction boost factor)", delta_r, low=1.0)
     beta = 1.0 if l1 + l2 == 0 else (a1 + a2) / ((l1 + l2) * T_r)
+    if beta < 1:
+        return r * beta, beta
+    return min(1.0, delta_r * r), beta
+
+
+def micro_batch_rate(r: float, seconds: float, budget: float, delta_r: float
+                     ) -> tuple[float, float]:
+    """Algorithm 1 (§4.1) with a micro-batch as its period (beyond the paper: a Spark
+    partition group, which receives its input a micro-batch at a time and has no input
+    buffer to watch): returns (new r, β).
+
+    The group spent ``seconds`` of CPU time on a micro-batch whose budget is ``budget``
+    seconds (its share of the trigger interval). β = budget/seconds is the share of the
+    batch it could have processed in time, Algorithm 1's (α_1 + α_2)/((λ_1 + λ_2)·T_r):
+    when β < 1 the group fell behind and r shrinks to β·r; otherwise r grows by δ_r,
+    capped at 1. A batch that took no measurable time gives β = 1.
+    """
+    r = _number("r (fraction parameter)", r, low=0.0, high=1.0)
+    seconds = _number("seconds (CPU time of the micro-batch)", seconds, low=0.0)
+    budget = _number("budget (seconds per micro-batch)", budget, low=0.0, strict_low=True)
+    delta_r = _number("delta_r (fraction boost factor)", delta_r, low=1.0)
+    beta = 1.0 if seconds <= budget else budget / seconds
     if beta < 1:
         return r * beta, beta
     return min(1.0, delta_r * r), beta

@@ -41,7 +41,7 @@ EXECUTOR_OPTIONS: dict[str, tuple[str, ...]] = {
     # The load-shedding join of load-shedding.txt (engine.shed_join): the shedding mode,
     # the CPU capacity, basic windows, the index, input buffers, γ, the policy.
     "shed": ("shed", "capacity", "basic_window", "index", "buffer", "gamma", "controller",
-             "types", "seed", "time_unit"),
+             "types", "seed", "time_unit", "track", "state"),
 }
 # Executors that take insertions only and keep time in the engine's unit themselves.
 _INSERTIONS_ONLY = {"tree": "the operator tree (--executor tree, --spill)",

@@ -58,6 +58,12 @@ GAMMA_DEFAULT = 0.1   # γ, the sampling probability of full processing (§6.1)
 INF = float("inf")
 MAX_BASIC_WINDOWS = 100_000  # per window: each tuple visits them (expiry, sizes)
 MIN_CAPACITY = 1e-3          # work units per second: below, one tuple outlasts any run
+DROPPED, PROCESSED, BUFFERED = 0, 1, 2  # an arrival's fate (``ShedJoin.fates``)
+# What ``shed_state`` keeps of the join besides its windows, fates and controller.
+_SHED_STATE = ("fractions", "type_fractions", "sample_r", "keep", "orders", "arrived",
+               "fetched", "matches", "recent", "clock", "work", "drops", "arrivals",
+               "processed", "full", "max_delay", "period_delay", "results", "estimate",
+               "utility", "type_counts", "u_stats", "restore_mismatches")
 
 
 def _seconds(name: str, value) -> float:
@@ -181,7 +187,8 @@ class ShedJoin:
                  *, shed: str = "none", capacity: float | str | None = None,
                  basic_window: float | None = None, index: str = "auto",
                  buffer: float = BUFFER_DEFAULT, gamma: float = GAMMA_DEFAULT,
-                 controller=None, types=None, seed: int = 0, time_unit: float = 1.0):
+                 controller=None, types=None, seed: int = 0, time_unit: float = 1.0,
+                 track: bool = False, state: bytes | None = None):
         self._check(query, mode, shed, index)
         self.query, self.mode, self.shed = query, mode, shed
         self.time_unit = time_unit
@@ -214,9 +221,11 @@ class ShedJoin:
         self._overlap = (only.threshold if only is not None and only.kind == "overlap"
                          and not only.strict else None)
         self.windows = [deque(BasicWindow(self.index) for _ in range(n)) for n in self.n]
-        # Capacity: work units per second of event time, or the wall clock.
+        # Capacity: work units per second of event time, the wall clock, or a CPU budget
+        # per micro-batch ("batch": the controller moves r once per micro-batch).
         self.wall = capacity == "wall"
-        if capacity is None or self.wall:
+        self.batch = capacity == "batch"
+        if capacity is None or self.wall or self.batch:
             self.rate = None
         else:
             try:
@@ -227,6 +236,9 @@ class ShedJoin:
                 raise OptionError(f"--capacity must be a number of work units per second "
                                   f"from {MIN_CAPACITY:g} up, or 'wall', got {capacity!r}")
             self.rate = c * time_unit  # work units per engine time unit
+        if self.batch and (controller is None or controller.budget is None):
+            raise OptionError("capacity 'batch' (a CPU budget per micro-batch) needs a "
+                              "shedding controller with that budget")
         if shed != "none" and capacity is None:
             raise OptionError(f"--shed {shed} needs a CPU capacity (--capacity UNITS, work "
                               "units per second of event time, or --capacity wall)")
@@ -240,6 +252,7 @@ class ShedJoin:
         self.fractions = [1.0, 1.0]                 # r_1, r_2
         self.type_fractions: dict | None = None     # r_{i,z} of Algorithm 5, when set
         self.sample_r = 1.0                         # r of Algorithm 1 (sampling r·γ)
+        self.keep = 1.0      # share of arrivals kept (random shedding per micro-batch)
         self.orders = [list(range(n)) for n in self.n]  # s_i: positions by priority
         self.controller = controller
         # Period statistics the policy reads.
@@ -269,6 +282,17 @@ class ShedJoin:
         nz = len(self.V)
         self.type_counts = [[0] * nz for _ in range(k)]  # ω_{i,z}: arrivals per type
         self.u_stats: dict = {}                     # (i, z) -> [utility, comparisons]
+        # Each arrival's fate (Spark: what a rebuild from stored rows needs, "On Spark"
+        # in docs/shedding.md): per stream, for the arrivals since ``fate_base``, PROCESSED,
+        # DROPPED or BUFFERED, with their times (trimmed by ``shed_state``).
+        self.track = bool(track)
+        self.fates = [bytearray() for _ in range(k)]
+        self.fate_ts: list[list] = [[] for _ in range(k)]
+        self.fate_base = [0] * k
+        self.restore_mismatches = 0
+        self._restored: dict | None = None
+        if state is not None:
+            self._restore(state)
         self.inserts = [self._arrival(i) for i in range(k)]
         self.deletes = [_ignore] * k  # rows expire inside (by basic window and time)
         self.stems = ()
@@ -334,16 +358,26 @@ class ShedJoin:
         pass
 
     def _arrival(self, i: int):
+        fates, fate_ts = self.fates[i], self.fate_ts[i]
+
         def arrive(rid: int, row: tuple, ts) -> None:
             self._advance(ts)
             if self.controller is not None:
                 self.controller.at(self, ts * self.time_unit)
+            k = self.arrivals[i]
             self.arrivals[i] += 1
             self.arrived[i].update()
+            if self.track:
+                fates.append(BUFFERED)
+                fate_ts.append(ts)
+            if self.keep < 1.0 and self.rng.random() >= self.keep:
+                self.drops[i] += 1  # random shedding of a micro-batch's arrivals
+                self._fate(i, k, DROPPED)
+                return
             buf = self.buffers[i]
-            buf.append((rid, ts, row))
+            buf.append((rid, ts, row, k))
             if self.rate is None and not self.wall:
-                self._advance(ts)  # no capacity limit: processed on arrival
+                self._advance(ts)  # no capacity limit or per batch: processed on arrival
                 return
             # The buffer holds as many tuples as arrived in the last `buffer` seconds.
             recent, limit = self.recent[i], ts - self.buffer
@@ -356,14 +390,18 @@ class ShedJoin:
             self.drops[i] += over
             if self.shed == "random":  # §6.1's baseline: that many random tuples of it
                 for _ in range(over):
-                    k = self.rng.randrange(len(buf))
-                    buf.rotate(-k)
-                    buf.popleft()
-                    buf.rotate(k)
+                    j = self.rng.randrange(len(buf))
+                    buf.rotate(-j)
+                    self._fate(i, buf.popleft()[3], DROPPED)
+                    buf.rotate(j)
             else:
                 for _ in range(over):
-                    buf.popleft()
+                    self._fate(i, buf.popleft()[3], DROPPED)
         return arrive
+
+    def _fate(self, i: int, k: int, fate: int) -> None:
+        if self.track and k >= self.fate_base[i]:
+            self.fates[i][k - self.fate_base[i]] = fate
 
     def _advance(self, until) -> None:
         """Process buffered tuples, in arrival order, while the join is free before
@@ -376,7 +414,9 @@ class ShedJoin:
                     i, head = k, b[0][0]
             if i < 0 or self.clock > until:
                 return
-            _, ts, row = bufs[i].popleft()
+            _, ts, row, k = bufs[i].popleft()
+            if self.track:
+                self._fate(i, k, PROCESSED)
             start = max(self.clock, ts)
             delay = (start - ts) * self.time_unit
             self.max_delay = max(self.max_delay, delay)
@@ -393,6 +433,13 @@ class ShedJoin:
     def finish(self) -> None:
         """End of input: the buffered tuples are processed (no more arrivals to drop)."""
         self._advance(INF)
+
+    def end_batch(self, seconds: float, now) -> None:
+        """The end of a micro-batch (``capacity="batch"``, the Spark runtime with
+        ``--capacity wall``): it took ``seconds`` of CPU; ``now`` is its last event time
+        (engine units). The controller moves r for the next one."""
+        if self.batch:
+            self.controller.batch_step(self, seconds, now * self.time_unit)
 
     # ----- one tuple (Figure 3; Algorithm 3) --------------------------------------------
     def _process(self, p: int, row: tuple, ts) -> None:
@@ -593,7 +640,103 @@ class ShedJoin:
         return {}
 
     def load(self, i, rows, times=None) -> None:
-        raise OptionError("the load-shedding join cannot be restored from a checkpoint")
+        """A rebuilt engine's window W_i (the Spark runtime's state as changes): ``rows``
+        (row id -> row, ids in arrival order) go into the basic windows, indexed, without
+        being joined. With the state ``shed_state`` saved, W_i comes back exactly as it
+        was: the rows it held in the basic windows it held them in, a dropped row left
+        out, a buffered one back in the input buffer (docs/shedding.md, "On Spark")."""
+        if times is None:
+            raise OptionError("the load-shedding join loads rows with their times "
+                              "([RANGE w] windows)")
+        order = sorted(rows)
+        saved = self._restored
+        if saved is None:  # no shedder state: every row as processed
+            for rid in order:
+                self._load_row(i, rows[rid], times[rid])
+            return
+        cut, fates = saved["cuts"][i], saved["fates"][i]
+        order = [r for r in order if times[r] >= cut]  # older rows were cleared
+        if len(order) != len(fates):  # (a bug if it happens: counted and reported)
+            self.restore_mismatches += 1
+            return
+        win = self.windows[i]
+        starts = saved["starts"][i]  # per deque position, its first row's time or None
+        held = sorted((s, j) for j, s in enumerate(starts) if s is not None)
+        rng = self.rng.getstate()  # (identifiers drawn here must not move the sampling)
+        work = self.work  # loading is not the join's work on the clock
+        for n, rid in enumerate(order):
+            row, ts = rows[rid], times[rid]
+            if fates[n] == BUFFERED:
+                self.buffers[i].append((rid, ts, row, self.fate_base[i] + n))
+            elif fates[n] == PROCESSED:
+                j = held[bisect.bisect_right(held, (ts, math.inf)) - 1][1]
+                win.rotate(-j)  # the row's basic window first, where _append puts rows
+                self._load_row(i, row, ts)
+                win.rotate(j)
+        self.rng.setstate(rng)
+        self.work = work
+        if self.track:
+            self.fates[i][:] = fates
+            self.fate_ts[i][:] = [times[r] for r in order]
+
+    def _load_row(self, i: int, row: tuple, ts) -> None:
+        vals = tuple(c.prepare(row[c.cols[i]]) if i in c.cols else None
+                     for c in self.conds)
+        z = 0 if self.type_of is None else self.type_of[i](row)
+        self._insert(i, row, ts, vals, z)  # (within b of its basic window's first row)
+
+    def cuts(self, now) -> list:
+        """Per stream i, the oldest time a row of it can matter from: the first row of
+        W_i's oldest basic window, or the oldest tuple in its input buffer, or ``now``
+        (the newest arrival so far) when it holds neither."""
+        out = []
+        for win, buf in zip(self.windows, self.buffers):
+            first = [bw.ts[0] for bw in win if bw.ts]
+            out.append(min(first) if first else buf[0][1] if buf else now)
+        return out
+
+    def frontier(self, now):
+        """The time before which no stored row can matter again: a row of stream i older
+        than ``min(cuts) + min(w)`` - w_i is older than every cut. The Spark runtime
+        forgets stored rows by it instead of by the time of the newest arrival, since
+        buffered tuples still probe older rows."""
+        return min(self.cuts(now)) + min(self.w)
+
+    def shed_state(self, now) -> bytes:
+        """What a rebuild from stored rows needs besides them (``load``): the shedder's
+        statistics, counters, clock, random state and controller; per stream its cut, the
+        fates of its arrivals since the cut (a byte each) and per basic window its first
+        row's time. Fates before the cut are forgotten."""
+        import copy
+        import pickle
+        cuts = self.cuts(now)
+        for i, cut in enumerate(cuts):
+            k = bisect.bisect_left(self.fate_ts[i], cut)
+            if k:
+                del self.fates[i][:k], self.fate_ts[i][:k]
+                self.fate_base[i] += k
+        controller = None
+        if self.controller is not None:
+            controller = copy.copy(self.controller)
+            controller.series = []  # (the time series stays with the live copy)
+        return pickle.dumps({
+            "attrs": {a: getattr(self, a) for a in _SHED_STATE},
+            "fates": [bytes(f) for f in self.fates], "fate_base": self.fate_base,
+            "cuts": cuts, "starts": [[bw.ts[0] if bw.ts else None for bw in win]
+                                     for win in self.windows],
+            "rng": self.rng.getstate(), "controller": controller},
+            protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _restore(self, blob: bytes) -> None:
+        import pickle
+        state = pickle.loads(blob)
+        for a, v in state["attrs"].items():
+            setattr(self, a, v)
+        self.rng.setstate(state["rng"])
+        if state["controller"] is not None:
+            self.controller = state["controller"]
+        self.fate_base = list(state["fate_base"])
+        self._restored = state
 
     def state_tuples(self) -> int:
         return sum(len(bw) for win in self.windows for bw in win) + sum(
@@ -631,8 +774,8 @@ class ShedJoin:
         out = {
             "shed": self.shed, "index": self.index, "basic_window": self.b_seconds,
             "basic_windows": list(self.n),
-            "capacity": "wall" if self.wall else (None if self.rate is None
-                                                  else self.rate / self.time_unit),
+            "capacity": "wall" if self.wall else "batch" if self.batch else (
+                None if self.rate is None else self.rate / self.time_unit),
             "work_units": self.work,
             "fraction_r": [round(r, 6) for r in self.fractions],
             "buffer_drops": dict(zip(self.aliases, self.drops)),
@@ -669,17 +812,23 @@ class ShedJoin:
         return self._loss_summary(total, var)
 
     def _loss_summary(self, total: float, var: float) -> dict:
-        """The estimate of the exact output and its variance as the lost fraction with a
-        95% interval."""
-        if total <= 0:
-            return {"estimated_results": total, "estimated_lost": 0.0,
-                    "estimated_lost_interval": [0.0, 0.0]}
-        half = 1.96 * math.sqrt(var)
-        lost = 1.0 - self.results / total
-        lo = 1.0 - self.results / max(total - half, self.results or 1e-12)
-        hi = 1.0 - self.results / (total + half)
-        return {"estimated_results": round(total, 1), "estimated_lost": max(0.0, lost),
-                "estimated_lost_interval": [max(0.0, min(lo, hi)), max(0.0, max(lo, hi))]}
+        return loss_summary(self.results, total, var)
+
+
+def loss_summary(results: int, total: float, var: float) -> dict:
+    """``results`` emitted against the estimate ``total`` of the exact output (variance
+    ``var``): the lost fraction with a 95% interval. Estimates of disjoint parts (Spark's
+    partition groups) add up, totals and variances alike."""
+    if total <= 0:
+        return {"estimated_results": total, "estimated_results_var": 0.0,
+                "estimated_lost": 0.0, "estimated_lost_interval": [0.0, 0.0]}
+    half = 1.96 * math.sqrt(var)
+    lost = 1.0 - results / total
+    lo = 1.0 - results / max(total - half, results or 1e-12)
+    hi = 1.0 - results / (total + half)
+    return {"estimated_results": round(total, 1), "estimated_results_var": var,
+            "estimated_lost": max(0.0, lost),
+            "estimated_lost_interval": [max(0.0, min(lo, hi)), max(0.0, max(lo, hi))]}
 
 
 def budget_slices(win, order, a: float):

@@ -34,7 +34,8 @@ from adaptcq.stats.shedding import BasicWindowMatches
 class ShedMJoin(ShedJoin):
     """The load-shedding join of three or more streams, by MJoin pipelines."""
 
-    def __init__(self, query, mode: str = "append", out: list | None = None, **kw):
+    def __init__(self, query, mode: str = "append", out: list | None = None, *,
+                 state: bytes | None = None, **kw):
         super().__init__(query, mode, out, **kw)
         if self.type_of is not None:
             raise OptionError("utility-based shedding (--utility, Algorithm 5) is for "
@@ -58,6 +59,8 @@ class ShedMJoin(ShedJoin):
                         for x in range(k) for y, _ in self.steps[x]}
         self.orders = {(x, y): list(range(self.n[y])) for (x, y) in self.matches}
         self.fractions = [1.0] * k
+        if state is not None:  # (after the pipelines' own statistics are made)
+            self._restore(state)
 
     def _choose_index(self, index: str) -> str:
         has_eq = any(c.pred is None for c in self.conds)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from adaptcq.errors import OptionError
 
 KEYS = ("mode", "capacity", "basic_window", "index", "buffer", "gamma", "T_r", "T_c",
-        "delta_r", "direction", "seed", "utility")
+        "delta_r", "direction", "seed", "utility", "budget")
 
 
 def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
@@ -17,7 +17,9 @@ def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
     ``mode`` (none, random, partial, selective; default none), ``capacity`` (work units
     per second of event time, or "wall"), ``basic_window`` (seconds), ``index``,
     ``buffer`` (seconds), ``gamma`` (γ), ``T_r``, ``T_c``, ``delta_r`` (δ_r),
-    ``direction`` (join direction adaptation, default on), ``seed``."""
+    ``direction`` (join direction adaptation, default on), ``seed``; ``budget`` (seconds
+    of CPU per micro-batch, set by the Spark runtime for ``capacity="wall"``: r then
+    moves once per micro-batch, and ``random`` drops arrivals at random at the rate)."""
     spec = dict(spec or {})
     unknown = sorted(set(spec) - set(KEYS))
     if unknown:
@@ -36,11 +38,18 @@ def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
     if "gamma" in spec and mode not in ("partial", "selective"):
         raise OptionError(f"gamma (the sampling probability of full processing) is for "
                           f"--shed selective or partial, not {mode}")
+    budget = spec.pop("budget", None)
+    if budget is not None and spec.get("capacity") != "wall":
+        raise OptionError("a CPU budget per micro-batch is for --capacity wall")
+    if budget is not None and "buffer" in spec:
+        raise OptionError("--buffer with a budget per micro-batch: a Spark partition group "
+                          "processes each micro-batch whole, with r set from the last one's "
+                          "CPU time (docs/shedding.md, \"On Spark\"); it has no input buffer")
     controller = None
-    if mode in ("partial", "selective"):
+    if mode in ("partial", "selective") or (budget is not None and mode == "random"):
         from adaptcq.adapt.shed_control import ShedController
         kw = {k: spec[k] for k in ("T_r", "T_c", "delta_r", "direction") if k in spec}
-        controller = ShedController(mode, **kw)
+        controller = ShedController(mode, budget=budget, **kw)
     elif any(k in spec for k in ("T_r", "T_c", "delta_r")):
         raise OptionError(f"the adaptation periods (T_r, T_c, delta_r) are for --shed "
                           f"selective or partial, not {mode}")
@@ -51,6 +60,8 @@ def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
     for k in ("capacity", "basic_window", "index", "buffer", "gamma", "seed"):
         if k in spec:
             options[k] = spec[k]
+    if budget is not None:
+        options["capacity"] = "batch"
     return controller, options
 
 
@@ -134,3 +145,55 @@ def _type_function(preds):
                 return z
         return last
     return type_of
+
+
+def spark_shed_spec(spec: Mapping | None, groups: int, cores: int) -> dict | None:
+    """The ``shed`` option of a Spark run (docs/shedding.md, "On Spark"), checked on the
+    driver, as every partition group will build it (``engine_options``). ``interval`` is
+    the streaming query's trigger interval in seconds: with ``capacity="wall"`` each group
+    has a CPU budget per micro-batch of ``interval · min(1, cores/groups)`` (its share of
+    the cores) and adapts r once per micro-batch from the batch's CPU time against it. A
+    numeric capacity is each group's, on the virtual clock, as in the local runtime."""
+    if spec is None:
+        return None
+    spec = dict(spec)
+    if "budget" in spec:
+        raise OptionError("shedding option 'budget' is set by the Spark runtime from "
+                          "'interval' (the trigger interval); give interval")
+    if "utility" in spec:
+        raise OptionError("--utility is not supported on Spark yet: the tuple types' "
+                          "columns would have to travel with every row through the split; "
+                          "use --engine local")
+    interval = spec.pop("interval", None)
+    if spec.get("capacity") == "wall":
+        if interval is None:
+            raise OptionError("--capacity wall on Spark needs the trigger interval "
+                              "(--trigger SECONDS; shed={'interval': ...}): a partition group "
+                              "adapts r once per micro-batch from its CPU time against its "
+                              "share of that interval")
+        try:
+            interval = float(interval)
+        except (TypeError, ValueError):
+            interval = float("nan")
+        if not 0 < interval < float("inf"):
+            raise OptionError(f"the trigger interval must be a positive number of seconds, "
+                              f"got {interval!r}")
+        if spec.get("mode", "none") == "none":
+            del spec["capacity"]  # nothing to adapt: every tuple is processed
+        else:
+            spec["budget"] = interval * min(1.0, cores / groups)
+    elif interval is not None:
+        raise OptionError("the trigger interval is the CPU budget of --capacity wall; with "
+                          f"capacity {spec.get('capacity')!r} it is not used")
+    shed_engine_options(spec)  # every refusal here, on the driver
+    return spec
+
+
+def engine_options(options: Mapping) -> dict:
+    """``options`` with a ``shed`` spec turned into the load-shedding join's own options
+    and a fresh controller (one per engine: a partition group's is its own)."""
+    options = dict(options)
+    spec = options.pop("shed", None)
+    if spec is not None:
+        options.update(shed_engine_options(spec)[1])
+    return options

@@ -292,13 +292,21 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     schemas = {name: {f.name: _spark_kind(f.dataType) for f in df.schema.fields}
                for name, df in streams.items()}
     query = parse_query(sql, schemas)
-    require_equi_joins(query, "the Spark runtime (load shedding on Spark is not built yet)")
     require_inputs(query, streams)
     _check_join_types(query)
     late_ns = lateness_ns(allowed_lateness)
     signed = _signed_streams(query, streams, sign)
     executor, spec = _adaptivity(executor, adaptivity)
     executor, options = _vector_choice(executor, query, spec, options)
+    if options.get("shed") is not None and executor != "shed":
+        raise OptionError(f"the load-shedding options are for the load-shedding join "
+                          f"(executor 'shed'), not {executor}")
+    if executor != "shed":  # set join conditions: only the load-shedding join has them
+        require_equi_joins(query, f"the {executor} executor")
+    elif spec is not None:
+        raise OptionError("adaptive policies (--optimizer, --reorder, --executor acaching) "
+                          "order and cache MJoin pipelines; the load-shedding join adapts "
+                          "with its own controller (--shed)")
     names = [o.name for o in query.outputs]
     clash = sorted(set(names) & set(SIDE_COLUMNS))
     if clash:
@@ -328,6 +336,10 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
                       stacklevel=2)
     P = plan.groups
     keys = _group_keys(spark, P)
+    if options.get("shed") is not None:
+        from adaptcq.runtime.shed import spark_shed_spec
+        options["shed"] = spark_shed_spec(options["shed"], P,
+                                          spark.sparkContext.defaultParallelism)
 
     parts = []
     col_types: dict[str, list] = {}
@@ -423,9 +435,10 @@ def _check_engine(query: LogicalQuery, executor: str, mode: str, signed: bool,
         except (ValueError, KeyError, TypeError) as e:
             raise OptionError(str(e).strip('"')) from None
         return
+    from adaptcq.runtime.shed import engine_options
     try:
         cq = ContinuousQuery(query, executor, mode, time_unit=TIME_UNIT,
-                             explicit_deletions=signed, **options)
+                             explicit_deletions=signed, **engine_options(options))
         for policy in make_policies(spec) if spec is not None else ():
             cq.attach(policy)
     except AdaptcqError:
@@ -725,6 +738,8 @@ def _frames(cfg: _Config, gkey: int, eng, out: list, rejected: list, cpu: float,
             "pid": os.getpid(),
             "now": eng.cq.now if math.isfinite(eng.cq.now) else None,
             "plan": eng.cq.executor.describe()}
+    if cfg.executor == "shed":
+        info["shedding"] = eng.cq.executor.report()
     if cfg.adaptivity is not None:
         info["policies"] = eng.report()
         info["policy_restores"] = eng.restores
@@ -817,6 +832,33 @@ class SparkRun:
     @property
     def updates(self) -> int:
         return sum(g["updates"] for g in self.groups.values())
+
+    @property
+    def shedding(self) -> dict | None:
+        """The load-shedding figures over all groups (None without the load-shedding
+        join): results, drops and the estimated loss summed (the groups' estimates are of
+        disjoint parts of the output), r per group."""
+        reports = {k: g["shedding"] for k, g in sorted(self.groups.items())
+                   if "shedding" in g}
+        if not reports:
+            return None
+        from adaptcq.engine.shed_join import loss_summary
+        drops: dict[str, int] = {}
+        for rep in reports.values():
+            for alias, n in rep["buffer_drops"].items():
+                drops[alias] = drops.get(alias, 0) + n
+        results = sum(r["shed_results"] for r in reports.values())
+        out = {"shed": next(iter(reports.values()))["shed"], "shed_results": results,
+               "buffer_drops": drops,
+               "fully_processed": sum(r["fully_processed"] for r in reports.values()),
+               "max_delay_seconds": max(r["max_delay_seconds"] for r in reports.values()),
+               "fraction_r": {k: r.get("fraction_r_final", 1.0)
+                              for k, r in reports.items()},
+               "fraction_r_min": min(r.get("fraction_r_min", 1.0) for r in reports.values()),
+               "rate_steps": sum(r.get("rate_steps", 0) for r in reports.values())}
+        out.update(loss_summary(results, sum(r["estimated_results"] for r in reports.values()),
+                                sum(r["estimated_results_var"] for r in reports.values())))
+        return out
 
     @property
     def pending(self) -> int:
@@ -1146,12 +1188,25 @@ class FileJob:
                         run_id=self.fingerprint["run"], checkpoint=self.fingerprint["checkpoint"],
                         restarted=not self.fresh)
 
-    def run(self, spark, finish: bool = True, max_files_per_trigger: int | None = None
-            ) -> SparkRun:
+    def run(self, spark, finish: bool = True, max_files_per_trigger: int | None = None,
+            trigger: float | None = None) -> SparkRun:
         """Run the query on ``spark`` over every file present; with ``finish``, signal the
-        end of input so that buffered rows are processed as the local runtime would."""
+        end of input so that buffered rows are processed as the local runtime would.
+        ``trigger``: seconds between micro-batch starts (default: back to back)."""
+        if max_files_per_trigger is not None and (
+                not isinstance(max_files_per_trigger, int) or max_files_per_trigger < 1):
+            raise OptionError(f"--max-files-per-trigger must be a whole number >= 1, got "
+                              f"{max_files_per_trigger!r}")
+        if trigger is not None and not 0 < trigger < math.inf:
+            raise OptionError(f"--trigger must be a positive number of seconds, got "
+                              f"{trigger!r}")
         ctl = self.checkpoint / "end_of_input"
         ctl.mkdir(parents=True, exist_ok=True)  # Spark's file source needs the folder
+        options = dict(self.options)
+        shed = options.get("shed")
+        if trigger is not None and shed and shed.get("capacity") == "wall":
+            # the trigger interval is the groups' CPU budget per micro-batch
+            options["shed"] = {"interval": trigger, **shed}
         try:
             streams = {n: _read_stream(spark, inp, max_files_per_trigger)
                        for n, inp in self.inputs.items()}
@@ -1161,7 +1216,7 @@ class FileJob:
                 shares=self.shares or None,
                 allowed_lateness=self.allowed_lateness, sign=self.sign,
                 end_of_input=str(ctl), side_outputs=True, timestamp_unit=self.unit,
-                adaptivity=self.adaptivity, **self.options)
+                adaptivity=self.adaptivity, **options)
         except AdaptcqError:
             raise
         except Exception as e:  # noqa: BLE001 - Spark's analysis errors, in one line
@@ -1179,10 +1234,13 @@ class FileJob:
         q = None
         failure = None
         try:
-            q = (raw.writeStream.foreachBatch(
+            writer = (raw.writeStream.foreachBatch(
                 lambda df, bid: write_batch(df, bid, output, rejected, run, names))
                 .option("checkpointLocation", str(self.checkpoint / "query"))
-                .queryName(f"adaptcq_{uuid.uuid4().hex[:8]}").start())
+                .queryName(f"adaptcq_{uuid.uuid4().hex[:8]}"))
+            if trigger is not None:
+                writer = writer.trigger(processingTime=f"{trigger * 1000:.0f} milliseconds")
+            q = writer.start()
             q.processAllAvailable()
             if finish:
                 signal_end(ctl)
@@ -1341,7 +1399,6 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     inputs = {name: _resolve_input(name, path, timestamp, timestamp_unit)
               for name, path in sources.items()}
     query = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()})
-    require_equi_joins(query, "the Spark runtime (load shedding on Spark is not built yet)")
     require_inputs(query, inputs)
     if sign is not None and not any(sign in i.schema.names for i in inputs.values()):
         raise InputError(f"no input has the sign column {sign!r} (--sign); the inputs' "
@@ -1431,6 +1488,7 @@ def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, outp
               mode: str = "append", partitions: int | None = None,
               allowed_lateness: float = 0.0, sign: str | None = None, finish: bool = True,
               max_files_per_trigger: int | None = None, timestamp_unit: str | None = None,
+              trigger: float | None = None,
               adaptivity: Mapping | None = None, shares: Mapping | None = None,
               **options) -> SparkRun:
     """Run ``sql`` over Parquet/CSV files (a file, a folder or a glob per source) to Parquet.
@@ -1450,7 +1508,7 @@ def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, outp
     job = prepare_files(sql, sources, checkpoint, output, rejected, timestamp, executor, mode,
                         P, allowed_lateness, sign, timestamp_unit, adaptivity=adaptivity,
                         shares=shares, **options)
-    return job.run(spark, finish, max_files_per_trigger)
+    return job.run(spark, finish, max_files_per_trigger, trigger)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ _HANDLED = {"command", "help", "sql", "input", "timestamp", "timestamp_unit", "e
             "mode", "output", "rejected", "order", "tree", "nested_loop", "sign",
             "allowed_lateness", "no_progress", "engine", "master", "partitions", "checkpoint",
             "format", "summary_json", "optimizer", "reorder", "caches", "cache_memory",
-            "reopt_interval"}
+            "reopt_interval", "shed", "capacity", "basic_window", "index", "buffer",
+            "no_join_direction", "utility", "trigger", "max_files_per_trigger"}
 
 
 def refuse_unsupported(args) -> None:
@@ -52,6 +53,8 @@ def refuse_unsupported(args) -> None:
     for dest, (flag, default) in run_defaults().items():
         if dest in _HANDLED or not hasattr(args, dest):
             continue
+        if dest == "seed" and getattr(args, "shed", None):
+            continue  # the load-shedding join's sampling and random drops
         value = getattr(args, dest)
         if value == default or value is None or value is False or value == []:
             continue
@@ -75,7 +78,7 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
             raise AdaptcqError(f"--{flag.replace('_', '-')} is not for --engine spark: a "
                                "partition group's batch is what its micro-batch releases "
                                "(docs/vector.md, On Spark)")
-    unknown = sorted(set(options) - {"orders", "tree", "nested_loop", "ordering"})
+    unknown = sorted(set(options) - {"orders", "tree", "nested_loop", "ordering", "shed"})
     if unknown:  # the CLI builds no others for Spark: a programming error if it does
         raise AdaptcqError(f"engine option {unknown[0]} is not supported with --engine spark")
     # --optimizer with the vectorized executor is its per-batch ordering (no policy)
@@ -124,7 +127,8 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", SplitWarning)
-                run = job.run(spark)
+                run = job.run(spark, max_files_per_trigger=args.max_files_per_trigger,
+                              trigger=args.trigger)
         finally:
             spark.sparkContext.setLogLevel("ERROR")
             py4j_log.setLevel(level)
@@ -173,6 +177,17 @@ def summary_table(run: SparkRun, args, master: str):
     t.add_row("rejected rows", f"{run.rejected:,}")
     if run.adaptivity is not None:
         t.add_row("adaptive policies (in every group)", describe_adaptivity(run.adaptivity))
+    shed = run.shedding
+    if shed is not None:
+        lo, hi = shed["estimated_lost_interval"]
+        t.add_row("load shedding (in every group)", shed["shed"])
+        t.add_row("r per group (final; lowest of any group)",
+                  ", ".join(f"{r:g}" for r in shed["fraction_r"].values())
+                  + f"; {shed['fraction_r_min']:g}")
+        t.add_row("dropped arrivals", ", ".join(f"{a}: {n:,}"
+                                                for a, n in shed["buffer_drops"].items()))
+        t.add_row("estimated results lost (95% interval)",
+                  f"{shed['estimated_lost']:.1%} ({lo:.1%} – {hi:.1%})")
     return t
 
 
@@ -261,6 +276,7 @@ def summary(run: SparkRun) -> dict:
                                   strict=True)),
         "checkpoint": run.checkpoint,
         "restarted": run.restarted, "output": run.output, "adaptivity": run.adaptivity,
+        "shedding": run.shedding,
         "groups": [run.groups[k] for k in sorted(run.groups)]}
 
 

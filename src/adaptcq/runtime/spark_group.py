@@ -44,6 +44,7 @@ from pyspark.sql.streaming import StatefulProcessor
 
 from adaptcq.errors import AdaptcqError
 from adaptcq.query.logical import LogicalQuery
+from adaptcq.runtime.shed import engine_options
 from adaptcq.runtime.spark_split import PUNCT, _Config, _file_of, _ipc
 
 __all__ = ["MemoryStore", "PartitionGroup", "SparkStore", "read_part", "release"]
@@ -234,6 +235,8 @@ class PartitionGroup:
     continued: int = 0  # of them, rebuilds that continued the saved profiler and policies
     rebuilt_rows: int = 0  # rows loaded by the last rebuild or catch-up
     history: list = field(default_factory=list)  # the last (version, token)s it wrote
+    shed_now: float = -math.inf  # the load-shedding join: its newest arrival's time
+    shed_expired: float = -math.inf  # and its expiry frontier (ShedJoin.frontier)
 
     # ----- creation ----------------------------------------------------------------------
     @classmethod
@@ -243,7 +246,8 @@ class PartitionGroup:
             cq = vector_engine(_logical(cfg), cfg.mode, cfg.inputs, cfg.signed, cfg.options)
         else:
             cq = ContinuousQuery(_logical(cfg), cfg.executor, cfg.mode, time_unit=TIME_UNIT,
-                                 explicit_deletions=cfg.signed, **cfg.options)
+                                 explicit_deletions=cfg.signed,
+                                 **_engine_options(cfg))
         n = cfg.n_streams
         g = cls(cq, [-math.inf] * n, [None] * n, released=[0] * n)
         g.attach(cfg)
@@ -285,12 +289,14 @@ class PartitionGroup:
                 expired_before=info["expired"], now=info["now"], stats=info["stats"],
                 plan=info["plan"], time_unit=TIME_UNIT, explicit_deletions=cfg.signed,
                 next_rid=info["next_rid"],
-                **{k: v for k, v in cfg.options.items() if k not in info["plan"]})
+                **{k: v for k, v in _engine_options(cfg, store).items()
+                   if k not in info["plan"]})
         g = cls(cq, info["frontier"], pending, info["seq"], info["closed"], info["late"],
                 info["peak"][0], info["peak"][1], tuple(info["bound"]), info["expired"],
                 dict(info["entries"]), info["next_entry"], list(info["released"]))
         g.rebuilt_rows = len(rows)
         g.history = list(info["history"])
+        g.shed_now, g.shed_expired = info.get("shed", (-math.inf, -math.inf))
         g._carry(cfg, info.get("adapt"), store.get_adapt())
         return g
 
@@ -348,6 +354,7 @@ class PartitionGroup:
         rejected rows, input rows (primary replicas), rows received)."""
         import pyarrow as pa
         import pyarrow.compute as pc
+        t0 = time.thread_time()  # the batch's CPU time, for shedding per micro-batch
         L = cfg.lateness_ns
         seq = self.seq
         self.seq += 1
@@ -398,6 +405,8 @@ class PartitionGroup:
             cq.advance_to(advance)
             self.expired = max(self.expired, advance)
             out.extend(cq.drain())
+        if cfg.executor == "shed":
+            self._shed_step(cq, tss[-1] if rows else None, out, t0)
         for i, ts, row, why in cq.rejected_rows[n_rej:]:
             if id(row) not in secondary:  # an unmatched deletion, reported by one replica
                 rejected.append((cfg.sources[i], -1, None, ts, why))
@@ -408,6 +417,20 @@ class PartitionGroup:
         self.peak_tuples = max(self.peak_tuples, tup, pt)
         self.peak_bytes = max(self.peak_bytes, byt, pb)
         return out, rejected, rows_in, received
+
+    def _shed_step(self, cq, last, out: list, t0: float) -> None:
+        """The load-shedding join's end of a micro-batch: at the end of input the tuples
+        still in its input buffers; with a CPU budget per micro-batch, r for the next one
+        from this one's CPU time; the expiry frontier held back to what buffered tuples
+        and basic windows still reach (``ShedJoin.frontier``)."""
+        ex = cq.executor
+        if self.closed:
+            out.extend(cq.finish())
+        if last is not None:
+            ex.end_batch(time.thread_time() - t0, last)
+            self.shed_now = max(self.shed_now, last)
+        self.expired = max(self.shed_expired, ex.frontier(self.shed_now))
+        self.shed_expired = self.expired
 
     def _step_vector(self, cfg, go, advance, store, rejected, rows_in, received, pc):
         """``step``'s engine part with the vectorized executor: the released rows as one
@@ -485,6 +508,7 @@ class PartitionGroup:
             "next_entry": self.next_entry, "released": self.released, "now": cq.now,
             "next_rid": cq.next_rid, "history": self.history,
             "stats": dataclasses.asdict(cq.stats), "plan": cq.executor.plan_state(),
+            "shed": (self.shed_now, self.shed_expired),
             "adapt": self._adapt_info()}, protocol=pickle.HIGHEST_PROTOCOL)
 
     # ----- adaptivity --------------------------------------------------------------------
@@ -570,6 +594,17 @@ class PartitionGroup:
         self.continued = adapt["continued"]
         self.earlier = [*self.earlier, adapt["full"]][-_EARLIER:]
         self.attach(cfg)
+
+
+def _engine_options(cfg: _Config, store: MemoryStore | None = None) -> dict:
+    """The group's executor options; the load-shedding join's with its arrivals' fates
+    tracked and, on a rebuild, the shedder's saved state (``ShedJoin.shed_state``)."""
+    options = engine_options(cfg.options)
+    if cfg.executor == "shed":
+        options["track"] = True
+        if store is not None:
+            options["state"] = store.get_adapt()
+    return options
 
 
 def _concat(tables: list):
@@ -815,6 +850,8 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
     store.put_meta((version + 1, token, info))
     if cfg.adaptivity is not None:
         store.put_adapt(eng.dump_policies())
+    elif cfg.executor == "shed":  # the shedder's own state (ShedJoin.shed_state)
+        store.put_adapt(eng.cq.executor.shed_state(eng.shed_now))
     _LIVE[(cfg.qid, gkey)] = ((version + 1, token), eng)
     while len(_LIVE) > 256:  # entries of finished queries
         del _LIVE[next(iter(_LIVE))]
