@@ -222,3 +222,23 @@ def test_spark_groups_shed_as_the_local_join(spark, tmp_path):
                     partitions=2)
     assert run.executor == "shed" and len(run.groups) == 2
     assert _pairs(pq.read_table(tmp_path / "out3")) == _pairs(adaptcq.run(sql, srcs).table)
+
+
+def test_the_command_line_refuses_spark_shedding_options_before_spark_starts(tmp_path,
+                                                                            capsys):
+    from adaptcq.cli import main
+    from adaptcq.stream.shed_workload import shed_two_way
+    wl = shed_two_way(duration=2.0, rate=20.0, window=1.0, seed=1)
+    srcs = _files(wl, tmp_path, 1)
+    base = ["run", "--engine", "spark", "--sql", wl.sql, "--input", f"R={srcs['R']}",
+            "--input", f"S={srcs['S']}", "--shed", "selective", "--output",
+            str(tmp_path / "out")]
+    for extra, message in (
+            (["--capacity", "wall"], "needs the trigger interval"),
+            (["--capacity", "9", "--utility", "CASE v WHEN 1 THEN 2 END"], "--utility"),
+            (["--capacity", "9", "--executor", "mjoin"], "not mjoin"),
+            (["--capacity", "wall", "--trigger", "1", "--buffer", "2"], "no input buffer")):
+        assert main(base + extra) == 1
+        assert message in capsys.readouterr().err.replace("\n", " ")
+    assert main(base[:2] + ["local"] + base[3:] + ["--trigger", "1"]) == 1
+    assert "need --engine spark" in capsys.readouterr().err.replace("\n", " ")

@@ -81,6 +81,14 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
     unknown = sorted(set(options) - {"orders", "tree", "nested_loop", "ordering", "shed"})
     if unknown:  # the CLI builds no others for Spark: a programming error if it does
         raise AdaptcqError(f"engine option {unknown[0]} is not supported with --engine spark")
+    shed = options.get("shed")
+    if shed is not None:  # refused here, before Spark starts (the run checks them again)
+        from adaptcq.runtime.shed import spark_shed_spec
+        wall = shed.get("capacity") == "wall" and args.trigger is not None
+        spark_shed_spec({**shed, "interval": args.trigger} if wall else shed, 1, 1)
+        if args.executor not in ("auto", "shed"):
+            raise AdaptcqError(f"the load-shedding options are for the load-shedding join "
+                               f"(--executor shed), not {args.executor}")
     # --optimizer with the vectorized executor is its per-batch ordering (no policy)
     adaptivity = None if "ordering" in options else adaptivity_spec(args)
     executor = "mjoin" if args.executor == "acaching" else args.executor
