@@ -26,7 +26,7 @@ from test_engine_oracle import arrivals, as_tuples, queries
 def eager(**kw) -> ACaching:
     """A policy that decides after very few observations, so that caches come and go."""
     return ACaching(**{"W": 2, "p": 1.0, "reopt_interval": 16, "interval": 2, "W_d": 2,
-                       "alpha": 2, **kw})
+                       "alpha": 2, "trial": 2, **kw})
 
 
 def chaotic(policy: ACaching, seed: int) -> ACaching:
@@ -41,6 +41,8 @@ def chaotic(policy: ACaching, seed: int) -> ACaching:
         cost = costs.setdefault(st.candidate.group, rnd.uniform(0.0, 1.0))
         return Estimate(rnd.uniform(-0.5, 2.0), cost)
     policy.estimate = estimate
+    # Random CPU measurements: trials keep or undo changes at random, too.
+    policy._sample = lambda cq, now: rnd.uniform(1.0, 2.0)
     return policy
 
 
@@ -67,7 +69,9 @@ def test_acaching_uses_caches_and_results_equal_mjoin():
     wl = three_way(n_updates=7_000, r=5, seed=0)
     # probe_cost = update_cost = 0 makes every cache with a hit worth using: the policy
     # must then use one, and the output must not change.
-    pol = eager(W=5, p=0.2, interval=50, reopt_interval=1000, W_d=20)
+    # (verify=False: this checks the mechanism; measured CPU would undo caches that do
+    # not pay, test_undone_changes below)
+    pol = eager(W=5, p=0.2, interval=50, reopt_interval=1000, W_d=20, verify=False)
     pol.probe_cost = pol.update_cost = 0.0
     p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
     outs = []
@@ -84,10 +88,67 @@ def test_acaching_uses_caches_and_results_equal_mjoin():
     assert used and used[0].cache.hits > 0
 
 
+@pytest.mark.parametrize("cache_pays", [False, True])
+def test_undone_changes_keep_results_and_wait(cache_pays):
+    """Decisions checked by measurement (adapt.caching.verify): with measured CPU per
+    arrival higher while a cache is used, the cache is undone after its trial and its
+    candidate waits (banned); when the cache measures cheaper it stays. Either way the
+    output equals MJoin's."""
+    wl = three_way(n_updates=12_000, r=5, seed=0)
+    pol = eager(W=5, p=0.2, interval=50, reopt_interval=1000, W_d=20, trial=3)
+    pol.probe_cost = pol.update_cost = 0.0  # every cache with a hit looks worth using
+
+    def sample(cq, now):  # synthetic CPU per arrival: the cache costs 50%, or saves 30%
+        used = any(st.state == "used" for st in pol.states.values())
+        return (0.7 if cache_pays else 1.5) if used else 1.0
+    pol._sample = sample
+    p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
+    outs = []
+    for policy in (None, pol):
+        cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
+        if policy is not None:
+            cq.attach(policy)
+        outs.append(sorted(cq.process(p.streams.tolist(), None, p.timestamps.tolist(), p.rows)))
+    assert outs[0] == outs[1] and outs[0]
+    rep = pol.report()
+    assert rep["cache_trials"] >= 1 and rep["cache_measured"]
+    events = [h["event"] for h in pol.history]
+    if cache_pays:
+        assert rep["cache_changes_undone"] == 0 and "keep" in events
+        assert any(st.state == "used" for st in pol.states.values())
+        assert rep["cache_measured"][0]["ratio"] == pytest.approx(0.7)
+    else:
+        assert rep["cache_changes_undone"] >= 1 and "undo" in events
+        assert rep["cache_measured"][0]["ratio"] == pytest.approx(1.5)
+        assert all(st.fails for st in pol.states.values() if st.banned_until)
+        # after an undo the candidate waits: no use event before its ban ends
+        undo = next(h for h in pol.history if h["event"] == "undo")
+        later = [h for h in pol.history if h["event"] == "use" and h["arrival"] > undo["arrival"]]
+        assert all(h["arrival"] >= undo["arrival"] + pol.reopt_interval for h in later)
+
+
+def test_verify_functions():
+    from adaptcq.adapt.caching.verify import backoff, keep_change, profiling_scale, trimmed
+    assert keep_change([1.0] * 6, [1.0] * 6) == (True, 1.0, 0.03)
+    keep, ratio, _ = keep_change([1.2] * 6, [1.0] * 6)
+    assert not keep and ratio == pytest.approx(1.2)
+    assert keep_change([1.02] * 6, [1.0] * 6)[0]  # within the noise floor
+    noisy = [1.0, 1.5, 0.6, 1.4, 0.7, 1.3]
+    assert keep_change([1.1 * x for x in noisy], noisy)[0]  # the noise band widens
+    assert trimmed([5.0, 1.0, 2.0, 9.0]) == [1.0, 2.0, 5.0]  # the slowest quarter out
+    assert [backoff(k, 100) for k in (1, 2, 3)] == [100, 200, 400]
+    assert profiling_scale(1.0, 0.10, 0.01) == pytest.approx(0.2)
+    assert profiling_scale(0.5, 0.001, 0.01) == 1.0
+    assert profiling_scale(0.5, 1.0, 0.01) == 0.01
+    with pytest.raises(ValueError):
+        keep_change([], [1.0])
+
+
 def test_memory_budget_is_kept_and_can_change():
     wl = three_way(n_updates=20_000, r=5, seed=1)
     p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
-    pol = eager(W=5, p=0.2, interval=50, reopt_interval=2000, W_d=20, memory=3_000)
+    pol = eager(W=5, p=0.2, interval=50, reopt_interval=2000, W_d=20, memory=3_000,
+                verify=False)
     pol.probe_cost = pol.update_cost = 0.0
     cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
     cq.attach(pol)

@@ -78,8 +78,8 @@ def test_normalized_sql_keeps_quoted_text():
 @pytest.mark.parametrize(("extra", "message"), [
     (["--executor", "xjoin", "--reorder", "agreedy"],
      "--optimizer and --reorder order MJoin pipelines; use them with --executor mjoin"),
-    (["--caches", "global"], ("--caches, --cache-memory and --reopt-interval need "
-                              "--executor acaching")),
+    (["--caches", "global"], ("--caches, --cache-memory, --reopt-interval and "
+                              "--no-cache-verify need --executor acaching")),
     (["--executor", "acaching", "--reopt-interval", "0"], "--reopt-interval must be"),
     (["--max-results", "10"], "--max-results 10 is not supported with --engine spark yet"),
     (["--format", "csv"], "--format csv is not supported with --engine spark"),

@@ -139,6 +139,10 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    "globally-consistent ones (a-caching.txt §6)")
     r.add_argument("--cache-memory", type=int, metavar="BYTES",
                    help="A-Caching memory budget for caches (default: unlimited)")
+    r.add_argument("--no-cache-verify", action="store_true",
+                   help="with --executor acaching: keep every cache change the cost model "
+                   "makes, without checking it against the measured CPU (the paper's "
+                   "policy; its decisions are then deterministic)")
     r.add_argument("--reopt-interval", type=int, metavar="TUPLES",
                    help="A-Caching re-optimization interval I in tuples (default 10,000)")
     r.add_argument("--mode", default="append", choices=["append", "retract"])
@@ -257,11 +261,11 @@ def cache_options(args) -> dict | None:
     if args.executor == "acaching":
         return {"caches": args.caches or "prefix", "memory": args.cache_memory,
                 "reopt_interval": 10_000 if args.reopt_interval is None
-                else args.reopt_interval}
+                else args.reopt_interval, "verify": not args.no_cache_verify}
     if args.cache_memory is not None or args.caches is not None or \
-            args.reopt_interval is not None:
-        raise AdaptcqError("--caches, --cache-memory and --reopt-interval need "
-                           "--executor acaching")
+            args.reopt_interval is not None or args.no_cache_verify:
+        raise AdaptcqError("--caches, --cache-memory, --reopt-interval and --no-cache-verify "
+                           "need --executor acaching")
     return None
 
 

@@ -44,10 +44,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from adaptcq.adapt.base import PolicyBase
 from adaptcq.adapt.caching import METHODS, Candidate, Estimate, enumerate_candidates, select
+from adaptcq.adapt.caching.verify import backoff, keep_change, profiling_scale
 from adaptcq.engine.rules import cache_key
 from adaptcq.stats.estimators import W_DEFAULT, BloomMissRate, WindowAverage
 
@@ -57,6 +60,9 @@ CHANGE = 0.20             # p of §4.5 c: re-select only after a change of more 
 M_DEFAULT = 6             # §6 quota m (§7.3: m = 6)
 PROBE_COST = 1.0          # work units of one cache probe (§4.3 probe_cost)
 UPDATE_COST = 1.0         # work units of one cache insert (§4.3 update_cost)
+TRIAL = 20                # intervals a change runs, and then its control, before a verdict
+P_MIN = 1e-4              # the lowest profiling probability cheap profiling goes down to
+SHARE_TICKS = 20          # ticks over which profiling's share of the CPU is measured
 
 
 @dataclass
@@ -68,6 +74,9 @@ class CandidateState:
     seen: tuple[int, int] = (0, 0)          # (hits, misses) at the last tick, while used
     observed_miss: WindowAverage = field(default_factory=WindowAverage)
     estimate: Estimate | None = None
+    fails: int = 0                          # changes of it undone by measurement
+    banned_until: int = 0                   # arrivals: not used again before (an add undone)
+    pinned_until: int = 0                   # arrivals: not dropped again before (a drop undone)
 
 
 class ACaching(PolicyBase):
@@ -80,10 +89,14 @@ class ACaching(PolicyBase):
                  reopt_interval: int = REOPT_INTERVAL, change: float = CHANGE,
                  caches: str = "prefix", m: int = M_DEFAULT, memory: int | None = None,
                  W_d: int = 100, alpha: float = 4.0, method: str = "auto",
-                 interval: int = 500, seed: int = 0):
+                 interval: int = 500, seed: int = 0, trial: int = TRIAL,
+                 verify: bool = True):
         _check_options(W=W, p=p, reopt_interval=reopt_interval, change=change, caches=caches,
                        m=m, memory=memory, W_d=W_d, alpha=alpha, method=method,
                        interval=interval)
+        if not (_is_count(trial) and trial >= 1):
+            raise ValueError(f"A-Caching option trial (intervals a cache change is measured "
+                             f"over) must be a whole number ≥ 1, got {trial!r}")
         self.W, self.W_d, self.alpha = W, W_d, alpha
         self.p = p
         self._p_i: dict[int, float] = {}
@@ -106,17 +119,30 @@ class ACaching(PolicyBase):
         self.profiling_since = 0                # arrivals when profiling last started
         self.history: list[dict] = []        # cache changes over time
         self.peak_bytes = 0
+        # Decisions checked by measurement (adapt.caching.verify): the trial under way,
+        # the changes the re-optimizer just made, the CPU clock at the last tick's end.
+        self.verify, self.trial_intervals = verify, trial
+        self.trial: dict | None = None
+        self._changes: list | None = None
+        self._clock: tuple[float, int] | None = None
+        self.trials = self.undone = 0
+        self.measured: list[dict] = []          # each verdict's figures (explain, report)
+        # Cheap profiling: a factor on p_i while estimates are stable.
+        self.p_scale = 1.0
+        self._shares: deque = deque(maxlen=SHARE_TICKS + 1)  # (profile CPU, CPU) per tick
+        self._ticks = 0
 
     # ----- policy hooks ------------------------------------------------------------------
     @property
     def sample_probability(self) -> float:
-        return max([self.p, *self._p_i.values()])
+        return max([self.p, *self._p_i.values()]) * self.p_scale
 
     def stream_probability(self, i: int) -> float:
         """p_i (App. A): at least p, and high enough that a pipeline whose stream brings a
         small share of the arrivals still collects 2W profiled tuples per re-optimization
-        interval I (§4.5 step 2 needs W observations of each statistic)."""
-        return self._p_i.get(i, self.p)
+        interval I (§4.5 step 2 needs W observations of each statistic); times
+        ``p_scale`` while the estimates are stable (cheap profiling)."""
+        return self._p_i.get(i, self.p) * self.p_scale
 
     def _set_p_i(self, per_stream) -> None:
         total = sum(per_stream)
@@ -126,24 +152,126 @@ class ACaching(PolicyBase):
                          for i, c in enumerate(per_stream)}
 
     def on_interval(self, cq, ts) -> None:
+        now = time.process_time()
+        sample = self._sample(cq, now)
         ex = cq.executor
         self._arrivals = cq.next_rid
         self._set_p_i(cq.per_stream)
         arrivals = cq.next_rid
         if {a: tuple(o) for a, o in ex.orders.items()} != self.orders:
+            self._end_trial(arrivals, ts, "re-ordered")  # its caches are gone
             self._new_candidates(ex, arrivals, ts)
-        self._watch_used(ex, arrivals, ts)
-        if arrivals >= self.next_reopt:           # §4.5 step 4: profile the unused again
-            self.next_reopt = arrivals + self.reopt_interval
-            ex.observe_probes([w for st in self.states.values() if st.state == "unused"
-                               for w in self._profile(ex, st)])
-        # §4.5 step 2 waits for W observations of every statistic; a candidate whose
-        # probe position is rarely reached would hold up the others for ever, so after one
-        # interval I the selection runs over the candidates that are ready (our bound).
-        if any(st.state == "profiled" for st in self.states.values()) and (
-                self._ready() or arrivals - self.profiling_since >= self.reopt_interval):
-            self._reselect(ex, arrivals, ts)
-        self._enforce_memory(ex, arrivals, ts)
+        if self.trial is not None:  # nothing else changes while a change is measured
+            self._watch_used(ex, arrivals, ts, drop=False)
+            self._trial_step(ex, arrivals, ts, sample)
+        else:
+            self._changes = []
+            self._watch_used(ex, arrivals, ts)
+            if arrivals >= self.next_reopt:       # §4.5 step 4: profile the unused again
+                self.next_reopt = arrivals + self.reopt_interval
+                ex.observe_probes([w for st in self.states.values() if st.state == "unused"
+                                   for w in self._profile(ex, st)])
+            # §4.5 step 2 waits for W observations of every statistic; a candidate whose
+            # probe position is rarely reached would hold up the others for ever, so after
+            # one interval I the selection runs over the candidates that are ready (ours).
+            if any(st.state == "profiled" for st in self.states.values()) and (
+                    self._ready() or arrivals - self.profiling_since >= self.reopt_interval):
+                self._reselect(ex, arrivals, ts)
+            changes, self._changes = self._changes, None
+            if changes and self.verify:
+                self.trial = {"actions": changes, "phase": "after", "settle": 1,
+                              "after": [], "control": [], "since": arrivals}
+        if self._enforce_memory(ex, arrivals, ts):
+            self._end_trial(arrivals, ts, "memory budget")  # the budget decides now
+        self._adapt_profiling(cq, now)
+        self._clock = (time.process_time(), cq.next_rid)
+
+    # ----- decisions checked by measurement (adapt.caching.verify) -------------------------
+    def _sample(self, cq, now: float) -> float | None:
+        """CPU seconds per arrival since the last tick ended (the policy's own time at the
+        ticks left out)."""
+        if self._clock is None:
+            return None
+        n = cq.next_rid - self._clock[1]
+        return (now - self._clock[0]) / n if n > 0 else None
+
+    def _trial_step(self, ex, arrivals, ts, sample) -> None:
+        """Run the change for ``trial`` intervals, then the control (the change reverted)
+        as long, then keep the cheaper: a change slower than its control by more than the
+        noise band is undone, and its candidates wait ``verify.backoff`` arrivals."""
+        t = self.trial
+        if sample is None:
+            return
+        if t["settle"]:  # the interval that recompiled the pipelines is not measured
+            t["settle"] -= 1
+            return
+        t[t["phase"]].append(sample)
+        if len(t[t["phase"]]) < self.trial_intervals:
+            return
+        if t["phase"] == "after":
+            self._apply(ex, t["actions"], arrivals, ts, revert=True, why="control")
+            t["phase"], t["settle"] = "control", 1
+            return
+        keep, ratio, band = keep_change(t["after"], t["control"])
+        what = ", ".join(f"{a} {st.candidate.name}" for a, st in t["actions"])
+        figures = {"arrival": arrivals, "change": what, "ratio": ratio, "band": band,
+                   "kept": keep, "cpu_per_arrival_with": sum(t["after"]) / len(t["after"]),
+                   "cpu_per_arrival_without": sum(t["control"]) / len(t["control"]),
+                   "predicted_net_benefit": [_net(st) for _, st in t["actions"]]}
+        self.measured.append(figures)
+        self.trials += 1
+        self.trial = None
+        if keep:
+            self._apply(ex, t["actions"], arrivals, ts, why="kept")
+            self._log(arrivals, ts, "keep", f"{what}: {ratio:.3f}× the CPU per arrival "
+                      f"without it (band {band:.1%})")
+            return
+        self.undone += 1
+        for action, st in t["actions"]:
+            st.fails += 1
+            until = arrivals + backoff(st.fails, self.reopt_interval)
+            if action == "use":
+                st.banned_until = until
+                self.chosen.discard(st.candidate)
+            else:
+                st.pinned_until = until
+                self.chosen.add(st.candidate)
+        self._log(arrivals, ts, "undo", f"{what}: {ratio:.3f}× the CPU per arrival "
+                  f"without it (band {band:.1%}); eligible again after "
+                  f"{backoff(t['actions'][0][1].fails, self.reopt_interval):,} arrivals")
+
+    def _apply(self, ex, actions, arrivals, ts, revert: bool = False, why: str = "") -> None:
+        for action, st in actions:
+            if (action == "use") != revert:
+                if st.state != "used":
+                    self._use(ex, st, arrivals, ts)
+            elif st.state == "used":
+                self._drop(ex, st, arrivals, ts, why)
+
+    def _end_trial(self, arrivals, ts, why: str) -> None:
+        """A trial cut short (a re-ordering removed its caches, or the memory budget
+        acted): the current state stands."""
+        if self.trial is not None:  # (in its control phase the change stays reverted)
+            self.trial = None
+            self._log(arrivals, ts, "trial ended", why)
+
+    def _adapt_profiling(self, cq, now: float) -> None:
+        """Cheap profiling: while the estimates are stable (a selection made, no trial, no
+        candidate without an estimate), scale p_i so that profiling takes at most
+        ``verify.TARGET_SHARE`` of the CPU; otherwise profile at the full p_i."""
+        self._shares.append((cq.profile_cpu, now))
+        stable = (self.selections > 0 and self.trial is None and all(
+            st.estimate is not None for st in self.states.values()
+            if st.state == "profiled"))
+        if not stable:
+            self.p_scale = 1.0
+            return
+        if len(self._shares) > SHARE_TICKS:
+            (p0, c0), (p1, c1) = self._shares[0], self._shares[-1]
+            share = (p1 - p0) / (c1 - c0) if c1 > c0 else 0.0
+            full = max([self.p, *self._p_i.values()])
+            self.p_scale = profiling_scale(self.p_scale, share, min(1.0, P_MIN / full))
+            self._shares.clear()
 
     # ----- candidates ----------------------------------------------------------------------
     def _new_candidates(self, ex, arrivals, ts) -> None:
@@ -243,7 +371,8 @@ class ACaching(PolicyBase):
     # ----- the re-optimizer ------------------------------------------------------------------
     def _reselect(self, ex, arrivals, ts) -> None:
         estimates = {c: self.estimate(st) for c, st in self.states.items()}
-        estimates = {c: e for c, e in estimates.items() if e is not None}
+        estimates = {c: e for c, e in estimates.items() if e is not None
+                     and self.states[c].banned_until <= arrivals}  # undone: waits
         changed = self.selections == 0 or any(
             _changed(self.states[c].estimate, e, self.change) for c, e in estimates.items())
         for c, e in estimates.items():
@@ -252,7 +381,7 @@ class ACaching(PolicyBase):
         if not changed:  # §4.5 c: nothing moved by more than p: keep the selection
             ex.clear_observers()
             for c, st in self.states.items():
-                if c in self.chosen and st.state != "used":
+                if c in self.chosen and st.state != "used" and st.banned_until <= arrivals:
                     self._use(ex, st, arrivals, ts)  # e.g. dropped for memory earlier
                 elif st.state == "profiled":
                     st.state = "unused"
@@ -266,6 +395,8 @@ class ACaching(PolicyBase):
             if c in sel.chosen and st.state != "used":
                 self._use(ex, st, arrivals, ts)
             elif c not in sel.chosen:
+                if st.state == "used" and st.pinned_until > arrivals:
+                    continue  # its drop was undone by measurement: it stays for now
                 if st.state == "used":
                     self._drop(ex, st, arrivals, ts, "not selected")
                 st.state = "unused"
@@ -285,18 +416,24 @@ class ACaching(PolicyBase):
         st.seen = tuple(st.cache.counts)
         st.observed_miss = WindowAverage(self.W)
         e = st.estimate
-        self._log(arrivals, ts, "use", f"{c.name} (benefit {e.benefit:.3g}, cost {e.cost:.3g})")
+        if self._changes is not None:
+            self._changes.append(("use", st))
+        self._log(arrivals, ts, "use", f"{c.name} (benefit {e.benefit:.3g}, cost {e.cost:.3g})"
+                  if e is not None else c.name)
 
     def _drop(self, ex, st: CandidateState, arrivals, ts, why: str) -> None:
         if st.cache is not None:
             ex.drop_cache(st.candidate.pipeline, st.cache)
         st.cache = None
         st.state = "unused"
+        if self._changes is not None:
+            self._changes.append(("drop", st))
         self._log(arrivals, ts, "drop", f"{st.candidate.name}: {why}")
 
-    def _watch_used(self, ex, arrivals, ts) -> None:
+    def _watch_used(self, ex, arrivals, ts, drop: bool = True) -> None:
         """§4.5 a: benefit − cost of used caches, with the observed miss probability; a
-        cache that turned negative is dropped at once."""
+        cache that turned negative is dropped at once (not during a trial, and not while
+        an undone drop pins it)."""
         for st in self.states.values():
             if st.state != "used" or st.cache is None:
                 continue
@@ -308,7 +445,7 @@ class ACaching(PolicyBase):
             e = self.estimate(st)
             if e is not None:
                 st.estimate = e
-                if e.benefit - e.cost < 0:
+                if e.benefit - e.cost < 0 and drop and st.pinned_until <= arrivals:
                     self._drop(ex, st, arrivals, ts, f"net benefit {e.benefit - e.cost:.3g} < 0")
 
     # ----- memory (§5) -------------------------------------------------------------------------
@@ -333,7 +470,14 @@ class ACaching(PolicyBase):
             raise ValueError(f"--cache-memory must be >= 0 bytes, got {memory!r}")
         self.memory = memory
 
-    def _enforce_memory(self, ex, arrivals, ts) -> None:
+    def _enforce_memory(self, ex, arrivals, ts) -> bool:
+        """§5's budget; returns whether a cache was dropped or resized. Without a budget
+        the caches' sizes (for the peak) are measured every SHARE_TICKS ticks only: a
+        cache's size walks its entries."""
+        self._ticks += 1
+        if self.memory is None and self._ticks % SHARE_TICKS:
+            return False
+        changes = len(self.history)
         used = [st for st in self.states.values() if st.state == "used" and st.cache is not None]
         total = sum(st.cache.size_bytes() for st in used)
         if self.memory is not None:
@@ -373,6 +517,7 @@ class ACaching(PolicyBase):
                 total += after - before
                 self._log(arrivals, ts, "grow", f"{st.candidate.name} to {grown} buckets")
         self.peak_bytes = max(self.peak_bytes, total)
+        return any(h["event"] in ("shrink", "drop") for h in self.history[changes:])
 
     # ----- reporting -------------------------------------------------------------------------
     def _log(self, arrivals, ts, event, what) -> None:
@@ -388,6 +533,10 @@ class ACaching(PolicyBase):
             "cache_changes": sum(h["event"] in ("use", "drop", "shrink", "grow")
                                  for h in self.history),
             "cache_memory_peak_bytes": self.peak_bytes,
+            "cache_trials": self.trials,
+            "cache_changes_undone": self.undone,
+            "cache_measured": [dict(m) for m in self.measured[-5:]],
+            "profiling_scale": self.p_scale,
             "cache_history": [dict(h) for h in self.history],
         }
 

@@ -33,7 +33,7 @@ ORDERING = ("p", "alpha", "objective", "initial_p")
 #: Keys of ``caching`` (``adapt.acaching.ACaching``'s options; W, interval and seed come
 #: from the common parameters unless given here).
 CACHING = ("caches", "memory", "reopt_interval", "change", "m", "W_d", "alpha", "method",
-           "p", "W", "interval", "seed")
+           "p", "W", "interval", "seed", "verify", "trial")
 
 
 def make_policies(optimizer: str | None = None, reorder: str = "off",

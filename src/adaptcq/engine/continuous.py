@@ -213,6 +213,8 @@ class ContinuousQuery:
         self.per_stream = [0] * len(query.streams)  # arrivals per stream (rates)
         self.policies: list = []      # engine.protocols.Policy objects, in attach order
         self.profiler = None          # the one stats.profiler.Profiler all policies share
+        self.profile_cpu = 0.0        # CPU seconds spent on profiled insertions (policies
+        # keep profiling cheap with it: adapt.acaching)
         self._next_event = float("inf")  # row id of the next profiling or policy tick
         self._next_profile = float("inf")
         self._next_tick = float("inf")
@@ -330,9 +332,11 @@ class ContinuousQuery:
         done = False
         seconds = ts * self.time_unit  # policies see seconds
         if rid >= self._next_profile and self._accept(i):
+            t0 = time.process_time()
             fanouts = any(pol.needs_fanouts for pol in self.policies)
             self.feed_observation(self.executor.profile_insert(i, rid, row, ts, fanouts),
                                   seconds)
+            self.profile_cpu += time.process_time() - t0
             done = True
         if rid >= self._next_tick:
             self.feed_tick(seconds)

@@ -34,7 +34,7 @@ _HANDLED = {"command", "help", "sql", "input", "timestamp", "timestamp_unit", "e
             "mode", "output", "rejected", "order", "tree", "nested_loop", "sign",
             "allowed_lateness", "no_progress", "engine", "master", "partitions", "checkpoint",
             "format", "summary_json", "optimizer", "reorder", "caches", "cache_memory",
-            "reopt_interval", "shed", "capacity", "basic_window", "index", "buffer",
+            "reopt_interval", "no_cache_verify", "shed", "capacity", "basic_window", "index", "buffer",
             "no_join_direction", "utility", "trigger", "max_files_per_trigger"}
 
 

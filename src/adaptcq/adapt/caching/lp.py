@@ -30,8 +30,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
-from scipy.sparse import coo_matrix
 
 from adaptcq.adapt.caching.model import (
     Candidate,
@@ -70,6 +68,9 @@ class Relaxation:
 def solve_relaxation(candidates: Iterable[Candidate], estimates: Mapping[Candidate, Estimate],
                      operator_costs: Mapping[Operator, float]) -> Relaxation:
     """Solve Appendix B's LP relaxation with ``scipy.optimize.linprog(method="highs")``."""
+    # (imported here: scipy takes 0.2 s to import, and most queries never need the LP)
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
     cands = sorted(check_instance(candidates, estimates, operator_costs), key=sort_key)
     ops = sorted(operator_costs, key=lambda o: (o[0], o[1]))
     groups = list(shared_groups(cands))

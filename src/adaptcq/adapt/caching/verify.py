@@ -1,0 +1,72 @@
+"""Cache decisions checked by measurement, and profiling kept cheap (beyond a-caching.txt:
+issue 14, docs/acaching.md "Decisions checked by measurement").
+
+§4.3's model predicts a cache's benefit and cost from profiled statistics; in this engine
+a prediction can be wrong (a hash probe costs about what a cache probe costs). So every
+cache change is tried: the query runs some intervals with the change, then the same number
+of intervals without it (the control), and the change stays only if its measured CPU per
+arrival is not worse than the control's by more than the noise band. Pure functions:
+the policy (``adapt.acaching``) measures and acts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+NOISE_FLOOR = 0.03     # a change within 3% of the control's cost counts as no worse
+TARGET_SHARE = 0.02    # profiling's share of the CPU while estimates are stable (issue 14)
+TRIM = 0.25            # the share of the slowest intervals left out of a comparison
+
+
+def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
+    n = len(xs)
+    mean = math.fsum(xs) / n
+    var = math.fsum((x - mean) ** 2 for x in xs) / (n - 1) if n > 1 else 0.0
+    return mean, var
+
+
+def trimmed(xs: Sequence[float], top: float = TRIM) -> list[float]:
+    """``xs`` without its largest ``top`` share: an interval's CPU time can only be
+    inflated by what is not the query (the runtime reading input or writing output
+    between two chunks, a garbage collection), never deflated."""
+    keep = max(1, len(xs) - int(len(xs) * top))
+    return sorted(xs)[:keep]
+
+
+def keep_change(after: Sequence[float], control: Sequence[float],
+                floor: float = NOISE_FLOOR) -> tuple[bool, float, float]:
+    """Whether a change stays: ``after`` are the CPU seconds per arrival of the intervals
+    run with it, ``control`` those of the intervals run without it. Returns (keep, the
+    ratio mean(after)/mean(control), the band), over the ``trimmed`` samples. The band is
+    the larger of ``floor`` and two standard errors of the difference of the means,
+    relative to the control's mean: a change is undone only when it is slower by more
+    than the noise can explain."""
+    if not after or not control:
+        raise ValueError("a trial needs intervals with and without the change")
+    after, control = trimmed(after), trimmed(control)
+    ma, va = _mean_var(after)
+    mc, vc = _mean_var(control)
+    if mc <= 0:
+        return True, 1.0, floor
+    band = max(floor, 2.0 * math.sqrt(va / len(after) + vc / len(control)) / mc)
+    ratio = ma / mc
+    return ratio <= 1.0 + band, ratio, band
+
+
+def backoff(fails: int, interval: int) -> int:
+    """Arrivals a candidate whose change was undone ``fails`` times waits before it is
+    tried again: the re-optimization interval, doubled per failure (a workload can change,
+    so no candidate is banned for good; repeated failures cost less and less)."""
+    return interval * (1 << min(max(fails, 1) - 1, 20))
+
+
+def profiling_scale(scale: float, share: float, low: float,
+                    target: float = TARGET_SHARE) -> float:
+    """The factor on the profiling probabilities p_i while estimates are stable: scaled so
+    that profiling takes ``target`` of the CPU (``share`` is its measured share at the
+    current ``scale``), between ``low`` and 1. Profiling's cost is proportional to the
+    number of profiled tuples, so the share scales linearly with the factor."""
+    if share <= 0:
+        return min(1.0, scale * 2.0)  # nothing measured: creep back up
+    return min(1.0, max(low, scale * target / share))
