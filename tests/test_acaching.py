@@ -133,11 +133,13 @@ def test_verify_functions():
     keep, ratio, _ = keep_change([1.2] * 6, [1.0] * 6)
     assert not keep and ratio == pytest.approx(1.2)
     assert keep_change([1.02] * 6, [1.0] * 6)[0]  # within the noise floor
+    assert not keep_change([1.02] * 6, [1.0] * 6, strict=True)[0]  # a new cache must pay
+    assert keep_change([0.98] * 6, [1.0] * 6, strict=True)[0]
     noisy = [1.0, 1.5, 0.6, 1.4, 0.7, 1.3]
     assert keep_change([1.1 * x for x in noisy], noisy)[0]  # the noise band widens
     assert trimmed([5.0, 1.0, 2.0, 9.0]) == [1.0, 2.0, 5.0]  # the slowest quarter out
     assert [backoff(k, 100) for k in (1, 2, 3)] == [100, 200, 400]
-    assert profiling_scale(1.0, 0.10, 0.01) == pytest.approx(0.2)
+    assert profiling_scale(1.0, 0.10, 0.01, target=0.02) == pytest.approx(0.2)
     assert profiling_scale(0.5, 0.001, 0.01) == 1.0
     assert profiling_scale(0.5, 1.0, 0.01) == 0.01
     with pytest.raises(ValueError):

@@ -50,7 +50,13 @@ from dataclasses import dataclass, field
 
 from adaptcq.adapt.base import PolicyBase
 from adaptcq.adapt.caching import METHODS, Candidate, Estimate, enumerate_candidates, select
-from adaptcq.adapt.caching.verify import backoff, keep_change, profiling_scale
+from adaptcq.adapt.caching.verify import (
+    NOISE_FLOOR,
+    backoff,
+    clear,
+    keep_change,
+    profiling_scale,
+)
 from adaptcq.engine.rules import cache_key
 from adaptcq.stats.estimators import W_DEFAULT, BloomMissRate, WindowAverage
 
@@ -63,6 +69,9 @@ UPDATE_COST = 1.0         # work units of one cache insert (§4.3 update_cost)
 TRIAL = 20                # intervals a change runs, and then its control, before a verdict
 P_MIN = 1e-4              # the lowest profiling probability cheap profiling goes down to
 SHARE_TICKS = 20          # ticks over which profiling's share of the CPU is measured
+EARLY = 4                 # a trial phase can end after this many intervals when clear
+MAX_KEYS = 1 << 17        # a cache's expected keys are capped here (its buckets at 8×)
+REPROFILE_MAX = 16        # the re-profiling interval stretches to at most this many I
 
 
 @dataclass
@@ -125,24 +134,26 @@ class ACaching(PolicyBase):
         self.trial: dict | None = None
         self._changes: list | None = None
         self._clock: tuple[float, int] | None = None
+        self._window: dict | None = None  # pipeline -> its [RANGE w] window, seconds
         self.trials = self.undone = 0
         self.measured: list[dict] = []          # each verdict's figures (explain, report)
         # Cheap profiling: a factor on p_i while estimates are stable.
         self.p_scale = 1.0
+        self.reprofile_scale = 1  # I times this between re-profilings (doubles while stable)
         self._shares: deque = deque(maxlen=SHARE_TICKS + 1)  # (profile CPU, CPU) per tick
         self._ticks = 0
 
     # ----- policy hooks ------------------------------------------------------------------
     @property
     def sample_probability(self) -> float:
-        return max([self.p, *self._p_i.values()]) * self.p_scale
+        return min(1.0, max([self.p, *self._p_i.values()]) * self.p_scale)
 
     def stream_probability(self, i: int) -> float:
         """p_i (App. A): at least p, and high enough that a pipeline whose stream brings a
         small share of the arrivals still collects 2W profiled tuples per re-optimization
         interval I (§4.5 step 2 needs W observations of each statistic); times
         ``p_scale`` while the estimates are stable (cheap profiling)."""
-        return self._p_i.get(i, self.p) * self.p_scale
+        return min(1.0, self._p_i.get(i, self.p) * self.p_scale)
 
     def _set_p_i(self, per_stream) -> None:
         total = sum(per_stream)
@@ -153,11 +164,18 @@ class ACaching(PolicyBase):
 
     def on_interval(self, cq, ts) -> None:
         now = time.process_time()
-        sample = self._sample(cq, now)
         ex = cq.executor
-        self._arrivals = cq.next_rid
-        self._set_p_i(cq.per_stream)
         arrivals = cq.next_rid
+        if self._quiet(ex, arrivals):  # (most ticks, once the caches are decided)
+            self._shares.append((cq.profile_cpu, now))
+            if len(self._shares) > SHARE_TICKS:
+                self._set_p_i(cq.per_stream)
+                self._adapt_profiling(cq, now)
+            self._clock = (time.process_time(), arrivals)
+            return
+        sample = self._sample(cq, now)
+        self._arrivals = arrivals
+        self._set_p_i(cq.per_stream)
         if {a: tuple(o) for a, o in ex.orders.items()} != self.orders:
             self._end_trial(arrivals, ts, "re-ordered")  # its caches are gone
             self._new_candidates(ex, arrivals, ts)
@@ -168,7 +186,7 @@ class ACaching(PolicyBase):
             self._changes = []
             self._watch_used(ex, arrivals, ts)
             if arrivals >= self.next_reopt:       # §4.5 step 4: profile the unused again
-                self.next_reopt = arrivals + self.reopt_interval
+                self.next_reopt = arrivals + self.reopt_interval * self.reprofile_scale
                 ex.observe_probes([w for st in self.states.values() if st.state == "unused"
                                    for w in self._profile(ex, st)])
             # §4.5 step 2 waits for W observations of every statistic; a candidate whose
@@ -186,6 +204,18 @@ class ACaching(PolicyBase):
         self._adapt_profiling(cq, now)
         self._clock = (time.process_time(), cq.next_rid)
 
+    def _quiet(self, ex, arrivals) -> bool:
+        """Nothing can happen at this tick: no trial, no cache in use to watch, no
+        candidate being profiled, no re-profiling or memory check due, the orders as they
+        were. (A tick then costs two clock reads.)"""
+        return (self.trial is None and self.selections > 0 and arrivals < self.next_reopt
+                and self.memory is None and not self._watching
+                and all(tuple(ex.orders[a]) == o for a, o in self.orders.items()))
+
+    @property
+    def _watching(self) -> bool:
+        return any(st.state in ("used", "profiled") for st in self.states.values())
+
     # ----- decisions checked by measurement (adapt.caching.verify) -------------------------
     def _sample(self, cq, now: float) -> float | None:
         """CPU seconds per arrival since the last tick ended (the policy's own time at the
@@ -196,36 +226,64 @@ class ACaching(PolicyBase):
         return (now - self._clock[0]) / n if n > 0 else None
 
     def _trial_step(self, ex, arrivals, ts, sample) -> None:
-        """Run the change for ``trial`` intervals, then the control (the change reverted)
-        as long, then keep the cheaper: a change slower than its control by more than the
-        noise band is undone, and its candidates wait ``verify.backoff`` arrivals."""
+        """Measure a change A/B/A: ``trial``/2 intervals with it, ``trial`` intervals
+        without it (the control), ``trial``/2 with it again, so that a steady drift of
+        the cost per arrival cancels; then keep the cheaper. A change slower than its
+        control by more than the noise band is undone, and its candidates wait
+        ``verify.backoff`` arrivals. Measuring starts once the state has stopped growing
+        (windows still filling make later intervals dearer) and skips the interval that
+        recompiled the pipelines. A control clearly slower than the change
+        (``verify.clear``) ends after ``EARLY`` intervals, the change kept: the change
+        goes first, and its control is cut short, because a good cache taken away costs
+        its full price every interval."""
         t = self.trial
-        if sample is None:
+        size = ex.state_tuples()
+        growing, t["size"] = size > 1.02 * t.get("size", 0), size
+        if sample is None or growing:
             return
-        if t["settle"]:  # the interval that recompiled the pipelines is not measured
+        if t["settle"]:
             t["settle"] -= 1
             return
-        t[t["phase"]].append(sample)
-        if len(t[t["phase"]]) < self.trial_intervals:
-            return
+        half = max(1, self.trial_intervals // 2)
         if t["phase"] == "after":
-            self._apply(ex, t["actions"], arrivals, ts, revert=True, why="control")
-            t["phase"], t["settle"] = "control", 1
-            return
-        keep, ratio, band = keep_change(t["after"], t["control"])
+            t["after"].append(sample)
+            if len(t["after"]) >= half:
+                self._apply(ex, t["actions"], arrivals, ts, revert=True, why="control")
+                t["phase"], t["settle"] = "control", 1
+        elif t["phase"] == "control":
+            t["control"].append(sample)
+            if len(t["control"]) >= EARLY and clear(t["after"], t["control"]) is True:
+                self._apply(ex, t["actions"], arrivals, ts, why="clearly faster")
+                self._verdict(ex, arrivals, ts, t, t["control"])
+            elif len(t["control"]) >= self.trial_intervals:
+                self._apply(ex, t["actions"], arrivals, ts, why="trial")
+                t["phase"], t["settle"] = "again", 1
+        else:
+            t["after"].append(sample)
+            if len(t["after"]) >= 2 * half:
+                self._verdict(ex, arrivals, ts, t, t["control"])
+
+    def _verdict(self, ex, arrivals, ts, t: dict, control: list) -> None:
+        # A new cache must not be slower at all (it costs memory and every update of its
+        # inputs; a tie keeps the plain pipeline); a drop stays unless it was slower by
+        # more than the noise band.
+        adds = any(action == "use" for action, _ in t["actions"])
+        keep, ratio, band = keep_change(t["after"], control, floor=0.0 if adds else
+                                        NOISE_FLOOR, strict=adds)
         what = ", ".join(f"{a} {st.candidate.name}" for a, st in t["actions"])
         figures = {"arrival": arrivals, "change": what, "ratio": ratio, "band": band,
                    "kept": keep, "cpu_per_arrival_with": sum(t["after"]) / len(t["after"]),
-                   "cpu_per_arrival_without": sum(t["control"]) / len(t["control"]),
+                   "cpu_per_arrival_without": sum(control) / len(control),
                    "predicted_net_benefit": [_net(st) for _, st in t["actions"]]}
         self.measured.append(figures)
         self.trials += 1
         self.trial = None
+        # (the change is in force here: the after and again phases run with it)
         if keep:
-            self._apply(ex, t["actions"], arrivals, ts, why="kept")
             self._log(arrivals, ts, "keep", f"{what}: {ratio:.3f}× the CPU per arrival "
                       f"without it (band {band:.1%})")
             return
+        self._apply(ex, t["actions"], arrivals, ts, revert=True, why="undone")
         self.undone += 1
         for action, st in t["actions"]:
             st.fails += 1
@@ -259,7 +317,8 @@ class ACaching(PolicyBase):
         """Cheap profiling: while the estimates are stable (a selection made, no trial, no
         candidate without an estimate), scale p_i so that profiling takes at most
         ``verify.TARGET_SHARE`` of the CPU; otherwise profile at the full p_i."""
-        self._shares.append((cq.profile_cpu, now))
+        if not self._shares or self._shares[-1][1] != now:
+            self._shares.append((cq.profile_cpu, now))
         stable = (self.selections > 0 and self.trial is None and all(
             st.estimate is not None for st in self.states.values()
             if st.state == "profiled"))
@@ -378,6 +437,16 @@ class ACaching(PolicyBase):
         for c, e in estimates.items():
             if self.states[c].state == "profiled" or changed:
                 self.states[c].estimate = e
+        # Beyond the paper (cheap profiling): while re-profiling changes no cache, the next
+        # one waits twice as long (up to REPROFILE_MAX·I): its Bloom observers and the
+        # pipelines' recompilation cost CPU every time.
+        before = {c for c, st in self.states.items() if st.state == "used"}
+        self._reselect_with(ex, arrivals, ts, estimates, changed)
+        after = {c for c, st in self.states.items() if st.state == "used"}
+        self.reprofile_scale = 1 if after != before else min(REPROFILE_MAX,
+                                                                self.reprofile_scale * 2)
+
+    def _reselect_with(self, ex, arrivals, ts, estimates: dict, changed: bool) -> None:
         if not changed:  # §4.5 c: nothing moved by more than p: keep the selection
             ex.clear_observers()
             for c, st in self.states.items():
@@ -405,7 +474,10 @@ class ACaching(PolicyBase):
 
     def _use(self, ex, st: CandidateState, arrivals, ts) -> None:
         c = st.candidate
-        buckets = self._buckets(st)
+        if self._window is None:
+            self._window = {s_.alias: float(s_.window.size) for s_ in ex.query.streams
+                            if s_.window.kind == "range"}
+        buckets = self._buckets(st, ex.retract)
         try:
             st.cache = ex.place_cache(c.pipeline, c.start, c.end, c.extra, buckets=buckets)
         except ValueError as e:  # e.g. a CacheUpdate inside another cached segment
@@ -459,9 +531,20 @@ class ACaching(PolicyBase):
         tuple_bytes = 2 * (40 + 8 * len(c.segment)) + 16
         return max(1.0, distinct) * (200 + per_entry * tuple_bytes)
 
-    def _buckets(self, st: CandidateState) -> int:
-        """§3.3: the bucket count from the expected size (a power of two)."""
+    def _buckets(self, st: CandidateState, retract: bool = False) -> int:
+        """§3.3: the bucket count from the expected size (a prime: ``_prime_at_least``).
+        The Bloom filter counts distinct keys among W_d probes. In retract mode an entry
+        is probed again when its probing tuple leaves the window, so the keys that must
+        fit are those of a whole window: the distinct share of the probes times the
+        probes per window length (a cache sized for W_d probes would miss on nearly every
+        deletion, and a miss recomputes the segment)."""
         distinct = st.bloom.distinct() if st.bloom is not None and st.bloom.ready else 64
+        if retract and self._window is not None:
+            c = st.candidate
+            rate = self._d(c.pipeline, c.start - 1)
+            w = self._window.get(c.pipeline)
+            if rate and w:
+                distinct = max(distinct, min(MAX_KEYS, distinct / self.W_d * rate * w))
         return _prime_at_least(max(17, int(8 * distinct)))
 
     def set_memory(self, memory: int | None) -> None:
@@ -500,7 +583,7 @@ class ACaching(PolicyBase):
         # Grow shrunk caches back, highest priority first, while the budget allows.
         for st in sorted((x for x in used if x.cache is not None),
                          key=lambda x: -_net(x) / self.expected_bytes(x)):
-            want = self._buckets(st)
+            want = self._buckets(st, ex.retract)
             if st.cache.buckets >= want:
                 continue
             before = st.cache.size_bytes()

@@ -15,8 +15,11 @@ import math
 from collections.abc import Sequence
 
 NOISE_FLOOR = 0.03     # a change within 3% of the control's cost counts as no worse
-TARGET_SHARE = 0.02    # profiling's share of the CPU while estimates are stable (issue 14)
+TARGET_SHARE = 0.005   # profiling's share of the CPU aimed at while estimates are stable
+# (issue 14 asks for under 2%; the measured share is noisy and the ticks cost too, so
+# the aim is a quarter of it)
 TRIM = 0.25            # the share of the slowest intervals left out of a comparison
+CLEAR = 3.0            # bands beyond which a trial's verdict is clear before its end
 
 
 def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
@@ -35,13 +38,15 @@ def trimmed(xs: Sequence[float], top: float = TRIM) -> list[float]:
 
 
 def keep_change(after: Sequence[float], control: Sequence[float],
-                floor: float = NOISE_FLOOR) -> tuple[bool, float, float]:
+                floor: float = NOISE_FLOOR, strict: bool = False
+                ) -> tuple[bool, float, float]:
     """Whether a change stays: ``after`` are the CPU seconds per arrival of the intervals
     run with it, ``control`` those of the intervals run without it. Returns (keep, the
     ratio mean(after)/mean(control), the band), over the ``trimmed`` samples. The band is
     the larger of ``floor`` and two standard errors of the difference of the means,
     relative to the control's mean: a change is undone only when it is slower by more
-    than the noise can explain."""
+    than the noise can explain. ``strict``: kept only when not slower at all (ratio ≤ 1;
+    for a change that adds something, which must pay for itself)."""
     if not after or not control:
         raise ValueError("a trial needs intervals with and without the change")
     after, control = trimmed(after), trimmed(control)
@@ -51,7 +56,18 @@ def keep_change(after: Sequence[float], control: Sequence[float],
         return True, 1.0, floor
     band = max(floor, 2.0 * math.sqrt(va / len(after) + vc / len(control)) / mc)
     ratio = ma / mc
-    return ratio <= 1.0 + band, ratio, band
+    return ratio <= (1.0 if strict else 1.0 + band), ratio, band
+
+
+def clear(after: Sequence[float], control: Sequence[float], k: float = CLEAR) -> bool | None:
+    """An early verdict: True when the change is faster than the control by more than
+    ``k`` bands, False when slower by more than ``k`` bands, None when not yet clear."""
+    _, ratio, band = keep_change(after, control)
+    if ratio > 1.0 + k * band:
+        return False
+    if ratio < 1.0 / (1.0 + k * band):
+        return True
+    return None
 
 
 def backoff(fails: int, interval: int) -> int:
