@@ -195,7 +195,7 @@ class ACaching(PolicyBase):
             if any(st.state == "profiled" for st in self.states.values()) and (
                     self._ready() or arrivals - self.profiling_since >= self.reopt_interval):
                 self._reselect(ex, arrivals, ts)
-            changes, self._changes = self._changes, None
+            changes, self._changes = _net_changes(self._changes), None
             if changes and self.verify:
                 self.trial = {"actions": changes, "phase": "after", "settle": 1,
                               "after": [], "control": [], "since": arrivals}
@@ -295,8 +295,9 @@ class ACaching(PolicyBase):
                 st.pinned_until = until
                 self.chosen.add(st.candidate)
         self._log(arrivals, ts, "undo", f"{what}: {ratio:.3f}× the CPU per arrival "
-                  f"without it (band {band:.1%}); eligible again after "
-                  f"{backoff(t['actions'][0][1].fails, self.reopt_interval):,} arrivals")
+                  f"without it (band {band:.1%}); not chosen again for "
+                  f"{backoff(t['actions'][0][1].fails, self.reopt_interval):,} arrivals, "
+                  "then when its estimates next change")
 
     def _apply(self, ex, actions, arrivals, ts, revert: bool = False, why: str = "") -> None:
         for action, st in actions:
@@ -323,7 +324,9 @@ class ACaching(PolicyBase):
             st.estimate is not None for st in self.states.values()
             if st.state == "profiled"))
         if not stable:
-            self.p_scale = 1.0
+            if self.p_scale < 1.0:  # profile at the full p_i from the next arrival on,
+                self.p_scale = 1.0  # not after a gap drawn at the scaled-down p
+                cq.reschedule()
             return
         if len(self._shares) > SHARE_TICKS:
             (p0, c0), (p1, c1) = self._shares[0], self._shares[-1]
@@ -351,6 +354,10 @@ class ACaching(PolicyBase):
                 self.states[cand] = st
                 continue
             st = CandidateState(cand)
+            if cand in old:  # a measured penalty outlives a re-ordering
+                o = old[cand]
+                st.fails, st.banned_until, st.pinned_until = (o.fails, o.banned_until,
+                                                              o.pinned_until)
             self.states[cand] = st
             watches += self._profile(ex, st)
         ex.observe_probes(watches)
@@ -518,6 +525,7 @@ class ACaching(PolicyBase):
             if e is not None:
                 st.estimate = e
                 if e.benefit - e.cost < 0 and drop and st.pinned_until <= arrivals:
+                    self.chosen.discard(st.candidate)  # (not used again unselected)
                     self._drop(ex, st, arrivals, ts, f"net benefit {e.benefit - e.cost:.3g} < 0")
 
     # ----- memory (§5) -------------------------------------------------------------------------
@@ -554,7 +562,7 @@ class ACaching(PolicyBase):
         self.memory = memory
 
     def _enforce_memory(self, ex, arrivals, ts) -> bool:
-        """§5's budget; returns whether a cache was dropped or resized. Without a budget
+        """§5's budget; returns whether a cache was dropped or shrunk. Without a budget
         the caches' sizes (for the peak) are measured every SHARE_TICKS ticks only: a
         cache's size walks its entries."""
         self._ticks += 1
@@ -660,6 +668,19 @@ def _check_options(*, W, p, reopt_interval, change, caches, m, memory, W_d, alph
     if not (_is_number(alpha) and alpha > 0):
         raise ValueError(f"A-Caching option alpha (Bloom-filter bits per key) must be > 0, "
                          f"got {alpha!r}")
+
+
+def _net_changes(changes: list) -> list:
+    """The changes of one tick, net: a cache dropped and used again in the same tick (a
+    §4.5 a drop, then a re-selection that picks it) is no change to measure."""
+    out: dict = {}
+    for action, st in changes:
+        first = out.get(id(st))
+        if first is not None and first[0] != action:
+            del out[id(st)]
+        elif first is None:
+            out[id(st)] = (action, st)
+    return list(out.values())
 
 
 def _net(st: CandidateState) -> float:

@@ -303,6 +303,12 @@ class ContinuousQuery:
         for pol in self.policies:
             pol.on_interval(self, ts)
 
+    def reschedule(self) -> None:
+        """Draw the next profiled insertion anew (a policy raised its p: a gap drawn at
+        the old, lower p would otherwise run to its end)."""
+        self._next_profile = float("inf")
+        self._schedule()
+
     def _schedule(self) -> None:
         p = max((pol.sample_probability for pol in self.policies), default=0.0)
         if p > 0 and (self._next_profile <= self.next_rid or self._next_profile == float("inf")):

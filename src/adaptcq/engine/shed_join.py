@@ -400,7 +400,7 @@ class ShedJoin:
         return arrive
 
     def _fate(self, i: int, k: int, fate: int) -> None:
-        if self.track and k >= self.fate_base[i]:
+        if self.track and 0 <= k - self.fate_base[i] < len(self.fates[i]):
             self.fates[i][k - self.fate_base[i]] = fate
 
     def _advance(self, until) -> None:
@@ -537,9 +537,11 @@ class ShedJoin:
 
     def _expire(self, i: int, ts) -> None:
         """Drop the oldest basic windows whose newest row left the window (§3.2's expiry
-        check, a basic window at a time)."""
+        check, a basic window at a time); the newest one too when all of it has left (a
+        stream that went quiet: its rows must not count in r·|W_i|, nor hold the Spark
+        runtime's expiry frontier back)."""
         win, limit = self.windows[i], ts - self.w[i]
-        for j in range(len(win) - 1, 0, -1):
+        for j in range(len(win) - 1, -1, -1):
             bw = win[j]
             if not bw.ts:
                 continue
@@ -650,20 +652,28 @@ class ShedJoin:
                               "([RANGE w] windows)")
         order = sorted(rows)
         saved = self._restored
-        if saved is None:  # no shedder state: every row as processed
+        work, rng = self.work, self.rng.getstate()  # loading is not the join's work, and
+        try:  # identifiers drawn here (inverted-id) must not move the sampling
+            self._load(i, rows, times, order, saved)
+        finally:
+            self.work = work
+            self.rng.setstate(rng)
+
+    def _load(self, i, rows, times, order, saved) -> None:
+        if saved is not None:
+            cut, fates = saved["cuts"][i], saved["fates"][i]
+            order = [r for r in order if times[r] >= cut]  # older rows were cleared
+            if len(order) != len(fates):  # (a bug if it happens: counted and reported)
+                self.restore_mismatches += 1
+                self.fate_base[i] = self.arrivals[i]  # fates afresh from the next arrival
+                saved = None
+        if saved is None:  # every row as processed: no result is produced twice
             for rid in order:
                 self._load_row(i, rows[rid], times[rid])
-            return
-        cut, fates = saved["cuts"][i], saved["fates"][i]
-        order = [r for r in order if times[r] >= cut]  # older rows were cleared
-        if len(order) != len(fates):  # (a bug if it happens: counted and reported)
-            self.restore_mismatches += 1
             return
         win = self.windows[i]
         starts = saved["starts"][i]  # per deque position, its first row's time or None
         held = sorted((s, j) for j, s in enumerate(starts) if s is not None)
-        rng = self.rng.getstate()  # (identifiers drawn here must not move the sampling)
-        work = self.work  # loading is not the join's work on the clock
         for n, rid in enumerate(order):
             row, ts = rows[rid], times[rid]
             if fates[n] == BUFFERED:
@@ -673,8 +683,6 @@ class ShedJoin:
                 win.rotate(-j)  # the row's basic window first, where _append puts rows
                 self._load_row(i, row, ts)
                 win.rotate(j)
-        self.rng.setstate(rng)
-        self.work = work
         if self.track:
             self.fates[i][:] = fates
             self.fate_ts[i][:] = [times[r] for r in order]

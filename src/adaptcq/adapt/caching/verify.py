@@ -71,9 +71,10 @@ def clear(after: Sequence[float], control: Sequence[float], k: float = CLEAR) ->
 
 
 def backoff(fails: int, interval: int) -> int:
-    """Arrivals a candidate whose change was undone ``fails`` times waits before it is
-    tried again: the re-optimization interval, doubled per failure (a workload can change,
-    so no candidate is banned for good; repeated failures cost less and less)."""
+    """Arrivals a candidate whose change was undone ``fails`` times is not chosen again:
+    the re-optimization interval, doubled per failure. After that it is chosen again when
+    a re-selection picks it (§4.5 c: when the estimates have moved): a workload can
+    change, so no candidate is banned for good, and repeated failures cost less and less."""
     return interval * (1 << min(max(fails, 1) - 1, 20))
 
 
