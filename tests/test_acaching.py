@@ -127,6 +127,29 @@ def test_undone_changes_keep_results_and_wait(cache_pays):
         assert all(h["arrival"] >= undo["arrival"] + pol.reopt_interval for h in later)
 
 
+def test_measured_penalties_outlive_a_reordering_and_contradictions_cancel():
+    """An undone cache's penalty stays when some pipeline is re-ordered (the candidates
+    are enumerated anew then), and a cache dropped and used again in one tick is no
+    change to try."""
+    from adaptcq.adapt.acaching import _net_changes
+    wl = three_way(n_updates=3000, r=5, seed=0)
+    p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
+    pol = eager(W=5, p=0.2, interval=50, reopt_interval=1000, W_d=20, verify=False)
+    cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
+    cq.attach(pol)
+    cq.process(p.streams.tolist(), None, p.timestamps.tolist(), p.rows)
+    ex = cq.executor
+    st = next(iter(pol.states.values()))
+    if st.state == "used":
+        pol._drop(ex, st, cq.next_rid, 0.0, "test")
+    st.fails, st.banned_until = 3, 10**9  # as an undone use leaves it
+    pol._new_candidates(ex, cq.next_rid, 0.0)
+    again = pol.states[st.candidate]
+    assert (again.fails, again.banned_until) == (3, 10**9)
+    assert _net_changes([("drop", again), ("use", again)]) == []
+    assert _net_changes([("use", again)]) == [("use", again)]
+
+
 def test_verify_functions():
     from adaptcq.adapt.caching.verify import backoff, keep_change, profiling_scale, trimmed
     assert keep_change([1.0] * 6, [1.0] * 6) == (True, 1.0, 0.03)

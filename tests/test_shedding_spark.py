@@ -242,3 +242,22 @@ def test_the_command_line_refuses_spark_shedding_options_before_spark_starts(tmp
         assert message in capsys.readouterr().err.replace("\n", " ")
     assert main(base[:2] + ["local"] + base[3:] + ["--trigger", "1"]) == 1
     assert "need --engine spark" in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_a_quiet_stream_does_not_hold_the_expiry_frontier_back():
+    """A stream that stops arriving: its expired rows leave its basic windows (the newest
+    one too) at the next probe, so the frontier by which a Spark group forgets its stored
+    rows follows the other stream instead of staying at the quiet one's last row."""
+    query = parse_query(TWO, SCHEMAS)
+    cq = ContinuousQuery(query, "shed", "append", time_unit=1e-9, track=True,
+                         **engine_options({"shed": {"mode": "selective", "capacity": 1e6,
+                                                    "T_r": 1.0, "T_c": 1.0}}))
+    streams = [1] * 5 + [0] * 600
+    ts = [k * 0.1 for k in range(5)] + [k * 0.1 for k in range(600)]
+    order = sorted(range(len(ts)), key=lambda k: (ts[k], streams[k]))
+    cq.process([streams[k] for k in order], None, [round(ts[k] * 1e9) for k in order],
+               [(k % 3, k) for k in order])
+    ex = cq.executor
+    assert sum(len(bw) for bw in ex.windows[1]) == 0  # S's rows all left
+    now = round(59.9 * 1e9)
+    assert ex.frontier(now) >= now - round(3e9)  # within a window of the newest arrival
