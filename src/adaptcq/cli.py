@@ -477,6 +477,9 @@ def summary_table(result):
     for key, value in s.items():  # what the adaptive policies report
         if key in _CORE or key == "cache_history":
             continue
+        if key == "cache_measured":
+            from adaptcq.adapt.acaching import describe_measured
+            value = [describe_measured(m) for m in value]
         if isinstance(value, list):
             value = "\n".join(map(str, value)) or "none"
         elif isinstance(value, dict):

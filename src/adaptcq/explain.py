@@ -411,14 +411,18 @@ def cache_candidates(sql: str, sources: dict, timestamp: str, prefix: int,
     cq.attach(policy)
     cq.process(prepared.streams[:n].tolist(), None, prepared.timestamps[:n].tolist(),
                prepared.rows[:n])
+    lam = policy.seconds_per_unit.get() if policy.seconds_per_unit.n else None
     out = []
     for cand, st in policy.states.items():
         e = st.estimate or policy.estimate(st)
         out.append({"cache": cand.name, "kind": cand.kind, "state": st.state,
                     "benefit": None if e is None else e.benefit,
                     "cost": None if e is None else e.cost,
+                    "net_cpu_ms_per_s": None if e is None or lam is None
+                    else (e.benefit - e.cost) * lam * 1e3,
                     "hit_rate": (st.cache.hits / st.cache.probes)
-                    if st.cache is not None and st.cache.probes else None})
+                    if st.cache is not None and st.cache.probes else None,
+                    "trials": [m for m in policy.measured if cand.name in m["change"]]})
     return out
 
 
@@ -426,19 +430,29 @@ def _print_caches(rows: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="A-Caching candidates (benefit and cost per unit time, §4.1)")
-    for col in ("cache", "kind", "state", "benefit", "cost", "net", "hit rate"):
+    from adaptcq.adapt.acaching import describe_measured
+
+    t = Table(title="A-Caching candidates (benefit and cost in work units per second of "
+                    "input, §4.1; net also in CPU ms per second at the measured rate)")
+    for col in ("cache", "kind", "state", "benefit", "cost", "net", "net CPU", "hit rate"):
         t.add_column(col, justify="left" if col in ("cache", "kind", "state") else "right")
     for r in rows:
-        b, c = r["benefit"], r["cost"]
+        b, c, cpu = r["benefit"], r["cost"], r.get("net_cpu_ms_per_s")
         t.add_row(r["cache"], r["kind"], r["state"],
                   "—" if b is None else f"{b:.4g}", "—" if c is None else f"{c:.4g}",
                   "—" if b is None else f"{b - c:.4g}",
+                  "—" if cpu is None else f"{cpu:+.3g} ms/s",
                   "—" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}")
     if not rows:
         t.add_row("no candidate satisfies the prefix invariant for these orders", "", "", "",
-                  "", "", "")
+                  "", "", "", "")
     Console().print(t)
+    trials = list({(m["arrival"], m["change"]): m for r in rows
+                   for m in r.get("trials", ())}.values())
+    if trials:  # decisions checked by measurement: the model beside what was measured
+        Console().print("Cache changes measured (model against measurement):")
+        for m in sorted(trials, key=lambda m: m["arrival"]):
+            Console().print("  " + describe_measured(m))
 
 
 # ----- a query set in one eddy (cacq.txt) --------------------------------------------------------

@@ -51,9 +51,12 @@ from dataclasses import dataclass, field
 from adaptcq.adapt.base import PolicyBase
 from adaptcq.adapt.caching import METHODS, Candidate, Estimate, enumerate_candidates, select
 from adaptcq.adapt.caching.verify import (
+    MIN_BEFORE,
     NOISE_FLOOR,
     backoff,
+    before_ratio,
     clear,
+    decisive,
     keep_change,
     profiling_scale,
 )
@@ -72,6 +75,7 @@ SHARE_TICKS = 20          # ticks over which profiling's share of the CPU is mea
 EARLY = 4                 # a trial phase can end after this many intervals when clear
 MAX_KEYS = 1 << 17        # a cache's expected keys are capped here (its buckets at 8×)
 REPROFILE_MAX = 16        # the re-profiling interval stretches to at most this many I
+QUIET_STRETCH = 8         # quiet ticks come up to this many times less often
 
 
 @dataclass
@@ -109,7 +113,7 @@ class ACaching(PolicyBase):
         self.W, self.W_d, self.alpha = W, W_d, alpha
         self.p = p
         self._p_i: dict[int, float] = {}
-        self.interval = interval
+        self.interval = self.base_interval = interval
         self.seed = seed
         self.profiler = None                # the query's, from ``bind``
         self.reopt_interval = reopt_interval
@@ -133,10 +137,16 @@ class ACaching(PolicyBase):
         self.verify, self.trial_intervals = verify, trial
         self.trial: dict | None = None
         self._changes: list | None = None
-        self._clock: tuple[float, int] | None = None
+        self._clock: tuple[float, int, float] | None = None  # (CPU s, arrivals, event s)
+        # The model against the compiled code: CPU seconds per work unit of the plan in
+        # force, and arrivals per second of event time, measured at the ticks.
+        self.seconds_per_unit = WindowAverage(W)
+        self.arrival_rate = WindowAverage(W)
         self._window: dict | None = None  # pipeline -> its [RANGE w] window, seconds
         self.trials = self.undone = 0
         self.measured: list[dict] = []          # each verdict's figures (explain, report)
+        # CPU per arrival of the latest intervals without a trial: a change's "before"
+        self._before: deque = deque(maxlen=max(MIN_BEFORE, trial // 2))
         # Cheap profiling: a factor on p_i while estimates are stable.
         self.p_scale = 1.0
         self.reprofile_scale = 1  # I times this between re-profilings (doubles while stable)
@@ -167,13 +177,22 @@ class ACaching(PolicyBase):
         ex = cq.executor
         arrivals = cq.next_rid
         if self._quiet(ex, arrivals):  # (most ticks, once the caches are decided)
+            self._before.clear()  # a change's "before" is the intervals just before it
+            # Ticks cost the profiler's rates too: while nothing can happen, they come
+            # less often (the re-profiling, a re-ordering or a budget wakes the policy
+            # within QUIET_STRETCH intervals).
+            self.interval = min(self.base_interval * QUIET_STRETCH, self.interval * 2)
             self._shares.append((cq.profile_cpu, now))
             if len(self._shares) > SHARE_TICKS:
                 self._set_p_i(cq.per_stream)
                 self._adapt_profiling(cq, now)
-            self._clock = (time.process_time(), arrivals)
+            self._clock = (time.process_time(), arrivals, ts)
             return
+        self.interval = self.base_interval
         sample = self._sample(cq, now)
+        if self.trial is None and sample is not None:
+            self._before.append(sample)
+            self._measure_rates(now, arrivals, ts)
         self._arrivals = arrivals
         self._set_p_i(cq.per_stream)
         if {a: tuple(o) for a, o in ex.orders.items()} != self.orders:
@@ -198,11 +217,45 @@ class ACaching(PolicyBase):
             changes, self._changes = _net_changes(self._changes), None
             if changes and self.verify:
                 self.trial = {"actions": changes, "phase": "after", "settle": 1,
-                              "after": [], "control": [], "since": arrivals}
+                              "after": [], "control": [], "since": arrivals,
+                              "before": list(self._before), "early": [],
+                              "predicted_ratio": self._predicted_ratio(changes)}
+                self._before.clear()
         if self._enforce_memory(ex, arrivals, ts):
             self._end_trial(arrivals, ts, "memory budget")  # the budget decides now
         self._adapt_profiling(cq, now)
-        self._clock = (time.process_time(), cq.next_rid)
+        self._clock = (time.process_time(), cq.next_rid, ts)
+
+    # ----- the model against the compiled code (issue 14, item 1) ------------------------
+    def units_rate(self) -> float:
+        """The model's work of the plan in force, in work units per second of event time:
+        every operator's d_ij·c_ij, less the net benefit of each cache in use (§4.1)."""
+        used = math.fsum(st.estimate.benefit - st.estimate.cost for st in self.states.values()
+                         if st.state == "used" and st.estimate is not None)
+        return math.fsum(self.operator_costs().values()) - used
+
+    def _measure_rates(self, now: float, arrivals: int, ts: float) -> None:
+        """At a tick without a trial: the CPU seconds per second of event time since the
+        last tick over the model's work units per second gives seconds per work unit, the
+        rate that converts the model's benefits into CPU time for the compiled pipelines
+        as they run (the engine's fixed per-arrival work included: it is a ratio, not a
+        fit)."""
+        if self._clock is None or ts <= self._clock[2]:
+            return
+        elapsed = ts - self._clock[2]
+        units = self.units_rate()
+        if units > 0:
+            self.seconds_per_unit.update((now - self._clock[0]) / elapsed / units)
+        self.arrival_rate.update((arrivals - self._clock[1]) / elapsed)
+
+    def _predicted_ratio(self, changes) -> float | None:
+        """The CPU ratio with/without ``changes`` the model predicts: the plan's work
+        units after them over those before (uses save their net benefit, drops give it
+        back)."""
+        after = self.units_rate()
+        delta = math.fsum((1 if action == "use" else -1) * _net(st) for action, st in changes)
+        before = after + delta
+        return after / before if before > 0 else None
 
     def _quiet(self, ex, arrivals) -> bool:
         """Nothing can happen at this tick: no trial, no cache in use to watch, no
@@ -232,19 +285,29 @@ class ACaching(PolicyBase):
         control by more than the noise band is undone, and its candidates wait
         ``verify.backoff`` arrivals. Measuring starts once the state has stopped growing
         (windows still filling make later intervals dearer) and skips the interval that
-        recompiled the pipelines. A control clearly slower than the change
-        (``verify.clear``) ends after ``EARLY`` intervals, the change kept: the change
-        goes first, and its control is cut short, because a good cache taken away costs
-        its full price every interval."""
+        recompiled the pipelines. A control clearly faster or slower than the change
+        (``verify.clear``) ends after ``EARLY`` intervals, the change kept or left undone:
+        the change goes first, and its control is cut short, because a good cache taken
+        away costs its full price every interval, and a bad one tried again as much. A change that halves the CPU per arrival of the
+        intervals just before it (``verify.decisive``) is kept without a control."""
         t = self.trial
         size = ex.state_tuples()
         growing, t["size"] = size > 1.02 * t.get("size", 0), size
-        if sample is None or growing:
+        if sample is None:
             return
         if t["settle"]:
             t["settle"] -= 1
             return
         half = max(1, self.trial_intervals // 2)
+        if t["phase"] == "after" and len(t["early"]) < 2 * self.trial_intervals:
+            # Growing or not: intervals with the change against those just before it
+            # (windows filling only make the later ones dearer).
+            t["early"].append(sample)
+            if decisive(t["early"], t["before"]):
+                self._verdict(ex, arrivals, ts, t, t["early"], t["before"], "before")
+                return
+        if growing:
+            return
         if t["phase"] == "after":
             t["after"].append(sample)
             if len(t["after"]) >= half:
@@ -252,28 +315,46 @@ class ACaching(PolicyBase):
                 t["phase"], t["settle"] = "control", 1
         elif t["phase"] == "control":
             t["control"].append(sample)
-            if len(t["control"]) >= EARLY and clear(t["after"], t["control"]) is True:
+            early = clear(t["after"], t["control"]) if len(t["control"]) >= EARLY else None
+            if early is True:
                 self._apply(ex, t["actions"], arrivals, ts, why="clearly faster")
-                self._verdict(ex, arrivals, ts, t, t["control"])
+                self._verdict(ex, arrivals, ts, t, t["after"], t["control"])
+            elif early is False:  # clearly slower: undone as it stands (no "again" phase)
+                self._verdict(ex, arrivals, ts, t, t["after"], t["control"])
             elif len(t["control"]) >= self.trial_intervals:
                 self._apply(ex, t["actions"], arrivals, ts, why="trial")
                 t["phase"], t["settle"] = "again", 1
         else:
             t["after"].append(sample)
             if len(t["after"]) >= 2 * half:
-                self._verdict(ex, arrivals, ts, t, t["control"])
+                self._verdict(ex, arrivals, ts, t, t["after"], t["control"])
 
-    def _verdict(self, ex, arrivals, ts, t: dict, control: list) -> None:
+    def _verdict(self, ex, arrivals, ts, t: dict, after: list, control: list,
+                 against: str = "control") -> None:
         # A new cache must not be slower at all (it costs memory and every update of its
         # inputs; a tie keeps the plain pipeline); a drop stays unless it was slower by
         # more than the noise band.
         adds = any(action == "use" for action, _ in t["actions"])
-        keep, ratio, band = keep_change(t["after"], control, floor=0.0 if adds else
-                                        NOISE_FLOOR, strict=adds)
+        if against == "before":  # verify.decisive: no control was run
+            keep, ratio, band = True, before_ratio(after, control), 0.0
+        else:
+            keep, ratio, band = keep_change(after, control, floor=0.0 if adds else
+                                            NOISE_FLOOR, strict=adds)
         what = ", ".join(f"{a} {st.candidate.name}" for a, st in t["actions"])
+        with_ = sum(after) / len(after)
+        without = (sum(control) / len(control) if against == "control"
+                   else sum(control[-MIN_BEFORE:]) / MIN_BEFORE)
+        saved_units = math.fsum((1 if a == "use" else -1) * _net(st) for a, st in t["actions"])
+        # The model against the measurement: the CPU ratio with/without the change, and the
+        # CPU seconds it saves per second of event time (predicted: its net benefit in work
+        # units at the measured seconds per unit; measured: per-arrival CPU × arrival rate).
         figures = {"arrival": arrivals, "change": what, "ratio": ratio, "band": band,
-                   "kept": keep, "cpu_per_arrival_with": sum(t["after"]) / len(t["after"]),
-                   "cpu_per_arrival_without": sum(control) / len(control),
+                   "kept": keep, "cpu_per_arrival_with": with_,
+                   "cpu_per_arrival_without": without, "against": against,
+                   "predicted_ratio": t.get("predicted_ratio"),
+                   "predicted_cpu_saved_per_s": self._seconds(saved_units),
+                   "measured_cpu_saved_per_s": ((without - with_) * self.arrival_rate.get()
+                                                if self.arrival_rate.n else None),
                    "predicted_net_benefit": [_net(st) for _, st in t["actions"]]}
         self.measured.append(figures)
         self.trials += 1
@@ -281,7 +362,8 @@ class ACaching(PolicyBase):
         # (the change is in force here: the after and again phases run with it)
         if keep:
             self._log(arrivals, ts, "keep", f"{what}: {ratio:.3f}× the CPU per arrival "
-                      f"without it (band {band:.1%})")
+                      + ("before it (no control needed)" if against == "before" else
+                         f"without it (band {band:.1%})"))
             return
         self._apply(ex, t["actions"], arrivals, ts, revert=True, why="undone")
         self.undone += 1
@@ -306,6 +388,10 @@ class ACaching(PolicyBase):
                     self._use(ex, st, arrivals, ts)
             elif st.state == "used":
                 self._drop(ex, st, arrivals, ts, why)
+
+    def _seconds(self, units: float) -> float | None:
+        """Work units per second of event time as CPU seconds per second (measured rate)."""
+        return units * self.seconds_per_unit.get() if self.seconds_per_unit.n else None
 
     def _end_trial(self, arrivals, ts, why: str) -> None:
         """A trial cut short (a re-ordering removed its caches, or the memory budget
@@ -628,8 +714,26 @@ class ACaching(PolicyBase):
             "cache_changes_undone": self.undone,
             "cache_measured": [dict(m) for m in self.measured[-5:]],
             "profiling_scale": self.p_scale,
+            "cpu_seconds_per_work_unit": (self.seconds_per_unit.get()
+                                          if self.seconds_per_unit.n else None),
             "cache_history": [dict(h) for h in self.history],
         }
+
+
+def describe_measured(m: dict) -> str:
+    """One trial's verdict, the model's prediction beside the measurement (the run
+    summary and ``adaptcq explain --caches`` print it)."""
+    def ratio(x):
+        return "—" if x is None else f"{x:.2f}×"
+
+    def ms(x):
+        return "—" if x is None else f"{x * 1e3:+.3g} ms"
+    verdict = "kept" if m["kept"] else "undone"
+    against = "the intervals before it" if m.get("against") == "before" else "a control"
+    return (f"at arrival {m['arrival']:,}: {m['change']} {verdict}; CPU per arrival "
+            f"{ratio(m['ratio'])} against {against}, model {ratio(m.get('predicted_ratio'))}; "
+            f"CPU saved per second of input {ms(m.get('measured_cpu_saved_per_s'))} "
+            f"measured, {ms(m.get('predicted_cpu_saved_per_s'))} predicted")
 
 
 def _is_number(x) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import linecache
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from adaptcq.engine.plan import (
@@ -71,14 +71,30 @@ def null_test(key: Key, name: str = "u") -> str:
 
 
 def generate(query: LogicalQuery, plan: PipelinePlan, buckets: Mapping[str, int],
+             counting: bool = False, fans: Sequence[Sequence[Probe]] | None = None,
              ) -> tuple[str, list[tuple[str, str]]]:
     """The source of ``plan`` and the free names it uses, as (name, what) pairs:
     ``("I1", "index")`` for slot 1's index (or window rows for a cartesian step),
     ``("C0", "cache")``, ``("C0T", "table")``, ``("C0N", "counts")``, ``("O1_0",
-    "watcher")``, ``("EMPTY", "empty")``. ``buckets``: each cache's bucket count, inlined."""
+    "watcher")``, ``("EMPTY", "empty")``, ``("F0_1", "fan")``. ``buckets``: each cache's
+    bucket count, inlined.
+
+    ``counting`` (insertion plans only): the *profiled* pipeline ``profile(rid, v0, ts)``
+    of a-caching.txt Appendix A, the same nested loops with counters, so that a profiled
+    tuple costs a few times an unprofiled one instead of the interpreter's 7–40×. It runs
+    cached segments through their probes ("no caches used"; CacheUpdates and Observes
+    still run) and returns ``(delta, work, fanout, results)``, counted exactly as
+    ``engine.interp`` counts them (a property test): per operator j the tuples reaching
+    it and its work units, and with ``fans`` (per position j, one Probe for each stream
+    of ``order[j:]``, the first the operator's own) the matches of each of those streams
+    for the tuples reaching j (A-Greedy's conditional fan-outs)."""
+    if counting and plan.kind != "insert":
+        raise ValueError(f"{plan.name}: only insertion pipelines are profiled")
     cols = dict(plan.slots)
     stream_of = {k: s for s, k in plan.slots}
     names: dict[str, str] = {}
+    n = len(plan.order)
+    last = [0]  # slot of the latest probe generated: later work is charged to it
 
     def resolve(ref: ColumnRef) -> str:
         return f"v{cols[ref.stream]}[{query.columns[ref.stream].index(ref.column)}]"
@@ -86,21 +102,64 @@ def generate(query: LogicalQuery, plan: PipelinePlan, buckets: Mapping[str, int]
     insert = plan.kind == "insert"
     # An insertion pipeline is the whole update: it ends by storing its row in the SteM
     # (one Python call per insertion); deletion pipelines run after the SteM delete.
-    lines = ["def pipeline(rid, v0, ts):" if insert else "def pipeline(v0, sign, ts, emit):"]
+    lines = ["def profile(rid, v0, ts):" if counting else
+             "def pipeline(rid, v0, ts):" if insert else "def pipeline(v0, sign, ts, emit):"]
     if plan.copy:  # a distinct row object (engine.cache); returned for the SteM insert
         lines.append("    v0 = (*v0,)")
+    if counting:  # locals, not lists: the counters are on the profiled tuple's hot path
+        zero = [f"d{j}" for j in range(n)] + [f"w{j}" for j in range(n)] + ["res"]
+        zero += [f"f{j}_{m}" for j in range(n) for m in range(len(fans[j]))] if fans else []
+        lines.append("    " + " = ".join(zero) + " = 0")
+
+    def charge(ind: str) -> None:
+        """One work unit per tuple passing, at the latest operator (engine.interp.Counts)."""
+        if counting and n:
+            lines.append(f"{ind}w{max(last[0], 1) - 1} += 1")
+
+    def fanouts(op: Probe, ind: str) -> bool:
+        """The fan-out probes before operator j; True when the first (the operator's own
+        stream) is the operator's probe itself, counted from its bucket."""
+        j = op.slot - 1
+        own = False
+        for m, fp in enumerate(fans[j] if counting and fans else ()):
+            if m == 0 and (fp.positions, fp.key, fp.scan) == (op.positions, op.key, op.scan):
+                own = True
+                continue
+            names[f"F{j}_{m}"] = "fan"
+            if fp.positions:
+                lines.extend([f"{ind}f = F{j}_{m}.get({key_source(fp.key)})",
+                              f"{ind}if f:", f"{ind}    f{j}_{m} += len(f)"])
+            else:
+                lines.append(f"{ind}f{j}_{m} += len(F{j}_{m})")
+        return own
 
     def probe(op: Probe, ind: str) -> str:
         k = op.slot
+        j = k - 1
         names[f"I{k}"] = "index" if op.positions else "rows"
         lines.append(f"{ind}# ⋈ {op.stream}" + (" (window scan)" if op.scan else "")
                      + ("" if op.positions else " (cartesian)"))
+        last[0] = k
+        own = False
+        if counting:
+            lines.append(f"{ind}d{j} += 1")
+            own = fanouts(op, ind)
         if op.positions:
             lines.append(f"{ind}b{k} = I{k}.get({key_source(op.key)})")
+            if counting:  # a scan costs its window; a hash probe 1, plus 1 per entry
+                lines.append(f"{ind}w{j} += " + (f"len(I{k}.stem)" if op.scan else "1"))
             lines.append(f"{ind}if b{k}:")
             ind += "    "
+            if counting and not op.scan:
+                lines.append(f"{ind}w{j} += len(b{k})")
+            if own:
+                lines.append(f"{ind}f{j}_0 += len(b{k})")
             lines.append(f"{ind}for v{k} in b{k}.values():")
         else:
+            if counting:
+                lines.append(f"{ind}w{j} += len(I{k})")
+            if own:
+                lines.append(f"{ind}f{j}_0 += len(I{k})")
             lines.append(f"{ind}for v{k} in I{k}.values():")
         return ind + "    "
 
@@ -128,12 +187,18 @@ def generate(query: LogicalQuery, plan: PipelinePlan, buckets: Mapping[str, int]
             lines.extend([f"{ind}u = {u}", f"{ind}e = {table}[hash(u) % {nb}]",
                       f"{ind}if e is not None and e[0] == u:",
                       f"{ind}    e[1][{ids}] = {comp}"])
+        charge(ind)
 
     def observe(op: Observe, ind: str) -> None:
         names[op.name] = "watcher"
         lines.append(f"{ind}{op.name}({key_source(op.key)})")
 
     def lookup(op: CacheLookup, ind: str) -> str:
+        if counting:  # profiled: no caches used, the segment's probes run (App. A)
+            lines.append(f"{ind}# {op.cache}'s segment, not looked up (profiling)")
+            for sub in op.segment:
+                ind = step(sub, ind)
+            return ind
         c, table, counts, nb = cache_names(op.cache)
         names["EMPTY"] = "empty"
         segment = "⋈".join(stream_of[p.slot] for p in op.segment if isinstance(p, Probe))
@@ -178,6 +243,9 @@ def generate(query: LogicalQuery, plan: PipelinePlan, buckets: Mapping[str, int]
         elif isinstance(op, Emit):
             sign = "1" if insert else "sign"
             lines.append(f"{ind}emit(({projection_source(query, resolve)}{sign}, ts))")
+            if counting:
+                lines.append(f"{ind}res += 1")
+                charge(ind)
         return ind
 
     ind = "    "
@@ -186,15 +254,26 @@ def generate(query: LogicalQuery, plan: PipelinePlan, buckets: Mapping[str, int]
     if plan.kind == "insert":
         names["STEM"], names["emit"] = "stem", "emit"
         lines.append("    STEM.insert(rid, v0, ts)  # an attribute: recompiled per index set")
+    if counting:
+        def tup(items) -> str:
+            return "(" + "".join(f"{x}, " for x in items) + ")"
+        fan_out = tup(tup(f"f{j}_{m}" for m in range(len(fans[j]))) for j in range(n)) \
+            if fans else "()"
+        lines.append(f"    return {tup(f'd{j}' for j in range(n))}, "
+                     f"{tup(f'w{j}' for j in range(n))}, {fan_out}, res")
     return "\n".join(lines) + "\n", sorted(names.items())
 
 
 def compile_plan(query: LogicalQuery, plan: PipelinePlan, bind: Callable[[str, str], object],
-                 buckets: Mapping[str, int]) -> Compiled:
-    """Compile ``plan``; ``bind(name, what)`` gives the object for each free name (see
-    :func:`generate`)."""
-    source, free = generate(query, plan, buckets)
+                 buckets: Mapping[str, int], counting: bool = False,
+                 fans: Sequence[Sequence[Probe]] | None = None) -> Compiled:
+    """Compile ``plan`` (its profiled variant with ``counting``); ``bind(name, what)``
+    gives the object for each free name (see :func:`generate`)."""
+    source, free = generate(query, plan, buckets, counting, fans)
     namespace = {name: bind(name, what) for name, what in free}
+    if counting:
+        label = plan.name.replace("<pipeline", "<profiled pipeline", 1)
+        return compile_source("profile", label, source, namespace)
     return compile_source("pipeline", plan.name, source, namespace)
 
 

@@ -3,7 +3,7 @@ counting per operator the tuples it processed and the work it did."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Protocol
@@ -27,11 +27,11 @@ class Observation:
 
     stream: str
     order: tuple[str, ...]
-    delta: list[int]
-    tau: list[float]
+    delta: Sequence[int]
+    tau: Sequence[float]      # the interpreter's; empty from the compiled profiled pipeline
     fanout: list[dict[str, int]]
     results: int
-    work: list[int] = field(default_factory=list)
+    work: Sequence[int] = field(default_factory=list)
 
 
 # ----- the interpreter -------------------------------------------------------------------

@@ -180,6 +180,8 @@ class MJoin:
         self._projections: dict[tuple, object] = {}  # slot layout -> projection
         self._fanout_fns: dict[str, object] = {}  # stream -> fn(level, k), see _fanouts
         self._programs: dict[tuple[str, str], tuple] = {}  # prepared plans (interpreter)
+        # (stream index, fan-outs?) -> MJoin._profiler's tuple (its compiled profiled pipeline)
+        self._profiled: dict[tuple[int, bool], tuple] = {}
         # Caches (a-caching.txt §3.2): placements per pipeline, the shared cache objects,
         # and for each stream the caches holding its rows (evicted on its deletions).
         self.placements: dict[str, list[tuple[int, int, JoinCache]]] = {
@@ -209,6 +211,7 @@ class MJoin:
         for i, a in enumerate(self._aliases):
             self._wire(i)
             self._fn(a, "insert").__globals__["emit"] = emit  # the insertion's namespace
+        self._profiled.clear()  # compiled with the old emit
 
     def _wire(self, i: int) -> None:
         """Stream i's update functions for the current pipelines: the insertion pipeline
@@ -284,6 +287,7 @@ class MJoin:
         self._distinct = bool(self.caches)
         self._projections.clear()
         self._fanout_fns.clear()  # they hold indexes a new plan may drop
+        self._profiled.clear()
         self._programs.clear()
         for i, a in enumerate(self.query.aliases):
             self._compile(a, "insert")
@@ -568,35 +572,70 @@ class MJoin:
         return program
 
     def profile_insert(self, i: int, rid: int, row: tuple, ts, fanouts: bool = True) -> Observation:
-        """Process an insertion fully, breadth-first, measuring each operator.
+        """Process an insertion fully, measuring each operator: the compiled pipeline with
+        counters (engine.codegen ``counting``), cached segments run through their probes.
 
-        Gives the same output as ``insert``; slower, so drivers use it for a sample of
-        tuples only (a-caching.txt App. A: profile with probability p_i, no caches used)."""
-        counts = self.interpret_insert(i, rid, row, ts, use_caches=False, fanouts=fanouts)
+        Gives the same output and state as ``insert`` and the same counts as the
+        interpreter (``interpret_insert(..., use_caches=False)``, a property test), at a
+        few times an unprofiled insertion's cost; drivers use it for a sample of tuples
+        (a-caching.txt App. A: profile with probability p_i, no caches used). ``tau`` is
+        not timed per operator (the work units replace it)."""
+        got = self._profiled.get((i, fanouts))
+        if got is None or got[0] is not self.plans[(self._aliases[i], "insert")]:
+            got = self._profiler(i, fanouts)
+        _, fn, stream, order, suffixes = got
+        delta, work, fan, results = fn(rid, row, ts)
+        return Observation(stream, order, delta, [],
+                           [dict(zip(x, f)) for x, f in zip(suffixes, fan)], results, work)
+
+    def _profiler(self, i: int, fanouts: bool) -> tuple:
+        """(insertion plan, its compiled profiled pipeline, stream, order, the streams of
+        order[j:] per position) for stream i, with or without fan-outs; kept until the
+        plan changes."""
         stream = self._aliases[i]
-        return Observation(stream, tuple(self.orders[stream]), counts.delta, counts.tau,
-                           counts.fanout, counts.results, counts.work)
+        plan = self.plans[(stream, "insert")]
+        fans = self._fan_probes(stream) if fanouts else None
+        named = {f"F{j}_{m}": fp for j, fs in enumerate(fans or ()) for m, fp in enumerate(fs)}
+        buckets = {name: c.buckets for name, c in self._by_name.items()}
+        fn = compile_plan(self.query, plan, lambda name, what: self.index(named[name])
+                          if what == "fan" else self._bind(plan, name, what),
+                          buckets, counting=True, fans=fans).fn
+        order = tuple(self.orders[stream])
+        got = (plan, fn, stream, order, tuple(order[j:] for j in range(len(order))))
+        self._profiled[(i, fanouts)] = got
+        return got
+
+    def _fan_probes(self, stream: str) -> list[tuple[Probe, ...]]:
+        """Per position j of ``stream``'s order, a Probe of each stream not yet joined
+        before it (``order[j:]``, the operator's own first), keyed on every predicate
+        between it and the prefix: what A-Greedy's conditional fan-outs count."""
+        order, q = self.orders[stream], self.query
+        out = []
+        for j in range(len(order)):
+            prefix = [stream, *order[:j]]
+            fans = []
+            for s in order[j:]:
+                positions, refs = probe_plan(q, s, prefix)
+                slots = tuple((prefix.index(r.stream), q.columns[r.stream].index(r.column))
+                              for r in refs)
+                fans.append(Probe(s, j + 1, positions, slots,
+                                  bool(positions) and self._scans(s, positions)))
+            out.append(tuple(fans))
+        return out
 
     def _fanouts(self, stream: str):
-        """fn(level, k): matches of each stream not yet joined before operator k for the
-        composites reaching it (A-Greedy's conditional fan-outs). Probe plans per prefix
-        are built on first use after a plan change."""
-        order = self.orders[stream]
-        q = self.query
-        plans_at: dict[int, list] = {}
+        """fn(level, k) for the interpreter: matches of each stream not yet joined before
+        operator k for the composites reaching it (A-Greedy's conditional fan-outs).
+        Indexes are resolved on first use after a plan change."""
+        resolved: dict[int, list] = {}
+        fans = self._fan_probes(stream)
 
         def fan(level, k):
-            probes = plans_at.get(k)
+            probes = resolved.get(k)
             if probes is None:
-                prefix = [stream, *order[:k]]
-                probes = plans_at[k] = []
-                for s in order[k:]:
-                    positions, refs = probe_plan(q, s, prefix)
-                    slots = [(prefix.index(r.stream), q.columns[r.stream].index(r.column))
-                             for r in refs]
-                    probes.append((s, self._stem[s], self.index(Probe(
-                        s, k + 1, positions, tuple(slots), self._scans(s, positions)))
-                        if positions else None, composite_key(slots)))
+                probes = resolved[k] = [
+                    (fp.stream, self._stem[fp.stream], self.index(fp) if fp.positions else None,
+                     composite_key(fp.key)) for fp in fans[k]]
             out = {}
             for s, stem, idx, keyfn in probes:
                 if idx is None:
