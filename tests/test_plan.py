@@ -119,6 +119,7 @@ def test_compiled_profiling_counts_as_the_interpreter(case: Workload, mode, nest
     rnd = random.Random(seed)
     loops = [a for a in q.aliases if nested and rnd.random() < 0.5]
     pair = [ContinuousQuery(q, "mjoin", mode, nested_loop=loops) for _ in range(2)]
+    pair[0].executor.compile_after = rnd.choice([0, 0, 2])  # compiled from the first tuple on
     interpreted = _interpreted_profiling(pair[1].executor)
     seen: list[list] = [[], []]
     for cq, got in zip(pair, seen):

@@ -480,7 +480,9 @@ def summary_table(result):
         if key == "cache_measured":
             from adaptcq.adapt.acaching import describe_measured
             value = [describe_measured(m) for m in value]
-        if isinstance(value, list):
+        if value is None:
+            value = "—"
+        elif isinstance(value, list):
             value = "\n".join(map(str, value)) or "none"
         elif isinstance(value, dict):
             value = "\n".join(f"{k}: {_brief(v)}" for k, v in value.items()) or "none"

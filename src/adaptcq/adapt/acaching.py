@@ -288,8 +288,9 @@ class ACaching(PolicyBase):
         recompiled the pipelines. A control clearly faster or slower than the change
         (``verify.clear``) ends after ``EARLY`` intervals, the change kept or left undone:
         the change goes first, and its control is cut short, because a good cache taken
-        away costs its full price every interval, and a bad one tried again as much. A change that halves the CPU per arrival of the
-        intervals just before it (``verify.decisive``) is kept without a control."""
+        away costs its full price every interval, and a bad one tried again as much. A
+        change that halves the CPU per arrival of the intervals just before it
+        (``verify.decisive``) is kept without a control."""
         t = self.trial
         size = ex.state_tuples()
         growing, t["size"] = size > 1.02 * t.get("size", 0), size

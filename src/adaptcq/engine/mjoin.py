@@ -42,6 +42,10 @@ from adaptcq.query.logical import LogicalQuery
 from adaptcq.state.stem import ScanIndex, SteM
 
 
+#: Profiled tuples interpreted on a new plan before its profiled pipeline is compiled.
+COMPILE_AFTER = 16
+
+
 class MJoin:
     """The MJoin executor over one SteM per stream.
 
@@ -180,8 +184,11 @@ class MJoin:
         self._projections: dict[tuple, object] = {}  # slot layout -> projection
         self._fanout_fns: dict[str, object] = {}  # stream -> fn(level, k), see _fanouts
         self._programs: dict[tuple[str, str], tuple] = {}  # prepared plans (interpreter)
-        # (stream index, fan-outs?) -> MJoin._profiler's tuple (its compiled profiled pipeline)
+        # (stream index, fan-outs?) -> MJoin._profiler's tuple (its compiled profiled
+        # pipeline); before that, (plan, profiled tuples interpreted on it)
         self._profiled: dict[tuple[int, bool], tuple] = {}
+        self._profile_uses: dict[tuple[int, bool], tuple] = {}
+        self.compile_after = COMPILE_AFTER
         # Caches (a-caching.txt §3.2): placements per pipeline, the shared cache objects,
         # and for each stream the caches holding its rows (evicted on its deletions).
         self.placements: dict[str, list[tuple[int, int, JoinCache]]] = {
@@ -579,9 +586,24 @@ class MJoin:
         interpreter (``interpret_insert(..., use_caches=False)``, a property test), at a
         few times an unprofiled insertion's cost; drivers use it for a sample of tuples
         (a-caching.txt App. A: profile with probability p_i, no caches used). ``tau`` is
-        not timed per operator (the work units replace it)."""
-        got = self._profiled.get((i, fanouts))
+        not timed per operator (the work units replace it). The first ``compile_after``
+        tuples profiled on a plan go through the interpreter (compiling costs about what
+        60 interpreted tuples do, and some plans live for only a few)."""
+        key = (i, fanouts)
+        got = self._profiled.get(key)
         if got is None or got[0] is not self.plans[(self._aliases[i], "insert")]:
+            # A plan that lives for a few profiled tuples (observers come and go with
+            # every re-profiling) is not worth compiling: interpret its first ones.
+            plan = self.plans[(self._aliases[i], "insert")]
+            seen = self._profile_uses.get(key)
+            n = seen[1] + 1 if seen is not None and seen[0] is plan else 1
+            if n <= self.compile_after:
+                self._profile_uses[key] = (plan, n)
+                stream = self._aliases[i]
+                counts = self.interpret_insert(i, rid, row, ts, use_caches=False,
+                                               fanouts=fanouts)
+                return Observation(stream, tuple(self.orders[stream]), counts.delta,
+                                   counts.tau, counts.fanout, counts.results, counts.work)
             got = self._profiler(i, fanouts)
         _, fn, stream, order, suffixes = got
         delta, work, fan, results = fn(rid, row, ts)
