@@ -388,3 +388,18 @@ def test_quiet_ticks_come_less_often_and_wake_for_reprofiling():
     assert outs[0] == outs[1]
     top = seen.index(50 * QUIET_STRETCH)
     assert 50 in seen[top:]  # woken by a re-profiling, then quiet again
+
+
+def test_the_model_must_predict_more_than_it_has_overestimated():
+    """After trials, a new cache is chosen only if its predicted saving (net benefit over
+    the plan's work units) exceeds the mean amount by which the model's predicted CPU
+    ratio fell short of the measured one; before any trial every candidate may be."""
+    from adaptcq.adapt.caching import Estimate
+    pol = ACaching()
+    pol.units_rate = lambda: 100.0
+    assert pol._credible(Estimate(1.0, 0.5))
+    pol.model_error.update(0.3)  # predicted 0.9×, measured 1.2×
+    assert not pol._credible(Estimate(25.0, 5.0))  # predicts a 20% saving
+    assert pol._credible(Estimate(45.0, 5.0))      # predicts 40%
+    pol.model_error.update(-0.5)                    # the mean error is now below 0
+    assert pol._credible(Estimate(1.0, 0.5))

@@ -142,6 +142,9 @@ class ACaching(PolicyBase):
         # force, and arrivals per second of event time, measured at the ticks.
         self.seconds_per_unit = WindowAverage(W)
         self.arrival_rate = WindowAverage(W)
+        # How far the model's predicted CPU ratio of a new cache fell short of the measured
+        # one, over the W most recent trials of new caches (``_credible``).
+        self.model_error = WindowAverage(W)
         self._window: dict | None = None  # pipeline -> its [RANGE w] window, seconds
         self.trials = self.undone = 0
         self.measured: list[dict] = []          # each verdict's figures (explain, report)
@@ -233,6 +236,19 @@ class ACaching(PolicyBase):
         used = math.fsum(st.estimate.benefit - st.estimate.cost for st in self.states.values()
                          if st.state == "used" and st.estimate is not None)
         return math.fsum(self.operator_costs().values()) - used
+
+    def _credible(self, e: Estimate) -> bool:
+        """Whether a cache not in use may be chosen, given how far the model has been
+        wrong (beyond the paper): its predicted saving, net benefit over the plan's work
+        units, must exceed the mean amount by which the model's predicted CPU ratio of the
+        caches tried so far fell short of the measured one (``model_error``, the W most
+        recent trials of a new cache). The model must predict more than it has been shown
+        to overestimate by; while it has not been wrong, every candidate may be chosen."""
+        if not self.model_error.n:
+            return True
+        err = self.model_error.get()
+        units = self.units_rate()
+        return err <= 0 or units <= 0 or (e.benefit - e.cost) / units > err
 
     def _measure_rates(self, now: float, arrivals: int, ts: float) -> None:
         """At a tick without a trial: the CPU seconds per second of event time since the
@@ -358,6 +374,9 @@ class ACaching(PolicyBase):
                                                 if self.arrival_rate.n else None),
                    "predicted_net_benefit": [_net(st) for _, st in t["actions"]]}
         self.measured.append(figures)
+        if all(a == "use" for a, _ in t["actions"]) and None not in (
+                ratio, figures["predicted_ratio"]):
+            self.model_error.update(ratio - figures["predicted_ratio"])
         self.trials += 1
         self.trial = None
         # (the change is in force here: the after and again phases run with it)
@@ -525,7 +544,8 @@ class ACaching(PolicyBase):
     def _reselect(self, ex, arrivals, ts) -> None:
         estimates = {c: self.estimate(st) for c, st in self.states.items()}
         estimates = {c: e for c, e in estimates.items() if e is not None
-                     and self.states[c].banned_until <= arrivals}  # undone: waits
+                     and self.states[c].banned_until <= arrivals  # undone: waits
+                     and (self.states[c].state == "used" or self._credible(e))}
         changed = self.selections == 0 or any(
             _changed(self.states[c].estimate, e, self.change) for c, e in estimates.items())
         for c, e in estimates.items():
@@ -544,7 +564,8 @@ class ACaching(PolicyBase):
         if not changed:  # §4.5 c: nothing moved by more than p: keep the selection
             ex.clear_observers()
             for c, st in self.states.items():
-                if c in self.chosen and st.state != "used" and st.banned_until <= arrivals:
+                if c in self.chosen and st.state != "used" and st.banned_until <= arrivals \
+                        and st.estimate is not None and self._credible(st.estimate):
                     self._use(ex, st, arrivals, ts)  # e.g. dropped for memory earlier
                 elif st.state == "profiled":
                     st.state = "unused"
@@ -717,6 +738,7 @@ class ACaching(PolicyBase):
             "profiling_scale": self.p_scale,
             "cpu_seconds_per_work_unit": (self.seconds_per_unit.get()
                                           if self.seconds_per_unit.n else None),
+            "cache_model_error": self.model_error.get() if self.model_error.n else None,
             "cache_history": [dict(h) for h in self.history],
         }
 

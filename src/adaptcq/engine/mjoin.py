@@ -41,7 +41,6 @@ from adaptcq.engine.rules import (
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.state.stem import ScanIndex, SteM
 
-
 #: Profiled tuples interpreted on a new plan before its profiled pipeline is compiled.
 COMPILE_AFTER = 16
 
