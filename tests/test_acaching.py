@@ -29,6 +29,18 @@ def eager(**kw) -> ACaching:
                        "alpha": 2, "trial": 2, **kw})
 
 
+def outputs_without_and_with(p, policy) -> list[list]:
+    """The sorted output of the prepared input ``p`` on MJoin in retract mode, without and
+    with ``policy`` attached."""
+    outs = []
+    for pol in (None, policy):
+        cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
+        if pol is not None:
+            cq.attach(pol)
+        outs.append(sorted(cq.process(p.streams.tolist(), None, p.timestamps.tolist(), p.rows)))
+    return outs
+
+
 def chaotic(policy: ACaching, seed: int) -> ACaching:
     """Random benefit and cost estimates: the policy's state machine (select, use, drop at
     once, re-profile, memory shrink and grow) then runs through many decisions, each of
@@ -74,12 +86,7 @@ def test_acaching_uses_caches_and_results_equal_mjoin():
     pol = eager(W=5, p=0.2, interval=50, reopt_interval=1000, W_d=20, verify=False)
     pol.probe_cost = pol.update_cost = 0.0
     p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
-    outs = []
-    for policy in (None, pol):
-        cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
-        if policy is not None:
-            cq.attach(policy)
-        outs.append(sorted(cq.process(p.streams.tolist(), None, p.timestamps.tolist(), p.rows)))
+    outs = outputs_without_and_with(p, pol)
     assert outs[0] == outs[1] and outs[0]
     report = pol.report()
     assert report["cache_selections"] >= 1
@@ -106,12 +113,7 @@ def test_undone_changes_keep_results_and_wait(cache_pays):
         return with_cache if used else 1.0
     pol._sample = sample
     p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
-    outs = []
-    for policy in (None, pol):
-        cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
-        if policy is not None:
-            cq.attach(policy)
-        outs.append(sorted(cq.process(p.streams.tolist(), None, p.timestamps.tolist(), p.rows)))
+    outs = outputs_without_and_with(p, pol)
     assert outs[0] == outs[1] and outs[0]
     rep = pol.report()
     assert rep["cache_trials"] >= 1 and rep["cache_measured"]
@@ -379,12 +381,7 @@ def test_quiet_ticks_come_less_often_and_wake_for_reprofiling():
         on_interval(cq, ts)
         seen.append(pol.interval)
     pol.on_interval = tick
-    outs = []
-    for policy in (None, pol):
-        cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
-        if policy is not None:
-            cq.attach(policy)
-        outs.append(sorted(cq.process(p.streams.tolist(), None, p.timestamps.tolist(), p.rows)))
+    outs = outputs_without_and_with(p, pol)
     assert outs[0] == outs[1]
     top = seen.index(50 * QUIET_STRETCH)
     assert 50 in seen[top:]  # woken by a re-profiling, then quiet again

@@ -58,6 +58,16 @@ def _interpreted(cq: ContinuousQuery) -> list:
     return calls
 
 
+def _random_orders(pair, rnd: random.Random) -> None:
+    """Give both queries of ``pair`` the same random pipeline orders."""
+    q = pair[0].query
+    for a in q.aliases:
+        order = [x for x in q.aliases if x != a]
+        rnd.shuffle(order)
+        for cq in pair:
+            cq.executor.set_order(a, order)
+
+
 @settings(max_examples=examples(120), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=workloads(max_streams=5, max_rows=24), mode=st.sampled_from(["append", "retract"]),
@@ -70,14 +80,7 @@ def test_compiled_and_interpreted_agree_update_by_update(case: Workload, mode, s
     pair = [ContinuousQuery(q, "mjoin", mode) for _ in range(2)]
     interpreted = _interpreted(pair[1])
     rnd = random.Random(seed)
-    orders = {}
-    for a in q.aliases:
-        order = [x for x in q.aliases if x != a]
-        rnd.shuffle(order)
-        orders[a] = order
-    for cq in pair:
-        for a, o in orders.items():
-            cq.executor.set_order(a, o)
+    _random_orders(pair, rnd)
     for k in range(len(rows)):
         if k % 4 == 0:
             move_seed = rnd.random()
@@ -127,14 +130,7 @@ def test_compiled_profiling_counts_as_the_interpreter(case: Workload, mode, nest
         cq.feed_observation = lambda obs, t, got=got: got.append(
             (obs.stream, tuple(obs.order), list(obs.delta), list(obs.work), obs.fanout,
              obs.results))
-    orders = {}
-    for a in q.aliases:
-        order = [x for x in q.aliases if x != a]
-        rnd.shuffle(order)
-        orders[a] = order
-    for cq in pair:
-        for a, o in orders.items():
-            cq.executor.set_order(a, o)
+    _random_orders(pair, rnd)
     for k in range(len(rows)):
         if k % 4 == 0:
             move_seed = rnd.random()
