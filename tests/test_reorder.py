@@ -117,6 +117,40 @@ def test_agreedy_converges_to_the_greedy_order():
     assert policy.reorderings >= 4
 
 
+
+def test_cheap_profiling_scales_p_down_while_stable_and_back_on_a_reordering():
+    """A-Greedy's cheap profiling: on a stable workload, once its plan is found, p is
+    scaled down (profiling is far above 2% of the CPU at p = 0.5); a re-ordering restores
+    the full p at once. With cheap=False p never moves."""
+    from adaptcq.bench.adaptive_ordering import BEFORE, drift_workload
+    from adaptcq.runtime.local import prepare
+
+    wl = drift_workload(seconds_per_phase=8.0, phases=(BEFORE,), seed=3)
+    prepared = prepare(wl.sql, wl.tables, wl.timestamp)
+    worst = {"H": ["C", "B", "A"], "A": ["H", "C", "B"], "B": ["H", "C", "A"],
+             "C": ["H", "B", "A"]}
+    scales = {}
+    for cheap in (True, False):
+        cq = ContinuousQuery(prepared.query, "mjoin", "append", orders=worst,
+                             time_unit=prepared.time_unit)
+        policy = AGreedy(p=0.5, W=10, alpha=1.25, interval=100, seed=5, cheap=cheap)
+        cq.attach(policy)
+        cq.process(prepared.streams.tolist(), None, prepared.timestamps.tolist(),
+                   prepared.rows)
+        assert policy.reorderings >= 4
+        scales[cheap] = policy.p_scale
+        if cheap:  # a re-ordering brings the full p back
+            stats = cq.profiler.pipelines["H"]
+            policy.p_scale = 0.1
+            stats.set_order(("C", "B", "A"))
+            cq.executor.set_order("H", ["C", "B", "A"])
+            for _ in range(policy.W):  # a clear violation at position 0
+                stats.update(_obs("H", ("C", "B", "A"), {"C": 50, "B": 9, "A": 1}))
+            policy.on_profile(cq, _obs("H", ("C", "B", "A"), {"C": 50, "B": 9, "A": 1}), 0.0)
+            assert policy.p_scale == 1.0 and cq.executor.orders["H"][0] == "A"
+    assert scales[True] < 1.0 and scales[False] == 1.0
+    assert policy.report()["agreedy_profiling_scale"] == 1.0
+
 # ----- the initial plan from measured statistics -------------------------------------------
 STAR = ("SELECT H.id AS h FROM H [RANGE 2 SECONDS], A [RANGE 2 SECONDS], B [RANGE 2 SECONDS],"
         " C [RANGE 2 SECONDS] WHERE H.a = A.a AND H.b = B.b AND H.c = C.c")

@@ -42,9 +42,12 @@ What we filled in (ours, not the papers'):
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 
 from adaptcq.adapt.base import PolicyBase
+from adaptcq.adapt.caching.verify import profiling_scale
 from adaptcq.adapt.graph import join_graph_from_stats
 from adaptcq.engine import rules
 from adaptcq.errors import AdaptcqError
@@ -55,6 +58,12 @@ from adaptcq.stats.profiler import INTERVAL_DEFAULT, P_DEFAULT, PipelineStats
 ALPHA_DEFAULT = 1.25
 
 REORDER_CHOICES = ("agreedy", "off")
+#: Cheap profiling (beyond [5], issue 14): while no re-ordering happens, p is scaled so
+#: that profiling (the profiled tuples and their statistics) takes this share of the CPU,
+#: measured over SHARE_TICKS ticks, down to P_MIN; a re-ordering restores the full p.
+PROFILE_SHARE = 0.02
+SHARE_TICKS = 20
+P_MIN = 1e-4
 
 
 def greedy_violation(stats: PipelineStats, adjacency: Mapping[str, Iterable[str]],
@@ -98,7 +107,12 @@ class AGreedy(PolicyBase):
     * ``interval`` — arrivals between ticks, at which rates and state sizes are measured
       (they feed d_ij and the optimizer, not the invariant);
     * ``wait_for`` — another policy with a ``done`` flag (``InitialPlan``): no re-ordering
-      before it has set the initial plan.
+      before it has set the initial plan;
+    * ``cheap`` — cheap profiling (beyond [5]): while the invariant holds (no re-ordering
+      over ``SHARE_TICKS`` ticks), p is scaled down so that profiling takes about
+      ``PROFILE_SHARE`` of the CPU (measured: ``ContinuousQuery.profile_cpu``); the first
+      re-ordering restores p. A change is then seen later (fewer profiled tuples), and
+      which tuples are profiled depends on measured CPU. ``cheap=False``: p throughout.
 
     The statistics are the query's Profiler's (``bind``). The invariant is checked on
     every profiled tuple of a pipeline (the check is O(n²) on at most n-1 positions, cheap
@@ -106,15 +120,44 @@ class AGreedy(PolicyBase):
     """
 
     def __init__(self, p: float = P_DEFAULT, W: int = W_DEFAULT, alpha: float = ALPHA_DEFAULT,
-                 interval: int = INTERVAL_DEFAULT, seed: int = 0, wait_for=None):
+                 interval: int = INTERVAL_DEFAULT, seed: int = 0, wait_for=None,
+                 cheap: bool = True):
         if alpha < 1:
             raise ValueError(f"the tolerance alpha must be at least 1, got {alpha!r}")
         super().__init__(p=p, W=W, interval=interval, seed=seed)
+        self.p = p
         self.alpha = float(alpha)
         self.wait_for = wait_for
         self.reorderings = 0
         self.history: list[dict] = []  # one entry per re-ordering
         self._adjacency: dict[str, tuple[str, ...]] | None = None
+        self.cheap = bool(cheap)
+        self.p_scale = 1.0
+        self._shares: deque = deque(maxlen=SHARE_TICKS + 1)  # (profile CPU, CPU) per tick
+        self._stable_since = 0  # re-orderings when the share window started
+
+    @property
+    def sample_probability(self) -> float:
+        return self.p * self.p_scale
+
+    @sample_probability.setter
+    def sample_probability(self, value: float) -> None:  # PolicyBase sets it
+        self.p = value
+
+    def on_interval(self, cq, ts) -> None:
+        """Cheap profiling: the profiling share of the CPU over the last SHARE_TICKS ticks;
+        without a re-ordering among them, p is scaled towards PROFILE_SHARE."""
+        if not self.cheap or self.p <= 0:
+            return
+        self._shares.append((cq.profile_cpu, time.process_time()))
+        if len(self._shares) <= SHARE_TICKS:
+            return
+        (p0, c0), (p1, c1) = self._shares[0], self._shares[-1]
+        if self.reorderings == self._stable_since and c1 > c0:
+            self.p_scale = profiling_scale(self.p_scale, (p1 - p0) / (c1 - c0),
+                                           min(1.0, P_MIN / self.p), PROFILE_SHARE)
+        self._stable_since = self.reorderings
+        self._shares.clear()
 
     # ----- hooks -------------------------------------------------------------------------
     def on_profile(self, cq, obs, ts) -> None:
@@ -132,6 +175,9 @@ class AGreedy(PolicyBase):
         cq.executor.set_order(stats.stream, new)
         stats.set_order(new)
         self.reorderings += 1
+        if self.p_scale < 1.0:  # something changed: profile at the full p from now on
+            self.p_scale = 1.0
+            cq.reschedule()
         self.history.append({"arrival": cq.next_rid, "ts": ts, "stream": stats.stream,
                              "position": k, "old": list(old), "new": new})
 
@@ -142,6 +188,7 @@ class AGreedy(PolicyBase):
                     if self.profiler is not None else 0)
         return {"agreedy_reorderings": self.reorderings,
                 "agreedy_profiled": profiled,
+                "agreedy_profiling_scale": self.p_scale,
                 "agreedy_last_reorderings": orders}
 
 
