@@ -439,8 +439,8 @@ def _print_caches(rows: list[dict]) -> None:
     for r in rows:
         b, c, cpu = r["benefit"], r["cost"], r.get("net_cpu_ms_per_s")
         t.add_row(r["cache"], r["kind"], r["state"],
-                  "—" if b is None else f"{b:.4g}", "—" if c is None else f"{c:.4g}",
-                  "—" if b is None else f"{b - c:.4g}",
+                  "—" if b is None else f"{b:.3g}", "—" if c is None else f"{c:.3g}",
+                  "—" if b is None else f"{b - c:.3g}",
                   "—" if cpu is None else f"{cpu:+.3g} ms/s",
                   "—" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}")
     if not rows:
