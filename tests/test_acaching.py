@@ -400,3 +400,36 @@ def test_the_model_must_predict_more_than_it_has_overestimated():
     assert pol._credible(Estimate(45.0, 5.0))      # predicts 40%
     pol.model_error.update(-0.5)                    # the mean error is now below 0
     assert pol._credible(Estimate(1.0, 0.5))
+
+
+def test_candidates_wait_until_a_reordering_settles():
+    """After another policy re-orders a pipeline, A-Caching enumerates and profiles the
+    new candidates only once the orders have held for I/2 arrivals (not at every step of
+    a converging A-Greedy); the first enumeration is immediate. Output unchanged."""
+    wl = three_way(n_updates=9_000, r=5, seed=0)
+    p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
+    pol = ACaching(W=5, interval=50, reopt_interval=1000, W_d=20, verify=False)
+    cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
+    cq.attach(pol)
+    ref = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
+    streams, ts, rows = p.streams.tolist(), p.timestamps.tolist(), p.rows
+    outs = [[], []]
+
+    def run(lo, hi):
+        outs[0] += cq.process(streams[lo:hi], None, ts[lo:hi], rows[lo:hi])
+        outs[1] += ref.process(streams[lo:hi], None, ts[lo:hi], rows[lo:hi])
+
+    def enumerations():
+        return [h["arrival"] for h in pol.history if h["event"] == "candidates"]
+    run(0, 2000)
+    assert enumerations()[0] <= 100  # the first: at once
+    before = len(enumerations())
+    order = list(cq.executor.orders["T"])
+    for k, lo in enumerate(range(2000, 2600, 200)):  # three re-orderings, 200 apart
+        cq.executor.set_order("T", order[::-1] if k % 2 == 0 else order)
+        run(lo, lo + 200)
+    assert len(enumerations()) == before  # not settled: nothing enumerated
+    run(2600, 4000)
+    settled = enumerations()[before:]
+    assert len(settled) == 1 and settled[0] >= 2400 + 500
+    assert sorted(outs[0]) == sorted(outs[1])

@@ -146,6 +146,8 @@ class ACaching(PolicyBase):
         # one, over the W most recent trials of new caches (``_credible``).
         self.model_error = WindowAverage(W)
         self._window: dict | None = None  # pipeline -> its [RANGE w] window, seconds
+        self._pending_orders: dict | None = None  # orders seen since a re-ordering, and
+        self._pending_since = 0                    # when (``_unsettled``)
         self.trials = self.undone = 0
         self.measured: list[dict] = []          # each verdict's figures (explain, report)
         # CPU per arrival of the latest intervals without a trial: a change's "before"
@@ -198,8 +200,14 @@ class ACaching(PolicyBase):
             self._measure_rates(now, arrivals, ts)
         self._arrivals = arrivals
         self._set_p_i(cq.per_stream)
-        if {a: tuple(o) for a, o in ex.orders.items()} != self.orders:
+        orders = {a: tuple(o) for a, o in ex.orders.items()}
+        if orders != self._pending_orders:  # (see _unsettled)
+            self._pending_orders, self._pending_since = orders, arrivals
+        if orders != self.orders:
             self._end_trial(arrivals, ts, "re-ordered")  # its caches are gone
+            if self.orders and self._unsettled(arrivals):
+                self._clock = (time.process_time(), cq.next_rid, ts)
+                return
             self._new_candidates(ex, arrivals, ts)
         if self.trial is not None:  # nothing else changes while a change is measured
             self._watch_used(ex, arrivals, ts, drop=False)
@@ -272,6 +280,17 @@ class ACaching(PolicyBase):
         delta = math.fsum((1 if action == "use" else -1) * _net(st) for action, st in changes)
         before = after + delta
         return after / before if before > 0 else None
+
+    def _unsettled(self, arrivals) -> bool:
+        """Beyond the paper (§4.5 step 5 restarts the candidates at every re-ordering):
+        while another policy is still re-ordering (A-Greedy converging takes several steps,
+        a few thousand arrivals apart), wait until the orders have held for half an
+        interval I before enumerating and profiling the new candidates: each round of
+        Bloom observers recompiles the pipelines and profiles at the full p for orders
+        about to change again. Caches in pipelines that were not re-ordered stay as they
+        are meanwhile; the executor removed those of the re-ordered ones. (The orders are
+        followed at every tick that is not quiet: ``_pending_since``.)"""
+        return arrivals - self._pending_since < self.reopt_interval // 2
 
     def _quiet(self, ex, arrivals) -> bool:
         """Nothing can happen at this tick: no trial, no cache in use to watch, no
