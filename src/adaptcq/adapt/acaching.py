@@ -206,6 +206,11 @@ class ACaching(PolicyBase):
         if orders != self.orders:
             self._end_trial(arrivals, ts, "re-ordered")  # its caches are gone
             if self.orders and self._unsettled(arrivals):
+                placed = {id(c) for c in ex.caches.values()}
+                for st in self.states.values():  # the re-ordered pipelines' caches are gone
+                    if st.state == "used" and id(st.cache) not in placed:
+                        st.state, st.cache = "unused", None
+                self._enforce_memory(ex, arrivals, ts)  # the budget holds meanwhile
                 self._clock = (time.process_time(), cq.next_rid, ts)
                 return
             self._new_candidates(ex, arrivals, ts)
