@@ -433,3 +433,32 @@ def test_candidates_wait_until_a_reordering_settles():
     settled = enumerations()[before:]
     assert len(settled) == 1 and settled[0] >= 2400 + 500
     assert sorted(outs[0]) == sorted(outs[1])
+
+
+@pytest.mark.parametrize("gap", [200, 0])
+def test_a_pipeline_reordered_and_put_back_gets_its_cache_again(gap):
+    """A pipeline re-ordered and put back (A-Greedy thrashing between equal orders), with
+    ``gap`` arrivals between the two (0: between two ticks, seen only by the executor's
+    count of re-orderings): the cache it lost is logged as dropped, the candidates restart
+    once the orders have settled, and the cache is used again soon after."""
+    wl = three_way(n_updates=30_000, r=5, seed=0)
+    p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
+    pol = ACaching(W=5, interval=50, reopt_interval=1000, W_d=20, verify=False)
+    pol.probe_cost = pol.update_cost = 0.0  # the cache is worth using
+    cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
+    cq.attach(pol)
+    streams, ts, rows = p.streams.tolist(), p.timestamps.tolist(), p.rows
+    cq.process(streams[:12_000], None, ts[:12_000], rows[:12_000])
+    assert cq.executor.placements["T"]  # in use
+    pol.next_reopt = 10**9  # no re-profiling would bring it back
+    order = list(cq.executor.orders["T"])
+    cq.executor.set_order("T", order[::-1])
+    cq.process(streams[12_000:12_000 + gap], None, ts[12_000:12_000 + gap],
+               rows[12_000:12_000 + gap])
+    cq.executor.set_order("T", order)
+    flip = 12_000 + gap
+    cq.process(streams[flip:flip + 3_000], None, ts[flip:flip + 3_000], rows[flip:flip + 3_000])
+    later = [h for h in pol.history if h["arrival"] > 12_000]
+    assert any(h["event"] == "drop" and "re-ordered" in h["what"] for h in later) or gap == 0
+    assert any(h["event"] == "candidates" for h in later)
+    assert cq.executor.placements["T"]  # used again

@@ -146,8 +146,9 @@ class ACaching(PolicyBase):
         # one, over the W most recent trials of new caches (``_credible``).
         self.model_error = WindowAverage(W)
         self._window: dict | None = None  # pipeline -> its [RANGE w] window, seconds
-        self._pending_orders: dict | None = None  # orders seen since a re-ordering, and
-        self._pending_since = 0                    # when (``_unsettled``)
+        self._pending_orders: tuple | None = None  # (orders, re-orderings) seen last,
+        self._pending_since = 0                     # and since when (``_unsettled``)
+        self._reorders_seen = 0  # the executor's re-orderings when candidates were made
         self.trials = self.undone = 0
         self.measured: list[dict] = []          # each verdict's figures (explain, report)
         # CPU per arrival of the latest intervals without a trial: a change's "before"
@@ -195,25 +196,31 @@ class ACaching(PolicyBase):
             return
         self.interval = self.base_interval
         sample = self._sample(cq, now)
-        if self.trial is None and sample is not None:
-            self._before.append(sample)
-            self._measure_rates(now, arrivals, ts)
         self._arrivals = arrivals
         self._set_p_i(cq.per_stream)
+        # Re-orderings by another policy, seen by the orders and by the executor's count of
+        # them (a pipeline re-ordered and put back between two ticks lost its caches too).
         orders = {a: tuple(o) for a, o in ex.orders.items()}
-        if orders != self._pending_orders:  # (see _unsettled)
-            self._pending_orders, self._pending_since = orders, arrivals
-        if orders != self.orders:
+        version = getattr(ex, "reorders", 0)
+        if (orders, version) != self._pending_orders:  # (see _unsettled)
+            self._pending_orders, self._pending_since = (orders, version), arrivals
+        if orders != self.orders or version != self._reorders_seen:
+            self._before.clear()  # intervals of another plan
             self._end_trial(arrivals, ts, "re-ordered")  # its caches are gone
             if self.orders and self._unsettled(arrivals):
                 placed = {id(c) for c in ex.caches.values()}
                 for st in self.states.values():  # the re-ordered pipelines' caches are gone
                     if st.state == "used" and id(st.cache) not in placed:
                         st.state, st.cache = "unused", None
+                        self._log(arrivals, ts, "drop", f"{st.candidate.name}: its pipeline "
+                                  "was re-ordered")
                 self._enforce_memory(ex, arrivals, ts)  # the budget holds meanwhile
                 self._clock = (time.process_time(), cq.next_rid, ts)
                 return
             self._new_candidates(ex, arrivals, ts)
+        elif self.trial is None and sample is not None:
+            self._before.append(sample)
+            self._measure_rates(now, arrivals, ts)
         if self.trial is not None:  # nothing else changes while a change is measured
             self._watch_used(ex, arrivals, ts, drop=False)
             self._trial_step(ex, arrivals, ts, sample)
@@ -303,6 +310,7 @@ class ACaching(PolicyBase):
         were. (A tick then costs two clock reads.)"""
         return (self.trial is None and self.selections > 0 and arrivals < self.next_reopt
                 and self.memory is None and not self._watching
+                and getattr(ex, "reorders", 0) == self._reorders_seen
                 and all(tuple(ex.orders[a]) == o for a, o in self.orders.items()))
 
     @property
@@ -325,10 +333,11 @@ class ACaching(PolicyBase):
         control by more than the noise band is undone, and its candidates wait
         ``verify.backoff`` arrivals. Measuring starts once the state has stopped growing
         (windows still filling make later intervals dearer) and skips the interval that
-        recompiled the pipelines. A control clearly faster or slower than the change
-        (``verify.clear``) ends after ``EARLY`` intervals, the change kept or left undone:
-        the change goes first, and its control is cut short, because a good cache taken
-        away costs its full price every interval, and a bad one tried again as much. A
+        recompiled the pipelines. When the change is clearly faster or clearly slower than
+        its control (``verify.clear``), the control ends after ``EARLY`` intervals, the
+        change kept or left undone: the change goes first, and its control is cut short,
+        because a good cache taken away costs its full price every interval, and a bad one
+        tried again as much. A
         change that halves the CPU per arrival of the intervals just before it
         (``verify.decisive``) is kept without a control."""
         t = self.trial
@@ -450,9 +459,9 @@ class ACaching(PolicyBase):
         ``verify.TARGET_SHARE`` of the CPU; otherwise profile at the full p_i."""
         if not self._shares or self._shares[-1][1] != now:
             self._shares.append((cq.profile_cpu, now))
-        stable = (self.selections > 0 and self.trial is None and all(
+        stable = (self.verify and self.selections > 0 and self.trial is None and all(
             st.estimate is not None for st in self.states.values()
-            if st.state == "profiled"))
+            if st.state == "profiled"))  # (verify=False: the paper's policy, p throughout)
         if not stable:
             if self.p_scale < 1.0:  # profile at the full p_i from the next arrival on,
                 self.p_scale = 1.0  # not after a gap drawn at the scaled-down p
@@ -470,6 +479,7 @@ class ACaching(PolicyBase):
         """(Re)compute candidates for the current orders; keep the state of unchanged ones
         (the executor already removed caches whose pipeline was re-ordered)."""
         self.orders = {a: tuple(o) for a, o in ex.orders.items()}
+        self._reorders_seen = getattr(ex, "reorders", 0)
         m = self.m if self.caches == "global" else None
         fresh = enumerate_candidates(ex.query, ex.orders, m)
         placed = {(p, j, k, c.extra) for p, lst in ex.placements.items() for j, k, c in lst}

@@ -29,7 +29,7 @@ COMMON = ("W", "interval", "seed")
 #: Parameters of the ordering policies: ``p`` (A-Greedy's and the initial plan's profiling
 #: probability; ``initial_p`` overrides the initial plan's), ``alpha`` (A-Greedy),
 #: ``objective`` (the initial plan).
-ORDERING = ("p", "alpha", "objective", "initial_p")
+ORDERING = ("p", "alpha", "objective", "initial_p", "cheap")
 #: Keys of ``caching`` (``adapt.acaching.ACaching``'s options; W, interval and seed come
 #: from the common parameters unless given here).
 CACHING = ("caches", "memory", "reopt_interval", "change", "m", "W_d", "alpha", "method",
@@ -47,7 +47,8 @@ def make_policies(optimizer: str | None = None, reorder: str = "off",
       ``reopt_interval``, ``change``, ``m``, ``W_d``, ``alpha``, ``method``, ``p``, and
       ``W``/``interval``/``seed`` overriding the common ones): ``ACaching``, last;
     * ``params`` — ``W``, ``interval``, ``seed`` for every policy; ``p``, ``alpha``,
-      ``objective``, ``initial_p`` for the ordering policies.
+      ``objective``, ``initial_p`` for the ordering policies; ``cheap`` (A-Greedy's cheap
+      profiling, default True).
 
     Unknown parameters, reorder values and caching options are refused, naming them; bad
     values are refused by the policies (ACaching names the command-line option). Returns
@@ -79,7 +80,7 @@ def make_policies(optimizer: str | None = None, reorder: str = "off",
                               **({"p": p0} if p0 is not None else {}), **common)
         policies.append(initial)
     if reorder == "agreedy":
-        extra = {k: params[k] for k in ("p", "alpha") if k in params}
+        extra = {k: params[k] for k in ("p", "alpha", "cheap") if k in params}
         policies.append(AGreedy(wait_for=initial, **extra, **common))
     if caching is not None:
         from adaptcq.adapt.acaching import ACaching

@@ -149,6 +149,9 @@ class AGreedy(PolicyBase):
         without a re-ordering among them, p is scaled towards PROFILE_SHARE."""
         if not self.cheap or self.p <= 0:
             return
+        if self.wait_for is not None and not getattr(self.wait_for, "done", True):
+            self._shares.clear()  # the initial plan's profiling is not ours to scale
+            return
         self._shares.append((cq.profile_cpu, time.process_time()))
         if len(self._shares) <= SHARE_TICKS:
             return

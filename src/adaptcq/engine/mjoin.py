@@ -164,6 +164,7 @@ class MJoin:
                              f"{' or '.join(unknown)} in the query (streams: "
                              f"{', '.join(query.aliases)})")
         self.query = query
+        self.reorders = 0  # set_order calls so far
         self._aliases = query.aliases
         self.retract = mode == "retract"
         self.stems = [SteM(a, query.columns[a]) for a in query.aliases]
@@ -258,6 +259,7 @@ class MJoin:
         in that pipeline are removed, and so is any cache elsewhere whose prefix invariant
         the new order breaks (a-caching.txt §4.5 step 5)."""
         self.orders[stream] = check_order(self.query.aliases, stream, order)
+        self.reorders += 1  # policies that keep per-plan state notice a re-ordering by it
         self.placements[stream] = []
         self.observers = {k: v for k, v in self.observers.items() if k[0] != stream}
         for pipeline, placed in self.placements.items():
