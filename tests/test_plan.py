@@ -68,6 +68,24 @@ def _random_orders(pair, rnd: random.Random) -> None:
             cq.executor.set_order(a, order)
 
 
+def _in_step(pair, streams, ts, rows, rnd: random.Random, moves, check=None) -> None:
+    """Feed both queries of ``pair`` one update at a time, every 4 updates first making
+    the same random plan changes on both (each of ``moves``, ``move(cq, rng)``, with its
+    own generator from one seed); after each update both have emitted the same rows and
+    hold the same state, and ``check(k)`` runs."""
+    for k in range(len(rows)):
+        if k % 4 == 0:
+            move_seed = rnd.random()
+            for cq in pair:
+                for move in moves:
+                    move(cq, random.Random(move_seed))
+        outs = [cq.process(streams[k:k + 1], None, ts[k:k + 1], rows[k:k + 1]) for cq in pair]
+        assert outs[0] == outs[1], f"update {k}"
+        assert _state(pair[0].executor) == _state(pair[1].executor), f"update {k}"
+        if check is not None:
+            check(k)
+
+
 @settings(max_examples=examples(120), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=workloads(max_streams=5, max_rows=24), mode=st.sampled_from(["append", "retract"]),
@@ -81,14 +99,7 @@ def test_compiled_and_interpreted_agree_update_by_update(case: Workload, mode, s
     interpreted = _interpreted(pair[1])
     rnd = random.Random(seed)
     _random_orders(pair, rnd)
-    for k in range(len(rows)):
-        if k % 4 == 0:
-            move_seed = rnd.random()
-            for cq in pair:
-                random_cache_moves(cq, random.Random(move_seed))
-        outs = [cq.process(streams[k:k + 1], None, ts[k:k + 1], rows[k:k + 1]) for cq in pair]
-        assert outs[0] == outs[1], f"update {k}"
-        assert _state(pair[0].executor) == _state(pair[1].executor), f"update {k}"
+    _in_step(pair, streams, ts, rows, rnd, [random_cache_moves])
     # Every insertion of the second query ran through the interpreter, cache moves included.
     assert interpreted[0] == pair[1].stats.insertions
 
@@ -131,16 +142,11 @@ def test_compiled_profiling_counts_as_the_interpreter(case: Workload, mode, nest
             (obs.stream, tuple(obs.order), list(obs.delta), list(obs.work), obs.fanout,
              obs.results))
     _random_orders(pair, rnd)
-    for k in range(len(rows)):
-        if k % 4 == 0:
-            move_seed = rnd.random()
-            for cq in pair:
-                random_cache_moves(cq, random.Random(move_seed))
-                _random_observers(cq.executor, random.Random(move_seed))
-        outs = [cq.process(streams[k:k + 1], None, ts[k:k + 1], rows[k:k + 1]) for cq in pair]
-        assert outs[0] == outs[1], f"update {k}"
-        assert _state(pair[0].executor) == _state(pair[1].executor), f"update {k}"
+    observers = lambda cq, r: _random_observers(cq.executor, r)
+
+    def same_observations(k):
         assert seen[0] == seen[1], f"update {k}"
+    _in_step(pair, streams, ts, rows, rnd, [random_cache_moves, observers], same_observations)
     assert interpreted[0] == len(seen[1]) == pair[1].stats.insertions
 
 

@@ -53,11 +53,15 @@ from adaptcq.adapt.caching import METHODS, Candidate, Estimate, enumerate_candid
 from adaptcq.adapt.caching.verify import (
     MIN_BEFORE,
     NOISE_FLOOR,
+    P_MIN,
+    SHARE_TICKS,
     backoff,
+    before_mean,
     before_ratio,
     clear,
     decisive,
     keep_change,
+    profile_share,
     profiling_scale,
 )
 from adaptcq.engine.rules import cache_key
@@ -70,8 +74,6 @@ M_DEFAULT = 6             # §6 quota m (§7.3: m = 6)
 PROBE_COST = 1.0          # work units of one cache probe (§4.3 probe_cost)
 UPDATE_COST = 1.0         # work units of one cache insert (§4.3 update_cost)
 TRIAL = 20                # intervals a change runs, and then its control, before a verdict
-P_MIN = 1e-4              # the lowest profiling probability cheap profiling goes down to
-SHARE_TICKS = 20          # ticks over which profiling's share of the CPU is measured
 EARLY = 4                 # a trial phase can end after this many intervals when clear
 MAX_KEYS = 1 << 17        # a cache's expected keys are capped here (its buckets at 8×)
 REPROFILE_MAX = 16        # the re-profiling interval stretches to at most this many I
@@ -289,8 +291,7 @@ class ACaching(PolicyBase):
         units after them over those before (uses save their net benefit, drops give it
         back)."""
         after = self.units_rate()
-        delta = math.fsum((1 if action == "use" else -1) * _net(st) for action, st in changes)
-        before = after + delta
+        before = after + _saved(changes)
         return after / before if before > 0 else None
 
     def _unsettled(self, arrivals) -> bool:
@@ -337,9 +338,8 @@ class ACaching(PolicyBase):
         its control (``verify.clear``), the control ends after ``EARLY`` intervals, the
         change kept or left undone: the change goes first, and its control is cut short,
         because a good cache taken away costs its full price every interval, and a bad one
-        tried again as much. A
-        change that halves the CPU per arrival of the intervals just before it
-        (``verify.decisive``) is kept without a control."""
+        tried again as much. A change that halves the CPU per arrival of the intervals just
+        before it (``verify.decisive``) is kept without a control."""
         t = self.trial
         size = ex.state_tuples()
         growing, t["size"] = size > 1.02 * t.get("size", 0), size
@@ -393,8 +393,7 @@ class ACaching(PolicyBase):
         what = ", ".join(f"{a} {st.candidate.name}" for a, st in t["actions"])
         with_ = sum(after) / len(after)
         without = (sum(control) / len(control) if against == "control"
-                   else sum(control[-MIN_BEFORE:]) / MIN_BEFORE)
-        saved_units = math.fsum((1 if a == "use" else -1) * _net(st) for a, st in t["actions"])
+                   else before_mean(control))
         # The model against the measurement: the CPU ratio with/without the change, and the
         # CPU seconds it saves per second of event time (predicted: its net benefit in work
         # units at the measured seconds per unit; measured: per-arrival CPU × arrival rate).
@@ -402,7 +401,7 @@ class ACaching(PolicyBase):
                    "kept": keep, "cpu_per_arrival_with": with_,
                    "cpu_per_arrival_without": without, "against": against,
                    "predicted_ratio": t.get("predicted_ratio"),
-                   "predicted_cpu_saved_per_s": self._seconds(saved_units),
+                   "predicted_cpu_saved_per_s": self._seconds(_saved(t["actions"])),
                    "measured_cpu_saved_per_s": ((without - with_) * self.arrival_rate.get()
                                                 if self.arrival_rate.n else None),
                    "predicted_net_benefit": [_net(st) for _, st in t["actions"]]}
@@ -468,8 +467,7 @@ class ACaching(PolicyBase):
                 cq.reschedule()
             return
         if len(self._shares) > SHARE_TICKS:
-            (p0, c0), (p1, c1) = self._shares[0], self._shares[-1]
-            share = (p1 - p0) / (c1 - c0) if c1 > c0 else 0.0
+            share = profile_share(self._shares) or 0.0
             full = max([self.p, *self._p_i.values()])
             self.p_scale = profiling_scale(self.p_scale, share, min(1.0, P_MIN / full))
             self._shares.clear()
@@ -842,6 +840,12 @@ def _net_changes(changes: list) -> list:
         elif first is None:
             out[id(st)] = (action, st)
     return list(out.values())
+
+
+def _saved(changes) -> float:
+    """The work units per second the model says ``changes`` ((action, state) pairs) save:
+    each use its cache's net benefit, each drop minus it."""
+    return math.fsum((1 if action == "use" else -1) * _net(st) for action, st in changes)
 
 
 def _net(st: CandidateState) -> float:

@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 
 from adaptcq.adapt.base import PolicyBase
-from adaptcq.adapt.caching.verify import profiling_scale
+from adaptcq.adapt.caching.verify import P_MIN, SHARE_TICKS, profile_share, profiling_scale
 from adaptcq.adapt.graph import join_graph_from_stats
 from adaptcq.engine import rules
 from adaptcq.errors import AdaptcqError
@@ -60,10 +60,9 @@ ALPHA_DEFAULT = 1.25
 REORDER_CHOICES = ("agreedy", "off")
 #: Cheap profiling (beyond [5], issue 14): while no re-ordering happens, p is scaled so
 #: that profiling (the profiled tuples and their statistics) takes this share of the CPU,
-#: measured over SHARE_TICKS ticks, down to P_MIN; a re-ordering restores the full p.
+#: measured over ``verify.SHARE_TICKS`` ticks, down to ``verify.P_MIN``; a re-ordering
+#: restores the full p.
 PROFILE_SHARE = 0.02
-SHARE_TICKS = 20
-P_MIN = 1e-4
 
 
 def greedy_violation(stats: PipelineStats, adjacency: Mapping[str, Iterable[str]],
@@ -155,10 +154,10 @@ class AGreedy(PolicyBase):
         self._shares.append((cq.profile_cpu, time.process_time()))
         if len(self._shares) <= SHARE_TICKS:
             return
-        (p0, c0), (p1, c1) = self._shares[0], self._shares[-1]
-        if self.reorderings == self._stable_since and c1 > c0:
-            self.p_scale = profiling_scale(self.p_scale, (p1 - p0) / (c1 - c0),
-                                           min(1.0, P_MIN / self.p), PROFILE_SHARE)
+        share = profile_share(self._shares)
+        if self.reorderings == self._stable_since and share is not None:
+            self.p_scale = profiling_scale(self.p_scale, share, min(1.0, P_MIN / self.p),
+                                           PROFILE_SHARE)
         self._stable_since = self.reorderings
         self._shares.clear()
 

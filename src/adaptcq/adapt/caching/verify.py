@@ -24,6 +24,8 @@ CLEAR = 3.0            # bands beyond which a trial's verdict is clear before it
 DECISIVE = 0.5         # a change that halves the CPU per arrival of the intervals before it
 # needs no control (see ``decisive``)
 MIN_BEFORE = 3         # intervals before a change needed to judge it against them
+SHARE_TICKS = 20       # ticks over which profiling's share of the CPU is measured
+P_MIN = 1e-4           # the lowest profiling probability cheap profiling goes down to
 
 
 def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
@@ -76,14 +78,19 @@ def clear(after: Sequence[float], control: Sequence[float], k: float = CLEAR) ->
     return None
 
 
+def before_mean(before: Sequence[float]) -> float:
+    """The mean CPU per arrival of the ``MIN_BEFORE`` intervals just *before* a change
+    (the latest: while windows fill, earlier ones held less state)."""
+    return math.fsum(before[-MIN_BEFORE:]) / MIN_BEFORE
+
+
 def before_ratio(after: Sequence[float], before: Sequence[float]) -> float | None:
     """The mean CPU per arrival of the intervals run with a change so far (``after``, at
-    least ``MIN_BEFORE`` of them) over that of the ``MIN_BEFORE`` intervals just *before*
-    it (the latest: while windows fill, earlier ones held less state); None without enough
-    intervals on either side."""
+    least ``MIN_BEFORE`` of them) over ``before_mean``; None without enough intervals on
+    either side."""
     if len(before) < MIN_BEFORE or len(after) < MIN_BEFORE:
         return None
-    mb = math.fsum(before[-MIN_BEFORE:]) / MIN_BEFORE
+    mb = before_mean(before)
     return math.fsum(after) / len(after) / mb if mb > 0 else None
 
 
@@ -110,6 +117,14 @@ def backoff(fails: int, interval: int) -> int:
     a re-selection picks it (§4.5 c: when the estimates have moved): a workload can
     change, so no candidate is banned for good, and repeated failures cost less and less."""
     return interval * (1 << min(max(fails, 1) - 1, 20))
+
+
+def profile_share(ticks: Sequence[tuple[float, float]]) -> float | None:
+    """Profiling's share of the CPU between the first and the last of ``ticks``, each
+    (``ContinuousQuery.profile_cpu``, process CPU seconds) read at a tick; None when no
+    CPU time passed."""
+    (p0, c0), (p1, c1) = ticks[0], ticks[-1]
+    return (p1 - p0) / (c1 - c0) if c1 > c0 else None
 
 
 def profiling_scale(scale: float, share: float, low: float,
