@@ -325,6 +325,9 @@ def test_make_policies():
         make_policies(reorder="agreedy", beta=1)
     with pytest.raises(ValueError, match="alpha"):
         AGreedy(alpha=0.5)
+    with pytest.raises(TypeError, match="option cheap .* must be True or False, got 'no'"):
+        make_policies(reorder="agreedy", cheap="no")
+    assert make_policies(reorder="agreedy", cheap=False)[0].cheap is False
 
 
 # ----- explain -------------------------------------------------------------------------------

@@ -123,6 +123,9 @@ class AGreedy(PolicyBase):
                  cheap: bool = True):
         if alpha < 1:
             raise ValueError(f"the tolerance alpha must be at least 1, got {alpha!r}")
+        if not isinstance(cheap, bool):
+            raise TypeError(f"A-Greedy option cheap (cheap profiling) must be True or False, "
+                             f"got {cheap!r}")
         super().__init__(p=p, W=W, interval=interval, seed=seed)
         self.p = p
         self.alpha = float(alpha)
@@ -130,7 +133,7 @@ class AGreedy(PolicyBase):
         self.reorderings = 0
         self.history: list[dict] = []  # one entry per re-ordering
         self._adjacency: dict[str, tuple[str, ...]] | None = None
-        self.cheap = bool(cheap)
+        self.cheap = cheap
         self.p_scale = 1.0
         self._shares: deque = deque(maxlen=SHARE_TICKS + 1)  # (profile CPU, CPU) per tick
         self._stable_since = 0  # re-orderings when the share window started
