@@ -363,6 +363,7 @@ class PartitionGroup:
         for i, m, _ in maxima:
             bmax[i] = max(bmax[i], m)
         rejected = []
+        new = []  # this micro-batch's rows per stream, stored once processed
         rows_in = received = 0
         for i in sorted(parts):
             t = pa.concat_tables(parts[i]) if len(parts[i]) > 1 else parts[i][0]
@@ -378,13 +379,8 @@ class PartitionGroup:
             if not t.num_rows:
                 continue
             t = t.append_column("_q", pa.array(np.full(t.num_rows, seq, np.int64)))
-            key = (i, self.next_entry)
+            new.append(((i, self.next_entry), t))
             self.next_entry += 1
-            blobs = _pieces(t)
-            top = int(pc.max(t.column("_t")).as_py())
-            for k, blob in enumerate(blobs):
-                store.put((*key, k), (top, blob))
-            self.entries[key] = (top, len(blobs), 0, t.num_rows)
             self.pending[i] = t if self.pending[i] is None else \
                 pa.concat_tables([self.pending[i], t])
         self.frontier, self.closed, bts, bs, advance = bound(bmax, self.closed, end, L)
@@ -394,7 +390,8 @@ class PartitionGroup:
             self.released[i] += t.num_rows
         cq = self.cq
         if cfg.executor == "vector":
-            return self._step_vector(cfg, go, advance, store, rejected, rows_in, received, pc)
+            return self._step_vector(cfg, go, advance, store, rejected, rows_in, received, pc,
+                                     new)
         streams, signs, tss, rows, secondary = _ordered(cfg, go, pc)
         out = []
         n_rej = len(cq.rejected_rows)
@@ -411,7 +408,7 @@ class PartitionGroup:
             if id(row) not in secondary:  # an unmatched deletion, reported by one replica
                 rejected.append((cfg.sources[i], -1, None, ts, why))
         del cq.rejected_rows[:]
-        self._forget(cfg, store)
+        self._store_changes(cfg, store, new)
         tup, byt = cq.executor.state_tuples(), cq.executor.state_bytes()
         pt, pb = cq.peak_state()
         self.peak_tuples = max(self.peak_tuples, tup, pt)
@@ -432,7 +429,7 @@ class PartitionGroup:
         self.expired = max(self.shed_expired, ex.frontier(self.shed_now))
         self.shed_expired = self.expired
 
-    def _step_vector(self, cfg, go, advance, store, rejected, rows_in, received, pc):
+    def _step_vector(self, cfg, go, advance, store, rejected, rows_in, received, pc, new):
         """``step``'s engine part with the vectorized executor: the released rows as one
         column batch, their output and the expiries' as Arrow (no row tuples)."""
         import pyarrow as pa
@@ -450,7 +447,7 @@ class PartitionGroup:
             if primary[k]:  # an unmatched deletion, reported by one replica
                 rejected.append((cfg.sources[i], -1, None, ts, why))
         del cq.rejected_rows[:], cq.rejected_at[:]
-        self._forget(cfg, store)
+        self._store_changes(cfg, store, new)
         pt, pb = cq.peak_state()
         self.peak_tuples = max(self.peak_tuples, pt)
         self.peak_bytes = max(self.peak_bytes, pb)
@@ -473,6 +470,39 @@ class PartitionGroup:
             f = _file_of(f1)
             rejected.append((cfg.sources[i], r if f is not None or not (f1 or "") else -1,
                              f, x, why))
+
+    def _store_changes(self, cfg: _Config, store: MemoryStore, new: list) -> None:
+        """The micro-batch's changes to the store, once the engine has run it: its rows
+        that can still matter as new entries (a row released and out of its ``[RANGE w]``
+        window for good is never written: with micro-batches longer than the window most
+        rows are, and a rebuild would read them only to drop them), and the entries none
+        of whose rows can matter removed (module docstring)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        for key, t in new:
+            gone = self._gone(cfg, key[0], t.column("_t").to_numpy())
+            if gone.any():
+                t = t.filter(pa.array(~gone))
+            if not t.num_rows:
+                continue
+            blobs = _pieces(t)
+            top = int(pc.max(t.column("_t")).as_py())
+            for k, blob in enumerate(blobs):
+                store.put((*key, k), (top, blob))
+            self.entries[key] = (top, len(blobs), 0, t.num_rows)
+        self._forget(cfg, store)
+
+    def _gone(self, cfg: _Config, i: int, ts: np.ndarray) -> np.ndarray:
+        """Which of stream i's rows (times ``ts``) can never matter again: released, and
+        expired from a ``[RANGE w]`` window (``t + w`` below the expiry frontier), the rule
+        ``_forget`` applies to a whole entry by its newest row. Rows of other windows, and
+        of the load-shedding join (whose stored fates follow its rows one by one), stay."""
+        win = _logical(cfg).streams[i].window
+        if win.kind != "range" or cfg.executor == "shed":
+            return np.zeros(len(ts), bool)
+        bts, bs = self.bound
+        released = (ts < bts) | ((ts == bts) & (i <= bs))
+        return released & (ts + round(win.size / TIME_UNIT) < self.expired)
 
     def _forget(self, cfg: _Config, store: MemoryStore) -> None:
         """Remove the entries none of whose rows can matter again (module docstring)."""

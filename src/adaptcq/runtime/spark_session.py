@@ -116,6 +116,11 @@ def default_conf(master: str) -> dict[str, str]:
         # 43.2 s -> 40.8 s).
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+        # No byte limit on those batches (Int.MaxValue turns the check off): with one,
+        # Spark measures the Arrow batch's size after every row it writes, walking every
+        # column vector (JFR on bench.spark_vs_native case d: a quarter of the executor
+        # threads' samples; their CPU 10.7 -> 7.4 s). The row limit above bounds a batch.
+        "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
         "spark.sql.execution.pythonUDF.arrow.enabled": "false",
         "spark.python.worker.reuse": "true",
         # The workers' daemon imports pyspark from its installed package (compiled
