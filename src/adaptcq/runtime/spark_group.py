@@ -5,8 +5,10 @@ A group receives, per micro-batch, the Arrow batches the split sent it (``spark_
 one punctuation per input batch. It runs the unchanged engine (``ContinuousQuery``) on the
 rows it can release in the local runtime's order, and keeps in Spark's state store:
 
-* per (stream, micro-batch) the rows it accepted — an **entry** of Arrow IPC pieces in a
-  MapState keyed (stream, entry, piece) — written once, when they arrive;
+* per (stream, micro-batch) the rows it accepted that can still matter — an **entry** of
+  Arrow IPC pieces in a MapState keyed (stream, entry, piece) — written once, when the
+  micro-batch has run (a row it released that already left its ``[RANGE w]`` window is not
+  written: with micro-batches longer than the window, most are not);
 * an entry is removed, whole, when none of its rows can matter again: all released, and
   expired from a ``[RANGE w]`` window (its newest row's ``t + w`` is below the group's
   expiry frontier) or pushed out of a ``[ROWS n]`` window by n later rows; entries of
