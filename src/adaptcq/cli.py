@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the late results go (Parquet, or CSV / JSON lines by suffix)")
     c.add_argument("--format", choices=["parquet", "csv", "jsonl"])
 
+    a = sub.add_parser("spark-archive", help="build (or show, or remove) the class-data "
+                       "archive that makes Spark's driver JVM start faster")
+    a.add_argument("--master", default="local[2]",
+                   help="the training job's Spark master (default local[2])")
+    a.add_argument("--rebuild", action="store_true", help="build it again")
+    a.add_argument("--remove", action="store_true", help="delete every archive")
+
     b = sub.add_parser("bench", help="benchmarks (write CSV/PNG, print figures)")
     b.add_argument("name", help="mjoin-xjoin")
     b.add_argument("args", nargs=argparse.REMAINDER)
@@ -74,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "cleanup":
             return cmd_cleanup(args)
+        if args.command == "spark-archive":
+            return cmd_spark_archive(args)
         if args.command == "explain":
             from adaptcq.explain import main as explain_main
             return explain_main(args)
@@ -82,6 +91,25 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     parser.print_help()
     return 2
+
+
+def cmd_spark_archive(args) -> int:
+    """``adaptcq spark-archive``: the driver JVM's class-data archive
+    (``runtime.jvm_archive``): built when missing (or ``--rebuild``), else shown."""
+    from adaptcq.runtime import jvm_archive
+    if args.remove:
+        if args.rebuild:
+            raise AdaptcqError("--remove and --rebuild contradict each other; give one")
+        gone = jvm_archive.remove()
+        print(f"removed {len(gone)} archive(s) from {jvm_archive.cache_dir() / 'jvm'}")
+        return 0
+    try:
+        path = jvm_archive.build(args.master, force=args.rebuild, log=print)
+    except jvm_archive.JvmArchiveError as e:
+        raise AdaptcqError(f"cannot build the JVM class-data archive: {e}") from None
+    print(f"{path} ({path.stat().st_size / 2**20:.0f} MiB): Spark sessions started by "
+          f"adaptcq map it (set {jvm_archive.ENV_SWITCH}=off to do without)")
+    return 0
 
 
 def cmd_run(args) -> int:

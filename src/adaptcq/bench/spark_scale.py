@@ -11,8 +11,9 @@ Workloads (docs/spark-scale.md):
   a cycle through nationkey) as unbounded insert streams (``stream.tpch``).
 
 Each runs at every P on ``local[2]`` and once with Spark's native join chain, every job in a
-fresh process, timed from process start to exit (JVM start-up included), CPU of the whole
-process tree (utime + stime of every process, sampled from /proc). Reported per job: rows
+fresh process, timed from process start to exit (JVM start-up included; every job maps the
+same class-data archive of Spark's classes, ``runtime.jvm_archive``, built first when
+missing, untimed; ``--no-jvm-archive``: none does), CPU of the whole process tree (utime + stime of every process, sampled from /proc). Reported per job: rows
 per second (wall), CPU-seconds, results (checked equal to native's as multisets of key
 columns), the shares chosen, the rows shipped to groups and the replication factor (shipped
 per input row). Writes ``<out>/spark_scale.csv`` and ``.png`` (throughput against P, native
@@ -93,6 +94,25 @@ class TreeCPU:
         self.sample()
         self._stop.set()
         return sum(self.seen.values())
+
+
+def add_jvm_archive_argument(ap) -> None:
+    ap.add_argument("--no-jvm-archive", action="store_true",
+                    help="start every job's JVM without the class-data archive "
+                    "(runtime.jvm_archive); by default it is built first when missing "
+                    "(untimed) and every job, adaptcq's and Spark native's, maps it")
+
+
+def prepare_jvm_archive(args) -> str:
+    """Every job of the run starts from the same class-data archive, or all without it
+    (``--no-jvm-archive``): the comparison stays like for like. Returns what the CSV
+    records (the archive's file name, or "off")."""
+    from adaptcq.runtime import jvm_archive
+    if args.no_jvm_archive:
+        os.environ[jvm_archive.ENV_SWITCH] = "off"  # (the jobs inherit it)
+        return "off"
+    master = args.master if args.master.startswith("local") else "local[2]"
+    return jvm_archive.build(master, log=print).name
 
 
 # ----- data -------------------------------------------------------------------------------------
@@ -239,6 +259,7 @@ def scale(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    archive = prepare_jvm_archive(args)
     for name in args.workloads.split(","):
         _, srcs, ids = workload(name, args, Path(args.data))
         n_in = sum(_rows(p) for p in srcs.values())
@@ -254,6 +275,8 @@ def scale(args) -> int:
             print(_line(rows[-1]), flush=True)
         rows.append(_row(name, "native", None, native, n_in, True))
         print(_line(rows[-1]), flush=True)
+    for r in rows:
+        r["jvm_archive"] = archive
     write_csv(rows, out / "spark_scale.csv")
     _plot(rows, out / "spark_scale.png")
     _print(rows, args.master)
@@ -382,6 +405,7 @@ def state_growth(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     growth_data(Path(args.data) / "growth", args.batches, args.batch_rows, 10**7)
+    prepare_jvm_archive(args)
     res = run_job("adaptcq", "growth", args, out / "growth_job", args.growth_partitions)
     rows = growth_rows(res["progress"], res["history"])
     write_csv(rows, out / "state_growth.csv")
@@ -487,6 +511,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-rows", type=int, default=40_000,
                     help="--state-growth rows per stream and micro-batch")
     ap.add_argument("--growth-partitions", type=int, default=2)
+    add_jvm_archive_argument(ap)
     ap.add_argument("--job", choices=["adaptcq", "native"], help=argparse.SUPPRESS)
     ap.add_argument("--workload", help=argparse.SUPPRESS)
     ap.add_argument("--job-out", help=argparse.SUPPRESS)

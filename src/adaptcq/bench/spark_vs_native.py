@@ -17,7 +17,8 @@ Spark native expresses the same window semantics as a chain of inner stream-stre
 watermarks and time-range conditions (every pair ``|Δts| <= 10 s``, which is exactly when
 ``[RANGE 10 SECONDS]`` windows hold all three tuples together: docs/semantics.md). Each engine
 runs in a fresh process (``--job``), timed from process start to exit (JVM start-up
-included); CPU seconds are those of the whole process tree (driver, JVM, Python workers),
+included), both from the same class-data archive of Spark's classes (``runtime.jvm_archive``,
+built first when missing, untimed; ``--no-jvm-archive``: both without); CPU seconds are those of the whole process tree (driver, JVM, Python workers),
 sampled from /proc (each process's own time). The result multisets of (R.id, S.id, T.id) are checked equal.
 Writes ``<out>/spark_vs_native.csv`` and ``.png`` and prints the table.
 """
@@ -32,7 +33,13 @@ import sys
 import time
 from pathlib import Path
 
-from adaptcq.bench.spark_scale import TreeCPU, timed_job, write_csv
+from adaptcq.bench.spark_scale import (
+    TreeCPU,
+    add_jvm_archive_argument,
+    prepare_jvm_archive,
+    timed_job,
+    write_csv,
+)
 
 WINDOW = 10.0
 EPOCH_SHIFT_US = 10**15  # about 31 years
@@ -212,6 +219,7 @@ def main(argv=None) -> int:
     ap.add_argument("--executor", default="auto",
                     help="adaptcq's executor in every partition group (auto: the vectorized "
                     "one; mjoin: a tuple at a time)")
+    add_jvm_archive_argument(ap)
     ap.add_argument("--job", choices=["adaptcq", "native"], help=argparse.SUPPRESS)
     ap.add_argument("--case", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
@@ -233,6 +241,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    archive = prepare_jvm_archive(args)
     for case in args.cases.split(","):
         srcs = make_data(case, args.arrivals, args.files, out / "data")
         n = 3 * SELECTIVE_ROWS if case in "cd" else args.arrivals
@@ -255,7 +264,7 @@ def main(argv=None) -> int:
                 "rows_per_cpu_second": round(n / r["cpu_seconds"]),
                 "peak_state_tuples": r["peak_state_tuples"],
                 "peak_state_bytes": r["peak_state_bytes"],
-                "results_equal": ok, "extra": json.dumps(
+                "results_equal": ok, "jvm_archive": archive, "extra": json.dumps(
                     {k: v for k, v in r.items() if k in ("groups", "engine_cpu_seconds",
                                                          "cache_hits", "group_batches",
                                                          "executor")})})

@@ -59,6 +59,13 @@ def find_java() -> str:
 _VERSION_TEXT: dict[str, str] = {}  # java -> its last ``-version`` output (check_java)
 
 
+def java_version_text(java: str) -> str:
+    """``java -version``'s output for ``java``, as ``find_java`` last read it."""
+    if java not in _VERSION_TEXT:
+        find_java()
+    return _VERSION_TEXT.get(java, "")
+
+
 def java_major(version_text: str) -> int | None:
     """The major version in ``java -version`` output ('1.8.0_392' -> 8, '17.0.15' -> 17)."""
     import re
@@ -72,7 +79,7 @@ def java_major(version_text: str) -> int | None:
 def check_java() -> str:
     """``find_java`` plus a version check: Spark 4 needs Java 17 or newer."""
     java = find_java()  # (runs ``java -version`` once: its output is kept)
-    major = java_major(_VERSION_TEXT.pop(java, ""))
+    major = java_major(_VERSION_TEXT.get(java, ""))
     if major is not None and major < 17:
         raise JavaMissingError(f"{java} is Java {major}; Spark 4 needs Java 17 or newer: "
                                f"{JAVA_FIX}")
@@ -141,22 +148,32 @@ def local_cores(master: str) -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def get_spark(master: str = "local[*]", app: str = "adaptcq", **conf):
+def get_spark(master: str = "local[*]", app: str = "adaptcq", *, jvm_archive: bool = True,
+              **conf):
     """A SparkSession for the adaptcq runtime (reuses an active one, adding ``conf``).
 
     ``conf`` keys may use underscores for dots (``spark_sql_shuffle_partitions=4``) or be
     given as a ``{"spark.x": ...}`` mapping through ``**{"spark.x": ...}``. Raises
-    ``JavaMissingError`` naming the fix when no Java 17+ runtime is found.
+    ``JavaMissingError`` naming the fix when no Java 17+ runtime is found. A new driver JVM
+    maps the class-data archive of ``runtime.jvm_archive`` when there is one for this Java
+    and pyspark (``adaptcq spark-archive`` builds it; ``jvm_archive=False`` or
+    ``ADAPTCQ_JVM_ARCHIVE=off`` do without): only its start-up is faster.
     """
     master = check_master(master)
-    check_java()
+    java = check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     settings = default_conf(master)
     for k, v in conf.items():
         settings[k if "." in k else k.replace("_", ".")] = str(v)
+    if jvm_archive and SparkContext._active_spark_context is None:  # a JVM will start
+        from adaptcq.runtime.jvm_archive import driver_options
+        opts = driver_options(settings, java, java_version_text(java))
+        if opts is not None:
+            settings["spark.driver.extraJavaOptions"] = opts
     builder = SparkSession.builder.master(master).appName(app)
     for k, v in settings.items():
         builder = builder.config(k, v)
