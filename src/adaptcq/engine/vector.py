@@ -934,11 +934,12 @@ class VectorJoin:
             try:
                 return self.column_selections[i](table)
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
-                # A type Arrow compute has no kernel for (a decimal against a float, say):
-                # from now on this stream's selection runs per row, as below.
+                # A type Arrow compute has no kernel for (a decimal against a float, say),
+                # or arithmetic Python's integers would carry on (an int64 overflow): from
+                # now on this stream's selection runs per row, as below.
                 self.column_selections[i] = None
-        # A selection Arrow compute does not express (arithmetic, timestamp literals, UDFs)
-        # runs per row: the per-tuple engine's compiled predicate, the same logic.
+        # A selection Arrow compute does not express (timestamp literals, UDFs) runs per
+        # row: the per-tuple engine's compiled predicate, the same logic.
         return np.fromiter((bool(sel(r)) for r in self._rows(i, table)), bool,
                            table.num_rows)
 

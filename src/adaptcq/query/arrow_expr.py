@@ -5,10 +5,18 @@ row passes only when the condition is TRUE.
 
 Only a subset is translated: columns, number, string, boolean and NULL literals, the six
 comparisons, BETWEEN, IN over a list of non-NULL literals, IS [NOT] NULL of a value, AND,
-OR, NOT and parentheses. Anything else (arithmetic, whose overflow and division by zero
-the per-tuple compiler guards; timestamp literals; UDF calls; a bare value as a condition)
-makes :func:`arrow_predicate` return None, and the caller evaluates the selection row by
-row with ``compile_predicate`` instead.
+OR, NOT, parentheses, and arithmetic (``+ - * /`` and unary minus) on numbers. Anything
+else (timestamp literals; UDF calls; a bare value as a condition) makes
+:func:`arrow_predicate` return None, and the caller evaluates the selection row by row with
+``compile_predicate`` instead.
+
+Arithmetic computes what the per-row compiler's Python computes, or raises
+``pa.ArrowInvalid`` (the caller then evaluates that stream's selection per row): integers
+(any width, as int64) with the checked kernels, where Python's integers never overflow;
+with a float operand, or for ``/`` (true division, as in Spark SQL), in float64, the
+integers cast exactly (the cast refuses one beyond 2^53, which Python would round); a zero
+divisor gives NULL, as the compiler's guard does; other number types (decimals) raise
+``pa.ArrowTypeError``.
 """
 
 from __future__ import annotations
@@ -90,10 +98,9 @@ def _condition(node: exp.Expression, stream: str):
     if isinstance(node, exp.In):
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
             raise _Unsupported
-        items = [_strip(e) for e in node.expressions]
-        if not items or not all(isinstance(e, exp.Literal) for e in items):
-            raise _Unsupported  # NULL or computed items: the per-row compiler's OR chain
-        values = [_literal(e) for e in items]
+        if not node.expressions:
+            raise _Unsupported
+        values = [_constant(e) for e in node.expressions]
         if len({type(v) for v in values}) > 1 and not all(
                 isinstance(v, int | float) for v in values):
             raise _Unsupported
@@ -125,18 +132,93 @@ def _value(node: exp.Expression, stream: str):
     if isinstance(node, exp.Null):
         value = pa.scalar(None)
         return lambda t: value
-    raise _Unsupported  # arithmetic, casts, calls: the per-row compiler's guards
+    if isinstance(node, exp.Neg):
+        try:  # a negative number literal (-9223372036854775808 included)
+            value = pa.scalar(_constant(node))
+            return lambda t: value
+        except _Unsupported:
+            pass
+        x = _operand(node.this, stream)
+        return lambda t: _negate(_number(x(t)))
+    if type(node) in _ARITHMETIC or isinstance(node, exp.Div):
+        a, b = _operand(node.this, stream), _operand(node.expression, stream)
+        if isinstance(node, exp.Div):
+            return lambda t: _divide(_number(a(t)), _number(b(t)))
+        name = _ARITHMETIC[type(node)]
+        return lambda t: _arith(name, _number(a(t)), _number(b(t)))
+    raise _Unsupported  # casts, calls: the per-row compiler's
 
 
-def _literal(node: exp.Literal):
+_ARITHMETIC = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply"}
+
+
+def _operand(node: exp.Expression, stream: str):
+    """An arithmetic operand: a number-valued expression (a NULL, boolean or string
+    literal, or a condition, is left to the per-row compiler, which says what it means)."""
+    inner = _strip(node)
+    if isinstance(inner, (exp.Null, exp.Boolean)) or (
+            isinstance(inner, exp.Literal) and inner.is_string):
+        raise _Unsupported
+    if not isinstance(inner, (exp.Column, exp.Literal, exp.Neg, exp.Div, *_ARITHMETIC)):
+        raise _Unsupported
+    return _value(inner, stream)
+
+
+def _number(v):
+    """An arithmetic operand as int64 or float64 (Python's int and float); other types
+    (decimals, strings) raise ``pa.ArrowTypeError``: the caller goes per row."""
+    t = v.type
+    if pa.types.is_integer(t):
+        return v if t == pa.int64() else pc.cast(v, pa.int64())  # (safe: may raise)
+    if pa.types.is_floating(t):
+        return v if t == pa.float64() else pc.cast(v, pa.float64())
+    raise pa.ArrowTypeError(f"arithmetic on {t} is left to the per-row compiler")
+
+
+def _floats(*vs):
+    """Operands in float64, integers cast exactly (beyond 2^53 the cast raises)."""
+    return [v if v.type == pa.float64() else pc.cast(v, pa.float64()) for v in vs]
+
+
+def _arith(name: str, a, b):
+    if a.type == pa.int64() and b.type == pa.int64():
+        return getattr(pc, f"{name}_checked")(a, b)  # overflow raises
+    return getattr(pc, name)(*_floats(a, b))
+
+
+def _divide(a, b):
+    a, b = _floats(a, b)
+    return pc.if_else(pc.equal(b, 0.0), pa.scalar(None, pa.float64()), pc.divide(a, b))
+
+
+def _negate(a):
+    return pc.negate_checked(a) if a.type == pa.int64() else pc.negate(a)
+
+
+def _constant(node: exp.Expression):
+    """An IN item's value: a literal, or a negated number literal; anything else (NULL,
+    a computed item) is the per-row compiler's OR chain."""
+    node, sign = _strip(node), 1
+    while isinstance(node, exp.Neg):
+        node, sign = _strip(node.this), -sign
+    if not isinstance(node, exp.Literal) or (sign < 0 and node.is_string):
+        raise _Unsupported
+    return _literal(node, sign)
+
+
+def _literal(node: exp.Literal, sign: int = 1):
     if node.is_string:
         return node.this
     try:
-        return int(node.this)
+        value = sign * int(node.this)
     except ValueError:
         pass
+    else:  # beyond int64 Arrow has no integer for it; Python compares it exactly
+        if not -(2**63) <= value < 2**63:
+            raise _Unsupported
+        return value
     try:
-        value = float(node.this)
+        value = sign * float(node.this)
     except ValueError:
         raise _Unsupported from None
     if not math.isfinite(value):

@@ -502,21 +502,23 @@ class PartitionGroup:
         win = _logical(cfg).streams[i].window
         if win.kind != "range" or cfg.executor == "shed":
             return np.zeros(len(ts), bool)
-        bts, bs = self.bound
-        released = (ts < bts) | ((ts == bts) & (i <= bs))
-        return released & (ts + round(win.size / TIME_UNIT) < self.expired)
+        return is_released(ts, i, self.bound) & self._left_window(win, ts)
+
+    def _left_window(self, win, ts):
+        """Rows at times ``ts`` that left their ``[RANGE w]`` window for good: ``t + w``
+        below the expiry frontier (every arrival from here on is later than ``t + w``)."""
+        return ts + round(win.size / TIME_UNIT) < self.expired
 
     def _forget(self, cfg: _Config, store: MemoryStore) -> None:
         """Remove the entries none of whose rows can matter again (module docstring)."""
         q = _logical(cfg)
-        bts, bs = self.bound
         for key, (top, n, done, rows) in list(self.entries.items()):
             i = key[0]
-            if not (top < bts or (top == bts and i <= bs)):
+            if not is_released(top, i, self.bound):
                 continue  # some rows still pending
             win = q.streams[i].window
             if win.kind == "range":
-                dead = top + round(win.size / TIME_UNIT) < self.expired
+                dead = self._left_window(win, top)
             elif win.kind == "rows":
                 if not done:  # released in full now: n later rows push it out
                     self.entries[key] = (top, n, self.released[i], rows)
@@ -647,17 +649,23 @@ def _concat(tables: list):
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
+def is_released(ts, i: int, bound: tuple):
+    """Whether rows of stream i at times ``ts`` (a number or an array) are at or before
+    the release bound ``(ts, stream)``: the local runtime's order of equal times is the
+    streams' FROM order."""
+    bts, bs = bound
+    return (ts < bts) | ((ts == bts) & (i <= bs))
+
+
 def _released(tables: list, bound: tuple) -> tuple[list, list]:
     """Split each stream's rows (a table or None) at the release bound ``(ts, stream)``:
     ([(stream, released rows)] for streams with some, [pending rows or None per stream])."""
     import pyarrow as pa
-    bts, bs = bound
     go, pending = [], [None] * len(tables)
     for i, t in enumerate(tables):
         if t is None:
             continue
-        ts = t.column("_t").to_numpy()
-        mask = (ts < bts) | ((ts == bts) & (i <= bs))
+        mask = is_released(t.column("_t").to_numpy(), i, bound)
         if mask.all():
             go.append((i, t))
         elif mask.any():
