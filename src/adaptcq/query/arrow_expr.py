@@ -5,10 +5,10 @@ row passes only when the condition is TRUE.
 
 Only a subset is translated: columns, number, string, boolean and NULL literals, the six
 comparisons, BETWEEN, IN over a list of non-NULL literals, IS [NOT] NULL of a value, AND,
-OR, NOT, parentheses, and arithmetic (``+ - * /`` and unary minus) on numbers. Anything
-else (timestamp literals; UDF calls; a bare value as a condition) makes
-:func:`arrow_predicate` return None, and the caller evaluates the selection row by row with
-``compile_predicate`` instead.
+OR, NOT, parentheses, a boolean column standing alone as a condition, and arithmetic
+(``+ - * /`` and unary minus) on numbers. Anything else (timestamp literals; UDF calls)
+makes :func:`arrow_predicate` return None, and the caller evaluates the selection row by
+row with ``compile_predicate`` instead.
 
 Arithmetic computes what the per-row compiler's Python computes, or raises
 ``pa.ArrowInvalid`` (the caller then evaluates that stream's selection per row): integers
@@ -52,8 +52,9 @@ def arrow_predicate(expr: exp.Expression | None, stream: str,
     temporal = {c for c, k in (kinds or {}).items() if k not in ("number", "string", "bool")}
     if any(isinstance(c, exp.Column) and c.name in temporal for c in expr.find_all(exp.Column)):
         return None
+    booleans = frozenset(c for c, k in (kinds or {}).items() if k == "bool")
     try:
-        fn = _condition(expr, stream)
+        fn = _condition(expr, stream, booleans)
     except _Unsupported:
         return None
 
@@ -74,15 +75,27 @@ def _strip(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _condition(node: exp.Expression, stream: str):
+def _condition(node: exp.Expression, stream: str, booleans: frozenset = frozenset()):
+    """``booleans``: the stream's boolean columns, which may stand alone as a condition."""
     node = _strip(node)
     if isinstance(node, exp.Not):
-        inner = _condition(node.this, stream)
+        inner = _condition(node.this, stream, booleans)
         return lambda t: pc.invert(inner(t))
     if isinstance(node, (exp.And, exp.Or)):
-        a, b = _condition(node.this, stream), _condition(node.expression, stream)
+        a = _condition(node.this, stream, booleans)
+        b = _condition(node.expression, stream, booleans)
         op = pc.and_kleene if isinstance(node, exp.And) else pc.or_kleene
         return lambda t: op(a(t), b(t))
+    if (isinstance(node, exp.Column) and node.name in booleans
+            and node.table in ("", stream)):  # a bare boolean column: TRUE where it is
+        name = node.name
+
+        def column(t):
+            col = t.column(name)
+            if col.type != pa.bool_():
+                raise pa.ArrowTypeError(f"{name} is {col.type}, not a boolean")
+            return col
+        return column
     if isinstance(node, exp.Boolean):
         value = pa.scalar(bool(node.this))
         return lambda t: value
