@@ -65,6 +65,17 @@ def test_a_path_with_spaces_is_quoted_for_spark(tmp_path, monkeypatch):
     assert ja.driver_options({}, java, text).startswith(f'"-XX:SharedArchiveFile={path}" ')
 
 
+def test_an_unwritable_cache_is_named(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ADAPTCQ_CACHE", str(blocker / "cache"))
+    monkeypatch.delenv(ja.ENV_SWITCH, raising=False)
+    from adaptcq.cli import main
+    assert main(["spark-archive"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot create" in err and "ADAPTCQ_CACHE" in err
+
+
 def test_the_cli_refuses_remove_with_rebuild(capsys):
     from adaptcq.cli import main
     assert main(["spark-archive", "--remove", "--rebuild"]) == 1

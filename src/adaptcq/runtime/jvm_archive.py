@@ -111,7 +111,11 @@ def build(master: str = "local[2]", force: bool = False, timeout: float = 600.0,
     if not usable({}):
         raise JvmArchiveError(f"{ENV_SWITCH} is {os.environ.get(ENV_SWITCH)!r}: "
                               "no archive is built")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise JvmArchiveError(f"cannot create {path.parent} ({e.strerror}); set "
+                              "ADAPTCQ_CACHE to a writable folder") from None
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp")
     t0 = time.perf_counter()
     try:
