@@ -261,17 +261,21 @@ def test_a_result_meets_in_exactly_one_group():
         assert len(common) == 1
 
 
+def _alternating(w_r: float, w_s: float, n: int):
+    """R and S arriving in turn every 0.05 s, R.a = S.a over 7 keys, windows of w_r and w_s
+    seconds, one group: (query, plan, streams, times, rows)."""
+    schemas = {x: {"ts": "number", "a": "number", "id": "number"} for x in "RS"}
+    q = parse_query(f"SELECT R.id AS r, S.id AS s FROM R [RANGE {w_r} SECONDS], "
+                    f"S [RANGE {w_s} SECONDS] WHERE R.a = S.a", schemas)
+    return (q, plan_split(q, 1), [k % 2 for k in range(n)], [k * 0.05 for k in range(n)],
+            [(k % 7, k) for k in range(n)])
+
+
 def test_entries_are_removed_when_their_rows_expire():
     """State as changes: a group's store holds only entries some window still needs, and a
     rebuild from it continues exactly."""
-    schemas = {n: {"ts": "number", "a": "number", "id": "number"} for n in "RS"}
-    q = parse_query("SELECT R.id AS r, S.id AS s FROM R [RANGE 2 SECONDS], "
-                    "S [RANGE 2 SECONDS] WHERE R.a = S.a", schemas)
-    plan = plan_split(q, 1)
-    n = 400
-    streams = [k % 2 for k in range(n)]
-    ts = [k * 0.05 for k in range(n)]  # 20 s of data, 2 s windows
-    rows = [(k % 7, k) for k in range(n)]
+    q, plan, streams, ts, rows = _alternating(2, 2, 400)  # 20 s of data, 2 s windows
+    n = len(rows)
     cuts = list(range(20, n, 20))  # 1 s per micro-batch
     rnd = random.Random(3)
     got = run_groups(q, plan, "retract", streams, ts, rows, cuts, set(range(0, 30, 3)), rnd)
@@ -297,14 +301,8 @@ def test_rows_out_of_their_window_are_not_stored():
     can still matter (pending, or in their window), so the store holds about a window of
     rows, not a micro-batch of them, and a rebuild from it at every micro-batch (on either
     executor, in either mode) still continues exactly."""
-    schemas = {n: {"ts": "number", "a": "number", "id": "number"} for n in "RS"}
-    q = parse_query("SELECT R.id AS r, S.id AS s FROM R [RANGE 1 SECONDS], "
-                    "S [RANGE 2 SECONDS] WHERE R.a = S.a", schemas)
-    plan = plan_split(q, 1)
-    n = 2000
-    streams = [k % 2 for k in range(n)]
-    ts = [k * 0.05 for k in range(n)]  # 100 s of data, 10 rows per second per stream
-    rows = [(k % 7, k) for k in range(n)]
+    q, plan, streams, ts, rows = _alternating(1, 2, 2000)  # 100 s, 10 rows/s per stream
+    n = len(rows)
     cuts = list(range(200, n, 200))  # 10 s per micro-batch
     for mode, executor in itertools.product(("append", "retract"), ("mjoin", "vector")):
         got = run_groups(q, plan, mode, streams, ts, rows, cuts, set(range(len(cuts) + 1)),
