@@ -148,7 +148,7 @@ def test_undone_changes_keep_results_and_wait(cache_pays):
     assert (m["measured_cpu_saved_per_s"] < 0) == (with_cache > 1.0)
     # the estimates are in CPU seconds at the per-operation costs measured as it ran
     assert m["clock"] == "seconds" and "measured" in rep["cache_cost_model"]
-    assert {k.rstrip("*") for k in rep["cpu_seconds_per_operation"]} == set(KINDS)
+    assert {k.rstrip("*") for k in rep["cpu_ns_per_operation"]} == set(KINDS)
     text = describe_measured(m)
     assert ("undone" if with_cache > 1.0 else "kept") in text and "model" in text
 

@@ -179,3 +179,20 @@ def test_measured_costs_price_every_operation_the_compiled_cache_does():
     free = OpCosts.measured(s, retract=False, probe_cost=0.0, update_cost=0.0)
     assert (free.cache_probe, free.cache_store, free.entry_build, free.cache_update) == (0,) * 4
     assert free.runs == 1.0 and free.cache_yield == s["entry"]
+
+
+def test_the_online_estimator_refits_every_few_intervals():
+    est = OperationCosts(W=20, every=5)
+    rows = _intervals(23, seed=9)
+    cpu = _cpu(rows)
+    for r, c in zip(rows[:20], cpu[:20]):
+        est.update(r, c)
+    first = est.get()
+    assert first.intervals == 20 and not est.stale
+    for r, c in zip(rows[20:], cpu[20:]):  # 3 more: not refitted yet
+        est.update(r, c)
+    assert est.get() is first and not est.stale
+    est.update(rows[0], cpu[0]).update(rows[1], cpu[1])
+    assert est.stale and est.get() is not first and est.n == 25
+    with pytest.raises(ValueError, match="unknown operation kinds"):
+        est.update({"probes": 1.0}, 1.0)

@@ -135,7 +135,7 @@ class ACaching(PolicyBase):
         self.probe_cost, self.update_cost = PROBE_COST, UPDATE_COST
         # Seconds per operation of each kind, fitted to the CPU of the intervals between
         # ticks (stats.costs; issue 14, item 1), and what the interval counts start from.
-        self.op_costs = OperationCosts(W=COST_WINDOW * W)
+        self.op_costs = OperationCosts(W=COST_WINDOW * W, every=max(1, W // 2))
         self._snap: dict | None = None
         self._costs: OpCosts | None = None  # self.costs(), until the fit changes
         self._ex = None                     # the executor, for its orders and scans
@@ -339,7 +339,8 @@ class ACaching(PolicyBase):
         if arrivals <= 0 or cpu <= 0:
             return
         self.op_costs.update({k: v / arrivals for k, v in counts.items()}, cpu / arrivals)
-        self._costs = None
+        if self.op_costs.stale:  # refitted every W/2 intervals (``OperationCosts.every``)
+            self._costs = None
 
     def _interval_counts(self, cq, ex, snap: dict) -> dict[str, float]:
         """Operations of each kind (``stats.costs.KINDS``) the compiled pipelines did
@@ -983,6 +984,30 @@ class ACaching(PolicyBase):
             return "work clock (no interval measured yet)"
         return f"CPU seconds per operation, measured: {fit.status}"
 
+    def predicted(self, st: CandidateState) -> tuple[float | None, float | None]:
+        """A candidate's predicted net benefit in CPU seconds per second of input (None
+        before it can be converted) and the CPU ratio of the plan with it over the plan
+        without it (§4.1's net benefit against the plan's predicted cost)."""
+        e = st.estimate or self.estimate(st)
+        if e is None:
+            return None, None
+        net, units = e.benefit - e.cost, self.units_rate()
+        with_, without = (units, units + net) if st.state == "used" else (units - net, units)
+        return self._seconds(net), (with_ / without if without > 0 else None)
+
+    def describe_predictions(self, top: int = 5) -> list[str]:
+        """The candidates the model likes best, each with its predicted net CPU saving and
+        CPU ratio (the run summary's ``cache_predicted``; what was measured of them is in
+        ``cache_measured``)."""
+        rows = []
+        for st in self.states.values():
+            net, ratio = self.predicted(st)
+            if ratio is not None:
+                rows.append((ratio, f"{st.candidate.name} ({st.state}): predicted CPU ratio "
+                             f"{ratio:.2f}×" + ("" if net is None else
+                                               f", net {net * 1e3:+.3g} ms per second of input")))
+        return [text for _, text in sorted(rows, key=lambda r: r[0])[:top]]
+
     def seconds_per_operation(self) -> dict | None:
         """The measured seconds per operation of each kind (ns, rounded), the kinds the
         intervals determined marked with *, the rest on the prior's split."""
@@ -1008,11 +1033,12 @@ class ACaching(PolicyBase):
             "cache_trials": self.trials,
             "cache_changes_undone": self.undone,
             "cache_measured": [dict(m) for m in self.measured[-5:]],
+            "cache_predicted": self.describe_predictions(),
             "profiling_scale": self.p_scale,
             "cpu_seconds_per_work_unit": (self.seconds_per_unit.get()
                                           if self.seconds_per_unit.n else None),
             "cache_cost_model": self.cost_model(),
-            "cpu_seconds_per_operation": self.seconds_per_operation(),
+            "cpu_ns_per_operation": self.seconds_per_operation(),
             "cpu_measured_over_predicted": (self.measured_over_predicted.get()
                                             if self.measured_over_predicted.n else None),
             "cache_model_error": self.model_error.get() if self.model_error.n else None,

@@ -70,7 +70,7 @@ observed key a Python call that hashes it into a ``bytearray`` and counts."""
 
 MIN_INTERVALS = 4   # fewer: one scale on the prior (step 1 only)
 RESOLVE = 0.9       # a kind is "measured" when the data set at least 90% of its estimate
-RANK_TOL = 1e-9     # singular values below this share of the largest are exact collinearity
+RANK_TOL = 1e-10    # squared singular values below this share of the largest: collinear
 
 
 @dataclass(frozen=True)
@@ -108,13 +108,21 @@ def fit_costs(rows: Sequence[Mapping[str, float]], cpu: Sequence[float],
     unknown = sorted({k for r in rows for k in r} - set(kinds))
     if unknown:
         raise ValueError(f"unknown operation kinds {unknown}; known: {list(kinds)}")
+    if not rows:
+        return None
+    return _fit_matrix([[r.get(k, 0.0) for k in kinds] for r in rows], cpu, prior,
+                       resolve, min_intervals)
+
+
+def _fit_matrix(rows, cpu, prior: Mapping[str, float], resolve: float = RESOLVE,
+                min_intervals: int = MIN_INTERVALS) -> CostFit | None:
+    """:func:`fit_costs` on rows already in the order of ``prior``'s kinds."""
+    kinds = tuple(prior)
     if any(v < 0 for v in prior.values()):
         raise ValueError("prior costs cannot be negative")
     n = len(rows)
-    if n == 0:
-        return None
-    X = np.array([[float(r.get(k, 0.0)) for k in kinds] for r in rows])
-    y = np.array([float(c) for c in cpu])
+    X = np.array(rows, dtype=float)
+    y = np.array(cpu, dtype=float)
     p = np.array([float(prior[k]) for k in kinds])
     weight = float((X @ p).sum())
     if weight <= 0 or y.sum() <= 0 or not np.isfinite(X).all() or not np.isfinite(y).all():
@@ -131,21 +139,25 @@ def fit_costs(rows: Sequence[Mapping[str, float]], cpu: Sequence[float],
     for _ in range(len(kinds) + 1):
         fixed = [j for j in range(len(kinds)) if j not in free]
         resid = y - X[:, fixed] @ r[fixed] - X[:, free] @ base[free]
-        norms = np.sqrt((X[:, free] ** 2).mean(axis=0))
-        U, S, Vt = np.linalg.svd(X[:, free] / norms, full_matrices=False)
-        rank = int((S > RANK_TOL * S[0]).sum())
-        U, S, V = U[:, :rank], S[:rank], Vt[:rank].T
-        proj = U.T @ resid
+        Xf = X[:, free]
+        norms = np.sqrt((Xf * Xf).sum(axis=0) / n)
+        Z = Xf / norms
+        # Z's SVD through its Gram matrix (K × K, K ≤ 9: cheaper than an SVD of n × K)
+        S2, V = np.linalg.eigh(Z.T @ Z)
+        keep = S2 > RANK_TOL * S2[-1]
+        S2, V = S2[keep], V[:, keep]
+        rank = len(S2)
+        proj = (V.T @ (Z.T @ resid)) / np.sqrt(S2)   # Uᵀ·resid per direction
         dof = n - rank
         if dof < 2:  # no estimate of the noise: every direction keeps the prior
             lam = math.inf
             shrink = np.zeros(rank)
         else:
-            sigma2 = float((resid ** 2).sum() - (proj ** 2).sum()) / dof
+            sigma2 = float(resid @ resid - proj @ proj) / dof
             tau2 = float(((base[free] * norms) ** 2).mean())  # the prior's own size
             lam = max(0.0, sigma2) / tau2 if tau2 > 0 else math.inf
-            shrink = S ** 2 / (S ** 2 + lam)
-        step = V @ (shrink * proj / S) if rank else np.zeros(len(free))
+            shrink = S2 / (S2 + lam)
+        step = V @ (shrink * proj / np.sqrt(S2)) if rank else np.zeros(len(free))
         r[free] = base[free] + step / norms
         resolution = (V ** 2) @ shrink if rank else np.zeros(len(free))
         determined = [free[i] for i in range(len(free)) if resolution[i] >= resolve]
@@ -176,18 +188,21 @@ def _fit(kinds, r, det, scale, n, status) -> CostFit:
 class OperationCosts:
     """The online estimator of the stats layer (``update``/``get``, as
     ``stats.estimators``): seconds per operation of each kind over the ``W`` most recent
-    intervals (:func:`fit_costs`). The fit is computed lazily, once per update."""
+    intervals (:func:`fit_costs`). ``get`` fits lazily, and again only once ``every`` new
+    intervals have come (a fit costs a few hundred microseconds of numpy calls, about
+    what 100 arrivals do)."""
 
-    __slots__ = ("W", "_cpu", "_fit", "_rows", "n", "prior")
+    __slots__ = ("W", "_cpu", "_fit", "_fitted", "_rows", "every", "n", "prior")
 
-    def __init__(self, W: int = 40, prior: Mapping[str, float] = PRIOR):
-        if W < 1:
-            raise ValueError("W must be at least 1")
-        self.W = W
+    def __init__(self, W: int = 40, prior: Mapping[str, float] = PRIOR, every: int = 1):
+        if W < 1 or every < 1:
+            raise ValueError("W and every must be at least 1")
+        self.W, self.every = W, every
         self.prior = dict(prior)
-        self._rows: deque[dict[str, float]] = deque(maxlen=W)
+        self._rows: deque[list[float]] = deque(maxlen=W)
         self._cpu: deque[float] = deque(maxlen=W)
         self._fit: CostFit | None = None
+        self._fitted = 0  # n at the last fit
         self.n = 0  # intervals ever seen
 
     def update(self, counts: Mapping[str, float], cpu: float) -> OperationCosts:
@@ -197,16 +212,26 @@ class OperationCosts:
                 not math.isfinite(v) or v < 0 for v in counts.values()):
             raise ValueError(f"an interval needs finite non-negative figures, got "
                              f"{dict(counts)} and {cpu}")
-        self._rows.append(dict(counts))
+        unknown = sorted(set(counts) - set(self.prior))
+        if unknown:
+            raise ValueError(f"unknown operation kinds {unknown}; known: {list(self.prior)}")
+        self._rows.append([counts.get(k, 0.0) for k in self.prior])
         self._cpu.append(float(cpu))
         self.n += 1
-        self._fit = None
         return self
 
     def get(self) -> CostFit | None:
-        if self._fit is None and self._rows:
-            self._fit = fit_costs(list(self._rows), list(self._cpu), self.prior)
+        if self._rows and (self._fit is None and self._fitted < self.n
+                           or self.n - self._fitted >= self.every):
+            self._fit = _fit_matrix(list(self._rows), list(self._cpu), self.prior)
+            self._fitted = self.n
         return self._fit
+
+    @property
+    def stale(self) -> bool:
+        """Whether ``get`` would fit again (the policy's cached costs follow it)."""
+        return bool(self._rows) and (self._fit is None and self._fitted < self.n
+                                     or self.n - self._fitted >= self.every)
 
     @property
     def ready(self) -> bool:
