@@ -329,7 +329,13 @@ class ACaching(PolicyBase):
         """One row of the per-operation cost fit: the operations of each kind the compiled
         pipelines did since the last tick (``_interval_counts``) and the CPU seconds they
         took (profiled tuples left out: they run another pipeline), both per arrival. An
-        interval whose plan changed under it (another policy re-ordered) is skipped."""
+        interval whose plan changed under it (another policy re-ordered) is skipped, and
+        one in which the state grew by more than 2% sets only the overall scale (until a
+        steady interval comes; ``OperationCosts.update(steady=False)``): while windows
+        fill, the profiled per-tuple counts (averages over the W latest profiled tuples,
+        made against smaller windows) lag the work the pipelines do, and the fit would
+        charge the growing cost to whatever kind happened to grow with it (on Figure 10's
+        nested-loop join, expiries and probes instead of scanned rows)."""
         snap, self._snap = self._snap, None
         if snap is None or snap["plan"] != self._plan_key(ex):
             return
@@ -338,7 +344,8 @@ class ACaching(PolicyBase):
         arrivals = counts["insert"]
         if arrivals <= 0 or cpu <= 0:
             return
-        self.op_costs.update({k: v / arrivals for k, v in counts.items()}, cpu / arrivals)
+        self.op_costs.update({k: v / arrivals for k, v in counts.items()}, cpu / arrivals,
+                             steady=sum(snap["size"]) * 1.02 >= ex.state_tuples())
         if self.op_costs.stale:  # refitted every W/2 intervals (``OperationCosts.every``)
             self._costs = None
 

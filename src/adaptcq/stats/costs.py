@@ -20,9 +20,15 @@ The estimator (:func:`fit_costs`, our choice, justified in docs/caching.md):
    of the unshrunk fit, τ² the prior's own size (a ridge regression towards the prior
    whose strength the data set: empirical Bayes). Directions the intervals determine well
    follow the data; directions they do not (a kind never seen, kinds always in one
-   proportion, as probes and insertions are in a steady stream) keep the prior's split.
-   Noise-free intervals give σ = 0, so with varied enough intervals every kind is
-   determined and known costs are recovered exactly. A kind is reported as *measured*
+   proportion, as probes and insertions are in a steady stream) keep the prior's split;
+   so does every direction whose singular value is below ``rcond`` (3%) of the largest:
+   the counts themselves are estimates (probes and entries per tuple from W profiled
+   tuples, a few percent off), so the intervals cannot tell kinds apart along a direction
+   in which they differ by less than that (a steady stream after a cache is placed: cache
+   probes, CacheUpdates, probes and insertions all in one proportion).
+   With fewer intervals than kinds, only the n − 2 strongest directions are fitted (two
+   intervals are left to measure σ by). Noise-free intervals give σ = 0, so with varied
+   enough intervals every kind is determined and known costs are recovered exactly. A kind is reported as *measured*
    when its diagonal of the resolution matrix ``V diag(S²/(S²+λ)) Vᵀ`` is at least
    ``resolve`` (the data, not the prior, set 90% of it).
 3. **Non-negative.** A kind estimated below 0 is fixed at 0 and the rest fitted again
@@ -70,7 +76,7 @@ observed key a Python call that hashes it into a ``bytearray`` and counts."""
 
 MIN_INTERVALS = 4   # fewer: one scale on the prior (step 1 only)
 RESOLVE = 0.9       # a kind is "measured" when the data set at least 90% of its estimate
-RANK_TOL = 1e-10    # squared singular values below this share of the largest: collinear
+RCOND = 0.03        # directions with a singular value below 3% of the largest keep the prior
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,7 @@ class CostFit:
 
 def fit_costs(rows: Sequence[Mapping[str, float]], cpu: Sequence[float],
               prior: Mapping[str, float] = PRIOR, *, resolve: float = RESOLVE,
-              min_intervals: int = MIN_INTERVALS) -> CostFit | None:
+              rcond: float = RCOND, min_intervals: int = MIN_INTERVALS) -> CostFit | None:
     """Seconds per operation of each kind of ``prior`` from intervals: ``rows[t]`` the
     operations of each kind counted in interval t (missing kinds count 0), ``cpu[t]`` its
     CPU seconds. See the module docstring for the three steps. None when no operation was
@@ -111,11 +117,11 @@ def fit_costs(rows: Sequence[Mapping[str, float]], cpu: Sequence[float],
     if not rows:
         return None
     return _fit_matrix([[r.get(k, 0.0) for k in kinds] for r in rows], cpu, prior,
-                       resolve, min_intervals)
+                       resolve, rcond, min_intervals)
 
 
 def _fit_matrix(rows, cpu, prior: Mapping[str, float], resolve: float = RESOLVE,
-                min_intervals: int = MIN_INTERVALS) -> CostFit | None:
+                rcond: float = RCOND, min_intervals: int = MIN_INTERVALS) -> CostFit | None:
     """:func:`fit_costs` on rows already in the order of ``prior``'s kinds."""
     kinds = tuple(prior)
     if any(v < 0 for v in prior.values()):
@@ -144,12 +150,15 @@ def _fit_matrix(rows, cpu, prior: Mapping[str, float], resolve: float = RESOLVE,
         Z = Xf / norms
         # Z's SVD through its Gram matrix (K × K, K ≤ 9: cheaper than an SVD of n × K)
         S2, V = np.linalg.eigh(Z.T @ Z)
-        keep = S2 > RANK_TOL * S2[-1]
-        S2, V = S2[keep], V[:, keep]
+        keep = S2 > (rcond * rcond) * S2[-1]
+        # the strongest directions first, as many as leave 2 intervals to measure the
+        # noise by (a few intervals still set the direction in which they vary most)
+        top = np.flatnonzero(keep)[::-1][:max(0, n - 2)]
+        S2, V = S2[top], V[:, top]
         rank = len(S2)
         proj = (V.T @ (Z.T @ resid)) / np.sqrt(S2)   # Uᵀ·resid per direction
         dof = n - rank
-        if dof < 2:  # no estimate of the noise: every direction keeps the prior
+        if dof < 2 or rank == 0:  # no estimate of the noise: the prior throughout
             lam = math.inf
             shrink = np.zeros(rank)
         else:
@@ -192,7 +201,7 @@ class OperationCosts:
     intervals have come (a fit costs a few hundred microseconds of numpy calls, about
     what 100 arrivals do)."""
 
-    __slots__ = ("W", "_cpu", "_fit", "_fitted", "_rows", "every", "n", "prior")
+    __slots__ = ("W", "_cpu", "_fit", "_fitted", "_rows", "_scale_only", "every", "n", "prior")
 
     def __init__(self, W: int = 40, prior: Mapping[str, float] = PRIOR, every: int = 1):
         if W < 1 or every < 1:
@@ -204,10 +213,15 @@ class OperationCosts:
         self._fit: CostFit | None = None
         self._fitted = 0  # n at the last fit
         self.n = 0  # intervals ever seen
+        # intervals good for the scale only (``update(..., steady=False)``)
+        self._scale_only: deque[tuple[list[float], float]] = deque(maxlen=W)
 
-    def update(self, counts: Mapping[str, float], cpu: float) -> OperationCosts:
+    def update(self, counts: Mapping[str, float], cpu: float,
+               steady: bool = True) -> OperationCosts:
         """One interval: operations per kind and its CPU seconds (negative or non-finite
-        figures are refused: a count or a CPU time cannot be)."""
+        figures are refused: a count or a CPU time cannot be). ``steady=False``: counts
+        known to be biased in their mix (windows filling), used only for step 1's scale
+        while no steady interval has come."""
         if not (math.isfinite(cpu) and cpu >= 0) or any(
                 not math.isfinite(v) or v < 0 for v in counts.values()):
             raise ValueError(f"an interval needs finite non-negative figures, got "
@@ -215,14 +229,28 @@ class OperationCosts:
         unknown = sorted(set(counts) - set(self.prior))
         if unknown:
             raise ValueError(f"unknown operation kinds {unknown}; known: {list(self.prior)}")
-        self._rows.append([counts.get(k, 0.0) for k in self.prior])
+        row = [counts.get(k, 0.0) for k in self.prior]
+        if not steady:
+            self._scale_only.append((row, float(cpu)))
+            if not self._rows:
+                self._fit = None  # (the scale follows until a steady interval comes)
+            return self
+        self._rows.append(row)
         self._cpu.append(float(cpu))
         self.n += 1
         return self
 
     def get(self) -> CostFit | None:
-        if self._rows and (self._fit is None and self._fitted < self.n
-                           or self.n - self._fitted >= self.every):
+        if not self._rows:
+            if self._fit is None and self._scale_only:
+                rows, cpu = zip(*self._scale_only)
+                fit = _fit_matrix(list(rows), list(cpu), self.prior, min_intervals=math.inf)
+                self._fit = fit and CostFit(
+                    fit.seconds, (), fit.scale, 0,
+                    f"no steady interval yet ({len(rows)} while windows fill): one scale "
+                    "on the prior")
+            return self._fit
+        if self._fit is None or self._fitted == 0 or self.n - self._fitted >= self.every:
             self._fit = _fit_matrix(list(self._rows), list(self._cpu), self.prior)
             self._fitted = self.n
         return self._fit
@@ -230,8 +258,9 @@ class OperationCosts:
     @property
     def stale(self) -> bool:
         """Whether ``get`` would fit again (the policy's cached costs follow it)."""
-        return bool(self._rows) and (self._fit is None and self._fitted < self.n
-                                     or self.n - self._fitted >= self.every)
+        if not self._rows:
+            return self._fit is None and bool(self._scale_only)
+        return self._fit is None or self._fitted == 0 or self.n - self._fitted >= self.every
 
     @property
     def ready(self) -> bool:
