@@ -7,21 +7,23 @@ The miss probability of a cache in use is observed, that of a candidate not in u
 estimated with a Bloom filter of alpha·W_d bits over windows of W_d probe keys, watched
 on the complete probe stream by an observer the executor compiles into the pipeline.
 
-Cost model, on the work clock. §4.1's benefit and cost of a cache C_ijk,
+Cost model (§4.1, §4.3; ``adapt.caching.model.cache_estimate``). A cache C_ijk's
 
     benefit = Σ_{l=j..k} d_il·c_il − d_ij·probe_cost − miss·(Σ_{l=j..k} d_il·c_il
               + d_{i,k+1}·update_cost)
     cost    = update_cost · Σ_{R_l ∈ Z} d_{l,|Z|-1}
 
-are in *work units per unit time*: c_il is the executor's counted work per tuple at
-operator l, sum(w_l)/sum(δ_l) over the W most recent profiled tuples (``PipelineStats.c``;
-the executor's virtual work clock: a unit per probe, per bucket entry or window row
-examined, ..., ``engine.interp``), a cache probe costs ``probe_cost`` =
-1 unit and a cache insert ``update_cost`` = 1 unit. §4.3 says probe_cost and update_cost
-are "derived from the cache implementation"; ours are counted, not timed, so they are
-deterministic and machine-independent, and so is every decision: the same input gives
-the same sequence of cache events on every run and machine. (Wall time is never read;
-event time only measures rates.)
+are in *CPU seconds per unit time*: c_il is the executor's counted work per tuple at
+operator l (sum(w_l)/sum(δ_l) over the W most recent profiled tuples, ``PipelineStats.c``;
+the virtual work clock of ``engine.interp``), split into hash probes, bucket entries and
+scanned rows, each priced at the seconds per operation measured on the compiled pipelines
+as they run (``stats.costs.OperationCosts``: each interval's CPU against the operations it
+counted, ``_interval_counts``), and so are probe_cost (a cache probe) and update_cost (a
+tuple stored in a cache, a CacheUpdate); beyond the paper, a hit's yielded tuples, a
+miss's entry built, deletions and append-mode maintenance joins are priced too. Until an
+interval has been measured, and with ``verify=False`` (``--no-cache-verify``), the same
+formulas run on the work clock (every unit 1: the paper's policy, deterministic and
+machine-independent). Event time measures the rates d.
 
 Re-optimizer (§4.5): candidates (§4.2: the caches satisfying the prefix invariant, plus
 §6's globally-consistent ones up to the quota m with ``caches="global"``) start
