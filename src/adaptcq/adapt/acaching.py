@@ -83,6 +83,7 @@ MAX_KEYS = 1 << 17        # a cache's expected keys are capped here (its buckets
 REPROFILE_MAX = 16        # the re-profiling interval stretches to at most this many I
 QUIET_STRETCH = 8         # quiet ticks come up to this many times less often
 COST_WINDOW = 4           # per-operation costs are fitted over this many W intervals
+COUNT_SPAN = 4            # ticks one counted interval spans while nothing is being decided
 
 
 @dataclass
@@ -137,9 +138,10 @@ class ACaching(PolicyBase):
         self.probe_cost, self.update_cost = PROBE_COST, UPDATE_COST
         # Seconds per operation of each kind, fitted to the CPU of the intervals between
         # ticks (stats.costs; issue 14, item 1), and what the interval counts start from.
-        self.op_costs = OperationCosts(W=COST_WINDOW * W, every=max(1, W // 2))
+        self.op_costs = OperationCosts(W=COST_WINDOW * W, every=2 * W)
         self._snap: dict | None = None
         self._costs: OpCosts | None = None  # self.costs(), until the fit changes
+        self._fit_used = None                # the fit self._costs was made from
         self._ex = None                     # the executor, for its orders and scans
         self._scan_flags: dict = {}
         self.next_reopt = reopt_interval
@@ -272,8 +274,9 @@ class ACaching(PolicyBase):
 
     def _end_tick(self, cq, ex, ts) -> None:
         """The CPU clock (trials) and the operation counts (``_count_interval``) start
-        again here, after the policy's own work."""
-        if self.verify:
+        again here, after the policy's own work (the counts only when the last interval
+        was counted, or the plan changed at this tick)."""
+        if self.verify and (self._snap is None or self._snap["plan"] != self._plan_key(ex)):
             self._snap = self._snapshot(cq, ex)
         self._clock = (time.process_time(), cq.next_rid, ts)
 
@@ -298,7 +301,7 @@ class ACaching(PolicyBase):
         between ticks) once an interval has been measured; the work clock before that
         and with ``--no-cache-verify`` (the paper's policy, deterministic)."""
         if self._costs is None:
-            fit = self.op_costs.get() if self.verify else None
+            fit = self._fit_used = self.op_costs.get() if self.verify else None
             retract = bool(getattr(self._ex, "retract", False))
             self._costs = (OpCosts.work_clock(self.probe_cost, self.update_cost)
                            if fit is None else
@@ -330,16 +333,24 @@ class ACaching(PolicyBase):
     def _count_interval(self, cq, ex, now: float) -> None:
         """One row of the per-operation cost fit: the operations of each kind the compiled
         pipelines did since the last tick (``_interval_counts``) and the CPU seconds they
-        took (profiled tuples left out: they run another pipeline), both per arrival. An
-        interval whose plan changed under it (another policy re-ordered) is skipped, and
+        took (profiled tuples left out: they run another pipeline), both per arrival.
+        While nothing is being decided (no trial, no candidate profiled) an interval spans
+        ``COUNT_SPAN`` ticks, so that counting costs less. An interval whose plan changed under it (another policy re-ordered) is skipped, and
         one in which the state grew by more than 2% sets only the overall scale (until a
         steady interval comes; ``OperationCosts.update(steady=False)``): while windows
         fill, the profiled per-tuple counts (averages over the W latest profiled tuples,
         made against smaller windows) lag the work the pipelines do, and the fit would
         charge the growing cost to whatever kind happened to grow with it (on Figure 10's
         nested-loop join, expiries and probes instead of scanned rows)."""
-        snap, self._snap = self._snap, None
-        if snap is None or snap["plan"] != self._plan_key(ex):
+        snap = self._snap
+        if snap is None:
+            return
+        snap["ticks"] = snap.get("ticks", 0) + 1
+        if snap["ticks"] < COUNT_SPAN and self.trial is None and not any(
+                st.state == "profiled" for st in self.states.values()):
+            return  # nothing being decided: one row per COUNT_SPAN ticks (cheaper)
+        self._snap = None
+        if snap["plan"] != self._plan_key(ex):
             return
         cpu = now - snap["cpu"] - (cq.profile_cpu - snap["profile_cpu"])
         counts = self._interval_counts(cq, ex, snap)
@@ -348,8 +359,8 @@ class ACaching(PolicyBase):
             return
         self.op_costs.update({k: v / arrivals for k, v in counts.items()}, cpu / arrivals,
                              steady=sum(snap["size"]) * 1.02 >= ex.state_tuples())
-        if self.op_costs.stale:  # refitted every W/2 intervals (``OperationCosts.every``)
-            self._costs = None
+        if self.op_costs.stale:  # refitted every 2W intervals (``OperationCosts.every``),
+            self._costs = None   # and at every selection (``_reselect``)
 
     def _interval_counts(self, cq, ex, snap: dict) -> dict[str, float]:
         """Operations of each kind (``stats.costs.KINDS``) the compiled pipelines did
@@ -807,6 +818,10 @@ class ACaching(PolicyBase):
 
     # ----- the re-optimizer ------------------------------------------------------------------
     def _reselect(self, ex, arrivals, ts) -> None:
+        if self.verify and self.op_costs.n:  # the freshest per-operation costs decide
+            fit = self.op_costs.get(fresh=True)
+            if self._costs is None or self._costs.clock == "work" or fit is not self._fit_used:
+                self._costs = None
         estimates = {c: self.estimate(st) for c, st in self.states.items()}
         estimates = {c: e for c, e in estimates.items() if e is not None
                      and self.states[c].banned_until <= arrivals  # undone: waits

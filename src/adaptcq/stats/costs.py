@@ -240,20 +240,31 @@ class OperationCosts:
         self.n += 1
         return self
 
-    def get(self) -> CostFit | None:
+    def get(self, fresh: bool = False) -> CostFit | None:
+        """The fit over the W most recent intervals, refitted once ``every`` new ones
+        have come (``fresh``: whenever one has)."""
         if not self._rows:
             if self._fit is None and self._scale_only:
-                rows, cpu = zip(*self._scale_only)
-                fit = _fit_matrix(list(rows), list(cpu), self.prior, min_intervals=math.inf)
-                self._fit = fit and CostFit(
-                    fit.seconds, (), fit.scale, 0,
-                    f"no steady interval yet ({len(rows)} while windows fill): one scale "
-                    "on the prior")
+                self._fit = self._scale_fit()
             return self._fit
-        if self._fit is None or self._fitted == 0 or self.n - self._fitted >= self.every:
+        if self._fit is None or self._fitted == 0 or self.n - self._fitted >= (
+                1 if fresh else self.every):
             self._fit = _fit_matrix(list(self._rows), list(self._cpu), self.prior)
             self._fitted = self.n
         return self._fit
+
+    def _scale_fit(self) -> CostFit | None:
+        """Step 1 alone over the unsteady intervals (pure Python: it runs at every tick
+        while windows fill)."""
+        weight = math.fsum(p * x for row, _ in self._scale_only for p, x in
+                           zip(self.prior.values(), row))
+        cpu = math.fsum(c for _, c in self._scale_only)
+        if weight <= 0 or cpu <= 0:
+            return None
+        scale = cpu / weight
+        return CostFit({k: scale * p for k, p in self.prior.items()}, (), scale, 0,
+                       f"no steady interval yet ({len(self._scale_only)} while windows "
+                       "fill): one scale on the prior")
 
     @property
     def stale(self) -> bool:
