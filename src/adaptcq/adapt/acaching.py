@@ -506,12 +506,14 @@ class ACaching(PolicyBase):
         if self._clock is None or ts <= self._clock[2]:
             return
         elapsed = ts - self._clock[2]
+        self.arrival_rate.update((arrivals - self._clock[1]) / elapsed)
+        work = self.costs().clock == "work"
+        if not work and self._ticks % COUNT_SPAN:
+            return  # (a diagnostic on the measured clock: every COUNT_SPAN ticks is enough)
         units = self.units_rate()
         if units > 0:
             rate = (now - self._clock[0]) / elapsed / units
-            (self.seconds_per_unit if self.costs().clock == "work"
-             else self.measured_over_predicted).update(rate)
-        self.arrival_rate.update((arrivals - self._clock[1]) / elapsed)
+            (self.seconds_per_unit if work else self.measured_over_predicted).update(rate)
 
     def _predicted_ratio(self, changes) -> float | None:
         """The CPU ratio with/without ``changes`` the model predicts: the plan's work
