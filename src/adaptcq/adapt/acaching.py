@@ -84,6 +84,7 @@ REPROFILE_MAX = 16        # the re-profiling interval stretches to at most this 
 QUIET_STRETCH = 8         # quiet ticks come up to this many times less often
 COST_WINDOW = 4           # per-operation costs are fitted over this many W intervals
 COUNT_SPAN = 4            # ticks one counted interval spans while nothing is being decided
+GROWTH = 1.10             # state growth beyond which counted intervals are not steady
 
 
 @dataclass
@@ -140,6 +141,7 @@ class ACaching(PolicyBase):
         # ticks (stats.costs; issue 14, item 1), and what the interval counts start from.
         self.op_costs = OperationCosts(W=COST_WINDOW * W, every=2 * W)
         self._snap: dict | None = None
+        self._grown: tuple[int, dict] = (0, {})  # state size, profiled tuples at its growth
         self._costs: OpCosts | None = None  # self.costs(), until the fit changes
         self._fit_used = None                # the fit self._costs was made from
         self._ex = None                     # the executor, for its orders and scans
@@ -218,6 +220,7 @@ class ACaching(PolicyBase):
         self.interval = self.base_interval
         sample = self._sample(cq, now)
         if self.verify:
+            self._follow_growth(ex)
             self._count_interval(cq, ex, now)
         self._arrivals = arrivals
         self._set_p_i(cq.per_stream)
@@ -332,16 +335,19 @@ class ACaching(PolicyBase):
 
     def _count_interval(self, cq, ex, now: float) -> None:
         """One row of the per-operation cost fit: the operations of each kind the compiled
-        pipelines did since the last tick (``_interval_counts``) and the CPU seconds they
-        took (profiled tuples left out: they run another pipeline), both per arrival.
-        While nothing is being decided (no trial, no candidate profiled) an interval spans
-        ``COUNT_SPAN`` ticks, so that counting costs less. An interval whose plan changed under it (another policy re-ordered) is skipped, and
-        one in which the state grew by more than 2% sets only the overall scale (until a
-        steady interval comes; ``OperationCosts.update(steady=False)``): while windows
-        fill, the profiled per-tuple counts (averages over the W latest profiled tuples,
-        made against smaller windows) lag the work the pipelines do, and the fit would
-        charge the growing cost to whatever kind happened to grow with it (on Figure 10's
-        nested-loop join, expiries and probes instead of scanned rows)."""
+        pipelines did since the last counted tick (``_interval_counts``) and the CPU
+        seconds they took (profiled tuples left out: they run another pipeline), both per
+        arrival. While nothing is being decided (no trial, no candidate profiled) an
+        interval spans ``COUNT_SPAN`` ticks, so that counting costs less. An interval
+        whose plan changed under it (another policy re-ordered) is skipped, and one that
+        is not ``_steady`` sets only the overall scale (until a steady interval comes;
+        ``OperationCosts.update(steady=False)``): while windows fill, and until every
+        pipeline has profiled W tuples since, the profiled per-tuple counts (averages over
+        the W latest profiled tuples, made against smaller windows) lag the work the
+        pipelines do, and the fit charges the growing cost to whatever kind happened to
+        grow with it (on Figure 10's nested-loop join, expiries and probes instead of
+        scanned rows; or to nothing: scanned rows counted rising from 100 to 145 per
+        arrival at a constant CPU, so a scanned row came out at 5 ns)."""
         snap = self._snap
         if snap is None:
             return
@@ -358,9 +364,28 @@ class ACaching(PolicyBase):
         if arrivals <= 0 or cpu <= 0:
             return
         self.op_costs.update({k: v / arrivals for k, v in counts.items()}, cpu / arrivals,
-                             steady=sum(snap["size"]) * 1.02 >= ex.state_tuples())
+                             steady=self._steady(snap, ex))
         if self.op_costs.stale:  # refitted every 2W intervals (``OperationCosts.every``),
             self._costs = None   # and at every selection (``_reselect``)
+
+    def _follow_growth(self, ex) -> None:
+        """Note when the state last grew by more than ``GROWTH`` (10%: windows filling,
+        not a window's random ups and downs; and how many tuples each pipeline had
+        profiled then)."""
+        size = ex.state_tuples()
+        if size > GROWTH * self._grown[0]:
+            self._grown = (size, {a: p.observations for a, p in self.profiler.pipelines.items()})
+
+    def _steady(self, snap: dict, ex) -> bool:
+        """An interval whose counts are not biased by windows filling: the state did not
+        grow by more than ``GROWTH`` during it, and every pipeline has profiled W tuples
+        since it last did (its per-tuple averages are over the W latest: made before,
+        they lag the work its pipeline does now)."""
+        if sum(snap["size"]) * GROWTH < ex.state_tuples():
+            return False
+        grown = self._grown[1]
+        return all(p.observations - grown.get(a, 0) >= self.W
+                   for a, p in self.profiler.pipelines.items())
 
     def _interval_counts(self, cq, ex, snap: dict) -> dict[str, float]:
         """Operations of each kind (``stats.costs.KINDS``) the compiled pipelines did
