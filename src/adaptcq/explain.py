@@ -411,18 +411,29 @@ def cache_candidates(sql: str, sources: dict, timestamp: str, prefix: int,
     cq.attach(policy)
     cq.process(prepared.streams[:n].tolist(), None, prepared.timestamps[:n].tolist(),
                prepared.rows[:n])
-    lam = policy.seconds_per_unit.get() if policy.seconds_per_unit.n else None
     out = []
     for cand, st in policy.states.items():
         e = st.estimate or policy.estimate(st)
+        net, ratio = policy.predicted(st)
+        trials = [m for m in policy.measured if cand.name in m["change"]]
+        last = trials[-1] if trials else None
         out.append({"cache": cand.name, "kind": cand.kind, "state": st.state,
                     "benefit": None if e is None else e.benefit,
                     "cost": None if e is None else e.cost,
-                    "net_cpu_ms_per_s": None if e is None or lam is None
-                    else (e.benefit - e.cost) * lam * 1e3,
+                    "clock": policy.costs().clock,
+                    "net_cpu_ms_per_s": None if net is None else net * 1e3,
+                    "predicted_ratio": ratio,
+                    "measured_ratio": None if last is None else last["ratio"],
+                    "measured_net_cpu_ms_per_s": None if last is None
+                    or last.get("measured_cpu_saved_per_s") is None
+                    else last["measured_cpu_saved_per_s"] * 1e3
+                    * (1 if last["change"].startswith("use") else -1),
                     "hit_rate": (st.cache.hits / st.cache.probes)
                     if st.cache is not None and st.cache.probes else None,
-                    "trials": [m for m in policy.measured if cand.name in m["change"]]})
+                    "trials": trials})
+    if out:
+        out[0]["cost_model"] = policy.cost_model()
+        out[0]["seconds_per_operation"] = policy.seconds_per_operation()
     return out
 
 
@@ -432,21 +443,39 @@ def _print_caches(rows: list[dict]) -> None:
 
     from adaptcq.adapt.acaching import describe_measured
 
-    t = Table(title="A-Caching candidates (benefit and cost in work units per second of "
-                    "input, §4.1; net also in CPU ms per second at the measured rate)")
-    for col in ("cache", "kind", "state", "benefit", "cost", "net", "net CPU", "hit rate"):
+    seconds = bool(rows) and rows[0].get("clock") == "seconds"
+    unit = ("CPU seconds per second of input at the per-operation costs measured as it "
+            "ran" if seconds else "work units per second of input")
+    t = Table(title=f"A-Caching candidates (benefit and cost in {unit}, §4.1; net CPU and "
+                    "CPU ratio predicted, then measured in the cache's latest trial)")
+    cols = ("cache", "kind", "state", "benefit", "cost", "net", "net CPU", "ratio",
+            "net CPU measured", "ratio measured", "hit rate")
+    for col in cols:
         t.add_column(col, justify="left" if col in ("cache", "kind", "state") else "right")
+
+    def ms(x):
+        return "—" if x is None else f"{x:+.3g} ms/s"
+
+    def times(x):
+        return "—" if x is None else f"{x:.2f}×"
     for r in rows:
-        b, c, cpu = r["benefit"], r["cost"], r.get("net_cpu_ms_per_s")
+        b, c = r["benefit"], r["cost"]
         t.add_row(r["cache"], r["kind"], r["state"],
                   "—" if b is None else f"{b:.3g}", "—" if c is None else f"{c:.3g}",
-                  "—" if b is None else f"{b - c:.3g}",
-                  "—" if cpu is None else f"{cpu:+.3g} ms/s",
+                  "—" if b is None else f"{b - c:.3g}", ms(r.get("net_cpu_ms_per_s")),
+                  times(r.get("predicted_ratio")), ms(r.get("measured_net_cpu_ms_per_s")),
+                  times(r.get("measured_ratio")),
                   "—" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}")
     if not rows:
-        t.add_row("no candidate satisfies the prefix invariant for these orders", "", "", "",
-                  "", "", "", "")
+        t.add_row("no candidate satisfies the prefix invariant for these orders",
+                  *[""] * (len(cols) - 1))
     Console().print(t)
+    if rows and rows[0].get("cost_model"):
+        Console().print(f"Cost model: {rows[0]['cost_model']}")
+        per_op = rows[0].get("seconds_per_operation")
+        if per_op:
+            Console().print("  ns per operation (* measured, else the prior's split): " + ", ".join(
+                f"{k} {v:g}" for k, v in per_op.items()))
     trials = list({(m["arrival"], m["change"]): m for r in rows
                    for m in r.get("trials", ())}.values())
     if trials:  # decisions checked by measurement: the model beside what was measured

@@ -7,21 +7,23 @@ The miss probability of a cache in use is observed, that of a candidate not in u
 estimated with a Bloom filter of alpha·W_d bits over windows of W_d probe keys, watched
 on the complete probe stream by an observer the executor compiles into the pipeline.
 
-Cost model, on the work clock. §4.1's benefit and cost of a cache C_ijk,
+Cost model (§4.1, §4.3; ``adapt.caching.model.cache_estimate``). A cache C_ijk's
 
     benefit = Σ_{l=j..k} d_il·c_il − d_ij·probe_cost − miss·(Σ_{l=j..k} d_il·c_il
               + d_{i,k+1}·update_cost)
     cost    = update_cost · Σ_{R_l ∈ Z} d_{l,|Z|-1}
 
-are in *work units per unit time*: c_il is the executor's counted work per tuple at
-operator l, sum(w_l)/sum(δ_l) over the W most recent profiled tuples (``PipelineStats.c``;
-the executor's virtual work clock: a unit per probe, per bucket entry or window row
-examined, ..., ``engine.interp``), a cache probe costs ``probe_cost`` =
-1 unit and a cache insert ``update_cost`` = 1 unit. §4.3 says probe_cost and update_cost
-are "derived from the cache implementation"; ours are counted, not timed, so they are
-deterministic and machine-independent, and so is every decision: the same input gives
-the same sequence of cache events on every run and machine. (Wall time is never read;
-event time only measures rates.)
+are in *CPU seconds per unit time*: c_il is the executor's counted work per tuple at
+operator l (sum(w_l)/sum(δ_l) over the W most recent profiled tuples, ``PipelineStats.c``;
+the virtual work clock of ``engine.interp``), split into hash probes, bucket entries and
+scanned rows, each priced at the seconds per operation measured on the compiled pipelines
+as they run (``stats.costs.OperationCosts``: each interval's CPU against the operations it
+counted, ``_interval_counts``), and so are probe_cost (a cache probe) and update_cost (a
+tuple stored in a cache, a CacheUpdate); beyond the paper, a hit's yielded tuples, a
+miss's entry built, deletions and append-mode maintenance joins are priced too. Until an
+interval has been measured, and with ``verify=False`` (``--no-cache-verify``), the same
+formulas run on the work clock (every unit 1: the paper's policy, deterministic and
+machine-independent). Event time measures the rates d.
 
 Re-optimizer (§4.5): candidates (§4.2: the caches satisfying the prefix invariant, plus
 §6's globally-consistent ones up to the quota m with ``caches="global"``) start
@@ -50,6 +52,7 @@ from dataclasses import dataclass, field
 
 from adaptcq.adapt.base import PolicyBase
 from adaptcq.adapt.caching import METHODS, Candidate, Estimate, enumerate_candidates, select
+from adaptcq.adapt.caching.model import OpCosts, cache_estimate, operator_cost
 from adaptcq.adapt.caching.verify import (
     MIN_BEFORE,
     NOISE_FLOOR,
@@ -64,7 +67,8 @@ from adaptcq.adapt.caching.verify import (
     profile_share,
     profiling_scale,
 )
-from adaptcq.engine.rules import cache_key
+from adaptcq.engine.rules import cache_key, probe_plan
+from adaptcq.stats.costs import KINDS, OperationCosts
 from adaptcq.stats.estimators import W_DEFAULT, BloomMissRate, WindowAverage
 
 P_DEFAULT = 0.01          # profiling probability p_i (the paper gives no default)
@@ -78,6 +82,9 @@ EARLY = 4                 # a trial phase can end after this many intervals when
 MAX_KEYS = 1 << 17        # a cache's expected keys are capped here (its buckets at 8×)
 REPROFILE_MAX = 16        # the re-profiling interval stretches to at most this many I
 QUIET_STRETCH = 8         # quiet ticks come up to this many times less often
+COST_WINDOW = 4           # per-operation costs are fitted over this many W intervals
+COUNT_SPAN = 4            # ticks one counted interval spans while nothing is being decided
+GROWTH = 1.10             # state growth beyond which counted intervals are not steady
 
 
 @dataclass
@@ -126,7 +133,19 @@ class ACaching(PolicyBase):
         self.method = method
         self.states: dict[Candidate, CandidateState] = {}
         self.orders: dict[str, tuple[str, ...]] = {}
+        # §4.3's probe_cost and update_cost: the work units of a cache probe and a cache
+        # insert on the work clock; on the measured clock, factors (1) on the measured
+        # seconds of a cache probe and of storing and maintaining cached tuples.
         self.probe_cost, self.update_cost = PROBE_COST, UPDATE_COST
+        # Seconds per operation of each kind, fitted to the CPU of the intervals between
+        # ticks (stats.costs; issue 14, item 1), and what the interval counts start from.
+        self.op_costs = OperationCosts(W=COST_WINDOW * W, every=2 * W)
+        self._snap: dict | None = None
+        self._grown: tuple[int, dict] = (0, {})  # state size, profiled tuples at its growth
+        self._costs: OpCosts | None = None  # self.costs(), until the fit changes
+        self._fit_used = None                # the fit self._costs was made from
+        self._ex = None                     # the executor, for its orders and scans
+        self._scan_flags: dict = {}
         self.next_reopt = reopt_interval
         self.selections = 0
         self.chosen: set[Candidate] = set()     # the last offline selection
@@ -142,7 +161,8 @@ class ACaching(PolicyBase):
         self._clock: tuple[float, int, float] | None = None  # (CPU s, arrivals, event s)
         # The model against the compiled code: CPU seconds per work unit of the plan in
         # force, and arrivals per second of event time, measured at the ticks.
-        self.seconds_per_unit = WindowAverage(W)
+        self.seconds_per_unit = WindowAverage(W)  # on the work clock
+        self.measured_over_predicted = WindowAverage(W)  # on the measured clock
         self.arrival_rate = WindowAverage(W)
         # How far the model's predicted CPU ratio of a new cache fell short of the measured
         # one, over the W most recent trials of new caches (``_credible``).
@@ -182,9 +202,10 @@ class ACaching(PolicyBase):
 
     def on_interval(self, cq, ts) -> None:
         now = time.process_time()
-        ex = cq.executor
+        ex = self._ex = cq.executor
         arrivals = cq.next_rid
         if self._quiet(ex, arrivals):  # (most ticks, once the caches are decided)
+            self._snap = None  # quiet stretches are not counted (nothing to decide)
             self._before.clear()  # a change's "before" is the intervals just before it
             # Ticks cost the profiler's rates too: while nothing can happen, they come
             # less often (the re-profiling, a re-ordering or a budget wakes the policy
@@ -198,6 +219,9 @@ class ACaching(PolicyBase):
             return
         self.interval = self.base_interval
         sample = self._sample(cq, now)
+        if self.verify:
+            self._follow_growth(ex)
+            self._count_interval(cq, ex, now)
         self._arrivals = arrivals
         self._set_p_i(cq.per_stream)
         # Re-orderings by another policy, seen by the orders and by the executor's count of
@@ -217,7 +241,7 @@ class ACaching(PolicyBase):
                         self._log(arrivals, ts, "drop", f"{st.candidate.name}: its pipeline "
                                   "was re-ordered")
                 self._enforce_memory(ex, arrivals, ts)  # the budget holds meanwhile
-                self._clock = (time.process_time(), cq.next_rid, ts)
+                self._end_tick(cq, ex, ts)
                 return
             self._new_candidates(ex, arrivals, ts)
         elif self.trial is None and sample is not None:
@@ -249,15 +273,241 @@ class ACaching(PolicyBase):
         if self._enforce_memory(ex, arrivals, ts):
             self._end_trial(arrivals, ts, "memory budget")  # the budget decides now
         self._adapt_profiling(cq, now)
+        self._end_tick(cq, ex, ts)
+
+    def _end_tick(self, cq, ex, ts) -> None:
+        """The CPU clock (trials) and the operation counts (``_count_interval``) start
+        again here, after the policy's own work (the counts only when the last interval
+        was counted, or the plan changed at this tick)."""
+        if self.verify and (self._snap is None or self._snap["plan"] != self._plan_key(ex)):
+            self._snap = self._snapshot(cq, ex)
         self._clock = (time.process_time(), cq.next_rid, ts)
 
     # ----- the model against the compiled code (issue 14, item 1) ------------------------
     def units_rate(self) -> float:
-        """The model's work of the plan in force, in work units per second of event time:
-        every operator's d_ij·c_ij, less the net benefit of each cache in use (§4.1)."""
+        """The model's cost of the plan in force per second of event time: every
+        operator's d_ij·c_ij, less the net benefit of each cache in use (§4.1), and on the
+        measured clock every arrival's fixed work (insertion and expiry), which no cache
+        changes. In work units, or in CPU seconds on the measured clock (``costs``)."""
         used = math.fsum(st.estimate.benefit - st.estimate.cost for st in self.states.values()
                          if st.state == "used" and st.estimate is not None)
-        return math.fsum(self.operator_costs().values()) - used
+        costs = self.costs()
+        fixed = 0.0
+        if costs.clock == "seconds" and self.profiler is not None:
+            fixed = (costs.insert + costs.expiry) * math.fsum(
+                self.profiler.rate(a) for a in self.orders)
+        return math.fsum(self.operator_costs().values()) + fixed - used
+
+    def costs(self) -> OpCosts:
+        """The cost of each operation §4.1's estimates use now: CPU seconds measured on
+        the compiled pipelines (``stats.costs.OperationCosts``, fitted to the intervals
+        between ticks) once an interval has been measured; the work clock before that
+        and with ``--no-cache-verify`` (the paper's policy, deterministic)."""
+        if self._costs is None:
+            fit = self._fit_used = self.op_costs.get() if self.verify else None
+            retract = bool(getattr(self._ex, "retract", False))
+            self._costs = (OpCosts.work_clock(self.probe_cost, self.update_cost)
+                           if fit is None else
+                           OpCosts.measured(fit.seconds, retract=retract,
+                                            probe_cost=self.probe_cost,
+                                            update_cost=self.update_cost))
+        return self._costs
+
+    # ----- counting the operations of an interval (issue 14, item 1) ---------------------
+    def _snapshot(self, cq, ex) -> dict:
+        """The counters an interval's operations are counted from (all O(streams +
+        caches)): arrivals and SteM sizes per stream, profiled tuples per pipeline, every
+        used cache's hits and misses, the CPU clocks, and the plan in force."""
+        return {"ins": list(cq.per_stream), "size": [len(st) for st in ex.stems],
+                "obs": {a: p.observations for a, p in self.profiler.pipelines.items()},
+                "cache": {id(st.cache): tuple(st.cache.counts) for st in self._used()},
+                "cpu": time.process_time(), "profile_cpu": cq.profile_cpu,
+                "plan": self._plan_key(ex)}
+
+    def _used(self) -> list[CandidateState]:
+        return [st for st in self.states.values() if st.state == "used" and st.cache is not None]
+
+    def _plan_key(self, ex) -> tuple:
+        return (tuple((a, tuple(o)) for a, o in ex.orders.items()), getattr(ex, "reorders", 0),
+                tuple(sorted(id(c) for c in ex.caches.values())),
+                tuple(sorted((k, len(v)) for k, v in ex.observers.items())),
+                tuple(sorted(id(st.cache) for st in self._used())))
+
+    def _count_interval(self, cq, ex, now: float) -> None:
+        """One row of the per-operation cost fit: the operations of each kind the compiled
+        pipelines did since the last counted tick (``_interval_counts``) and the CPU
+        seconds they took (profiled tuples left out: they run another pipeline), both per
+        arrival. While nothing is being decided (no trial, no candidate profiled) an
+        interval spans ``COUNT_SPAN`` ticks, so that counting costs less. An interval
+        whose plan changed under it (another policy re-ordered) is skipped, and one that
+        is not ``_steady`` sets only the overall scale (until a steady interval comes;
+        ``OperationCosts.update(steady=False)``): while windows fill, and until every
+        pipeline has profiled W tuples since, the profiled per-tuple counts (averages over
+        the W latest profiled tuples, made against smaller windows) lag the work the
+        pipelines do, and the fit charges the growing cost to whatever kind happened to
+        grow with it (on Figure 10's nested-loop join, expiries and probes instead of
+        scanned rows; or to nothing: scanned rows counted rising from 100 to 145 per
+        arrival at a constant CPU, so a scanned row came out at 5 ns)."""
+        snap = self._snap
+        if snap is None:
+            return
+        snap["ticks"] = snap.get("ticks", 0) + 1
+        if snap["ticks"] < COUNT_SPAN and self.trial is None and not any(
+                st.state == "profiled" for st in self.states.values()):
+            return  # nothing being decided: one row per COUNT_SPAN ticks (cheaper)
+        self._snap = None
+        if snap["plan"] != self._plan_key(ex):
+            return
+        cpu = now - snap["cpu"] - (cq.profile_cpu - snap["profile_cpu"])
+        counts = self._interval_counts(cq, ex, snap)
+        arrivals = counts["insert"]
+        if arrivals <= 0 or cpu <= 0:
+            return
+        self.op_costs.update({k: v / arrivals for k, v in counts.items()}, cpu / arrivals,
+                             steady=self._steady(snap, ex))
+        if self.op_costs.stale:  # refitted every 2W intervals (``OperationCosts.every``),
+            self._costs = None   # and at every selection (``_reselect``)
+
+    def _follow_growth(self, ex) -> None:
+        """Note when the state last grew by more than ``GROWTH`` (10%: windows filling,
+        not a window's random ups and downs; and how many tuples each pipeline had
+        profiled then)."""
+        size = ex.state_tuples()
+        if size > GROWTH * self._grown[0]:
+            self._grown = (size, {a: p.observations for a, p in self.profiler.pipelines.items()})
+
+    def _steady(self, snap: dict, ex) -> bool:
+        """An interval whose counts are not biased by windows filling: the state did not
+        grow by more than ``GROWTH`` during it, and every pipeline has profiled W tuples
+        since it last did (its per-tuple averages are over the W latest: made before,
+        they lag the work its pipeline does now)."""
+        if sum(snap["size"]) * GROWTH < ex.state_tuples():
+            return False
+        grown = self._grown[1]
+        return all(p.observations - grown.get(a, 0) >= self.W
+                   for a, p in self.profiler.pipelines.items())
+
+    def _interval_counts(self, cq, ex, snap: dict) -> dict[str, float]:
+        """Operations of each kind (``stats.costs.KINDS``) the compiled pipelines did
+        since ``snap``. Exact where the engine counts: insertions (profiled ones left
+        out), expiries (insertions less the SteMs' growth; a tick comes as an arrival is
+        counted but not yet stored, so a stream's figure can be one tuple off, which the
+        next interval gives back), cache probes and entries built
+        (each cache's hits and misses). The rest from the profiled tuples' per-operator
+        counts (``_split``) times the pipeline runs (insertions, and deletions in retract
+        mode): probes, bucket entries and scanned rows, those of a cached segment only on
+        its misses, plus the tuples a cache yields or stores; CacheUpdates on the tuples
+        reaching them in the pipelines of Z (insertions and deletions); in append mode the
+        joins deletions run only to reach CacheUpdates; observed probe keys."""
+        n = dict.fromkeys(KINDS, 0.0)
+        ins, dele, runs = {}, {}, {}
+        for i, a in enumerate(ex.query.aliases):
+            k = cq.per_stream[i] - snap["ins"][i]
+            stats = self.profiler.pipelines.get(a)
+            prof = (stats.observations if stats else 0) - snap["obs"].get(a, 0)
+            ins[a] = max(0, k - prof)
+            dele[a] = max(0, k - (len(ex.stems[i]) - snap["size"][i]))
+            runs[a] = ins[a] + (dele[a] if ex.retract else 0)
+            n["insert"] += ins[a]
+            n["expiry"] += dele[a]
+        used = self._used()
+        delta, sharers = {}, {}
+        for st in used:
+            c = st.cache
+            h0, m0 = snap["cache"].get(id(c), (0, 0))
+            delta[id(c)] = (c.counts[0] - h0, c.counts[1] - m0)
+            sharers[id(c)] = sharers.get(id(c), 0) + 1
+        for dh, dm in delta.values():
+            n["cache_probe"] += dh + dm
+            n["entry_build"] += dm
+        covered: dict[str, dict[int, float]] = {}
+        for st in used:
+            c, (dh, dm) = st.candidate, delta[id(st.cache)]
+            m = dm / (dh + dm) if dh + dm else 0.0
+            covered.setdefault(c.pipeline, {}).update(
+                dict.fromkeys(range(c.start - 1, c.end), m))
+            # the entry's tuples, yielded on a hit or stored on a miss
+            n["entry"] += (dh + dm) * self._tuples_per_entry(c) / sharers[id(st.cache)]
+        maintain: dict[str, int] = {}  # append mode: joins run by deletions for CacheUpdates
+        for st in {id(st.cache): st for st in used}.values():
+            c = st.candidate
+            z = set(c.segment) | set(c.extra)
+            for lp in z:
+                n["cache_update"] += (ins[lp] + dele[lp]) * self._passes(lp, len(z) - 1)
+                maintain[lp] = max(maintain.get(lp, 0), len(z) - 1)
+        for a, stats in self.profiler.pipelines.items():
+            if a not in runs:
+                continue
+            cov = covered.get(a, {})
+            for j in range(len(stats.order)):
+                split = self._split(a, j)
+                if split is None:
+                    continue
+                dj = stats.delta[j].get()
+                times = runs[a] * cov.get(j, 1.0)
+                if not ex.retract and j < maintain.get(a, 0):
+                    times += dele[a]
+                n["probe"] += dj * times * split[0]
+                n["entry"] += dj * times * split[1]
+                n["scan_row"] += dj * times * split[2]
+        for (a, position), watchers in ex.observers.items():
+            stats = self.profiler.pipelines.get(a)
+            if stats is not None and a in runs and 0 < position <= len(stats.order):
+                n["observe"] += len(watchers) * runs[a] * stats.delta[position - 1].get()
+        return n
+
+    def _split(self, pipeline: str, j: int) -> tuple[float, float, float] | None:
+        """(hash probes, bucket entries, scanned rows) per tuple reaching the operator at
+        0-based position j, from its profiled work units per tuple c_ij (``engine.interp``
+        counts a probe 1 and each entry 1, or each row a scan examines 1, and charges the
+        operator for the results emitted after it and the tuples passing a CacheUpdate
+        right after it, which are not its own). None until a tuple reached it."""
+        stats = self.profiler.pipelines.get(pipeline)
+        c = stats.c(j) if stats is not None else None
+        if c is None:
+            return None
+        dj = stats.delta[j].get()
+        extra = 0.0
+        if dj > 0:
+            if j == len(stats.order) - 1:
+                extra += (stats.output() or 0.0) / dj
+            for st in {id(st.cache): st for st in self._used()}.values():
+                z = set(st.candidate.segment) | set(st.candidate.extra)
+                if pipeline in z and max(len(z) - 1, 1) - 1 == j:
+                    extra += self._passes(pipeline, len(z) - 1) / dj
+        w = max(0.0, c - extra)
+        if self._is_scan(pipeline, j):
+            return 0.0, 0.0, w
+        return 1.0, max(0.0, w - 1.0), 0.0
+
+    def _is_scan(self, pipeline: str, j: int) -> bool:
+        """Whether operator j of ``pipeline`` examines window rows (a nested-loop join or
+        a cartesian step) rather than probing a hash index."""
+        ex = self._ex
+        if ex is None:
+            return False
+        order = tuple(ex.orders[pipeline])
+        key = (pipeline, order, j)
+        got = self._scan_flags.get(key)
+        if got is None:
+            positions, _ = probe_plan(ex.query, order[j], [pipeline, *order[:j]])
+            got = self._scan_flags[key] = not positions or ex.scans(order[j], positions)
+        return got
+
+    def _passes(self, pipeline: str, pos0: int) -> float:
+        """Tuples per profiled tuple of ``pipeline`` reaching 0-based position pos0 (past
+        the last operator: its results): those a CacheUpdate after pos0 joins sees."""
+        stats = self.profiler.pipelines.get(pipeline)
+        if stats is None:
+            return 0.0
+        if pos0 < len(stats.order):
+            return stats.delta[pos0].get()
+        return stats.output() or 0.0
+
+    def _tuples_per_entry(self, c: Candidate) -> float:
+        """Tuples of one cache entry: those leaving the segment per tuple entering it."""
+        before = self._passes(c.pipeline, c.start - 1)
+        return self._passes(c.pipeline, c.end) / before if before > 0 else 0.0
 
     def _credible(self, e: Estimate) -> bool:
         """Whether a cache not in use may be chosen, given how far the model has been
@@ -274,17 +524,21 @@ class ACaching(PolicyBase):
 
     def _measure_rates(self, now: float, arrivals: int, ts: float) -> None:
         """At a tick without a trial: the CPU seconds per second of event time since the
-        last tick over the model's work units per second gives seconds per work unit, the
-        rate that converts the model's benefits into CPU time for the compiled pipelines
-        as they run (the engine's fixed per-arrival work included: it is a ratio, not a
-        fit)."""
+        last tick over the model's cost per second of the plan in force. On the work
+        clock this is seconds per work unit, the rate that converts the model's benefits
+        into CPU time; on the measured clock it is measured over predicted CPU (1 when
+        the model is right; reported, never used to rescale)."""
         if self._clock is None or ts <= self._clock[2]:
             return
         elapsed = ts - self._clock[2]
+        self.arrival_rate.update((arrivals - self._clock[1]) / elapsed)
+        work = self.costs().clock == "work"
+        if not work and self._ticks % COUNT_SPAN:
+            return  # (a diagnostic on the measured clock: every COUNT_SPAN ticks is enough)
         units = self.units_rate()
         if units > 0:
-            self.seconds_per_unit.update((now - self._clock[0]) / elapsed / units)
-        self.arrival_rate.update((arrivals - self._clock[1]) / elapsed)
+            rate = (now - self._clock[0]) / elapsed / units
+            (self.seconds_per_unit if work else self.measured_over_predicted).update(rate)
 
     def _predicted_ratio(self, changes) -> float | None:
         """The CPU ratio with/without ``changes`` the model predicts: the plan's work
@@ -404,7 +658,8 @@ class ACaching(PolicyBase):
                    "predicted_cpu_saved_per_s": self._seconds(_saved(t["actions"])),
                    "measured_cpu_saved_per_s": ((without - with_) * self.arrival_rate.get()
                                                 if self.arrival_rate.n else None),
-                   "predicted_net_benefit": [_net(st) for _, st in t["actions"]]}
+                   "predicted_net_benefit": [_net(st) for _, st in t["actions"]],
+                   "clock": self.costs().clock}
         self.measured.append(figures)
         if all(a == "use" for a, _ in t["actions"]) and None not in (
                 ratio, figures["predicted_ratio"]):
@@ -442,7 +697,10 @@ class ACaching(PolicyBase):
                 self._drop(ex, st, arrivals, ts, why)
 
     def _seconds(self, units: float) -> float | None:
-        """Work units per second of event time as CPU seconds per second (measured rate)."""
+        """The model's cost per second of event time as CPU seconds per second: as it is
+        on the measured clock, at the measured seconds per work unit on the work clock."""
+        if self.costs().clock == "seconds":
+            return units
         return units * self.seconds_per_unit.get() if self.seconds_per_unit.n else None
 
     def _end_trial(self, arrivals, ts, why: str) -> None:
@@ -528,20 +786,27 @@ class ACaching(PolicyBase):
         return None if out is None else rate * out
 
     def _operator_cost(self, pipeline: str, pos1: int) -> float | None:
-        """d_ij·c_ij of the operator at 1-based position pos1: work units per unit time."""
+        """d_ij·c_ij of the operator at 1-based position pos1 per unit time: in work units
+        on the work clock, in CPU seconds from its operations (``_split``) at their
+        measured costs on the measured clock (``model.operator_cost``)."""
         stats = self.profiler.pipelines.get(pipeline)
         d = self._d(pipeline, pos1 - 1)
         if stats is None or d is None:
             return None
         if d == 0:  # no tuple reaches this operator: it costs nothing
             return 0.0
-        c = stats.c(pos1 - 1)
-        return None if c is None else d * c
+        costs = self.costs()
+        if costs.clock == "work":
+            c = stats.c(pos1 - 1)
+            return None if c is None else d * c
+        split = self._split(pipeline, pos1 - 1)
+        return None if split is None else operator_cost(d, split, costs)
 
     def estimate(self, st: CandidateState) -> Estimate | None:
-        """benefit(C_ijk) and cost(C_ijk) of §4.1 from the current statistics, in work
-        units per second of event time (None until every statistic has W observations,
-        §4.5 step 2)."""
+        """benefit(C_ijk) and cost(C_ijk) of §4.1 from the current statistics
+        (``model.cache_estimate``), per second of event time: CPU seconds at the measured
+        per-operation costs, or work units on the work clock (``costs``). None until every
+        statistic has W observations (§4.5 step 2)."""
         c = st.candidate
         ops = [self._operator_cost(c.pipeline, j) for j in range(c.start, c.end + 1)]
         d_in = self._d(c.pipeline, c.start - 1)
@@ -558,10 +823,16 @@ class ACaching(PolicyBase):
         ups = [self._d(lp, len(z) - 1) for lp in z]
         if None in ops or None in ups or d_in is None or d_out is None or miss is None:
             return None
-        seg = math.fsum(ops)
-        benefit = seg - d_in * self.probe_cost - miss * (seg + d_out * self.update_cost)
-        cost = self.update_cost * math.fsum(ups)
-        return Estimate(benefit, cost)
+        costs = self.costs()
+        maintain = 0.0
+        if costs.clock == "seconds" and not getattr(self._ex, "retract", True):
+            # append mode: deletions of Z's streams run their first |Z| - 1 joins only to
+            # reach the CacheUpdates (a plan without the cache runs nothing for them)
+            joins = [self._operator_cost(lp, j) for lp in z for j in range(1, len(z))]
+            if None in joins:
+                return None
+            maintain = math.fsum(joins)
+        return cache_estimate(math.fsum(ops), d_in, d_out, miss, ups, costs, maintain)
 
     def _ready(self) -> bool:
         """Every profiled candidate has W observations of each statistic."""
@@ -574,6 +845,10 @@ class ACaching(PolicyBase):
 
     # ----- the re-optimizer ------------------------------------------------------------------
     def _reselect(self, ex, arrivals, ts) -> None:
+        if self.verify and self.op_costs.n:  # the freshest per-operation costs decide
+            fit = self.op_costs.get(fresh=True)
+            if self._costs is None or self._costs.clock == "work" or fit is not self._fit_used:
+                self._costs = None
         estimates = {c: self.estimate(st) for c, st in self.states.items()}
         estimates = {c: e for c, e in estimates.items() if e is not None
                      and self.states[c].banned_until <= arrivals  # undone: waits
@@ -751,6 +1026,48 @@ class ACaching(PolicyBase):
         return any(h["event"] in ("shrink", "drop") for h in self.history[changes:])
 
     # ----- reporting -------------------------------------------------------------------------
+    def cost_model(self) -> str:
+        """Which costs §4.1's estimates use, in one line (the run summary, explain)."""
+        if not self.verify:
+            return "work clock (--no-cache-verify: the paper's policy, counted work units)"
+        fit = self.op_costs.get()
+        if fit is None:
+            return "work clock (no interval measured yet)"
+        return f"CPU seconds per operation, measured: {fit.status}"
+
+    def predicted(self, st: CandidateState) -> tuple[float | None, float | None]:
+        """A candidate's predicted net benefit in CPU seconds per second of input (None
+        before it can be converted) and the CPU ratio of the plan with it over the plan
+        without it (§4.1's net benefit against the plan's predicted cost)."""
+        e = st.estimate or self.estimate(st)
+        if e is None:
+            return None, None
+        net, units = e.benefit - e.cost, self.units_rate()
+        with_, without = (units, units + net) if st.state == "used" else (units - net, units)
+        return self._seconds(net), (with_ / without if without > 0 else None)
+
+    def describe_predictions(self, top: int = 5) -> list[str]:
+        """The candidates the model likes best, each with its predicted net CPU saving and
+        CPU ratio (the run summary's ``cache_predicted``; what was measured of them is in
+        ``cache_measured``)."""
+        rows = []
+        for st in self.states.values():
+            net, ratio = self.predicted(st)
+            if ratio is not None:
+                rows.append((ratio, f"{st.candidate.name} ({st.state}): predicted CPU ratio "
+                             f"{ratio:.2f}×" + ("" if net is None else
+                                               f", net {net * 1e3:+.3g} ms per second of input")))
+        return [text for _, text in sorted(rows, key=lambda r: r[0])[:top]]
+
+    def seconds_per_operation(self) -> dict | None:
+        """The measured seconds per operation of each kind (ns, rounded), the kinds the
+        intervals determined marked with *, the rest on the prior's split."""
+        fit = self.op_costs.get() if self.verify else None
+        if fit is None:
+            return None
+        return {k + ("*" if k in fit.determined else ""): round(v * 1e9, 1)
+                for k, v in fit.seconds.items()}
+
     def _log(self, arrivals, ts, event, what) -> None:
         self.history.append({"arrival": arrivals, "ts": ts, "event": event, "what": what})
 
@@ -767,9 +1084,14 @@ class ACaching(PolicyBase):
             "cache_trials": self.trials,
             "cache_changes_undone": self.undone,
             "cache_measured": [dict(m) for m in self.measured[-5:]],
+            "cache_predicted": self.describe_predictions(),
             "profiling_scale": self.p_scale,
             "cpu_seconds_per_work_unit": (self.seconds_per_unit.get()
                                           if self.seconds_per_unit.n else None),
+            "cache_cost_model": self.cost_model(),
+            "cpu_ns_per_operation": self.seconds_per_operation(),
+            "cpu_measured_over_predicted": (self.measured_over_predicted.get()
+                                            if self.measured_over_predicted.n else None),
             "cache_model_error": self.model_error.get() if self.model_error.n else None,
             "cache_history": [dict(h) for h in self.history],
         }

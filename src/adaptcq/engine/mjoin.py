@@ -400,6 +400,11 @@ class MJoin:
             self._projections[plan.slots] = fn
         return fn
 
+    def scans(self, stream: str, positions: tuple[int, ...]) -> bool:
+        """Whether a join into ``stream`` on ``positions`` scans the window (a nested-loop
+        join, ``nested_loop``) instead of probing a hash index."""
+        return self._scans(stream, positions)
+
     def _scans(self, stream: str, positions: tuple[int, ...]) -> bool:
         cols = self._stem[stream].columns
         return stream in self.nested_loop or any(

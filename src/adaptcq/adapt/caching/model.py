@@ -305,3 +305,93 @@ def resolve_overlaps(picked: Iterable[Candidate]) -> list[Candidate]:
             kept.append(picked[i])
             used |= ops
     return kept
+
+
+# ----- per-operation costs: §4.1's benefit and cost in the engine's terms --------------------
+@dataclass(frozen=True)
+class OpCosts:
+    """The cost of one operation of each kind, in the model's unit (§4.3: probe_cost and
+    update_cost "derived from the cache implementation"; Appendix A: c_ij).
+
+    Two clocks (``clock``):
+
+    * ``"work"``: the engine's counted work units (``engine.interp``): a hash probe, a
+      bucket entry, a scanned row, a cache probe (``probe_cost``) and a tuple stored in a
+      cache or maintained (``update_cost``) cost 1 unit each, the rest 0; deterministic
+      (``--no-cache-verify`` runs the paper's policy on it).
+    * ``"seconds"``: CPU seconds per operation measured on the compiled pipelines as they
+      run (``stats.costs``; issue 14, item 1), with the terms the work clock leaves out:
+      the entry's tuples yielded on a hit (``cache_yield``), an entry built on a miss
+      (``entry_build``), deletions running the pipeline in retract mode (``runs`` pipeline
+      runs per insertion) and maintaining the cache in both modes (``maintains``), and
+      every arrival's fixed work (``insert``, ``expiry``), which no cache changes but
+      which the predicted CPU ratio of a plan must include."""
+
+    probe: float
+    entry: float
+    scan_row: float
+    cache_probe: float
+    cache_yield: float
+    cache_store: float
+    entry_build: float
+    cache_update: float
+    insert: float = 0.0
+    expiry: float = 0.0
+    runs: float = 1.0
+    maintains: float = 1.0
+    observe: float = 0.0
+    clock: str = "work"
+
+    @classmethod
+    def work_clock(cls, probe_cost: float = 1.0, update_cost: float = 1.0) -> OpCosts:
+        """§4.1 on the work clock, exactly as before per-operation rates: probe_cost per
+        cache probe, update_cost per tuple stored on a miss and per CacheUpdate."""
+        return cls(1.0, 1.0, 1.0, probe_cost, 0.0, update_cost, 0.0, update_cost)
+
+    @classmethod
+    def measured(cls, seconds: Mapping[str, float], *, retract: bool,
+                 probe_cost: float = 1.0, update_cost: float = 1.0) -> OpCosts:
+        """From measured seconds per operation kind (``stats.costs.CostFit.seconds``).
+        ``probe_cost`` and ``update_cost`` (1 by default) scale the measured cost of a
+        cache probe, and of storing and maintaining cached tuples."""
+        s = seconds
+        return cls(s["probe"], s["entry"], s["scan_row"], s["cache_probe"] * probe_cost,
+                   s["entry"], s["entry"] * update_cost, s["entry_build"] * update_cost,
+                   s["cache_update"] * update_cost, s["insert"], s["expiry"],
+                   runs=2.0 if retract else 1.0, maintains=2.0, observe=s.get("observe", 0.0),
+                   clock="seconds")
+
+
+def operator_cost(d: float, per_tuple: tuple[float, float, float], costs: OpCosts) -> float:
+    """d_ij·c_ij of §4.1 (Appendix A) with c_ij from its operations: ``per_tuple`` is
+    (hash probes, bucket entries, scanned rows) per tuple reaching the operator, each at
+    its cost, times the pipeline runs per insertion (``costs.runs``)."""
+    probes, entries, rows = per_tuple
+    return d * costs.runs * (probes * costs.probe + entries * costs.entry
+                             + rows * costs.scan_row)
+
+
+def cache_estimate(seg: float, d_in: float, d_out: float, miss: float, ups: Iterable[float],
+                   costs: OpCosts, maintain_joins: float = 0.0) -> Estimate:
+    """benefit(C_ijk) and cost(C_ijk) of §4.1:
+
+        benefit = Σ_{l=j..k} d_il·c_il − d_ij·probe_cost − miss·(Σ_{l=j..k} d_il·c_il
+                  + d_{i,k+1}·update_cost)
+        cost    = update_cost · Σ_{R_l ∈ Z} d_{l,|Z|-1}
+
+    ``seg`` = Σ d_il·c_il (``operator_cost``), ``d_in`` = d_ij and ``d_out`` = d_{i,k+1}
+    (tuples per unit time reaching and leaving the segment), ``ups`` the d_{l,|Z|-1}.
+    probe_cost is ``costs.cache_probe``, update_cost ``costs.cache_store`` in the benefit
+    (a tuple stored on a miss) and ``costs.cache_update`` in the cost (a tuple passing a
+    CacheUpdate). Beyond the paper, on the measured clock: a hit yields the entry's
+    d_{i,k+1}/d_ij tuples (``cache_yield`` each), a miss builds an entry
+    (``entry_build``), deletions probe the cache as insertions do in retract mode
+    (``runs``) and maintain it in both (``maintains``), and ``maintain_joins`` (seconds per
+    unit time) is the work of the joins that append-mode deletions run only to reach the
+    CacheUpdates. On the work clock these extra terms are 0 and the formulas are the
+    paper's."""
+    f = costs.runs
+    benefit = (seg - f * d_in * costs.cache_probe - f * (1.0 - miss) * d_out * costs.cache_yield
+               - miss * (seg + f * (d_out * costs.cache_store + d_in * costs.entry_build)))
+    cost = costs.maintains * costs.cache_update * math.fsum(ups) + maintain_joins
+    return Estimate(benefit, cost)
