@@ -251,6 +251,23 @@ def cli(tmp, *extra):
                  f"S={tmp / 'S.parquet'}", "--no-progress", *map(str, extra)])
 
 
+def test_parquet_output_gathers_small_batches_into_row_groups(files, monkeypatch):
+    """Many small batches of results make one row group per ROW_GROUP rows, not one per
+    batch, with the same rows in the same order (output.FileSink)."""
+    from adaptcq.runtime import output
+    assert cli(files, "--output", files / "one.parquet", "--batch-rows", "50") == 0
+    assert cli(files, "--output", files / "batch.parquet", "--executor", "mjoin") == 0
+    one, ref = pq.ParquetFile(files / "one.parquet"), pq.read_table(files / "batch.parquet")
+    assert 0 < one.metadata.num_rows < output.ROW_GROUP and one.num_row_groups == 1
+    assert one.read().to_pylist() == ref.to_pylist()
+    monkeypatch.setattr(output, "ROW_GROUP", 100)
+    assert cli(files, "--output", files / "many.parquet", "--batch-rows", "50") == 0
+    many = pq.ParquetFile(files / "many.parquet")
+    sizes = [many.metadata.row_group(k).num_rows for k in range(many.num_row_groups)]
+    assert all(n >= 100 for n in sizes[:-1]) and sum(sizes) == one.metadata.num_rows
+    assert many.read().to_pylist() == ref.to_pylist()
+
+
 def test_cli_writes_parquet_csv_and_json_lines(files, capsys):
     assert cli(files, "--output", files / "o.parquet") == 0
     want = pq.read_table(files / "o.parquet")
