@@ -13,9 +13,10 @@ Workloads (docs/spark-scale.md):
 Each runs at every P on ``local[2]`` and once with Spark's native join chain, every job in a
 fresh process, timed from process start to exit (JVM start-up included; every job maps the
 same class-data archive of Spark's classes, ``runtime.jvm_archive``, built first when
-missing, untimed; ``--no-jvm-archive``: none does), CPU of the whole process tree (utime + stime of every process, sampled from /proc). Reported per job: rows
-per second (wall), CPU-seconds, results (checked equal to native's as multisets of key
-columns), the shares chosen, the rows shipped to groups and the replication factor (shipped
+missing, untimed; ``--no-jvm-archive``: none does), CPU of the whole process tree
+(utime + stime of every process, sampled from /proc). Reported per job: rows per second
+(wall), CPU-seconds, results (checked equal to native's as multisets of key columns), the
+shares chosen, the rows shipped to groups and the replication factor (shipped
 per input row). Writes ``<out>/spark_scale.csv`` and ``.png`` (throughput against P, native
 as a line) and prints the table; medians over ``--repeats``.
 

@@ -19,8 +19,8 @@ watermarks and time-range conditions (every pair ``|Δts| <= 10 s``, which is ex
 ``[RANGE 10 SECONDS]`` windows hold all three tuples together: docs/semantics.md). Each engine
 runs in a fresh process (``--job``), timed from process start to exit (JVM start-up
 included), both from the same class-data archive of Spark's classes (``runtime.jvm_archive``,
-built first when missing, untimed; ``--no-jvm-archive``: both without); CPU seconds are those of the whole process tree (driver, JVM, Python workers),
-sampled from /proc (each process's own time). The result multisets of (R.id, S.id, T.id) are checked equal.
+built first when missing, untimed; ``--no-jvm-archive``: both without); CPU seconds are
+those of the whole process tree (driver, JVM, Python workers), sampled from /proc (each process's own time). The result multisets of (R.id, S.id, T.id) are checked equal.
 With ``--repeats N`` the two engines run alternately N times per case and the figures are
 medians (the ratio of the median walls, and each run's ratio beside it). Writes
 ``<out>/spark_vs_native.csv`` and ``.png`` and prints the table.

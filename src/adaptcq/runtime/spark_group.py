@@ -480,15 +480,15 @@ class PartitionGroup:
         rows are, and a rebuild would read them only to drop them), and the entries none
         of whose rows can matter removed (module docstring)."""
         import pyarrow as pa
-        import pyarrow.compute as pc
         for key, t in new:
-            gone = self._gone(cfg, key[0], t.column("_t").to_numpy())
-            if gone.any():
-                t = t.filter(pa.array(~gone))
-            if not t.num_rows:
+            ts = t.column("_t").to_numpy()
+            gone = self._gone(cfg, key[0], ts)
+            if gone.all():
                 continue
+            if gone.any():
+                t, ts = t.filter(pa.array(~gone)), ts[~gone]
             blobs = _pieces(t)
-            top = int(pc.max(t.column("_t")).as_py())
+            top = int(ts.max())
             for k, blob in enumerate(blobs):
                 store.put((*key, k), (top, blob))
             self.entries[key] = (top, len(blobs), 0, t.num_rows)
