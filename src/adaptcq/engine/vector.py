@@ -532,7 +532,11 @@ def _ranges(p: np.ndarray, size: int) -> list[tuple[int, int]]:
     each (all of them in one range when they are fewer)."""
     if not len(p):
         return []
-    p = np.sort(p)
+    if len(p) <= size:  # one range: no need to order the positions
+        return [(int(p.min()), int(p.max()) + 1)]
+    # The drivers' positions come as one ascending run per pipeline: a stable sort
+    # (timsort) merges such runs in linear time, where numpy's default sort does not.
+    p = np.sort(p, kind="stable")
     cuts = [int(x) for x in p[::size]] + [int(p[-1]) + 1]
     return list(itertools.pairwise(cuts))
 
