@@ -253,3 +253,29 @@ def test_update_ranks_is_the_processing_order():
         want = np.empty(n, np.int64)
         want[sorted(range(n), key=key.__getitem__)] = np.arange(n)
         assert _update_ranks(k, phase, e, tie).tolist() == want.tolist()
+
+
+def test_radix_sorted_runs_equal_compared_ones(monkeypatch):
+    """_Run orders a large run with a radix sort (_stable_order): the same arrays as the
+    comparison sorts, for small and wide spans, negative codes and hashed (non-direct)
+    ones; and a join whose runs all take the radix path gives MJoin's output."""
+    from adaptcq.engine import vector
+    rng = np.random.default_rng(5)
+    for lo, hi in [(0, 50), (-70_000, 70_000), (5, 2**40), (-2**63, 2**63 - 1)]:
+        for n in (0, 1, 7, 300, 3000):
+            code = rng.integers(lo, hi, n, dtype=np.int64)
+            off = code.view(np.uint64) - np.uint64(int(code.min(initial=0)) % 2**64)
+            span = int(code.max(initial=0)) - int(code.min(initial=0))
+            assert (vector._stable_order(off, span) == np.argsort(code, kind="stable")).all()
+            sid = np.sort(rng.choice(10 * n + 1, n, replace=False)).astype(np.int64) + 3
+            runs = []
+            for rows in (0, 10**9):  # every run radix-sorted, then none
+                monkeypatch.setattr(vector, "_RADIX_ROWS", rows)
+                runs.append(vector._Run(3, 10 * n + 4, code, sid))
+            a, b = runs
+            assert a.direct == b.direct
+            for name in ("comb", "code", "sid", "rank"):
+                x, y = getattr(a, name), getattr(b, name)
+                assert (x is None and y is None) or (x == y).all(), name
+    monkeypatch.setattr(vector, "_RADIX_ROWS", 0)
+    test_batch_size_does_not_change_the_output()

@@ -308,6 +308,25 @@ class ColumnWindow:
         return per_row * len(self.cols)
 
 
+_RADIX_ROWS = 1024  # from about this many rows on, _stable_order beats a comparison sort
+
+
+def _stable_order(off: np.ndarray, span: int) -> np.ndarray:
+    """The stable permutation sorting ``off`` (uint64, at most ``span``): an LSD radix sort
+    on 16-bit digits, least significant first, each one numpy's stable sort of a uint16
+    array, which is a counting radix sort (linear) where its sorts of int64 compare, with
+    no SIMD sort for them on our machines. Building an index run (``_Run``) of 8,700 codes
+    spanning 100,000 (the chain of issue 16): 90 µs against 210 µs for ``comb.sort()``;
+    hashed codes (four digits) 180 µs against 370 µs for a stable argsort."""
+    order = np.argsort(off.astype(np.uint16), kind="stable")
+    shift = 16
+    while span >> shift:
+        digit = (off[order] >> np.uint64(shift)).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
+        shift += 16
+    return order
+
+
 class _Run:
     """Rows with sids in [s0, s0 + L), sorted by (key code, sid), so that one binary search
     finds (code, sid bound): ``comb`` is sorted and encodes both. When the codes span a
@@ -328,16 +347,23 @@ class _Run:
         # A bitmap of the codes present, when their range is small: a membership test is
         # then one lookup, not a binary search (``has``).
         self.bits = None
+        # code − cmin, wrapping in uint64 (exact: the span is below 2^64)
+        off = code.view(np.uint64) - np.uint64(cmin % 2 ** 64)
         if n and cmax - cmin < max(1 << 16, 16 * n):
             self.bits = np.zeros(cmax - cmin + 1, bool)
-            self.bits[code - cmin] = True
+            self.bits[off] = True
         if self.direct:
-            comb = (code - cmin) * self.L + (sid - s0)
-            comb.sort()  # unique values: any sort is stable
+            comb = off.view(np.int64) * self.L + (sid - s0)
+            if n >= _RADIX_ROWS:
+                comb = comb[_stable_order(off, cmax - cmin)]
+            else:
+                comb.sort()  # unique values: any sort is stable
             self.comb = comb
             self.code = self.rank = self.sid = None
             return
-        order = np.argsort(code, kind="stable")  # within a code, sids stay ascending
+        # within a code, sids stay ascending (a stable order)
+        order = (_stable_order(off, cmax - cmin) if n >= _RADIX_ROWS
+                 else np.argsort(code, kind="stable"))
         self.code, self.sid = code[order], sid[order]
         rank = np.zeros(n, np.int64)
         if n > 1:
