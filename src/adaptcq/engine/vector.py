@@ -526,27 +526,39 @@ def _pairs_present(w: ColumnWindow, p: np.ndarray) -> float:
 class _Updates:
     """The updates of one batch as they are found: per group, its sort key (arrival k,
     phase 0 time expiry / 1 count or explicit deletion / 2 insertion, expiry time e, tie by
-    arrival; scalars broadcast) and what it does (kind, stream, sids, deletion times)."""
+    arrival; scalars broadcast) and what it does (kind, stream, sids, deletion times). The
+    time expiries and the others are listed apart, as ``_update_ranks`` ranks them: no pass
+    over the whole batch's updates to split them by phase, and no e or tie for the others."""
 
     def __init__(self, time_dtype):
         self.dtype = time_dtype
-        self.k, self.phase, self.e, self.tie, self.what = [], [], [], [], []
+        self.k, self.phase, self.what = [], [], []              # phases 1 and 2
+        self.ek, self.e, self.tie, self.e_what = [], [], [], []  # phase 0
 
     def add(self, k, phase, e, tie, kind, i, sids, extra=None) -> None:
         m = len(sids)
-        self.k.append(np.broadcast_to(np.asarray(k, np.int64), (m,)))
-        self.phase.append(np.full(m, phase, np.int8))
-        self.e.append(np.broadcast_to(np.asarray(e, self.dtype), (m,)))
-        self.tie.append(np.broadcast_to(np.asarray(tie, np.int64), (m,)))
-        self.what.append((kind, i, sids, extra))
+        k = np.broadcast_to(np.asarray(k, np.int64), (m,))
+        if phase == 0:
+            self.ek.append(k)
+            self.e.append(np.broadcast_to(np.asarray(e, self.dtype), (m,)))
+            self.tie.append(np.broadcast_to(np.asarray(tie, np.int64), (m,)))
+            self.e_what.append((kind, i, sids, extra))
+        else:
+            self.k.append(k)
+            self.phase.append(np.full(m, phase, np.int8))
+            self.what.append((kind, i, sids, extra))
+
+    def __len__(self) -> int:
+        return len(self.what) + len(self.e_what)
 
     def plan(self) -> tuple:
-        """(k, phase, e, tie, what), as ``VectorJoin._run`` takes them."""
-        if not self.what:
-            empty = np.empty(0, np.int64)
-            return empty, empty, empty, empty, self.what
-        return (np.concatenate(self.k), np.concatenate(self.phase), np.concatenate(self.e),
-                np.concatenate(self.tie), self.what)
+        """(k, phase, ek, e, tie, what), as ``VectorJoin._run`` takes them: the keys of
+        the others, then of the time expiries; ``what`` lists the others' groups first,
+        the order of ``_update_ranks``' ranks."""
+        def cat(parts, dtype):
+            return np.concatenate(parts) if parts else np.empty(0, dtype)
+        return (cat(self.k, np.int64), cat(self.phase, np.int8), cat(self.ek, np.int64),
+                cat(self.e, self.dtype), cat(self.tie, np.int64), self.what + self.e_what)
 
 
 class _TooLarge(Exception):
@@ -567,44 +579,41 @@ def _ranges(p: np.ndarray, size: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(cuts))
 
 
-def _update_ranks(k: np.ndarray, phase: np.ndarray, e: np.ndarray, tie: np.ndarray
-                  ) -> np.ndarray:
+def _update_ranks(k: np.ndarray, phase: np.ndarray, ek: np.ndarray, e: np.ndarray,
+                  tie: np.ndarray) -> np.ndarray:
     """Each update's rank in the processing order: by (arrival k, phase, expiry time e,
-    tie), equal keys in the order listed. Counting, not one big sort: at arrival k come its
-    time expiries (phase 0, ranked among themselves by (k, e, tie)), then its count or
-    explicit deletion (phase 1), then its insertion (phase 2); so an update's rank is its
-    rank among its own kind plus the number of the other kind ordered before it. Only the
-    expiries are sorted (by e alone when no two share a time, as is usual)."""
-    n = len(k)
-    if n == 0:
+    tie), equal keys in the order listed; the others (count or explicit deletions and
+    insertions: ``k``, ``phase``) first, then the time expiries (``ek``, ``e``, ``tie``), as
+    ``_Updates`` lists them. Counting, not one big sort: at arrival k come its time expiries
+    (phase 0, ranked among themselves by (k, e, tie)), then its count or explicit deletion
+    (phase 1), then its insertion (phase 2); so an update's rank is its rank among its own
+    kind plus the number of the other kind ordered before it. Only the expiries are sorted
+    (by e alone when no two share a time, as is usual)."""
+    no, ne = len(k), len(ek)
+    if no + ne == 0:
         return np.empty(0, np.int64)
-    nk = int(k.max()) + 1
-    rank = np.empty(n, np.int64)
-    is0 = phase == 0
-    ex = np.flatnonzero(is0)
-    ke = k[ex]
-    other = np.flatnonzero(~is0)
+    nk = max(int(k.max(initial=-1)), int(ek.max(initial=-1))) + 1
+    rank = np.empty(no + ne, np.int64)
     # the others by slot (k, phase 1 or 2), in the order listed within a slot
-    slot = k[other] * 2 + (phase[other] - 1)
+    slot = k * 2 + (phase - 1)
     occupied = np.bincount(slot, minlength=2 * nk)
     upto = np.zeros(2 * nk + 1, np.int64)  # others in the slots before slot s: upto[s]
     np.cumsum(occupied, out=upto[1:])
     if occupied.max(initial=0) <= 1:
         within = upto[slot]
     else:
-        within = np.empty(len(slot), np.int64)
-        within[np.argsort(slot, kind="stable")] = np.arange(len(slot), dtype=np.int64)
-    expired_upto = np.cumsum(np.bincount(ke, minlength=nk))  # expiries at arrivals <= k
-    rank[other] = within + expired_upto[slot >> 1]
-    if len(ex):
-        ee = e[ex]
-        order = np.argsort(ee, kind="stable")
-        se, sk = ee[order], ke[order]
+        within = np.empty(no, np.int64)
+        within[np.argsort(slot, kind="stable")] = np.arange(no, dtype=np.int64)
+    expired_upto = np.cumsum(np.bincount(ek, minlength=nk))  # expiries at arrivals <= k
+    np.add(within, expired_upto[k], out=rank[:no])
+    if ne:
+        order = np.argsort(e, kind="stable")
+        se, sk = e[order], ek[order]
         if (se[1:] == se[:-1]).any() or (sk[1:] < sk[:-1]).any():
-            order = np.lexsort((tie[ex], ee, ke))
-        r = np.empty(len(ex), np.int64)
-        r[order] = np.arange(len(ex), dtype=np.int64)
-        rank[ex] = r + upto[2 * ke]  # the others at arrivals < k come before
+            order = np.lexsort((tie, e, ek))
+        r = rank[no:]
+        r[order] = np.arange(ne, dtype=np.int64)
+        r += upto[2 * ek]  # the others at arrivals < k come before
     return rank
 
 
@@ -842,16 +851,16 @@ class VectorJoin:
         dt = self.windows[0].cols.data["ts"].dtype
         updates = _Updates(dt)
         self._time_expiries(np.empty(0, dt), np.asarray(now, dt), self.next_pos, updates.add)
-        if not updates.what:
+        if not len(updates):
             return self._empty(positions)
         return self._run(updates.plan(), self.next_pos, positions, emit)
 
     def _run(self, plan, pos0: int, positions: bool, emit: bool) -> pa.Table:
         """Number the updates listed by ``plan`` (module docstring, "Updates and
         positions"), run the pipelines, and drop what left its window."""
-        keys_k, keys_phase, keys_e, keys_tie, what = plan
-        positions_all = pos0 + _update_ranks(keys_k, keys_phase, keys_e, keys_tie)
-        self.next_pos = pos0 + len(keys_k)
+        *keys, what = plan
+        positions_all = pos0 + _update_ranks(*keys)
+        self.next_pos = pos0 + len(positions_all)
         at = 0
         deleted: list[tuple[np.ndarray, np.ndarray]] = [
             (np.empty(0, np.int64), np.empty(0, np.int64)) for _ in self.windows]
@@ -915,7 +924,7 @@ class VectorJoin:
             self._fresh.append(sids)
             self._fresh_k.append(k_in)
             self.stats.insertions += len(sids)
-            add(k_in, 2, 0, pos0 + k_in, "ins", i, sids)
+            add(k_in, 2, 0, 0, "ins", i, sids)
             if w.kind == "rows":  # count-window evictions by these arrivals
                 self._evictions(i, idx, cnt, add, ts)
         self._time_expiries(ts, last, pos0, add)
