@@ -141,19 +141,26 @@ class _Feed:
         self.next_row += n
         ts = to_nanoseconds(batch.column(self.timestamp), self.unit, self.src.name,
                             self.timestamp, first)
-        run = np.maximum.accumulate(ts)
-        prev = np.empty_like(ts)
-        prev[0] = ts[0] if self.max_ts is None else self.max_ts
-        prev[1:] = run[:-1]
-        if self.max_ts is not None:
-            np.maximum(prev, self.max_ts, out=prev)
-        # prev - ts as uint64 is exact whenever ts < prev (no int64 overflow).
-        late = (ts < prev) & ((prev - ts).view(np.uint64) > self.lateness)
-        self.max_ts = int(run[-1]) if self.max_ts is None else max(self.max_ts, int(run[-1]))
+        in_order = bool(np.all(ts[1:] >= ts[:-1]))
+        if in_order and (self.max_ts is None or self.max_ts - int(ts[0]) <= self.lateness_int):
+            # The usual input: a chunk in time order whose first row is not late has no
+            # late row (each later row is at least the one before it).
+            late, top = None, int(ts[-1])
+        else:
+            run = np.maximum.accumulate(ts)
+            prev = np.empty_like(ts)
+            prev[0] = ts[0] if self.max_ts is None else self.max_ts
+            prev[1:] = run[:-1]
+            if self.max_ts is not None:
+                np.maximum(prev, self.max_ts, out=prev)
+            # prev - ts as uint64 is exact whenever ts < prev (no int64 overflow).
+            late = (ts < prev) & ((prev - ts).view(np.uint64) > self.lateness)
+            top = int(run[-1])
+        self.max_ts = top if self.max_ts is None else max(self.max_ts, top)
         pos = np.arange(first, first + n, dtype=np.int64)
         signs = self._signs(batch, first) if self.sign else None
         table = pa.Table.from_batches([batch.select(self.columns)])
-        if late.any():
+        if late is not None and late.any():
             for r in np.flatnonzero(late):
                 rejected.append({
                     "stream": self.src.name, "row": int(pos[r]), "ts": int(ts[r]) / SECOND,
@@ -163,7 +170,8 @@ class _Feed:
             table, ts, pos = table.take(from_numpy(keep)), ts[keep], pos[keep]
             signs = None if signs is None else signs[keep]
         sorted_in = len(ts) == 0 or (
-            (len(self.ts) == 0 or ts[0] >= self.ts[-1]) and bool(np.all(ts[1:] >= ts[:-1])))
+            (len(self.ts) == 0 or ts[0] >= self.ts[-1])
+            and (in_order if late is None else bool(np.all(ts[1:] >= ts[:-1]))))
         self.table = pa.concat_tables([self.table, table]) if self.table.num_rows else table
         self.ts = np.concatenate([self.ts, ts])
         self.pos = np.concatenate([self.pos, pos])
