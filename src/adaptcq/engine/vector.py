@@ -944,10 +944,12 @@ class VectorJoin:
             e = e[:m]
             k = np.searchsorted(ts, e, "right")
             sids = np.arange(w.base, w.base + m, dtype=np.int64)
-            fresh = sids >= self._fresh[i][0] if len(self._fresh[i]) else np.zeros(m, bool)
-            tie = np.where(fresh, 0, w.col("ins")[:m])
-            if fresh.any():
-                tie[fresh] = pos0 + self._fresh_k[i][:int(fresh.sum())]
+            # the rows stored before this batch (their insertion positions), then those
+            # stored in it (a suffix of the window: their arrivals' indices)
+            old = min(m, int(self._fresh[i][0]) - w.base) if len(self._fresh[i]) else m
+            tie = np.empty(m, np.int64)
+            tie[:old] = w.col("ins")[:old]
+            tie[old:] = pos0 + self._fresh_k[i][:m - old]
             self.stats.deletions += m
             add(k, 0, e, tie, "del", i, sids, e)
 
