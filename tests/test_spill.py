@@ -135,6 +135,8 @@ def run_with_spills(q, streams, ts, tup, rnd, tmp, p_spill=0.3, p_clean=0.05,
                          partitions=partitions or rnd.choice([1, 2, 3, 5]), store=store,
                          late_column=True, sample=1.0)
     ex = cq.executor
+    if rnd.random() < 0.5:  # every missing subresult handed over through disk (_SentUp)
+        ex._handover_limit = lambda: 0.0
     out = []
     for k in range(len(tup)):
         out += cq.process([streams[k]], None, [ts[k]], [tup[k]])
@@ -163,7 +165,8 @@ def test_runtime_plus_cleanup_output_equals_the_oracle(data, seed, tmp_path_fact
     late = Counter(r[:-1] for r in out if r[-1])
     assert runtime + late == oracle_total(q, streams, ts, tup)
     assert ex.counters.late_results == sum(late.values())
-    event(f"spills: {min(ex.counters.spills, 3)}+, late results: {bool(late)}")
+    event(f"spills: {min(ex.counters.spills, 3)}+, late results: {bool(late)}, "
+          f"hand-over through disk: {bool(ex.counters.handover_flushes)}")
     # A late result's _ts is its newest component's time: never later than the input.
     assert all(r[-2] <= ts[-1] for r in out)
 
@@ -237,14 +240,14 @@ def test_merging_generations_in_any_order_gives_every_result_once(seed, k):
         return _by_key(op, c, entries)
 
     union = [[e for g in gens for e in g[c]] for c in range(3)]
-    want = Counter(comp for _, comp in full(union))
+    want = Counter(comp for *_, comp in full(union))
     for order in itertools.islice(itertools.permutations(range(k)), 6):
-        got = Counter(comp for g in gens for _, comp in full(g))  # within generations
+        got = Counter(comp for g in gens for *_, comp in full(g))  # within generations
         base = [_key(op, c, gens[order[0]][c]) for c in range(3)]
         for i in order[1:]:
             d = [_key(op, c, gens[i][c]) for c in range(3)]
             for subset in _subsets(3, proper=True):
-                got.update(comp for _, comp in _combine(op, subset, d, base))
+                got.update(comp for *_, comp in _combine(op, subset, d, base))
             for c in range(3):
                 _merge_into(base[c], d[c])
         assert got == want
@@ -413,3 +416,41 @@ def test_int_and_float_values_in_one_spill_event(tmp_path):
     cq.executor.cleanup(final=True)
     out += cq.drain()
     assert Counter((r[0], r[1]) for r in out) == Counter({(1, 3): 1, (2, 4): 1})
+
+
+def test_a_cleanup_hands_missing_subresults_over_through_disk_past_its_limit(tmp_path):
+    """The missing subresults an operator sends its parent (§4.2) go to disk once they
+    pass the hand-over limit: the same results, late ones included, with a limit of 0
+    (every hand-over written) as with everything in memory."""
+    schema = {"a": "number", "b": "number", "id": "number"}
+    q = parse_query("SELECT A.id AS a, B.id AS b, C.id AS c FROM A, B, C "
+                    "WHERE A.a = B.a AND B.b = C.b", {n: schema for n in "ABC"})
+    rnd = random.Random(1)
+    streams = [rnd.randrange(3) for _ in range(300)]
+    rows = list(zip(streams, as_tuples(q, streams, [
+        {"a": rnd.randrange(3), "b": rnd.randrange(3), "id": i} for i in range(300)])))
+
+    def run(limit, folder):
+        cq = ContinuousQuery(q, "tree", "append", tree=(("A", "B"), "C"), partitions=3,
+                             store=SpillStore(folder, q.columns), late_column=True)
+        ex = cq.executor
+        if limit is not None:
+            ex._handover_limit = lambda: limit
+        pick, out = random.Random(5), []
+        for k, (s, row) in enumerate(rows):
+            out += cq.process([s], None, [k], [row])
+            if pick.random() < 0.1:
+                cands = ex.candidates()
+                ex.spill([(c[0], c[1]) for c in pick.sample(cands, pick.randint(1, len(cands)))],
+                         k)
+        ex.cleanup(final=True)
+        return Counter(out + cq.drain()), ex.counters
+
+    kept, c_mem = run(None, tmp_path / "mem")
+    handed, c_disk = run(0.0, tmp_path / "disk")
+    assert c_mem.handover_flushes == 0 and c_disk.handover_flushes > 0
+    assert c_disk.late_results == c_mem.late_results > 0
+    assert handed == kept
+    assert Counter({r[:-1]: n for r, n in handed.items()}) == oracle_total(
+        q, [s for s, _ in rows], list(range(len(rows))), [r for _, r in rows])
+    assert not list((tmp_path / "disk").glob("cleanup-*"))  # the hand-over files are gone

@@ -66,6 +66,10 @@ from adaptcq.stats.partitions import PartitionStatistics, partition_of
 
 INF = math.inf
 PARTITIONS_DEFAULT = 300  # state-spill.txt §6.1: "All input streams are partitioned into 300"
+# Model bytes of missing subresults a clean-up keeps in memory before handing them over
+# through disk (``_SentUp``): f × the budget, but not below this (writing and reading one
+# back costs about 6 µs a subresult, and the model counts a subresult's rows as copies).
+HANDOVER_MIN = 64 * 10**6
 
 Tree = str | tuple  # a stream alias, or a tuple of two or more trees
 
@@ -311,6 +315,7 @@ class SpillCounters:
     cleanup_seconds: float = 0.0
     late_results: int = 0
     retired: int = 0             # inputs kept past their window for a pending clean-up
+    handover_flushes: int = 0    # clean-up hand-overs written to disk (``_SentUp``)
     first_pending: float | None = None   # event time of the oldest spill not cleaned up
 
 
@@ -643,7 +648,7 @@ class SpillTree:
         Returns the number of late results."""
         t0 = time.process_time()
         now = self.now if now is None else now
-        inbox: dict[int, dict[int, list]] = {op.id: {} for op in self.ops}  # pid -> deltas
+        sent = _SentUp(self, self._handover_limit())
         waiting = {op.id: sum(not isinstance(c, str) for c in op.children) for op in self.ops}
         ready = deque(op for op in self.ops if waiting[op.id] == 0)
         late = 0
@@ -652,8 +657,7 @@ class SpillTree:
             op = ready.popleft()
             if log is not None:
                 log.append(("start", op.label))
-            late += self._cleanup_operator(op, spilled.get(op.id, {}), inbox[op.id], now,
-                                           final, inbox)
+            late += self._cleanup_operator(op, spilled.get(op.id, {}), sent, now, final)
             if op.parent is not None:
                 # End-of-Cleanup: no more subresults from this operator (§4.2).
                 if log is not None:
@@ -661,10 +665,12 @@ class SpillTree:
                 waiting[op.parent.id] -= 1
                 if waiting[op.parent.id] == 0:
                     ready.append(op.parent)
+        sent.close()
         if self.store is not None:
             self.store.clear()
         c = self.counters
         c.cleanups += 1
+        c.handover_flushes += sent.flushes
         c.late_results += late
         c.first_pending = None
         c.retired = 0
@@ -678,14 +684,26 @@ class SpillTree:
         c.cleanup_seconds += time.process_time() - t0
         return late
 
-    def _cleanup_operator(self, op: Operator, disk: dict, deltas: dict, now, final: bool,
-                          inbox: dict) -> int:
+    def _handover_limit(self) -> float:
+        """Model bytes of missing subresults a clean-up holds in memory before writing them
+        to disk: the spill fraction of the budget (f × M, what a spill frees), at least
+        ``HANDOVER_MIN`` (also without a controller, as in ``adaptcq cleanup``)."""
+        ctl = self.controller
+        budget, fraction = getattr(ctl, "budget", None), getattr(ctl, "fraction", None)
+        if budget and fraction:
+            return max(float(budget) * float(fraction), float(HANDOVER_MIN))
+        return float(HANDOVER_MIN)
+
+    def _cleanup_operator(self, op: Operator, disk: dict, sent: _SentUp, now,
+                          final: bool) -> int:
         """One operator's clean-up, a block of partition ids at a time (one record batch of
-        each spill event decoded at once, so memory holds a block's generations)."""
+        each spill event decoded at once, so memory holds a block's generations, and the
+        block's missing subresults from the children, from memory or disk)."""
         from adaptcq.state.spill_store import BLOCKS, block_of
         layouts = [op.child_streams(k) for k in range(len(op.children))]
+        deltas, flushed = sent.take(op.id)
         pids_by_block: dict[int, list[int]] = {}
-        for pid in sorted(set(disk) | set(deltas)):
+        for pid in sorted(set(disk) | set(deltas) | set(flushed)):
             pids_by_block.setdefault(block_of(pid, BLOCKS), []).append(pid)
         order = {ev["file"]: k for k, ev in enumerate(self.store.events)} \
             if self.store is not None else {}
@@ -693,23 +711,21 @@ class SpillTree:
         for pids in pids_by_block.values():
             refs = sorted({ref for pid in pids for ref in disk.get(pid, [])},
                           key=lambda r: order[r[0]])
-            decoded = {ref: self.store.read_batch(ref, layouts) for ref in refs}
+            decoded = {ref: self.store.read_batch(ref, layouts, self.w) for ref in refs}
+            handed = sent.read(pids, flushed, layouts)
             for pid in pids:
-                gens = [self._with_exp(op, decoded[ref][pid]) for ref in disk.get(pid, [])]
-                late += self._cleanup_group(op, pid, gens, deltas.get(pid), now, final, inbox)
+                gens = [decoded[ref][pid] for ref in disk.get(pid, [])]
+                dk = deltas.pop(pid, None)
+                for per_child in handed.get(pid, ()):
+                    dk = {} if dk is None else dk
+                    for k, items in enumerate(per_child):
+                        if items:
+                            dk.setdefault(k, []).extend(items)
+                late += self._cleanup_group(op, pid, gens, dk, now, final, sent)
         return late
 
-    def _with_exp(self, op: Operator, per_child: list[list[tuple]]) -> list[list]:
-        """A spilled generation's composites with their window ends, exp = min(t + w)."""
-        w = self.w
-        out = []
-        for k, comps in enumerate(per_child):
-            streams = op.child_streams(k)
-            out.append([(min(rec[1] + w[s] for rec, s in zip(c, streams)), c) for c in comps])
-        return out
-
     def _cleanup_group(self, op: Operator, pid: int, gens: list, dk: dict | None, now,
-                       final: bool, inbox: dict) -> int:
+                       final: bool, sent: _SentUp) -> int:
         """Eq. 3 over one partition group's generations (spilled ones, then the memory
         one), then the children's missing subresults against the merged inputs; the
         missing results go up (or out, late, at the root)."""
@@ -718,9 +734,9 @@ class SpillTree:
         mem = [[] for _ in range(m)]
         if g is not None:
             for k in range(m):
-                mem[k] = list(g.entries(k))
-            for k, entry in g.retired:
-                mem[k].append(entry)
+                mem[k] = [(exp, max_time(comp), comp) for exp, comp in g.entries(k)]
+            for k, (exp, comp) in g.retired:
+                mem[k].append((exp, max_time(comp), comp))
         gens.append(mem)
         missing: list = []
         # Each generation by key, with its time range: the earliest newest-time and the
@@ -728,11 +744,12 @@ class SpillTree:
         # each one's newest time is at most the other's end, so a generation is merged
         # with the earlier ones whose range reaches it (all of them for unbounded state;
         # a window's worth otherwise, which keeps a long windowed run's clean-up linear).
-        keyed = [[_by_key(op, k, gen[k]) for k in range(m)] for gen in gens]
-        lo = [min((t for d in kg for es in d.values() for _, t, _ in es), default=INF)
-              for kg in keyed]
-        hi = [max((e for d in kg for es in d.values() for e, _, _ in es), default=-INF)
-              for kg in keyed]
+        keyed, lo, hi = [], [], []
+        for gen in gens:
+            kg = [_keyed(op, k, gen[k]) for k in range(m)]
+            keyed.append([d for d, _, _ in kg])
+            lo.append(min((t for _, t, _ in kg), default=INF))
+            hi.append(max((e for _, _, e in kg), default=-INF))
         base = [{} for _ in range(m)]      # every generation before j, merged
         for k in range(m):
             _merge_into(base[k], keyed[0][k])
@@ -748,7 +765,7 @@ class SpillTree:
         if dk:
             missing += self._join_deltas(op, dk, keyed, lo, hi, base)
             for k, entries in dk.items():
-                _merge_into(base[k], _by_key(op, k, entries))
+                _merge_into(base[k], _keyed(op, k, entries)[0])
         if g is not None:
             op.parts.pop(pid)
         if not final:  # the merged group is the memory generation again
@@ -766,7 +783,7 @@ class SpillTree:
         st.local_output(op.id, pid, len(missing))
         if self.sample > 0:  # the late results count for the global statistics too
             unit = sum(self._unit_of(s) for s in op.streams)
-            for _, comp in missing:
+            for _, _, comp in missing:
                 if self._rng.random() < self.sample:
                     if op.parent is None:
                         st.trace_output(op.trace_slots, comp, self.partitions, 1 / self.sample)
@@ -774,17 +791,10 @@ class SpillTree:
                         st.trace_inter(op.trace_slots, comp, self.partitions,
                                        unit / self.sample)
         if op.parent is None:
-            for _, comp in missing:
-                self._project([comp], max_time(comp), self._emit, True)
+            for _, t, comp in missing:
+                self._project([comp], t, self._emit, True)
             return len(missing)
-        parent, pk = op.parent, op.index_in_parent
-        ci, cc = parent.key_slots[pk]
-        box = inbox[parent.id]
-        for exp, comp in missing:
-            key = comp[ci][2][cc]
-            if key is not None:
-                ppid = partition_of(key, self.partitions)
-                box.setdefault(ppid, {}).setdefault(pk, []).append((exp, comp))
+        sent.add(op.parent, op.index_in_parent, missing)
         return 0
 
     def _join_deltas(self, op: Operator, dk: dict, keyed: list, lo: list, hi: list,
@@ -797,19 +807,19 @@ class SpillTree:
         have = sorted(k for k, entries in dk.items() if entries)
         out: list = []
         if len(have) != 1:
-            d = [_by_key(op, k, dk.get(k, [])) for k in range(m)]
+            d = [_keyed(op, k, dk.get(k, []))[0] for k in range(m)]
             for subset in _subsets_of(have):
                 out += _combine(op, subset, d, base)
             return out
         (k,) = have
-        entries = sorted(dk[k], key=lambda e: max_time(e[1]))
+        entries = sorted(dk[k], key=_newest)
         for at in range(0, len(entries), 4096):
             chunk = entries[at:at + 4096]
-            t_lo = max_time(chunk[0][1])
-            e_hi = max(e for e, _ in chunk)
+            t_lo = chunk[0][1]
+            e_hi = max(e for e, _, _ in chunk)
             near = [i for i in range(len(keyed)) if hi[i] >= t_lo and lo[i] <= e_hi]
             view = base if len(near) == len(keyed) else _merged([keyed[i] for i in near], m)
-            d = [_by_key(op, j, chunk) if j == k else {} for j in range(m)]
+            d = [_keyed(op, j, chunk)[0] if j == k else {} for j in range(m)]
             out += _combine(op, (k,), d, view)
         return out
 
@@ -858,6 +868,99 @@ class SpillTree:
     def describe(self) -> str:
         return "operator tree " + plan_str(self.tree) + "\n" + "\n".join(
             "  " + op.describe() for op in reversed(self.ops))
+
+
+class _SentUp:
+    """The missing subresults operators send their parents during a clean-up (§4.2: an
+    operator's are consumed only when its parent starts, after every sibling's
+    End-of-Cleanup). Beyond the paper, which holds them in memory: once they pass ``limit``
+    model bytes (§2.2's sizes) they are written to disk, as generations of the parent's
+    partition groups in a spill store of their own (same format, one file per flush), so a
+    clean-up's memory stays bounded however many results the spills held back. The parent
+    reads them a block of pids at a time, with its spilled generations."""
+
+    def __init__(self, tree: SpillTree, limit: float):
+        self.tree, self.limit = tree, limit
+        self.mem: dict[int, dict[int, dict[int, list]]] = {op.id: {} for op in tree.ops}
+        self.bytes = 0.0
+        self.store = None
+        self.flushes = 0
+
+    def add(self, parent: Operator, pk: int, missing: list) -> None:
+        """``missing`` ((exp, newest time, composite) of child ``pk``) go to ``parent``'s
+        groups by its partition column; NULL keys never join, so they go nowhere."""
+        tree = self.tree
+        ci, cc = parent.key_slots[pk]
+        box = self.mem[parent.id]
+        for item in missing:
+            key = item[2][ci][2][cc]
+            if key is not None and key == key:  # noqa: PLR0124 (not a NaN)
+                ppid = partition_of(key, tree.partitions)
+                box.setdefault(ppid, {}).setdefault(pk, []).append(item)
+        self.bytes += parent.unit[pk] * len(missing)
+        if self.bytes > self.limit:
+            self.flush()
+
+    def flush(self) -> None:
+        """Every subresult held in memory, written as one event of the hand-over store."""
+        from adaptcq.state.spill_store import SpillStore
+        tree = self.tree
+        if self.store is None:
+            main = tree.store
+            where = None if main is None or main.temporary else main.directory
+            self.store = SpillStore(_scratch(where), tree.query.columns,
+                                    main.types if main is not None else None,
+                                    writer=_write_scratch, durable=False,
+                                    time_type=main.time_type if main is not None else None)
+        groups = []
+        for oid, box in self.mem.items():
+            op = tree.ops[oid - 1]
+            layouts = [op.child_streams(k) for k in range(len(op.children))]
+            for ppid, per in box.items():
+                per_child = [[c for _, _, c in per.get(k, ())] for k in range(len(layouts))]
+                groups.append((oid, ppid, per_child, layouts, 0.0, INF))
+            box.clear()
+        if groups:
+            self.store.write_event(groups, tree.now)
+            self.flushes += 1
+        self.bytes = 0.0
+
+    def take(self, oid: int) -> tuple[dict, dict]:
+        """Operator ``oid``'s hand-over: (in memory: pid -> {child: [(exp, newest time,
+        comp)]}, on disk: pid -> [(file, batch)])."""
+        mem = self.mem[oid]
+        self.mem[oid] = {}
+        flushed = self.store.groups().get(oid, {}) if self.store is not None else {}
+        return mem, flushed
+
+    def read(self, pids: list[int], flushed: dict, layouts: list) -> dict:
+        """pid -> [per child (exp, newest time, composite)] of the flushed hand-overs of
+        these pids."""
+        refs = sorted({ref for pid in pids for ref in flushed.get(pid, ())})
+        out: dict[int, list] = {}
+        for ref in refs:
+            for pid, per_child in self.store.read_batch(ref, layouts, self.tree.w).items():
+                out.setdefault(pid, []).append(per_child)
+        return out
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+
+def _scratch(where) -> str:
+    """A fresh folder for a clean-up's hand-over files: inside the spill folder when the
+    user chose one (the disk meant for spilled state), else a temporary one."""
+    import tempfile
+    return tempfile.mkdtemp(prefix="cleanup-", dir=where)
+
+
+def _write_scratch(path, data: bytes) -> None:
+    """Hand-over files live only during one clean-up: no fsync (a crash restarts the
+    clean-up from the spilled generations, which are durable)."""
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 class _Rows:
@@ -916,6 +1019,32 @@ def _by_key(op: Operator, k: int, entries: Iterable) -> dict:
     return out
 
 
+def _keyed(op: Operator, k: int, items: list) -> tuple[dict, float, float]:
+    """Child k's inputs given as (exp, newest time, composite), by partition-column value,
+    with the earliest newest time and the latest exp among them."""
+    ci, cc = op.key_slots[k]
+    out: dict = {}
+    lo, hi = INF, -INF
+    for item in items:
+        exp, t, comp = item
+        key = comp[ci][2][cc]
+        if key is not None and key == key:  # noqa: PLR0124 (not a NaN)
+            if t < lo:  # noqa: PLR1730 (the hot loop: no call)
+                lo = t
+            if exp > hi:  # noqa: PLR1730
+                hi = exp
+            b = out.get(key)
+            if b is None:
+                out[key] = [item]
+            else:
+                b.append(item)
+    return out, lo, hi
+
+
+def _newest(item: tuple):
+    return item[1]
+
+
 def _merged(gens: list, m: int) -> list[dict]:
     """Per child, the by-key inputs of several generations together."""
     out = [{} for _ in range(m)]
@@ -944,7 +1073,8 @@ def _combine(op: Operator, subset: tuple[int, ...], delta: list[dict], base: lis
              ) -> list:
     """(⋈_{i∈subset} delta_i) ⋈ (⋈_{i∉subset} base_i) within one partition group: every
     combination of equal keys that passes the operator's checks and the window test
-    (newest component no later than any component's end), as (exp, composite)."""
+    (newest component no later than any component's end), as (exp, newest time,
+    composite)."""
     m = len(op.children)
     sources = [delta[k] if k in subset else base[k] for k in range(m)]
     out = []
@@ -970,8 +1100,8 @@ def _combine(op: Operator, subset: tuple[int, ...], delta: list[dict], base: lis
             if not partial:
                 break
         join = op.joiners[0]
-        for exp, _, comps in partial:
-            out.append((exp, join(comps)))
+        for exp, t, comps in partial:
+            out.append((exp, t, join(comps)))
     return out
 
 

@@ -30,6 +30,8 @@ import pyarrow as pa
 from adaptcq.errors import AdaptcqError, OptionError
 from adaptcq.query.logical import LogicalQuery
 
+CHUNK = 65_536  # late results per batch written by ``adaptcq cleanup``
+
 KEYS = ("strategy", "memory", "fraction", "every", "partitions", "directory", "sample", "seed",
         "cleanup", "when_free")
 
@@ -140,7 +142,7 @@ class SpillSetup:
             "spills": c.spills, "partition_groups_spilled": c.groups_spilled,
             "spilled_bytes_model": c.spilled_bytes, "spill_file_bytes": c.file_bytes,
             "cleanups": c.cleanups, "cleanup_cpu_seconds": round(c.cleanup_seconds, 4),
-            "late_results": c.late_results,
+            "late_results": c.late_results, "cleanup_handovers": c.handover_flushes,
             "memory_model_now": int(ex.memory_usage()),
         })
         if last_ts is not None:
@@ -179,16 +181,27 @@ def cleanup_folder(directory: str, output: str, fmt: str | None = None) -> dict:
     store = SpillStore(folder, query.columns, types)
     ex = SpillTree(query, tree=parse_plan(meta["tree"]), partitions=meta["partitions"],
                    time_unit=meta["time_unit"], store=store, late_column=True)
-    rows: list = []
-    ex.set_emit(rows.append)
     sink = FileSink(output, schema, format_of(output, fmt))
+    rows: list = []
+    written = 0
+
+    def emit(row) -> None:  # late results leave as they are produced, a chunk at a time
+        nonlocal written
+        rows.append(row)
+        if len(rows) >= CHUNK:
+            sink.write(rows_to_batch(rows, schema, meta.get("timestamp_unit")))
+            written += len(rows)
+            rows.clear()
+
+    ex.set_emit(emit)
     try:
         ex.cleanup(final=True)
-        for k in range(0, len(rows), 65_536):
-            sink.write(rows_to_batch(rows[k:k + 65_536], schema, meta.get("timestamp_unit")))
+        if rows:
+            sink.write(rows_to_batch(rows, schema, meta.get("timestamp_unit")))
+            written += len(rows)
     except BaseException:
         sink.abort()
         raise
     sink.close()
-    return {"late_results": len(rows), "cleanup_cpu_seconds": ex.counters.cleanup_seconds,
+    return {"late_results": written, "cleanup_cpu_seconds": ex.counters.cleanup_seconds,
             "fingerprint": hashlib.sha256(meta["sql"].encode()).hexdigest()[:12]}

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 
 import pyarrow as pa
@@ -82,8 +84,12 @@ class SpillStore:
                  types: Mapping[str, pa.Schema] | None = None, fingerprint: str = "",
                  writer: Callable[[Path, bytes], None] = _write_file,
                  compression: str | None = "lz4", meta: dict | None = None,
-                 fresh: bool = False, time_type: pa.DataType | None = None):
-        self.temporary = directory is None
+                 fresh: bool = False, time_type: pa.DataType | None = None,
+                 durable: bool = True):
+        # Not durable: scratch files of one process (a clean-up's hand-over): no manifest,
+        # no checksums, the folder removed by ``close``.
+        self.durable = durable
+        self.temporary = directory is None or not durable
         self.directory = Path(tempfile.mkdtemp(prefix="adaptcq-spill-")) if directory is None \
             else Path(directory)
         self.columns = {a: tuple(c) for a, c in columns.items()}
@@ -134,6 +140,8 @@ class SpillStore:
                                  "produced")
 
     def _save(self) -> None:
+        if not self.durable:
+            return
         doc = {"version": VERSION, "fingerprint": self.fingerprint, "meta": self.meta,
                "events": self.events}
         self.writer(self.directory / MANIFEST, json.dumps(doc, indent=1).encode())
@@ -141,26 +149,36 @@ class SpillStore:
     # ----- writing -----------------------------------------------------------------------
     def _rows(self, groups: Sequence[tuple]) -> pa.RecordBatch:
         """The stored inputs of ``groups`` (one operator's, in pid order) as one record
-        batch: ``pid``, ``child``, and each stream's ``#rid``, ``#t`` and columns."""
-        pids, child, layout = [], [], []
+        batch: ``pid``, ``child``, and each stream's ``#rid``, ``#t`` and columns. Built a
+        (group, child) segment at a time, its records transposed with ``zip`` (C loops,
+        not a Python loop per value)."""
+        pids, child, segments = [], [], []
         for _, pid, per_child, layouts, _, _ in groups:
             for k, comps in enumerate(per_child):
-                pids += [pid] * len(comps)
-                child += [k] * len(comps)
-                layout += [(layouts[k], comp) for comp in comps]
-        n = len(pids)
+                if comps:
+                    pids += [pid] * len(comps)
+                    child += [k] * len(comps)
+                    segments.append((layouts[k], comps))
         arrays = [pa.array(pids, pa.int32()), pa.array(child, pa.int16())]
         names = ["pid", "child"]
         for alias, cols in self.columns.items():
-            rid, t = [None] * n, [None] * n
-            vals = [[None] * n for _ in cols]
-            for r, (streams, comp) in enumerate(layout):
-                if alias in streams:
-                    rec = comp[streams.index(alias)]
-                    rid[r], t[r] = rec[0], rec[1]
-                    row = rec[2]
-                    for c in range(len(cols)):
-                        vals[c][r] = row[c]
+            rid, t = [], []
+            vals: list[list] = [[] for _ in cols]
+            for streams, comps in segments:
+                if alias not in streams:
+                    none = [None] * len(comps)
+                    rid += none
+                    t += none
+                    for v in vals:
+                        v += none
+                    continue
+                j = streams.index(alias)
+                rids, times, rows = zip(*[c[j] for c in comps], strict=True)
+                rid += rids
+                t += times
+                if cols:
+                    for v, col in zip(vals, zip(*rows, strict=True), strict=True):
+                        v += col
             arrays += [pa.array(rid, pa.int64()),
                        _array(t, self.time_type, f"{alias} event time")]
             names += [f"{alias}#rid", f"{alias}#t"]
@@ -205,7 +223,7 @@ class SpillStore:
                              f"column ({e}); give the inputs an Arrow schema") from None
         data = sink.getvalue().to_pybytes()
         event = {"file": name, "bytes": len(data), "ts": ts,
-                 "sha256": hashlib.sha256(data).hexdigest()}
+                 "sha256": hashlib.sha256(data).hexdigest() if self.durable else ""}
         try:
             self.writer(path, data)
             self.events.append(event)
@@ -249,7 +267,7 @@ class SpillStore:
             return r
         path = self.directory / name
         try:
-            if name not in self._verified:
+            if self.durable and name not in self._verified:
                 ev = next(e for e in self.events if e["file"] == name)
                 digest = hashlib.sha256()
                 with open(path, "rb") as f:
@@ -269,28 +287,48 @@ class SpillStore:
         self._readers[name] = r
         return r
 
-    def read_batch(self, ref: tuple[str, int], layouts: Sequence[Sequence[str]]
-                   ) -> dict[int, list[list[tuple]]]:
+    def read_batch(self, ref: tuple[str, int], layouts: Sequence[Sequence[str]],
+                   windows: Mapping[str, float] | None = None) -> dict[int, list[list[tuple]]]:
         """One batch of a spill event: per pid, per child, its composites (tuples of
-        (rid, t, row) records in the child's stream layout)."""
+        (rid, t, row) records in the child's stream layout). With ``windows`` (per stream
+        its window w), each comes as (exp, newest time, composite), exp = min(t + w) over
+        its records: what the clean-up sorts and tests by. Built a child at a time, the
+        columns gathered and zipped (C loops, not a Python loop per value)."""
         name, b = ref
         batch = self._reader(name).get_batch(b)
         cols = {n: batch.column(k).to_pylist() for k, n in enumerate(batch.schema.names)}
         pids, child = cols["pid"], cols["child"]
-        per_stream = {a: (cols[f"{a}#rid"], cols[f"{a}#t"],
-                          [cols[f"{a}.{c}"] for c in self.columns[a]])
-                      for a in self.columns}
         out: dict[int, list[list[tuple]]] = {}
         m = len(layouts)
-        for r, k in enumerate(child):
-            comp = []
-            for alias in layouts[k]:
-                rid, t, vals = per_stream[alias]
-                comp.append((rid[r], t[r], tuple(v[r] for v in vals)))
-            g = out.get(pids[r])
-            if g is None:
-                g = out[pids[r]] = [[] for _ in range(m)]
-            g[k].append(tuple(comp))
+        for k, lay in enumerate(layouts):
+            idx = [r for r, c in enumerate(child) if c == k]
+            if not idx:
+                continue
+            take = _take(idx)
+            per_stream, times = [], []
+            for a in lay:
+                t = take(cols[f"{a}#t"])
+                vals = [take(cols[f"{a}.{c}"]) for c in self.columns[a]]
+                rows = zip(*vals, strict=True) if vals else itertools.repeat((), len(idx))
+                per_stream.append(zip(take(cols[f"{a}#rid"]), t, rows, strict=True))
+                times.append(t)
+            comps = list(zip(*per_stream, strict=True))
+            if windows is not None:
+                ws = [windows[a] for a in lay]
+                if len(lay) == 1:
+                    (t,), (w,) = times, ws
+                    items = [(tr + w, tr, c) for tr, c in zip(t, comps, strict=True)]
+                else:
+                    exps = map(min, *[[tr + w for tr in t] for t, w in zip(times, ws,
+                                                                       strict=True)])
+                    items = list(zip(exps, map(max, *times), comps, strict=True))
+            else:
+                items = comps
+            for r, item in zip(take(pids), items, strict=True):
+                g = out.get(r)
+                if g is None:
+                    g = out[r] = [[] for _ in range(m)]
+                g[k].append(item)
         return out
 
     def live_bytes(self, now) -> float:
@@ -336,6 +374,15 @@ class SpillStore:
         self._readers.clear()
         if self.temporary:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _take(idx: list[int]):
+    """A function gathering the items at ``idx`` of a list, as a sequence (itemgetter
+    returns a bare item for one index)."""
+    if len(idx) == 1:
+        (i,) = idx
+        return lambda xs: (xs[i],)
+    return itemgetter(*idx)
 
 
 def _array(values: list, typ: pa.DataType | None, what: str) -> pa.Array:
