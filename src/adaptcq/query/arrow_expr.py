@@ -5,10 +5,15 @@ row passes only when the condition is TRUE.
 
 Only a subset is translated: columns, number, string, boolean and NULL literals, the six
 comparisons, BETWEEN, IN over a list of non-NULL literals, IS [NOT] NULL of a value, AND,
-OR, NOT, parentheses, a boolean column standing alone as a condition, and arithmetic
-(``+ - * /`` and unary minus) on numbers. Anything else (timestamp literals; UDF calls)
-makes :func:`arrow_predicate` return None, and the caller evaluates the selection row by
-row with ``compile_predicate`` instead.
+OR, NOT, parentheses, a boolean column standing alone as a condition, arithmetic
+(``+ - * /`` and unary minus) on numbers, and a timestamp column compared with (or BETWEEN)
+timestamp constants (``'2024-01-01'``, ``TIMESTAMP '...'``, ``DATE '...'``: the values
+``expr.constant_value`` gives the per-row compiler, naive UTC, made the column's Arrow
+type). Anything else (UDF calls, timestamp arithmetic or IN lists) makes
+:func:`arrow_predicate` return None, and the caller evaluates the selection row by row with
+``compile_predicate`` instead; a timestamp constant that the column's type cannot hold
+exactly (a fraction of a second against a column in seconds, a date column) raises
+``pa.ArrowTypeError`` at evaluation, with the same effect.
 
 Arithmetic computes what the per-row compiler's Python computes, or raises
 ``pa.ArrowInvalid`` (the caller then evaluates that stream's selection per row): integers
@@ -21,6 +26,7 @@ divisor gives NULL, as the compiler's guard does; other number types (decimals) 
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Callable
 
@@ -45,16 +51,15 @@ def arrow_predicate(expr: exp.Expression | None, stream: str,
     """``table -> bool mask`` (rows where ``expr`` is TRUE) for ``stream``'s rows as a table
     of its columns, or None when ``expr`` uses what is not translated (module docstring).
     ``kinds``: the stream's column kinds (``LogicalQuery.types[stream]``); a timestamp
-    column is left to the per-row compiler, which reads a string compared with it as a
-    timestamp literal."""
+    column is translated only where compared with timestamp constants (a string compared
+    with it is a timestamp literal, as in the per-row compiler)."""
     if expr is None:
         return None
-    temporal = {c for c, k in (kinds or {}).items() if k not in ("number", "string", "bool")}
-    if any(isinstance(c, exp.Column) and c.name in temporal for c in expr.find_all(exp.Column)):
-        return None
+    temporal = frozenset(c for c, k in (kinds or {}).items()
+                         if k not in ("number", "string", "bool"))
     booleans = frozenset(c for c, k in (kinds or {}).items() if k == "bool")
     try:
-        fn = _condition(expr, stream, booleans)
+        fn = _Translator(stream, booleans, temporal).condition(expr)
     except _Unsupported:
         return None
 
@@ -75,106 +80,170 @@ def _strip(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _condition(node: exp.Expression, stream: str, booleans: frozenset = frozenset()):
-    """``booleans``: the stream's boolean columns, which may stand alone as a condition."""
-    node = _strip(node)
-    if isinstance(node, exp.Not):
-        inner = _condition(node.this, stream, booleans)
-        return lambda t: pc.invert(inner(t))
-    if isinstance(node, (exp.And, exp.Or)):
-        a = _condition(node.this, stream, booleans)
-        b = _condition(node.expression, stream, booleans)
-        op = pc.and_kleene if isinstance(node, exp.And) else pc.or_kleene
-        return lambda t: op(a(t), b(t))
-    if (isinstance(node, exp.Column) and node.name in booleans
-            and node.table in ("", stream)):  # a bare boolean column: TRUE where it is
-        name = node.name
+class _Translator:
+    """One stream's selection as Arrow compute: ``booleans``, its boolean columns (which
+    may stand alone as a condition); ``temporal``, its timestamp columns (compared with
+    timestamp constants only)."""
 
-        def column(t):
-            col = t.column(name)
-            if col.type != pa.bool_():
-                raise pa.ArrowTypeError(f"{name} is {col.type}, not a boolean")
-            return col
-        return column
-    if isinstance(node, exp.Boolean):
-        value = pa.scalar(bool(node.this))
-        return lambda t: value
-    if type(node) in _COMPARE:
-        op = _COMPARE[type(node)]
-        a, b = _value(node.this, stream), _value(node.expression, stream)
-        return lambda t: op(a(t), b(t))
-    if isinstance(node, exp.Between):
-        x = _value(node.this, stream)
-        lo, hi = _value(node.args["low"], stream), _value(node.args["high"], stream)
-        return lambda t: pc.and_kleene(pc.greater_equal(x(t), lo(t)),
-                                       pc.less_equal(x(t), hi(t)))
-    if isinstance(node, exp.In):
-        if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
-            raise _Unsupported
-        if not node.expressions:
-            raise _Unsupported
-        values = [_constant(e) for e in node.expressions]
-        if len({type(v) for v in values}) > 1 and not all(
-                isinstance(v, int | float) for v in values):
-            raise _Unsupported
-        x = _value(node.this, stream)
+    def __init__(self, stream: str, booleans: frozenset = frozenset(),
+                 temporal: frozenset = frozenset()):
+        self.stream, self.booleans, self.temporal = stream, booleans, temporal
 
-        def is_in(t):
-            col = x(t)
-            found = pc.is_in(col, value_set=pa.array(values))
-            return pc.if_else(pc.is_null(col), pa.scalar(None, pa.bool_()), found)
-        return is_in
-    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
-        if isinstance(_strip(node.this), (exp.Not, exp.And, exp.Or, exp.Predicate)):
-            raise _Unsupported
-        x = _value(node.this, stream)
-        return lambda t: pc.is_null(x(t))
-    raise _Unsupported
+    def condition(self, node: exp.Expression):
+        node = _strip(node)
+        if isinstance(node, exp.Not):
+            inner = self.condition(node.this)
+            return lambda t: pc.invert(inner(t))
+        if isinstance(node, (exp.And, exp.Or)):
+            a, b = self.condition(node.this), self.condition(node.expression)
+            op = pc.and_kleene if isinstance(node, exp.And) else pc.or_kleene
+            return lambda t: op(a(t), b(t))
+        if (isinstance(node, exp.Column) and node.name in self.booleans
+                and node.table in ("", self.stream)):  # a bare boolean column: TRUE where it is
+            name = node.name
 
-
-def _value(node: exp.Expression, stream: str):
-    node = _strip(node)
-    if isinstance(node, exp.Column):
-        if isinstance(node.this, exp.Star) or node.table not in ("", stream):
-            raise _Unsupported
-        name = node.name
-        return lambda t: t.column(name)
-    if isinstance(node, exp.Literal):
-        value = pa.scalar(_literal(node))
-        return lambda t: value
-    if isinstance(node, exp.Null):
-        value = pa.scalar(None)
-        return lambda t: value
-    if isinstance(node, exp.Neg):
-        try:  # a negative number literal (-9223372036854775808 included)
-            value = pa.scalar(_constant(node))
+            def column(t):
+                col = t.column(name)
+                if col.type != pa.bool_():
+                    raise pa.ArrowTypeError(f"{name} is {col.type}, not a boolean")
+                return col
+            return column
+        if isinstance(node, exp.Boolean):
+            value = pa.scalar(bool(node.this))
             return lambda t: value
-        except _Unsupported:
-            pass
-        x = _operand(node.this, stream)
-        return lambda t: _negate(_number(x(t)))
-    if type(node) in _ARITHMETIC or isinstance(node, exp.Div):
-        a, b = _operand(node.this, stream), _operand(node.expression, stream)
-        if isinstance(node, exp.Div):
-            return lambda t: _divide(_number(a(t)), _number(b(t)))
-        name = _ARITHMETIC[type(node)]
-        return lambda t: _arith(name, _number(a(t)), _number(b(t)))
-    raise _Unsupported  # casts, calls: the per-row compiler's
+        if type(node) in _COMPARE:
+            op = _COMPARE[type(node)]
+            a, b = self.compared(node.this, node.expression)
+            return lambda t: op(a(t), b(t))
+        if isinstance(node, exp.Between):
+            x, lo = self.compared(node.this, node.args["low"])
+            _, hi = self.compared(node.this, node.args["high"])
+            return lambda t: pc.and_kleene(pc.greater_equal(x(t), lo(t)),
+                                           pc.less_equal(x(t), hi(t)))
+        if isinstance(node, exp.In):
+            if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
+                raise _Unsupported
+            if not node.expressions:
+                raise _Unsupported
+            values = [_constant(e) for e in node.expressions]
+            if len({type(v) for v in values}) > 1 and not all(
+                    isinstance(v, int | float) for v in values):
+                raise _Unsupported
+            x = self.value(node.this)
+
+            def is_in(t):
+                col = x(t)
+                found = pc.is_in(col, value_set=pa.array(values))
+                return pc.if_else(pc.is_null(col), pa.scalar(None, pa.bool_()), found)
+            return is_in
+        if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+            if isinstance(_strip(node.this), (exp.Not, exp.And, exp.Or, exp.Predicate)):
+                raise _Unsupported
+            x = self.value(node.this, temporal_ok=True)
+            return lambda t: pc.is_null(x(t))
+        raise _Unsupported
+
+    def is_temporal(self, node: exp.Expression) -> bool:
+        node = _strip(node)
+        return isinstance(node, exp.Column) and node.name in self.temporal
+
+    def compared(self, a: exp.Expression, b: exp.Expression):
+        """The two sides of a comparison. Beside a timestamp column, the other side is a
+        timestamp column too, or a constant read as the per-row compiler reads it
+        (``constant_value(..., temporal=True)``: a string is a timestamp literal)."""
+        ta, tb = self.is_temporal(a), self.is_temporal(b)
+        if not (ta or tb):
+            return self.value(a), self.value(b)
+        fa = self.value(a, temporal_ok=True) if ta else None
+        fb = self.value(b, temporal_ok=True) if tb else None
+        if fa is None:
+            fa = _timestamp_constant(a, fb)
+        if fb is None:
+            fb = _timestamp_constant(b, fa)
+        return fa, fb
+
+    def value(self, node: exp.Expression, temporal_ok: bool = False):
+        node = _strip(node)
+        stream = self.stream
+        if isinstance(node, exp.Column):
+            if isinstance(node.this, exp.Star) or node.table not in ("", stream):
+                raise _Unsupported
+            if node.name in self.temporal and not temporal_ok:
+                raise _Unsupported  # timestamp arithmetic and IN lists: per row
+            name = node.name
+            return lambda t: t.column(name)
+        if isinstance(node, exp.Literal):
+            value = pa.scalar(_literal(node))
+            return lambda t: value
+        if isinstance(node, exp.Null):
+            value = pa.scalar(None)
+            return lambda t: value
+        if isinstance(node, exp.Neg):
+            try:  # a negative number literal (-9223372036854775808 included)
+                value = pa.scalar(_constant(node))
+                return lambda t: value
+            except _Unsupported:
+                pass
+            x = self.operand(node.this)
+            return lambda t: _negate(_number(x(t)))
+        if type(node) in _ARITHMETIC or isinstance(node, exp.Div):
+            a, b = self.operand(node.this), self.operand(node.expression)
+            if isinstance(node, exp.Div):
+                return lambda t: _divide(_number(a(t)), _number(b(t)))
+            name = _ARITHMETIC[type(node)]
+            return lambda t: _arith(name, _number(a(t)), _number(b(t)))
+        raise _Unsupported  # casts, calls: the per-row compiler's
+
+    def operand(self, node: exp.Expression):
+        """An arithmetic operand: a number-valued expression (a NULL, boolean or string
+        literal, or a condition, is left to the per-row compiler, which says what it
+        means)."""
+        inner = _strip(node)
+        if isinstance(inner, (exp.Null, exp.Boolean)) or (
+                isinstance(inner, exp.Literal) and inner.is_string):
+            raise _Unsupported
+        if not isinstance(inner, (exp.Column, exp.Literal, exp.Neg, exp.Div, *_ARITHMETIC)):
+            raise _Unsupported
+        return self.value(inner)
 
 
 _ARITHMETIC = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply"}
 
 
-def _operand(node: exp.Expression, stream: str):
-    """An arithmetic operand: a number-valued expression (a NULL, boolean or string
-    literal, or a condition, is left to the per-row compiler, which says what it means)."""
-    inner = _strip(node)
-    if isinstance(inner, (exp.Null, exp.Boolean)) or (
-            isinstance(inner, exp.Literal) and inner.is_string):
+def _timestamp_constant(node: exp.Expression, column):
+    """A constant compared with a timestamp column (``column``: table -> the column), as
+    the column's Arrow type at evaluation; NULL is a NULL of that type."""
+    from adaptcq.query.expr import ExprError, constant_value
+    if isinstance(_strip(node), exp.Null):
+        return lambda t: pa.scalar(None, column(t).type)
+    try:
+        value = constant_value(node, temporal=True)
+    except ExprError:
+        raise _Unsupported from None
+    if not isinstance(value, datetime.datetime):
         raise _Unsupported
-    if not isinstance(inner, (exp.Column, exp.Literal, exp.Neg, exp.Div, *_ARITHMETIC)):
-        raise _Unsupported
-    return _value(inner, stream)
+    cache: dict = {}
+
+    def scalar(t):
+        typ = column(t).type
+        got = cache.get(typ)
+        if got is None:
+            got = cache[typ] = _as_timestamp(value, typ)
+        return got
+    return scalar
+
+
+def _as_timestamp(value: datetime.datetime, typ: pa.DataType) -> pa.Scalar:
+    """A naive-UTC datetime as a scalar of timestamp type ``typ``, exactly; anything else
+    raises ``pa.ArrowTypeError`` (the stream's selection then runs per row)."""
+    if not pa.types.is_timestamp(typ):
+        raise pa.ArrowTypeError(f"a timestamp constant against a {typ} column")
+    if typ.tz is not None:
+        value = value.replace(tzinfo=datetime.UTC)
+    micros = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": 1}[typ.unit]
+    if value.microsecond % micros:
+        raise pa.ArrowTypeError(f"{value} does not fit a {typ} column exactly")
+    return pa.scalar(value, type=typ)
 
 
 def _number(v):
