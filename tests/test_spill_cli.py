@@ -124,6 +124,27 @@ def test_the_python_api(files):
                     spill={"strategy": "global-output", "memory": 5000})
 
 
+def test_late_results_leave_an_iterator_while_the_cleanup_runs(files, monkeypatch):
+    """The end-of-input clean-up pauses after each partition group, and the late results
+    emitted so far leave `adaptcq.stream`'s iterator then: they do not wait, all in memory,
+    for the clean-up's end."""
+    from adaptcq.runtime import local
+    monkeypatch.setattr(local, "OUT_CHUNK", 64)  # small batches: many leave on the way
+    sources = {s: str(files / f"{s}.parquet") for s in "ABCD"}
+    run = adaptcq.stream(SQL, sources, spill={"strategy": "global-penalty", "memory": 100_000,
+                                              "partitions": 30, "every": 40,
+                                              "when_free": False})
+    cleanups_done, late = [], 0
+    for b in run:
+        n = sum(b.column("_late").to_pylist())
+        if n:
+            cleanups_done.append(run.cq.executor.counters.cleanups)
+            late += n
+    assert len(cleanups_done) > 1 and cleanups_done[0] == 0  # out before the clean-up ended
+    assert late == run.stats["late_results"] > 0
+    assert run.stats["cleanups"] == 1
+
+
 def test_the_workload_has_its_tuple_range_and_join_ratios():
     """§6.1: in every block of K tuples, value v appears R_v times, R_v its partition's
     ratio, drawn from {1..2R-1} so that the operator's average ratio is R."""

@@ -646,7 +646,32 @@ class SpillTree:
         go to the output with ``_ts`` = their newest component's time (and ``_late``).
         ``log`` receives the control flow: ("start", Join_k), ("eoc", Join_k -> Join_p).
         Returns the number of late results."""
+        steps = self.cleanup_steps(now, final, log)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def cleanup_steps(self, now=None, final: bool = False, log: list | None = None):
+        """:meth:`cleanup` a partition group at a time: a generator that pauses after each
+        group, so that a caller can pass on the late results emitted so far (an iterator
+        over the output otherwise holds them all until the end); returns the number of late
+        results. Its CPU time, without the caller's between steps, goes to the counters."""
+        inner = self._cleanup(now, final, log)
+        c = self.counters
         t0 = time.process_time()
+        while True:
+            try:
+                next(inner)
+            except StopIteration as done:
+                c.cleanup_seconds += time.process_time() - t0
+                return done.value
+            c.cleanup_seconds += time.process_time() - t0
+            yield
+            t0 = time.process_time()
+
+    def _cleanup(self, now, final: bool, log: list | None):
         now = self.now if now is None else now
         sent = _SentUp(self, self._handover_limit())
         waiting = {op.id: sum(not isinstance(c, str) for c in op.children) for op in self.ops}
@@ -657,7 +682,8 @@ class SpillTree:
             op = ready.popleft()
             if log is not None:
                 log.append(("start", op.label))
-            late += self._cleanup_operator(op, spilled.get(op.id, {}), sent, now, final)
+            late += yield from self._cleanup_operator(op, spilled.get(op.id, {}), sent, now,
+                                                      final)
             if op.parent is not None:
                 # End-of-Cleanup: no more subresults from this operator (§4.2).
                 if log is not None:
@@ -681,7 +707,6 @@ class SpillTree:
                 for k, _ in g.retired:
                     g.counts[k] -= 1
                 g.retired.clear()
-        c.cleanup_seconds += time.process_time() - t0
         return late
 
     def _handover_limit(self) -> float:
@@ -695,10 +720,11 @@ class SpillTree:
         return float(HANDOVER_MIN)
 
     def _cleanup_operator(self, op: Operator, disk: dict, sent: _SentUp, now,
-                          final: bool) -> int:
+                          final: bool):
         """One operator's clean-up, a block of partition ids at a time (one record batch of
         each spill event decoded at once, so memory holds a block's generations, and the
-        block's missing subresults from the children, from memory or disk)."""
+        block's missing subresults from the children, from memory or disk); a generator
+        pausing after each group, returning the late results' count."""
         from adaptcq.state.spill_store import BLOCKS, block_of
         layouts = [op.child_streams(k) for k in range(len(op.children))]
         deltas, flushed = sent.take(op.id)
@@ -722,6 +748,7 @@ class SpillTree:
                         if items:
                             dk.setdefault(k, []).extend(items)
                 late += self._cleanup_group(op, pid, gens, dk, now, final, sent)
+                yield
         return late
 
     def _cleanup_group(self, op: Operator, pid: int, gens: list, dk: dict | None, now,

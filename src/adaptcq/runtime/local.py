@@ -340,7 +340,10 @@ class LocalRun:
                     self._bound()
                 t0 = time.process_time()
                 try:  # what the spills held back: produced now (or left on disk)
-                    self.spill.finish(cq)
+                    for _ in self.spill.finish(cq):  # after each partition group:
+                        self.engine_cpu += time.process_time() - t0
+                        yield from self._take_ready()  # the late results so far leave
+                        t0 = time.process_time()
                 finally:
                     self.engine_cpu += time.process_time() - t0
                 out = cq.drain()

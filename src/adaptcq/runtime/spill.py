@@ -93,16 +93,17 @@ class SpillSetup:
         return {"partitions": self.partitions, "store": self.store, "spill": self.policy,
                 "late_column": True, "sample": self.sample, "seed": self.seed}
 
-    def finish(self, cq) -> None:
+    def finish(self, cq):
         """The end of the input: the clean-up (``cleanup="end"``), or every group in memory
         written as a last spill event with what ``adaptcq cleanup`` needs
-        (``cleanup="off"``)."""
+        (``cleanup="off"``). A generator: the clean-up pauses after each partition group,
+        so that the caller passes on the late results emitted so far."""
         ex = cq.executor
         if self.store is None:
             return
         if self.cleanup == "end":
             if ex.pending():
-                ex.cleanup(final=True)
+                yield from ex.cleanup_steps(final=True)
             return
         self.store.meta = {
             "sql": self.query.sql, "tree": _plan_text(ex.tree), "partitions": ex.partitions,
