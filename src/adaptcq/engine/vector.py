@@ -513,6 +513,174 @@ class RunIndex:
         return np.concatenate(outs_j), np.concatenate(outs_s)
 
 
+def _ledger_types_ok(schema: pa.Schema) -> bool:
+    """Whether rows of ``schema`` compare in Arrow as Python compares the per-tuple
+    engine's rows (``continuous.row_key``): scalars whose equality is their value's
+    (numbers, booleans, strings, bytes, times, decimals); NULL equals NULL (``None is
+    None``), -0.0 equals 0.0, NaN equals nothing (a fresh float object each time, hashed by
+    identity). Nested and dictionary values keep the per-row matching."""
+    t = pa.types
+    return all(t.is_integer(f.type) or t.is_floating(f.type) or t.is_boolean(f.type)
+               or t.is_string(f.type) or t.is_large_string(f.type) or t.is_binary(f.type)
+               or t.is_large_binary(f.type) or t.is_timestamp(f.type) or t.is_date(f.type)
+               or t.is_time(f.type) or t.is_duration(f.type) or t.is_decimal(f.type)
+               for f in schema)
+
+
+def _row_codes(table: pa.Table) -> np.ndarray:
+    """A code per row of ``table``, equal exactly for rows equal as Python tuples (see
+    ``_ledger_types_ok``): each column dictionary-encoded (NULL its own code), the codes
+    combined column by column and made dense again; a row holding a NaN gets a code of its
+    own."""
+    import pyarrow.compute as pc
+    n = table.num_rows
+    code = np.zeros(n, np.int64)
+    lonely = np.zeros(n, bool)
+    for col in table.columns:
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if pa.types.is_floating(col.type):
+            lonely |= to_numpy(pc.is_nan(col), null=False)
+            col = pc.add(col, pa.scalar(0.0, col.type))  # -0.0 + 0.0 is 0.0
+        enc = pc.dictionary_encode(col)
+        c = to_numpy(enc.indices.cast(pa.int64()).fill_null(-1), null=False)
+        code = code * (len(enc.dictionary) + 1) + (c + 1)
+        code = np.unique(code, return_inverse=True)[1].astype(np.int64, copy=False)
+    if lonely.any():
+        top = int(code.max(initial=-1)) + 1
+        code[lonely] = top + np.arange(int(lonely.sum()), dtype=np.int64)
+    return code
+
+
+class _Ledger:
+    """An explicit-deletion stream's arrivals still there (docs/vector.md, "Explicit
+    deletions"), oldest first, as columns: their values and their sids (-1: the row failed
+    its selection, so its deletion deletes nothing). A deletion takes the oldest equal row;
+    one that finds none is rejected. Matched a batch at a time: the FIFO queue of each
+    distinct row is a reflected walk (queue length = S_t − min(0, min S), S the running sum
+    of its insertions and deletions from its length before the batch), so a deletion is
+    rejected where S reaches a new minimum below zero, and the j-th accepted deletion of a
+    row takes the j-th entry pushed for it (the ledger's, then the batch's insertions).
+    Entries taken are marked dead and dropped when they are half of the ledger."""
+
+    def __init__(self, names: Sequence[str]):
+        self.names = list(names)
+        self.parts: list[pa.Table] = []
+        self.sids = np.empty(0, np.int64)
+        self.alive = np.empty(0, bool)
+        self.dead = 0
+
+    def __len__(self) -> int:
+        return len(self.sids)
+
+    def table(self) -> pa.Table | None:
+        if not self.parts:
+            return None
+        if len(self.parts) > 64:  # a chunked table of many small chunks: gather them
+            self.parts = [pa.concat_tables(self.parts).combine_chunks()]
+        return self.parts[0] if len(self.parts) == 1 else pa.concat_tables(self.parts)
+
+    def push(self, table: pa.Table, sids: np.ndarray) -> None:
+        if table.num_rows:
+            self.parts.append(table.select(self.names))
+            self.sids = np.concatenate([self.sids, sids])
+            self.alive = np.concatenate([self.alive, np.ones(len(sids), bool)])
+
+    def take(self, at: np.ndarray) -> None:
+        """Entries at these positions leave (the positions stay valid until ``compact``)."""
+        self.alive[at] = False
+        self.dead += len(at)
+
+    def compact(self) -> None:
+        if self.dead * 2 <= len(self.sids):
+            return
+        t = self.table()
+        self.parts = [t.filter(from_numpy(self.alive))] if self.alive.any() else []
+        self.sids = self.sids[self.alive]
+        self.alive = np.ones(len(self.sids), bool)
+        self.dead = 0
+
+    def candidates(self, batch: pa.Table) -> np.ndarray:
+        """Positions of the live entries whose every value occurs in ``batch``'s column:
+        only these can equal a row of the batch (a hash probe per value, in Arrow)."""
+        import pyarrow.compute as pc
+        old = self.table()
+        if old is None:
+            return np.empty(0, np.int64)
+        mask = self.alive.copy()
+        for name in self.names:
+            col, values = old.column(name), batch.column(name)
+            if pa.types.is_floating(col.type):  # -0.0 is 0.0 (NaN matches nothing anyway)
+                col = pc.add(col, pa.scalar(0.0, col.type))
+                values = pc.add(values, pa.scalar(0.0, values.type))
+            found = pc.is_in(col, value_set=values.combine_chunks()
+                             if isinstance(values, pa.ChunkedArray) else values,
+                             skip_nulls=False)
+            mask &= to_numpy(found.combine_chunks() if isinstance(found, pa.ChunkedArray)
+                             else found, null=False)
+        return np.flatnonzero(mask)
+
+    def match(self, table: pa.Table, ins: np.ndarray):
+        """Match a batch of arrivals (``table`` in arrival order, ``ins``: insertion, else
+        deletion) against the ledger and each other: (rejected, taken) per arrival, where
+        ``taken`` is, for an accepted deletion, the entry it takes: its position in the
+        ledger, or len(ledger) + the batch position of an insertion of this batch (-1
+        otherwise)."""
+        m, n = len(self), table.num_rows
+        batch = table.select(self.names)
+        cand = self.candidates(batch) if m else np.empty(0, np.int64)
+        mc = len(cand)
+        both = batch if not mc else pa.concat_tables([self.table().take(from_numpy(cand)),
+                                                      batch])
+        codes = _row_codes(both)
+        g_old, g = codes[:mc], codes[mc:]
+        groups = int(codes.max(initial=-1)) + 1
+        c0 = np.bincount(g_old, minlength=groups)
+        order = np.lexsort((np.arange(n), g))        # the batch by (row, arrival)
+        gs = g[order]
+        x = np.where(ins[order], 1, -1).astype(np.int64)
+        start = np.ones(n, bool)
+        start[1:] = gs[1:] != gs[:-1]
+        seg = np.cumsum(start) - 1
+        csum = np.cumsum(x)
+        before = (csum - x)[start]                   # the running sum at each row's start
+        walk = c0[gs] + csum - before[seg]           # S_t
+        big = 2 * (mc + n) + 2                       # S spans [-n, mc + n]
+        shifted = walk - seg * big                   # later rows lower: cummin restarts
+        low = np.minimum.accumulate(shifted) + seg * big
+        prev = np.empty(n, np.int64)                 # min(0, min S before t) in its row
+        prev[1:] = low[:-1]
+        prev[start] = 0
+        np.minimum(prev, 0, out=prev)
+        rejected_sorted = (x < 0) & (walk < prev)
+        accepted = (x < 0) & ~rejected_sorted
+        # rank of each accepted deletion among its row's, and of each push among its row's
+        acc_c = np.cumsum(accepted)
+        rank_del = acc_c - 1 - (acc_c - accepted)[start][seg]
+        push_batch = x > 0
+        push_c = np.cumsum(push_batch)
+        rank_push = c0[gs] + push_c - 1 - (push_c - push_batch)[start][seg]
+        old_rank = np.empty(mc, np.int64)
+        if mc:
+            o = np.argsort(g_old, kind="stable")
+            so = g_old[o]
+            first = np.ones(mc, bool)
+            first[1:] = so[1:] != so[:-1]
+            pos = np.arange(mc, dtype=np.int64)
+            old_rank[o] = pos - np.maximum.accumulate(np.where(first, pos, 0))
+        width = mc + n + 1
+        push_key = np.concatenate([g_old * width + old_rank,
+                                   gs[push_batch] * width + rank_push[push_batch]])
+        push_at = np.concatenate([cand, m + order[push_batch]])
+        srt = np.argsort(push_key, kind="stable")
+        want = gs[accepted] * width + rank_del[accepted]
+        hit = np.searchsorted(push_key[srt], want)
+        taken = np.full(n, -1, np.int64)
+        taken[order[accepted]] = push_at[srt[hit]]
+        rejected = np.zeros(n, bool)
+        rejected[order] = rejected_sorted
+        return rejected, taken
+
+
 def _pairs_present(w: ColumnWindow, p: np.ndarray) -> float:
     """Σ over the positions p of the rows of w present there (σ's denominator), from at
     most 256 of them (a sample: the band of every probe is not always computed)."""
@@ -730,8 +898,12 @@ class VectorJoin:
         self.rejected_at: list[int] = []  # each rejected row's arrival index in its batch
         # Explicit deletions: per unbounded stream, row_key(row) -> sids of the equal rows
         # still there, oldest first (None for one that failed the selection).
-        self.values: list[dict | None] = [
-            {} if w.explicit else None for w in self.windows]
+        # Matched over columns (_Ledger) where Arrow's equality is Python's, else per row.
+        self.values: list[_Ledger | dict | None] = [
+            None if not w.explicit else
+            _Ledger(query.columns[w.alias]) if _ledger_types_ok(pa.schema(
+                [self.schemas[w.alias].field(c) for c in query.columns[w.alias]])) else {}
+            for w in self.windows]
         # σ per joined pair (z, y), measured at the steps where only z's columns key y
         # (stats.estimators.Ratio: matches per probe and window tuple, W recent batches)
         self.selectivity: dict[tuple[str, str], Ratio] = {}
@@ -1009,6 +1181,10 @@ class VectorJoin:
         """The values of an explicit-deletion stream's arrivals, for later deletions (a row
         that failed the selection is remembered as None: its deletion deletes nothing)."""
         store = self.values[i]
+        if isinstance(store, _Ledger):
+            sids = np.where(passed, sid + np.cumsum(passed) - 1, -1).astype(np.int64)
+            store.push(table, sids)
+            return
         for r, ok in zip(self._rows(i, table), passed.tolist()):
             store.setdefault(row_key(r), deque()).append(sid if ok else None)
             sid += ok
@@ -1017,6 +1193,8 @@ class VectorJoin:
         """A stream with explicit deletions in this batch: arrival by arrival (the oldest
         equal row still there leaves; a deletion matching nothing is rejected). Returns the
         sids stored and their arrivals' indices in the batch."""
+        if isinstance(self.values[i], _Ledger):
+            return self._explicit_columns(i, idx, table, signs, ts, add)
         w = self.windows[i]
         store = self.values[i]
         alias = self.query.aliases[i]
@@ -1063,6 +1241,56 @@ class VectorJoin:
             self.stats.deletions += len(k_d)
             add(k_d, 1, 0, 0, "del", i, np.asarray(del_sids, np.int64), ts[k_d])
         return np.asarray(ins_sids, np.int64), np.asarray(ins_k, np.int64)
+
+    def _explicit_columns(self, i, idx, table, signs, ts, add
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """``_explicit`` over columns (``_Ledger.match``): the same insertions, deletions,
+        rejections and counts, a batch at a time."""
+        w, led = self.windows[i], self.values[i]
+        n, m = len(idx), len(led)
+        ins = signs > 0
+        n_ins = int(ins.sum())
+        self.stats.arrivals += n
+        self.counts[i] += n_ins
+        passed = np.zeros(n, bool)  # the selection is asked of insertions only, as per row
+        ins_at = np.flatnonzero(ins)
+        if n_ins:
+            passed[ins_at] = self._select(i, table.take(from_numpy(ins_at)))
+        self.stats.filtered += n_ins - int(passed.sum())
+        rejected, taken = led.match(table, ins)
+        pj = np.flatnonzero(passed)
+        bsid = np.full(n, -1, np.int64)
+        bsid[pj] = w.end + np.arange(len(pj), dtype=np.int64)
+        dj = np.flatnonzero(taken >= 0)
+        src = taken[dj]
+        from_old = src < m
+        gone = np.empty(len(dj), np.int64)
+        gone[from_old] = led.sids[src[from_old]]
+        gone[~from_old] = bsid[src[~from_old] - m]
+        new = ins.copy()
+        new[src[~from_old] - m] = False
+        led.take(src[from_old])
+        led.push(table.filter(from_numpy(new)), bsid[new])
+        led.compact()
+        rj = np.flatnonzero(rejected)
+        if len(rj):
+            alias = self.query.aliases[i]
+            for k, r in zip(idx[rj].tolist(), self._rows(i, table.take(from_numpy(rj)))):
+                self.stats.rejected += 1
+                self.rejected_rows.append((i, ts[k], r, f"deletion of a row not in {alias}"))
+                self.rejected_at.append(k)
+        if len(pj):
+            k_in = idx[pj]
+            w.append(table.take(from_numpy(pj)), ts[k_in], np.zeros(len(pj), np.int64),
+                     np.zeros(len(pj), np.int64))
+            self.stats.insertions += len(pj)
+            add(k_in, 2, 0, 0, "ins", i, bsid[pj])
+        real = gone >= 0
+        if real.any():
+            k_d = idx[dj[real]]
+            self.stats.deletions += len(k_d)
+            add(k_d, 1, 0, 0, "del", i, gone[real], ts[k_d])
+        return bsid[pj], idx[pj]
 
     # ----- the joins ---------------------------------------------------------------------
     def _join(self, deleted) -> pa.Table:
@@ -1225,6 +1453,11 @@ class VectorJoin:
     def _remap(self, i: int, remap: np.ndarray) -> None:
         w = self.windows[i]
         base = w.base
+        led = self.values[i]
+        if isinstance(led, _Ledger):
+            live = (led.sids >= 0) & led.alive
+            led.sids[live] = remap[led.sids[live] - base] + base
+            return
         for key, rids in list(self.values[i].items()):
             self.values[i][key] = deque(None if r is None else int(remap[r - base]) + base
                                         for r in rids)
