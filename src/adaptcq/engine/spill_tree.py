@@ -58,11 +58,15 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from adaptcq.engine.codegen import compile_source, projection_source
 from adaptcq.errors import OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.partitions import PartitionStatistics, partition_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 INF = math.inf
 PARTITIONS_DEFAULT = 300  # state-spill.txt §6.1: "All input streams are partitioned into 300"
@@ -722,9 +726,9 @@ class SpillTree:
     def _cleanup_operator(self, op: Operator, disk: dict, sent: _SentUp, now,
                           final: bool):
         """One operator's clean-up, a block of partition ids at a time (one record batch of
-        each spill event decoded at once, so memory holds a block's generations, and the
-        block's missing subresults from the children, from memory or disk); a generator
-        pausing after each group, returning the late results' count."""
+        each spill event read as Arrow, turned into Python objects a run of pids at a
+        time), with the missing subresults its children handed over, from memory or disk;
+        a generator pausing after each group, returning the late results' count."""
         from adaptcq.state.spill_store import BLOCKS, block_of
         layouts = [op.child_streams(k) for k in range(len(op.children))]
         deltas, flushed = sent.take(op.id)
@@ -734,21 +738,43 @@ class SpillTree:
         order = {ev["file"]: k for k, ev in enumerate(self.store.events)} \
             if self.store is not None else {}
         late = 0
+        store = self.store
         for pids in pids_by_block.values():
             refs = sorted({ref for pid in pids for ref in disk.get(pid, [])},
                           key=lambda r: order[r[0]])
-            decoded = {ref: self.store.read_batch(ref, layouts, self.w) for ref in refs}
-            handed = sent.read(pids, flushed, layouts)
-            for pid in pids:
-                gens = [decoded[ref][pid] for ref in disk.get(pid, [])]
-                dk = deltas.pop(pid, None)
-                for per_child in handed.get(pid, ()):
-                    dk = {} if dk is None else dk
-                    for k, items in enumerate(per_child):
-                        if items:
-                            dk.setdefault(k, []).extend(items)
-                late += self._cleanup_group(op, pid, gens, dk, now, final, sent)
-                yield
+            # The block's batches stay Arrow (compact); its rows become Python objects a
+            # run of pids at a time (about DECODE_ROWS rows), so memory holds a few
+            # groups' generations, not the block's.
+            batches = {ref: store.batch(ref) for ref in refs}
+            ranges = {ref: store.pid_ranges(b) for ref, b in batches.items()}
+            handed = sent.read(pids, flushed)
+            for run in _runs_of(pids, disk, ranges):
+                decoded = {}
+                for ref in sorted({r for pid in run for r in disk.get(pid, [])},
+                                  key=lambda r: order[r[0]]):
+                    rs = [ranges[ref][pid] for pid in run if pid in ranges[ref]]
+                    lo, hi = rs[0][0], rs[-1][1]
+                    decoded[ref] = store.decode(batches[ref].slice(lo, hi - lo), layouts,
+                                                self.w)
+                for pid in run:
+                    late += yield from self._cleanup_pid(op, pid, disk, decoded, deltas,
+                                                         handed, sent, layouts, now, final)
+        return late
+
+    def _cleanup_pid(self, op: Operator, pid: int, disk: dict, decoded: dict, deltas: dict,
+                     handed: dict, sent: _SentUp, layouts: list, now, final: bool):
+        """One partition group's clean-up: its spilled generations (``decoded``), the
+        missing subresults its children handed over, in memory (``deltas``) or on disk
+        (``handed``); a generator pausing once, after it, returning its late results."""
+        gens = [decoded[ref][pid] for ref in disk.get(pid, [])]
+        dk = deltas.pop(pid, None)
+        for rows in handed.get(pid, ()):
+            dk = {} if dk is None else dk
+            for k, items in enumerate(sent.decode(rows, layouts)):
+                if items:
+                    dk.setdefault(k, []).extend(items)
+        late = self._cleanup_group(op, pid, gens, dk, now, final, sent)
+        yield
         return late
 
     def _cleanup_group(self, op: Operator, pid: int, gens: list, dk: dict | None, now,
@@ -960,20 +986,46 @@ class _SentUp:
         flushed = self.store.groups().get(oid, {}) if self.store is not None else {}
         return mem, flushed
 
-    def read(self, pids: list[int], flushed: dict, layouts: list) -> dict:
-        """pid -> [per child (exp, newest time, composite)] of the flushed hand-overs of
-        these pids."""
+    def read(self, pids: list[int], flushed: dict) -> dict:
+        """pid -> the rows (Arrow slices) of the flushed hand-overs of these pids."""
         refs = sorted({ref for pid in pids for ref in flushed.get(pid, ())})
         out: dict[int, list] = {}
         for ref in refs:
-            for pid, per_child in self.store.read_batch(ref, layouts, self.tree.w).items():
-                out.setdefault(pid, []).append(per_child)
+            batch = self.store.batch(ref)
+            for pid, (lo, hi) in self.store.pid_ranges(batch).items():
+                out.setdefault(pid, []).append(batch.slice(lo, hi - lo))
         return out
+
+    def decode(self, rows: pa.RecordBatch, layouts: list) -> list:
+        """A pid's hand-over rows as, per child, (exp, newest time, composite)."""
+        ((_, per_child),) = self.store.decode(rows, layouts, self.tree.w).items()
+        return per_child
 
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
             self.store = None
+
+
+DECODE_ROWS = 262_144  # spilled rows turned into Python objects at once by a clean-up
+
+
+def _runs_of(pids: list[int], disk: dict, ranges: dict) -> list[list[int]]:
+    """``pids`` (ascending) cut into runs holding about ``DECODE_ROWS`` spilled rows each
+    (one pid alone may hold more): a run's rows are one slice of each batch."""
+    runs: list[list[int]] = []
+    run: list[int] = []
+    rows = 0
+    for pid in pids:
+        n = sum(ranges[ref][pid][1] - ranges[ref][pid][0] for ref in disk.get(pid, ()))
+        if run and rows + n > DECODE_ROWS:
+            runs.append(run)
+            run, rows = [], 0
+        run.append(pid)
+        rows += n
+    if run:
+        runs.append(run)
+    return runs
 
 
 def _scratch(where) -> str:

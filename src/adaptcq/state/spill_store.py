@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 from pyarrow import ipc
 
@@ -292,11 +293,35 @@ class SpillStore:
         """One batch of a spill event: per pid, per child, its composites (tuples of
         (rid, t, row) records in the child's stream layout). With ``windows`` (per stream
         its window w), each comes as (exp, newest time, composite), exp = min(t + w) over
-        its records: what the clean-up sorts and tests by. Built a child at a time, the
-        columns gathered and zipped (C loops, not a Python loop per value)."""
+        its records: what the clean-up sorts and tests by."""
+        return self.decode(self.batch(ref), layouts, windows)
+
+    def batch(self, ref: tuple[str, int]) -> pa.RecordBatch:
+        """One batch of a spill event as Arrow (its rows in pid order: ``pid_slices``)."""
         name, b = ref
-        batch = self._reader(name).get_batch(b)
-        cols = {n: batch.column(k).to_pylist() for k, n in enumerate(batch.schema.names)}
+        return self._reader(name).get_batch(b)
+
+    @staticmethod
+    def pid_ranges(batch: pa.RecordBatch) -> dict[int, tuple[int, int]]:
+        """The row range [start, end) of each pid of ``batch`` (written in pid order:
+        ``write_event``)."""
+        pid = batch.column(0).to_numpy()
+        if not len(pid):
+            return {}
+        cut = np.flatnonzero(pid[1:] != pid[:-1]) + 1
+        starts = np.concatenate([[0], cut]).tolist()
+        ends = np.concatenate([cut, [len(pid)]]).tolist()
+        return {int(pid[a]): (a, b) for a, b in zip(starts, ends, strict=True)}
+
+    def decode(self, batch: pa.RecordBatch, layouts: Sequence[Sequence[str]],
+               windows: Mapping[str, float] | None = None) -> dict[int, list[list[tuple]]]:
+        """``read_batch`` of rows already read: built a child at a time, the columns
+        gathered and zipped (C loops, not a Python loop per value); only the columns of the
+        streams in ``layouts`` are read."""
+        used = {a for lay in layouts for a in lay}
+        names = ["pid", "child"] + [n for a in self.columns if a in used for n in (
+            f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in self.columns[a]))]
+        cols = {n: batch.column(n).to_pylist() for n in names}
         pids, child = cols["pid"], cols["child"]
         out: dict[int, list[list[tuple]]] = {}
         m = len(layouts)
