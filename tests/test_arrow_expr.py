@@ -65,6 +65,8 @@ def _naive_utc(v):
     "R.t BETWEEN '2023-12-31T23:30:00' AND DATE '2024-01-02'",
     "R.t > '2024-01-01T01:00:00+01:00'", "R.t IS NULL", "R.t <> R.u", "R.t > NULL",
     "NOT (R.t < '2024-01-01' OR R.a > 1)", "'2024-01-01' <= R.t",
+    "R.t IN ('2024-01-01', TIMESTAMP '2024-01-01 00:00:02')",
+    "R.t NOT IN ('2023-12-31 23:00:00', '2024-01-02')",
 ])
 def test_timestamp_columns_against_constants_equal_the_row_compiler(cond, typ):
     """A string compared with a timestamp column is a timestamp literal (naive UTC), the
@@ -101,9 +103,9 @@ def test_a_timestamp_constant_a_column_cannot_hold_goes_per_row():
         fn(table)
 
 
-def test_timestamp_in_lists_are_left_to_the_row_compiler():
+def test_a_timestamp_in_list_with_a_null_is_left_to_the_row_compiler():
     q = parse_query("SELECT R.a FROM R, S WHERE R.a = S.a AND "
-                    "R.t IN ('2024-01-01', '2024-01-02')",
+                    "R.t IN ('2024-01-01', NULL)",
                     {"R": {"a": "number", "t": "timestamp"}, "S": {"a": "number"}})
     assert arrow_predicate(q.selections["R"], "R", q.types["R"]) is None
 

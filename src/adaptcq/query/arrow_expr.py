@@ -9,8 +9,8 @@ OR, NOT, parentheses, a boolean column standing alone as a condition, arithmetic
 (``+ - * /`` and unary minus) on numbers, and a timestamp column compared with (or BETWEEN)
 timestamp constants (``'2024-01-01'``, ``TIMESTAMP '...'``, ``DATE '...'``: the values
 ``expr.constant_value`` gives the per-row compiler, naive UTC, made the column's Arrow
-type). Anything else (UDF calls, timestamp arithmetic or IN lists) makes
-:func:`arrow_predicate` return None, and the caller evaluates the selection row by row with
+type), or IN a list of them. Anything else (UDF calls) makes :func:`arrow_predicate`
+return None, and the caller evaluates the selection row by row with
 ``compile_predicate`` instead; a timestamp constant that the column's type cannot hold
 exactly (a fraction of a second against a column in seconds, a date column) raises
 ``pa.ArrowTypeError`` at evaluation, with the same effect.
@@ -125,6 +125,8 @@ class _Translator:
                 raise _Unsupported
             if not node.expressions:
                 raise _Unsupported
+            if self.is_temporal(node.this):
+                return self.temporal_in(node)
             values = [_constant(e) for e in node.expressions]
             if len({type(v) for v in values}) > 1 and not all(
                     isinstance(v, int | float) for v in values):
@@ -142,6 +144,29 @@ class _Translator:
             x = self.value(node.this, temporal_ok=True)
             return lambda t: pc.is_null(x(t))
         raise _Unsupported
+
+    def temporal_in(self, node: exp.In):
+        """A timestamp column IN a list of timestamp constants (NULL items are the per-row
+        compiler's), each made the column's Arrow type as in a comparison."""
+        from adaptcq.query.expr import ExprError, constant_value
+        try:
+            values = [constant_value(e, temporal=True) for e in node.expressions]
+        except ExprError:
+            raise _Unsupported from None
+        if not all(isinstance(v, datetime.datetime) for v in values):
+            raise _Unsupported
+        x = self.value(node.this, temporal_ok=True)
+        cache: dict = {}
+
+        def is_in(t):
+            col = x(t)
+            value_set = cache.get(col.type)
+            if value_set is None:
+                value_set = cache[col.type] = pa.array(
+                    [_as_timestamp(v, col.type) for v in values], col.type)
+            found = pc.is_in(col, value_set=value_set)
+            return pc.if_else(pc.is_null(col), pa.scalar(None, pa.bool_()), found)
+        return is_in
 
     def is_temporal(self, node: exp.Expression) -> bool:
         node = _strip(node)
@@ -169,7 +194,7 @@ class _Translator:
             if isinstance(node.this, exp.Star) or node.table not in ("", stream):
                 raise _Unsupported
             if node.name in self.temporal and not temporal_ok:
-                raise _Unsupported  # timestamp arithmetic and IN lists: per row
+                raise _Unsupported  # a timestamp only in comparisons, BETWEEN, IN, IS NULL
             name = node.name
             return lambda t: t.column(name)
         if isinstance(node, exp.Literal):
