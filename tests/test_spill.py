@@ -27,12 +27,13 @@ from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.engine.spill_tree import (
     Group,
     SpillTree,
-    _by_key,
     _combine,
+    _keyed,
     _merge_into,
     _subsets,
     build_operators,
     default_plan,
+    max_time,
     parse_plan,
     plan_leaves,
 )
@@ -243,7 +244,7 @@ def test_merging_generations_in_any_order_gives_every_result_once(seed, k):
                         [{} for _ in range(3)])
 
     def _key(op, c, entries):
-        return _by_key(op, c, entries)
+        return _keyed(op, c, [(e, max_time(comp), comp) for e, comp in entries])[0]
 
     union = [[e for g in gens for e in g[c]] for c in range(3)]
     want = Counter(comp for *_, comp in full(union))

@@ -735,23 +735,19 @@ class SpillTree:
         pids_by_block: dict[int, list[int]] = {}
         for pid in sorted(set(disk) | set(deltas) | set(flushed)):
             pids_by_block.setdefault(block_of(pid, BLOCKS), []).append(pid)
-        order = {ev["file"]: k for k, ev in enumerate(self.store.events)} \
-            if self.store is not None else {}
         late = 0
         store = self.store
         for pids in pids_by_block.values():
-            refs = sorted({ref for pid in pids for ref in disk.get(pid, [])},
-                          key=lambda r: order[r[0]])
             # The block's batches stay Arrow (compact); its rows become Python objects a
             # run of pids at a time (about DECODE_ROWS rows), so memory holds a few
-            # groups' generations, not the block's.
-            batches = {ref: store.batch(ref) for ref in refs}
+            # groups' generations, not the block's. A group's generations keep their spill
+            # order: ``disk[pid]`` lists them so.
+            batches = {ref: store.batch(ref) for pid in pids for ref in disk.get(pid, [])}
             ranges = {ref: store.pid_ranges(b) for ref, b in batches.items()}
             handed = sent.read(pids, flushed)
             for run in _runs_of(pids, disk, ranges):
                 decoded = {}
-                for ref in sorted({r for pid in run for r in disk.get(pid, [])},
-                                  key=lambda r: order[r[0]]):
+                for ref in {r for pid in run for r in disk.get(pid, [])}:
                     rs = [ranges[ref][pid] for pid in run if pid in ranges[ref]]
                     lo, hi = rs[0][0], rs[-1][1]
                     decoded[ref] = store.decode(batches[ref].slice(lo, hi - lo), layouts,
@@ -930,7 +926,7 @@ class _SentUp:
     model bytes (§2.2's sizes) they are written to disk, as generations of the parent's
     partition groups in a spill store of their own (same format, one file per flush), so a
     clean-up's memory stays bounded however many results the spills held back. The parent
-    reads them a block of pids at a time, with its spilled generations."""
+    decodes them a pid at a time, beside its spilled generations."""
 
     def __init__(self, tree: SpillTree, limit: float):
         self.tree, self.limit = tree, limit
@@ -962,8 +958,7 @@ class _SentUp:
             main = tree.store
             where = None if main is None or main.temporary else main.directory
             self.store = SpillStore(_scratch(where), tree.query.columns,
-                                    main.types if main is not None else None,
-                                    writer=_write_scratch, durable=False,
+                                    main.types if main is not None else None, durable=False,
                                     time_type=main.time_type if main is not None else None)
         groups = []
         for oid, box in self.mem.items():
@@ -1035,13 +1030,6 @@ def _scratch(where) -> str:
     return tempfile.mkdtemp(prefix="cleanup-", dir=where)
 
 
-def _write_scratch(path, data: bytes) -> None:
-    """Hand-over files live only during one clean-up: no fsync (a crash restarts the
-    clean-up from the spilled generations, which are durable)."""
-    with open(path, "wb") as f:
-        f.write(data)
-
-
 class _Rows:
     """The base rows of one stream now in memory (``stems[i].rows``: rid -> row), as the
     Executor protocol exposes them."""
@@ -1080,22 +1068,6 @@ def _passes(checks, comps, c2) -> bool:
         if v is None or v != c2[ib][2][cb]:
             return False
     return True
-
-
-def _by_key(op: Operator, k: int, entries: Iterable) -> dict:
-    """Child k's inputs by partition-column value, as (exp, newest time, composite)."""
-    ci, cc = op.key_slots[k]
-    out: dict = {}
-    for exp, comp in entries:
-        key = comp[ci][2][cc]
-        if key is not None and key == key:  # noqa: PLR0124 (not a NaN)
-            item = (exp, max_time(comp), comp)
-            b = out.get(key)
-            if b is None:
-                out[key] = [item]
-            else:
-                b.append(item)
-    return out
 
 
 def _keyed(op: Operator, k: int, items: list) -> tuple[dict, float, float]:

@@ -540,8 +540,7 @@ def _row_codes(table: pa.Table) -> np.ndarray:
         col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         if pa.types.is_floating(col.type):
             lonely |= to_numpy(pc.is_nan(col), null=False)
-            col = pc.add(col, pa.scalar(0.0, col.type))  # -0.0 + 0.0 is 0.0
-        enc = pc.dictionary_encode(col)
+        enc = pc.dictionary_encode(_signless_zero(col))
         c = to_numpy(enc.indices.cast(pa.int64()).fill_null(-1), null=False)
         code = code * (len(enc.dictionary) + 1) + (c + 1)
         code = np.unique(code, return_inverse=True)[1].astype(np.int64, copy=False)
@@ -607,11 +606,8 @@ class _Ledger:
         if old is None:
             return np.empty(0, np.int64)
         mask = self.alive.copy()
-        for name in self.names:
-            col, values = old.column(name), batch.column(name)
-            if pa.types.is_floating(col.type):  # -0.0 is 0.0 (NaN matches nothing anyway)
-                col = pc.add(col, pa.scalar(0.0, col.type))
-                values = pc.add(values, pa.scalar(0.0, values.type))
+        for name in self.names:  # (a NaN matches nothing, found here or not)
+            col, values = _signless_zero(old.column(name)), _signless_zero(batch.column(name))
             found = pc.is_in(col, value_set=values.combine_chunks()
                              if isinstance(values, pa.ChunkedArray) else values,
                              skip_nulls=False)
@@ -654,19 +650,16 @@ class _Ledger:
         rejected_sorted = (x < 0) & (walk < prev)
         accepted = (x < 0) & ~rejected_sorted
         # rank of each accepted deletion among its row's, and of each push among its row's
-        acc_c = np.cumsum(accepted)
-        rank_del = acc_c - 1 - (acc_c - accepted)[start][seg]
+        rank_del = _ranks(accepted, start, seg)
         push_batch = x > 0
-        push_c = np.cumsum(push_batch)
-        rank_push = c0[gs] + push_c - 1 - (push_c - push_batch)[start][seg]
+        rank_push = c0[gs] + _ranks(push_batch, start, seg)
         old_rank = np.empty(mc, np.int64)
         if mc:
             o = np.argsort(g_old, kind="stable")
             so = g_old[o]
             first = np.ones(mc, bool)
             first[1:] = so[1:] != so[:-1]
-            pos = np.arange(mc, dtype=np.int64)
-            old_rank[o] = pos - np.maximum.accumulate(np.where(first, pos, 0))
+            old_rank[o] = _ranks(np.ones(mc, bool), first, np.cumsum(first) - 1)
         width = mc + n + 1
         push_key = np.concatenate([g_old * width + old_rank,
                                    gs[push_batch] * width + rank_push[push_batch]])
@@ -679,6 +672,23 @@ class _Ledger:
         rejected = np.zeros(n, bool)
         rejected[order] = rejected_sorted
         return rejected, taken
+
+
+def _signless_zero(col):
+    """A float column with -0.0 made 0.0 (-0.0 + 0.0 is 0.0), as Python's equality has
+    them; other columns as they are."""
+    if not pa.types.is_floating(col.type):
+        return col
+    import pyarrow.compute as pc
+    return pc.add(col, pa.scalar(0.0, col.type))
+
+
+def _ranks(flag: np.ndarray, start: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Per position, how many flagged positions come before it in its segment (rows
+    grouped in segments: ``start`` marks each one's first, ``seg`` numbers them); the rank
+    of a flagged position among its segment's."""
+    c = np.cumsum(flag)
+    return c - flag - (c - flag)[start][seg]
 
 
 def _pairs_present(w: ColumnWindow, p: np.ndarray) -> float:
@@ -896,9 +906,9 @@ class VectorJoin:
         self.now = float("-inf")  # the time of the last arrival
         self.rejected_rows: list[tuple[int, float, tuple, str]] = []
         self.rejected_at: list[int] = []  # each rejected row's arrival index in its batch
-        # Explicit deletions: per unbounded stream, row_key(row) -> sids of the equal rows
-        # still there, oldest first (None for one that failed the selection).
-        # Matched over columns (_Ledger) where Arrow's equality is Python's, else per row.
+        # Explicit deletions, per unbounded stream: its rows still there, oldest first, as
+        # a _Ledger (columns) where Arrow's equality is Python's, else as a dict
+        # row_key(row) -> sids of the equal rows (None for one that failed the selection).
         self.values: list[_Ledger | dict | None] = [
             None if not w.explicit else
             _Ledger(query.columns[w.alias]) if _ledger_types_ok(pa.schema(

@@ -132,12 +132,7 @@ class _Translator:
                     isinstance(v, int | float) for v in values):
                 raise _Unsupported
             x = self.value(node.this)
-
-            def is_in(t):
-                col = x(t)
-                found = pc.is_in(col, value_set=pa.array(values))
-                return pc.if_else(pc.is_null(col), pa.scalar(None, pa.bool_()), found)
-            return is_in
+            return lambda t: _is_in(x(t), pa.array(values))
         if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
             if isinstance(_strip(node.this), (exp.Not, exp.And, exp.Or, exp.Predicate)):
                 raise _Unsupported
@@ -146,26 +141,17 @@ class _Translator:
         raise _Unsupported
 
     def temporal_in(self, node: exp.In):
-        """A timestamp column IN a list of timestamp constants (NULL items are the per-row
-        compiler's), each made the column's Arrow type as in a comparison."""
-        from adaptcq.query.expr import ExprError, constant_value
-        try:
-            values = [constant_value(e, temporal=True) for e in node.expressions]
-        except ExprError:
-            raise _Unsupported from None
-        if not all(isinstance(v, datetime.datetime) for v in values):
+        """A timestamp column IN a list of timestamp constants, each made the column's
+        Arrow type as in a comparison (a NULL item is the per-row compiler's: the answer
+        is then NULL, not FALSE, where nothing matches)."""
+        if any(isinstance(_strip(e), exp.Null) for e in node.expressions):
             raise _Unsupported
         x = self.value(node.this, temporal_ok=True)
-        cache: dict = {}
+        items = [_timestamp_constant(e, x) for e in node.expressions]
 
         def is_in(t):
             col = x(t)
-            value_set = cache.get(col.type)
-            if value_set is None:
-                value_set = cache[col.type] = pa.array(
-                    [_as_timestamp(v, col.type) for v in values], col.type)
-            found = pc.is_in(col, value_set=value_set)
-            return pc.if_else(pc.is_null(col), pa.scalar(None, pa.bool_()), found)
+            return _is_in(col, pa.array([f(t) for f in items], col.type))
         return is_in
 
     def is_temporal(self, node: exp.Expression) -> bool:
@@ -233,6 +219,12 @@ class _Translator:
 
 
 _ARITHMETIC = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply"}
+
+
+def _is_in(col, value_set: pa.Array):
+    """SQL's ``col IN (list of non-NULL values)``: NULL where ``col`` is NULL."""
+    return pc.if_else(pc.is_null(col), pa.scalar(None, pa.bool_()),
+                      pc.is_in(col, value_set=value_set))
 
 
 def _timestamp_constant(node: exp.Expression, column):

@@ -62,6 +62,13 @@ class Event:
     groups: list
 
 
+def _write_scratch(path: Path, data: bytes) -> None:
+    """Write a file that lives only while this process runs (a crash restarts the work
+    from durable files): no fsync, no rename."""
+    with open(path, "wb") as f:
+        f.write(data)
+
+
 def _write_file(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` durably: a temporary name, fsync, rename."""
     tmp = path.with_name(path.name + ".tmp")
@@ -83,13 +90,15 @@ class SpillStore:
 
     def __init__(self, directory: str | Path | None, columns: Mapping[str, Sequence[str]],
                  types: Mapping[str, pa.Schema] | None = None, fingerprint: str = "",
-                 writer: Callable[[Path, bytes], None] = _write_file,
+                 writer: Callable[[Path, bytes], None] | None = None,
                  compression: str | None = "lz4", meta: dict | None = None,
                  fresh: bool = False, time_type: pa.DataType | None = None,
                  durable: bool = True):
         # Not durable: scratch files of one process (a clean-up's hand-over): no manifest,
-        # no checksums, the folder removed by ``close``.
+        # no checksums, no fsync, the folder removed by ``close``.
         self.durable = durable
+        if writer is None:
+            writer = _write_file if durable else _write_scratch
         self.temporary = directory is None or not durable
         self.directory = Path(tempfile.mkdtemp(prefix="adaptcq-spill-")) if directory is None \
             else Path(directory)
@@ -288,16 +297,8 @@ class SpillStore:
         self._readers[name] = r
         return r
 
-    def read_batch(self, ref: tuple[str, int], layouts: Sequence[Sequence[str]],
-                   windows: Mapping[str, float] | None = None) -> dict[int, list[list[tuple]]]:
-        """One batch of a spill event: per pid, per child, its composites (tuples of
-        (rid, t, row) records in the child's stream layout). With ``windows`` (per stream
-        its window w), each comes as (exp, newest time, composite), exp = min(t + w) over
-        its records: what the clean-up sorts and tests by."""
-        return self.decode(self.batch(ref), layouts, windows)
-
     def batch(self, ref: tuple[str, int]) -> pa.RecordBatch:
-        """One batch of a spill event as Arrow (its rows in pid order: ``pid_slices``)."""
+        """One batch of a spill event as Arrow (its rows in pid order: ``pid_ranges``)."""
         name, b = ref
         return self._reader(name).get_batch(b)
 
@@ -315,9 +316,12 @@ class SpillStore:
 
     def decode(self, batch: pa.RecordBatch, layouts: Sequence[Sequence[str]],
                windows: Mapping[str, float] | None = None) -> dict[int, list[list[tuple]]]:
-        """``read_batch`` of rows already read: built a child at a time, the columns
-        gathered and zipped (C loops, not a Python loop per value); only the columns of the
-        streams in ``layouts`` are read."""
+        """Rows of a spill event (``batch``, or a slice of it): per pid, per child, its
+        composites (tuples of (rid, t, row) records in the child's stream layout). With
+        ``windows`` (per stream its window w), each comes as (exp, newest time, composite),
+        exp = min(t + w) over its records: what the clean-up sorts and tests by. Built a
+        child at a time, the columns gathered and zipped (C loops, not a Python loop per
+        value); only the columns of the streams in ``layouts`` are read."""
         used = {a for lay in layouts for a in lay}
         names = ["pid", "child"] + [n for a in self.columns if a in used for n in (
             f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in self.columns[a]))]
