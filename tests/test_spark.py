@@ -609,3 +609,22 @@ def test_daemon_drops_spark_zips_only_for_the_same_installed_versions(tmp_path):
     other = zipped("pyspark.zip", "pyspark", "4.2.0", "old")
     assert prefer_installed([other, str(site)]) == [other, str(site)]
     assert prefer_installed([same[0], "/elsewhere"]) == [same[0], "/elsewhere"]
+
+
+def test_worker_freezes_its_imports_once():
+    """``spark_daemon.freeze_imports``: the first call moves the worker's objects out of the
+    collector's reach (pyspark's daemon collects after every task), later calls add nothing,
+    so objects made by later tasks stay collectable. In a fresh interpreter: freezing
+    the test process would keep its garbage."""
+    import subprocess
+    import sys
+    code = ("import gc\n"
+            "from adaptcq.runtime.spark_daemon import freeze_imports\n"
+            "assert gc.get_freeze_count() == 0\n"
+            "freeze_imports()\n"
+            "n = gc.get_freeze_count()\n"
+            "assert n > 0\n"
+            "later = [[] for _ in range(1000)]\n"
+            "freeze_imports()\n"
+            "assert gc.get_freeze_count() == n\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

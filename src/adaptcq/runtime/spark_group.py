@@ -47,6 +47,7 @@ from pyspark.sql.streaming import StatefulProcessor
 from adaptcq.errors import AdaptcqError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.shed import engine_options
+from adaptcq.runtime.spark_daemon import freeze_imports
 from adaptcq.runtime.spark_split import PUNCT, _Config, _file_of, _ipc
 
 __all__ = ["MemoryStore", "PartitionGroup", "SparkStore", "read_part", "release"]
@@ -930,6 +931,7 @@ class GroupProcessor(StatefulProcessor):
         eng, out, rejected, cpu, extra = advance_group(cfg, gkey, self.store, packets)
         from adaptcq.runtime.spark import _frames
         yield from _frames(cfg, gkey, eng, out, rejected, cpu, extra)
+        freeze_imports()  # the worker's imports are done (spark_daemon.freeze_imports)
 
     def close(self) -> None:
         pass

@@ -39,6 +39,7 @@ import numpy as np
 from adaptcq.errors import InputError, OptionError
 from adaptcq.optimizer import shares as shares_mod
 from adaptcq.query.logical import LogicalQuery
+from adaptcq.runtime.spark_daemon import freeze_imports
 from adaptcq.stream import eventtime as et
 
 __all__ = ["END", "PUNCT", "ColumnarSplit", "SplitPlan", "SplitWarning", "plan_split"]
@@ -436,6 +437,7 @@ class ColumnarSplit(_Split):
             yield pa.RecordBatch.from_arrays(
                 [pa.array(out_g, pa.int32()), pa.array(out_s, pa.int32()),
                  pa.array(out_p, pa.binary())], ["_g", "_s", "_p"])
+        freeze_imports()  # the worker's imports are done (spark_daemon.freeze_imports)
 
     def _route(self, batch, i: int, sel: np.ndarray, offs: np.ndarray, strides):
         """(group, row index within ``sel``, primary) of every replica of stream i's rows:
