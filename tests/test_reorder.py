@@ -55,16 +55,21 @@ def run_checked(query, mode, streams, ts, rows, policy, chunks=3):
 # ----- results stay exact ------------------------------------------------------------------
 @settings(max_examples=examples(150), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(data=st.data(), mode=st.sampled_from(["append", "retract"]), seed=st.integers(0, 99))
-def test_agreedy_reorderings_never_change_results(data, mode, seed):
-    """p = 1 and W = 1: every insertion is profiled and may re-order its pipeline."""
+@given(data=st.data(), mode=st.sampled_from(["append", "retract"]), seed=st.integers(0, 99),
+       cheap=st.booleans())
+def test_agreedy_reorderings_never_change_results(data, mode, seed, cheap):
+    """p = 1 and W = 1: every insertion is profiled and may re-order its pipeline (with
+    cheap profiling, p may also be scaled down between re-orderings)."""
     q = data.draw(queries(max_streams=5))
     streams, ts, rows = data.draw(arrivals(len(q.aliases), max_rows=26))
-    policy = AGreedy(p=1.0, W=1, alpha=1.0, interval=3, seed=seed)
+    policy = AGreedy(p=1.0, W=1, alpha=1.0, interval=3, seed=seed, cheap=cheap)
     cq = run_checked(q, mode, streams, ts, as_tuples(q, streams, rows), policy)
     profiled = sum(p.observations for p in policy.profiler.pipelines.values())
     assert policy.profiler is cq.profiler
-    assert profiled == cq.stats.insertions  # p = 1: every insertion was profiled
+    if cheap:
+        assert profiled <= cq.stats.insertions
+    else:
+        assert profiled == cq.stats.insertions  # p = 1: every insertion was profiled
     REORDERINGS.append(policy.reorderings)
 
 
