@@ -66,6 +66,7 @@ from adaptcq.adapt.caching.verify import (
     keep_change,
     profile_share,
     profiling_scale,
+    share_ready,
 )
 from adaptcq.engine.rules import cache_key, probe_plan
 from adaptcq.stats.costs import KINDS, OperationCosts
@@ -178,7 +179,9 @@ class ACaching(PolicyBase):
         # Cheap profiling: a factor on p_i while estimates are stable.
         self.p_scale = 1.0
         self.reprofile_scale = 1  # I times this between re-profilings (doubles while stable)
-        self._shares: deque = deque(maxlen=SHARE_TICKS + 1)  # (profile CPU, CPU) per tick
+        # (profile CPU, CPU, profiled tuples) per tick since the estimates became stable or
+        # p was last scaled
+        self._shares: deque = deque(maxlen=SHARE_TICKS + 1)
         self._ticks = 0
 
     # ----- policy hooks ------------------------------------------------------------------
@@ -211,8 +214,8 @@ class ACaching(PolicyBase):
             # less often (the re-profiling, a re-ordering or a budget wakes the policy
             # within QUIET_STRETCH intervals).
             self.interval = min(self.base_interval * QUIET_STRETCH, self.interval * 2)
-            self._shares.append((cq.profile_cpu, now))
-            if len(self._shares) > SHARE_TICKS:
+            self._shares.append((cq.profile_cpu, now, self._profiled()))
+            if share_ready(self._shares, self.W):
                 self._set_p_i(cq.per_stream)
                 self._adapt_profiling(cq, now)
             self._clock = (time.process_time(), arrivals, ts)
@@ -714,21 +717,29 @@ class ACaching(PolicyBase):
         """Cheap profiling: while the estimates are stable (a selection made, no trial, no
         candidate without an estimate), scale p_i so that profiling takes at most
         ``verify.TARGET_SHARE`` of the CPU; otherwise profile at the full p_i."""
-        if not self._shares or self._shares[-1][1] != now:
-            self._shares.append((cq.profile_cpu, now))
+        tick = (cq.profile_cpu, now, self._profiled())
         stable = (self.verify and self.selections > 0 and self.trial is None and all(
             st.estimate is not None for st in self.states.values()
             if st.state == "profiled"))  # (verify=False: the paper's policy, p throughout)
         if not stable:
+            self._shares.clear()  # the share is measured from the first stable tick on
+            self._shares.append(tick)
             if self.p_scale < 1.0:  # profile at the full p_i from the next arrival on,
                 self.p_scale = 1.0  # not after a gap drawn at the scaled-down p
                 cq.reschedule()
             return
-        if len(self._shares) > SHARE_TICKS:
+        if not self._shares or self._shares[-1][1] != now:
+            self._shares.append(tick)
+        if share_ready(self._shares, self.W):
             share = profile_share(self._shares) or 0.0
             full = max([self.p, *self._p_i.values()])
             self.p_scale = profiling_scale(self.p_scale, share, min(1.0, P_MIN / full))
             self._shares.clear()
+            self._shares.append(tick)  # the next window starts here, at the new scale
+
+    def _profiled(self) -> int:
+        return (sum(s.observations for s in self.profiler.pipelines.values())
+                if self.profiler is not None else 0)
 
     # ----- candidates ----------------------------------------------------------------------
     def _new_candidates(self, ex, arrivals, ts) -> None:

@@ -47,7 +47,13 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 
 from adaptcq.adapt.base import PolicyBase
-from adaptcq.adapt.caching.verify import P_MIN, SHARE_TICKS, profile_share, profiling_scale
+from adaptcq.adapt.caching.verify import (
+    P_MIN,
+    SHARE_TICKS,
+    profile_share,
+    profiling_scale,
+    share_ready,
+)
 from adaptcq.adapt.graph import join_graph_from_stats
 from adaptcq.engine import rules
 from adaptcq.errors import AdaptcqError
@@ -62,11 +68,6 @@ REORDER_CHOICES = ("agreedy", "off")
 #: that profiling (the profiled tuples and their statistics) takes this share of the CPU,
 #: down to ``verify.P_MIN``; a re-ordering restores the full p.
 PROFILE_SHARE = 0.02
-#: The share is measured over the ticks since the last re-ordering or scaling: at least
-#: SCALE_TICKS of them holding W profiled tuples, or ``verify.SHARE_TICKS`` ticks. (With
-#: SHARE_TICKS alone, on bench.adaptive_ordering the plan found at arrival 4,700 kept the
-#: full p until arrival 40,000: 11-15% of the CPU profiling.)
-SCALE_TICKS = 4
 
 
 def greedy_violation(stats: PipelineStats, adjacency: Mapping[str, Iterable[str]],
@@ -112,7 +113,7 @@ class AGreedy(PolicyBase):
     * ``wait_for`` — another policy with a ``done`` flag (``InitialPlan``): no re-ordering
       before it has set the initial plan;
     * ``cheap`` — cheap profiling (beyond [5]): while the invariant holds (no re-ordering
-      over the ``SCALE_TICKS`` to ``SHARE_TICKS`` ticks the share is measured over), p is
+      over the ticks the share is measured over, ``verify.share_ready``), p is
       scaled down so that profiling takes about
       ``PROFILE_SHARE`` of the CPU (measured: ``ContinuousQuery.profile_cpu``); the first
       re-ordering restores p. A change is then seen later (fewer profiled tuples), and
@@ -154,8 +155,7 @@ class AGreedy(PolicyBase):
 
     def on_interval(self, cq, ts) -> None:
         """Cheap profiling: profiling's share of the CPU over the ticks since the last
-        re-ordering or scaling (SCALE_TICKS of them with W profiled tuples, or SHARE_TICKS)
-        scales p towards PROFILE_SHARE."""
+        re-ordering or scaling (``verify.share_ready``) scales p towards PROFILE_SHARE."""
         if not self.cheap or self.p <= 0:
             return
         if self.wait_for is not None and not getattr(self.wait_for, "done", True):
@@ -166,11 +166,9 @@ class AGreedy(PolicyBase):
             self._stable_since = self.reorderings
             self._shares.clear()
         self._shares.append(tick)
-        ticks = len(self._shares) - 1
-        if ticks < SCALE_TICKS or (ticks < SHARE_TICKS and
-                                   self._shares[-1][2] - self._shares[0][2] < self.W):
+        if not share_ready(self._shares, self.W):  # (the ticks since the last change)
             return
-        share = profile_share([t[:2] for t in (self._shares[0], self._shares[-1])])
+        share = profile_share(self._shares)
         if share is not None:
             self.p_scale = profiling_scale(self.p_scale, share, min(1.0, P_MIN / self.p),
                                            PROFILE_SHARE)

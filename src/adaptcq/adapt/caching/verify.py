@@ -24,7 +24,8 @@ CLEAR = 3.0            # bands beyond which a trial's verdict is clear before it
 DECISIVE = 0.5         # a change that halves the CPU per arrival of the intervals before it
 # needs no control (see ``decisive``)
 MIN_BEFORE = 3         # intervals before a change needed to judge it against them
-SHARE_TICKS = 20       # ticks over which profiling's share of the CPU is measured
+SHARE_TICKS = 20       # ticks over which profiling's share of the CPU is measured, at most
+SCALE_TICKS = 4        # ... and at least, once they hold W profiled tuples (share_ready)
 P_MIN = 1e-4           # the lowest profiling probability cheap profiling goes down to
 
 
@@ -119,12 +120,22 @@ def backoff(fails: int, interval: int) -> int:
     return interval * (1 << min(max(fails, 1) - 1, 20))
 
 
-def profile_share(ticks: Sequence[tuple[float, float]]) -> float | None:
+def profile_share(ticks: Sequence[tuple[float, ...]]) -> float | None:
     """Profiling's share of the CPU between the first and the last of ``ticks``, each
-    (``ContinuousQuery.profile_cpu``, process CPU seconds) read at a tick; None when no
-    CPU time passed."""
-    (p0, c0), (p1, c1) = ticks[0], ticks[-1]
+    (``ContinuousQuery.profile_cpu``, process CPU seconds, ...) read at a tick; None when
+    no CPU time passed."""
+    (p0, c0), (p1, c1) = ticks[0][:2], ticks[-1][:2]
     return (p1 - p0) / (c1 - c0) if c1 > c0 else None
+
+
+def share_ready(ticks: Sequence[tuple[float, float, int]], W: int) -> bool:
+    """Whether ``ticks`` — (profile CPU, CPU, profiled tuples so far) at each tick since
+    the plan and the profiling probability last changed — measure profiling's share well
+    enough to scale p by: SCALE_TICKS intervals holding W profiled tuples, or SHARE_TICKS
+    intervals. (Waiting for SHARE_TICKS alone kept a plan found early at the full p for
+    tens of thousands of arrivals: docs/adaptive-ordering.md, "Scaling p down sooner".)"""
+    n = len(ticks) - 1
+    return n >= SHARE_TICKS or (n >= SCALE_TICKS and ticks[-1][2] - ticks[0][2] >= W)
 
 
 def profiling_scale(scale: float, share: float, low: float,
