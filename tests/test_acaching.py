@@ -183,7 +183,9 @@ def test_verify_functions():
         clear,
         decisive,
         keep_change,
+        profile_share,
         profiling_scale,
+        share_ready,
         trimmed,
     )
     assert keep_change([1.0] * 6, [1.0] * 6) == (True, 1.0, 0.03)
@@ -199,6 +201,15 @@ def test_verify_functions():
     assert profiling_scale(1.0, 0.10, 0.01, target=0.02) == pytest.approx(0.2)
     assert profiling_scale(0.5, 0.001, 0.01) == 1.0
     assert profiling_scale(0.5, 1.0, 0.01) == 0.01
+    # The share is measured over the ticks since the last change: 4 intervals holding W
+    # profiled tuples, or 20 intervals whatever they hold.
+    ticks = [(0.01 * k, 1.0 * k, 5 * k) for k in range(21)]
+    assert not share_ready(ticks[:4], W=10)          # 3 intervals
+    assert share_ready(ticks[:5], W=10)              # 4 intervals, 20 profiled tuples
+    assert not share_ready(ticks[:5], W=21)          # too few profiled tuples ...
+    assert share_ready(ticks, W=1000)                # ... until 20 intervals
+    assert profile_share([ticks[0], ticks[4]]) == pytest.approx(0.01)
+    assert profile_share([(0.0, 1.0, 0), (0.0, 1.0, 3)]) is None  # no CPU passed
     with pytest.raises(ValueError):
         keep_change([], [1.0])
     # Judged against the intervals before a change: the latest three of them count
