@@ -258,6 +258,29 @@ def test_bloom_miss_estimate_matches_observed_miss_rate(r):
     assert bloom.get() == pytest.approx(cache.miss_rate, rel=0.05)
 
 
+@settings(max_examples=examples(60), deadline=None)
+@given(keys=st.lists(st.integers(0, 40), max_size=400), step=st.integers(1, 50),
+       W_d=st.integers(1, 30))
+def test_bloom_observe_queues_keys_as_if_each_were_hashed_at_once(keys, step, W_d):
+    """``observe`` queues keys and reading an estimate hashes them into their windows:
+    whenever it is read, the estimate is the one of hashing every key as it came (the
+    reference below, App. A's window of W_d probes in an alpha·W_d-bit filter)."""
+    bloom = BloomMissRate(W_d=W_d, alpha=2, W=3)
+    bits = bloom.bits
+    window, ref = set(), []
+    for j, k in enumerate(keys):
+        bloom.observe(k)
+        window.add(hash(k) % bits)
+        if (j + 1) % W_d == 0:
+            ref.append(len(window) / W_d)
+            window = set()
+        if j % step == 0 or j == len(keys) - 1:  # read every step keys, and at the end
+            assert bloom.avg.n == len(ref)
+            assert bloom.ready == (len(ref) >= 3)
+            if ref:
+                assert bloom.get() == pytest.approx(sum(ref[-3:]) / len(ref[-3:]))
+
+
 def test_cli_acaching(tmp_path, capsys):
     wl = three_way(n_updates=3_000, seed=2)
     from adaptcq.stream.workloads import write_workload

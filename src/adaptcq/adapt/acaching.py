@@ -780,7 +780,7 @@ class ACaching(PolicyBase):
         c = st.candidate
         prefix = [c.pipeline, *ex.orders[c.pipeline][:c.start - 1]]
         key = cache_key(ex.query, prefix, c.segment)  # c.key as the engine orders it
-        return [(c.pipeline, c.start, key, st.bloom.update)] if key else []
+        return [(c.pipeline, c.start, key, st.bloom.observe)] if key else []
 
     # ----- estimates (§4.1, §4.3, App. A) ----------------------------------------------------
     def _d(self, pipeline: str, pos0: int) -> float | None:

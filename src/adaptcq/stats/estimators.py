@@ -108,9 +108,14 @@ class BloomMissRate:
     hashes its keys into a Bloom filter of ``alpha * W_d`` bits (alpha >= 1). With b bits set
     at the end of a window, b distinct keys were probed and each missed once: the window's
     observation is b / W_d. The estimate is the average of the W most recent observations.
+
+    ``observe`` (a list's ``append``: no Python frame per probe, which in a compiled
+    pipeline cost about as much as the probe) queues keys; they are hashed into the windows,
+    in order, when an estimate is read, so the estimates are those of hashing each key as it
+    came.
     """
 
-    __slots__ = ("W_d", "_filter", "_seen", "_set", "avg", "bits")
+    __slots__ = ("W_d", "_avg", "_filter", "_pending", "_seen", "_set", "bits", "observe")
 
     def __init__(self, W_d: int = 100, alpha: float = 4.0, W: int = W_DEFAULT):
         if alpha < 1:
@@ -120,19 +125,35 @@ class BloomMissRate:
         self._filter = bytearray(self.bits)
         self._seen = 0
         self._set = 0
-        self.avg = WindowAverage(W)
+        self._avg = WindowAverage(W)
+        self._pending: list = []
+        self.observe = self._pending.append
 
     def update(self, key) -> BloomMissRate:
-        h = hash(key) % self.bits
-        if not self._filter[h]:
-            self._filter[h] = 1
-            self._set += 1
-        self._seen += 1
-        if self._seen == self.W_d:
-            self.avg.update(self._set / self.W_d)
-            self._filter = bytearray(self.bits)
-            self._seen = self._set = 0
+        self._pending.append(key)
         return self
+
+    @property
+    def avg(self) -> WindowAverage:
+        """The window observations b / W_d (the queued keys hashed first)."""
+        if self._pending:
+            self._flush()
+        return self._avg
+
+    def _flush(self) -> None:
+        bits, W_d, avg = self.bits, self.W_d, self._avg
+        f, seen, n_set = self._filter, self._seen, self._set
+        for h in [hash(k) % bits for k in self._pending]:
+            if not f[h]:
+                f[h] = 1
+                n_set += 1
+            seen += 1
+            if seen == W_d:
+                avg.update(n_set / W_d)
+                f = bytearray(bits)
+                seen = n_set = 0
+        self._pending.clear()  # (cleared, not replaced: ``observe`` appends to this list)
+        self._filter, self._seen, self._set = f, seen, n_set
 
     def distinct(self) -> float:
         """Estimated distinct keys per window of W_d probes (for cache memory needs)."""
