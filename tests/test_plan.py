@@ -288,3 +288,28 @@ def test_linecache_holds_only_the_sources_in_use():
     del ex
     gc.collect()
     assert not any(n in linecache.cache for n in names)
+
+
+def test_generated_code_is_compiled_once_per_source_and_the_cache_is_bounded(monkeypatch):
+    """``codegen._code``: a source seen before reuses its code object (new functions in a
+    new namespace each time, tracebacks still named after it); the cache keeps the
+    ``CODE_CACHE`` most recently used."""
+    import builtins
+
+    from adaptcq.engine import codegen
+    monkeypatch.setattr(codegen, "_CODE", type(codegen._CODE)())
+    monkeypatch.setattr(codegen, "CODE_CACHE", 3)
+    compiles = []
+    real = builtins.compile
+    monkeypatch.setattr(builtins, "compile", lambda *a, **k: compiles.append(a[1]) or real(*a, **k))
+    src = "def f():\n    return k\n"
+    a, fa = codegen.exec_source("<gen a>", src, {"k": 1})
+    b, fb = codegen.exec_source("<gen a>", src, {"k": 2})
+    assert fa == fb and len(compiles) == 1
+    assert a["f"] is not b["f"] and (a["f"](), b["f"]()) == (1, 2)
+    assert a["f"].__code__ is b["f"].__code__ and a["f"].__code__.co_filename == fa
+    for j in range(4):  # four other sources push the first one out
+        codegen.exec_source("<gen b>", f"def f():\n    return {j}\n", {})
+    assert len(codegen._CODE) == 3 and len(compiles) == 5
+    c, _ = codegen.exec_source("<gen a>", src, {"k": 3})
+    assert len(compiles) == 6 and c["f"]() == 3

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from adaptcq.adapt.base import PolicyBase
 from adaptcq.adapt.caching.verify import (
@@ -70,13 +70,26 @@ REORDER_CHOICES = ("agreedy", "off")
 PROFILE_SHARE = 0.02
 
 
+def admissible_table(stream: str, order: Sequence[str],
+                     adjacency: Mapping[str, Iterable[str]]) -> tuple[tuple[str, ...], ...]:
+    """Per position k of ``stream``'s pipeline in ``order``, the streams that may join
+    there (``rules.admissible`` after the prefix ``stream, order[:k]``)."""
+    return tuple(tuple(rules.admissible(adjacency, {stream, *order[:k]}, order[k:]))
+                 for k in range(len(order)))
+
+
 def greedy_violation(stats: PipelineStats, adjacency: Mapping[str, Iterable[str]],
-                     alpha: float = ALPHA_DEFAULT) -> tuple[int, str] | None:
+                     alpha: float = ALPHA_DEFAULT,
+                     admissible: Sequence[Sequence[str]] | None = None
+                     ) -> tuple[int, str] | None:
     """The first position k whose greedy invariant is violated by more than ``alpha``, and
     the admissible stream with the smallest conditional fan-out there; None if it holds
-    at every position with ready statistics. Ties keep the current order."""
-    prefix = {stats.stream}
+    at every position with ready statistics. Ties keep the current order. ``admissible``:
+    ``admissible_table`` of the pipeline's current order, when the caller keeps it (the
+    check runs on every profiled tuple)."""
     order = stats.order
+    if admissible is None:
+        admissible = admissible_table(stats.stream, order, adjacency)
     for k, current in enumerate(order):
         if not stats.ready(k):
             return None  # a later position never has more observations than this one
@@ -84,13 +97,13 @@ def greedy_violation(stats: PipelineStats, adjacency: Mapping[str, Iterable[str]
         f_cur = windows[current].get()
         if f_cur:  # None (no data) or 0 (nothing is smaller) cannot be violated
             best, f_best = None, None
-            for s in rules.admissible(adjacency, prefix, order[k:]):
-                f = windows[s].get()
-                if s != current and f is not None and (f_best is None or f < f_best):
-                    best, f_best = s, f
+            for s in admissible[k]:
+                if s != current:
+                    f = windows[s].get()
+                    if f is not None and (f_best is None or f < f_best):
+                        best, f_best = s, f
             if best is not None and alpha * f_best < f_cur:
                 return k, best
-        prefix.add(current)
     return None
 
 
@@ -139,6 +152,8 @@ class AGreedy(PolicyBase):
         self.reorderings = 0
         self.history: list[dict] = []  # one entry per re-ordering
         self._adjacency: dict[str, tuple[str, ...]] | None = None
+        # admissible_table per (stream, order): a pipeline has few orders in a run
+        self._admissible: dict[tuple, tuple[tuple[str, ...], ...]] = {}
         self.cheap = cheap
         self.p_scale = 1.0
         # (profile CPU, CPU, profiled tuples) per tick since the last re-ordering or scaling
@@ -186,7 +201,11 @@ class AGreedy(PolicyBase):
         stats = self.profiler.pipelines[obs.stream]
         if self._adjacency is None:
             self._adjacency = rules.adjacency(cq.executor.query)
-        found = greedy_violation(stats, self._adjacency, self.alpha)
+        key = (stats.stream, stats.order)
+        table = self._admissible.get(key)
+        if table is None:
+            table = self._admissible[key] = admissible_table(*key, self._adjacency)
+        found = greedy_violation(stats, self._adjacency, self.alpha, table)
         if found is None:
             return
         k, s = found
