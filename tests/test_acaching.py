@@ -274,6 +274,9 @@ def test_bloom_observe_queues_keys_as_if_each_were_hashed_at_once(keys, step, W_
         if (j + 1) % W_d == 0:
             ref.append(len(window) / W_d)
             window = set()
+        if j % (step + 3) == 0:  # the policy's flush at a tick: nothing is read
+            bloom.flush()
+            assert not bloom._pending
         if j % step == 0 or j == len(keys) - 1:  # read every step keys, and at the end
             assert bloom.avg.n == len(ref)
             assert bloom.ready == (len(ref) >= 3)

@@ -221,6 +221,9 @@ class ACaching(PolicyBase):
             self._clock = (time.process_time(), arrivals, ts)
             return
         self.interval = self.base_interval
+        for st in self.states.values():  # the observers' queued keys (a short queue)
+            if st.bloom is not None:
+                st.bloom.flush()
         sample = self._sample(cq, now)
         if self.verify:
             self._follow_growth(ex)

@@ -136,11 +136,14 @@ class BloomMissRate:
     @property
     def avg(self) -> WindowAverage:
         """The window observations b / W_d (the queued keys hashed first)."""
-        if self._pending:
-            self._flush()
+        self.flush()
         return self._avg
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Hash the queued keys into their windows (the owner calls it now and then, so
+        that the queue stays short when no estimate is read for a while)."""
+        if not self._pending:
+            return
         bits, W_d, avg = self.bits, self.W_d, self._avg
         f, seen, n_set = self._filter, self._seen, self._set
         for h in [hash(k) % bits for k in self._pending]:
