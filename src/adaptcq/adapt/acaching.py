@@ -740,10 +740,6 @@ class ACaching(PolicyBase):
             self._shares.clear()
             self._shares.append(tick)  # the next window starts here, at the new scale
 
-    def _profiled(self) -> int:
-        return (sum(s.observations for s in self.profiler.pipelines.values())
-                if self.profiler is not None else 0)
-
     # ----- candidates ----------------------------------------------------------------------
     def _new_candidates(self, ex, arrivals, ts) -> None:
         """(Re)compute candidates for the current orders; keep the state of unchanged ones

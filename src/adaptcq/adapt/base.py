@@ -37,6 +37,12 @@ class PolicyBase:
                              f"statistic, the query's profiler W = {profiler.W}")
         self.profiler = profiler
 
+    def _profiled(self) -> int:
+        """Profiled tuples the shared profiler has seen, over all pipelines (what cheap
+        profiling's share measurements count, ``verify.share_ready``)."""
+        return (sum(s.observations for s in self.profiler.pipelines.values())
+                if self.profiler is not None else 0)
+
     def on_profile(self, cq, obs, ts) -> None:
         pass
 

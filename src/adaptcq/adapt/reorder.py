@@ -190,10 +190,6 @@ class AGreedy(PolicyBase):
         self._shares.clear()
         self._shares.append(tick)  # the next window starts here, at the new scale
 
-    def _profiled(self) -> int:
-        return (sum(s.observations for s in self.profiler.pipelines.values())
-                if self.profiler is not None else 0)
-
     # ----- hooks -------------------------------------------------------------------------
     def on_profile(self, cq, obs, ts) -> None:
         if self.wait_for is not None and not getattr(self.wait_for, "done", True):
