@@ -297,8 +297,7 @@ def test_generated_code_is_compiled_once_per_source_and_the_cache_is_bounded(mon
     import builtins
 
     from adaptcq.engine import codegen
-    monkeypatch.setattr(codegen, "_CODE", type(codegen._CODE)())
-    monkeypatch.setattr(codegen, "CODE_CACHE", 3)
+    codegen._code.cache_clear()
     compiles = []
     real = builtins.compile
     monkeypatch.setattr(builtins, "compile", lambda *a, **k: compiles.append(a[1]) or real(*a, **k))
@@ -308,8 +307,9 @@ def test_generated_code_is_compiled_once_per_source_and_the_cache_is_bounded(mon
     assert fa == fb and len(compiles) == 1
     assert a["f"] is not b["f"] and (a["f"](), b["f"]()) == (1, 2)
     assert a["f"].__code__ is b["f"].__code__ and a["f"].__code__.co_filename == fa
-    for j in range(4):  # four other sources push the first one out
+    n = codegen.CODE_CACHE
+    for j in range(n):  # as many other sources push the first one out
         codegen.exec_source("<gen b>", f"def f():\n    return {j}\n", {})
-    assert len(codegen._CODE) == 3 and len(compiles) == 5
+    assert codegen._code.cache_info().currsize == n and len(compiles) == n + 1
     c, _ = codegen.exec_source("<gen a>", src, {"k": 3})
-    assert len(compiles) == 6 and c["f"]() == 3
+    assert len(compiles) == n + 2 and c["f"]() == 3

@@ -18,10 +18,10 @@ emit)``, run after the row left the SteM.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import linecache
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -310,26 +310,17 @@ def exec_source(label: str, source: str, namespace: dict) -> tuple[dict, str]:
 
 _LIVE: dict[str, int] = {}  # linecache filename -> functions alive compiled from it
 
-#: Code objects of recently generated sources, least recently used first.
-_CODE: OrderedDict[tuple[str, str], object] = OrderedDict()
-CODE_CACHE = 256
+CODE_CACHE = 256  # code objects of the most recently generated sources kept
 
 
+@functools.lru_cache(maxsize=CODE_CACHE)
 def _code(source: str, filename: str):
     """``compile(source, filename, "exec")``, kept for the next time the same source comes
     back: a re-plan recompiles every pipeline though most are unchanged, and A-Caching's
     observers and trials and A-Greedy's re-orderings toggle plans back and forth (on
     bench.adaptive_ordering's first 16,000 arrivals, 208 compilations, ~115 µs each, a
     fifth of the CPU). Each exec still makes new functions in a new namespace."""
-    key = (filename, source)
-    code = _CODE.get(key)
-    if code is None:
-        code = _CODE[key] = compile(source, filename, "exec")
-        if len(_CODE) > CODE_CACHE:
-            _CODE.popitem(last=False)
-    else:
-        _CODE.move_to_end(key)
-    return code
+    return compile(source, filename, "exec")
 
 
 def _release(filename: str) -> None:
