@@ -5,6 +5,7 @@ from the paper; errors."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections import Counter
 
@@ -176,6 +177,65 @@ def test_runtime_plus_cleanup_output_equals_the_oracle(data, seed, tmp_path_fact
           f"hand-over through disk: {bool(ex.counters.handover_flushes)}")
     # A late result's _ts is its newest component's time: never later than the input.
     assert all(r[-2] <= ts[-1] for r in out)
+
+
+@common
+@given(data=st.data(), seed=st.integers(0, 10**6), superset=st.booleans())
+def test_a_tree_rebuilt_by_replaying_its_spills_stays_exact(data, seed, superset,
+                                                            tmp_path_factory):
+    """A tree rebuilt mid-run from the rows that can still matter and its journal of spill
+    events (``spill_tree.replay``, what a Spark group without a live copy does), over the
+    same spill folder re-opened, then run on with more spills and clean-ups: run-time
+    output before and after the rebuild plus the clean-ups' equals the oracle's. Also when
+    every row so far is replayed (more than needed), and when rebuilt twice."""
+    q = data.draw(queries())
+    streams, ts, rows = data.draw(arrivals(len(q.aliases)))
+    tup = as_tuples(q, streams, rows)
+    rnd = random.Random(seed)
+    tmp = tmp_path_factory.mktemp("spill")
+    plan, parts = random_plan(q, rnd), rnd.choice([1, 2, 3, 5])
+    w = {i: (math.inf if s.window.kind == "unbounded" else s.window.size)
+         for i, s in enumerate(q.streams)}
+
+    def fresh():
+        return ContinuousQuery(q, "tree", "append", tree=plan, partitions=parts,
+                               store=SpillStore(tmp, q.columns), late_column=True,
+                               sample=1.0)
+
+    cq = fresh()
+    pos = {}  # row id -> input index, in the tree now running
+    cuts = sorted(rnd.sample(range(len(tup) + 1), min(2, len(tup) + 1)))
+    out, replayed = [], []
+    for k in range(len(tup) + 1):
+        if k in cuts and k > 0:  # rebuild: replay the rows that can still matter
+            ex = cq.executor
+            edge = spill_tree.horizon(ex, ts[k - 1])
+            keep = [j for j in range(k) if superset or ts[j] + w[streams[j]] >= edge]
+            events = [(pos[rid], t, groups) for rid, t, groups in ex.journal]
+            replayed.append(len(events))
+            cq2 = fresh()
+            cq2.next_rid = cq.next_rid  # fresh row ids: the spilled rows keep theirs
+            spill_tree.replay(cq2, [streams[j] for j in keep], [ts[j] for j in keep],
+                              [tup[j] for j in keep], keep, events)
+            pos.update({cq.next_rid + 1 + n: j for n, j in enumerate(keep)})
+            cq = cq2
+        if k == len(tup):
+            break
+        pos[cq.next_rid + 1] = k
+        out += cq.process([streams[k]], None, [ts[k]], [tup[k]])
+        ex = cq.executor
+        if rnd.random() < 0.3:
+            cands = ex.candidates()
+            if cands:
+                pick = rnd.sample(cands, rnd.randint(1, len(cands)))
+                ex.spill([(c[0], c[1]) for c in pick], ts[k])
+        if rnd.random() < 0.05:
+            ex.cleanup(ts[k])
+            out += cq.drain()
+    cq.executor.cleanup(final=True)
+    out += cq.drain()
+    assert Counter(r[:-1] for r in out) == oracle_total(q, streams, ts, tup)
+    event(f"spill events replayed: {min(max(replayed, default=0), 3)}+")
 
 
 @settings(max_examples=examples(40), deadline=None,

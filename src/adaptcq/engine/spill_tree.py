@@ -382,6 +382,11 @@ class SpillTree:
         self._pending_t = {op.id: INF for op in self.ops}
         self._pending_exp = {op.id: -INF for op in self.ops}
         self._disk_exp: dict[tuple[int, int], float] = {}
+        # The spill events since the last clean-up, (row id of the last insertion, event
+        # time, ((operator id, pid, latest window end), ...)): what a rebuild of this
+        # tree from its rows replays (``replay_spill``, ``replay``).
+        self.journal: list[tuple] = []
+        self._rid = -1
         self._project = self._compile_projection()
 
     # ----- construction ------------------------------------------------------------------
@@ -421,6 +426,7 @@ class SpillTree:
 
         def insert(rid: int, row: tuple, ts) -> None:
             self.now = ts
+            self._rid = rid
             rows[rid] = row
             if rid & 1023 == 0:
                 size.update(row)
@@ -611,26 +617,45 @@ class SpillTree:
              for op, pid, per_child, size, top in batch], ts)
         freed = 0.0
         c = self.counters
-        for op, pid, per_child, size, top in batch:
-            g = op.parts.pop(pid)
+        for op, pid, _, size, top in batch:
+            c.spilled_inputs += self._drop(op, pid, top, ts)
             freed += size
-            c.spilled_inputs += sum(len(e) for e in per_child)
-            for k, child in enumerate(op.children):
-                if isinstance(child, str):  # base rows leave the stream's row map too
-                    rows = self.stems[self.query.aliases.index(child)].rows
-                    for _, comp in per_child[k]:
-                        rows.pop(comp[0][0], None)
-            self._disk_exp[(op.id, pid)] = max(self._disk_exp.get((op.id, pid), -INF), top)
-            self._pending_t[op.id] = min(self._pending_t[op.id], ts)
-            self._pending_exp[op.id] = max(self._pending_exp[op.id], top)
-            del g
+        self.journal.append((self._rid, ts, tuple((op.id, pid, top)
+                                                  for op, pid, _, _, top in batch)))
         c.spills += 1
         c.groups_spilled += len(batch)
         c.spilled_bytes += int(freed)
         c.file_bytes += event.bytes
-        if c.first_pending is None:
-            c.first_pending = ts
         return freed
+
+    def _drop(self, op: Operator, pid: int, top, ts) -> int:
+        """Partition group (op, pid) went to disk at ``ts`` with inputs valid until at most
+        ``top``: drop it from memory (its base rows leave the stream's row map too) and
+        mark it pending for the clean-up. Returns the inputs dropped."""
+        g = op.parts.pop(pid, None)
+        n = 0
+        if g is not None:
+            for k, child in enumerate(op.children):
+                held = [*g.entries(k), *(e for j, e in g.retired if j == k)]
+                n += len(held)
+                if isinstance(child, str):
+                    rows = self.stems[self.query.aliases.index(child)].rows
+                    for _, comp in held:
+                        rows.pop(comp[0][0], None)
+        self._disk_exp[(op.id, pid)] = max(self._disk_exp.get((op.id, pid), -INF), top)
+        self._pending_t[op.id] = min(self._pending_t[op.id], ts)
+        self._pending_exp[op.id] = max(self._pending_exp[op.id], top)
+        if self.counters.first_pending is None:
+            self.counters.first_pending = ts
+        return n
+
+    def replay_spill(self, ts, groups: Sequence[tuple]) -> None:
+        """A spill event of the tree this one is rebuilt from, replayed: its groups
+        ((operator id, pid, latest window end), ...) are on disk already (the store holds
+        them), so they only leave memory (``replay``)."""
+        for oid, pid, top in groups:
+            self._drop(self.ops[oid - 1], pid, top, ts)
+        self.journal.append((self._rid, ts, tuple(groups)))
 
     def pending(self) -> bool:
         return self.counters.first_pending is not None
@@ -705,6 +730,7 @@ class SpillTree:
         c.first_pending = None
         c.retired = 0
         self._disk_exp.clear()
+        self.journal.clear()  # a rebuild replays from here without spills (``replay``)
         for op in self.ops:
             self._pending_t[op.id], self._pending_exp[op.id] = INF, -INF
             for g in op.parts.values():
@@ -1154,6 +1180,59 @@ def _combine(op: Operator, subset: tuple[int, ...], delta: list[dict], base: lis
         for exp, t, comps in partial:
             out.append((exp, t, join(comps)))
     return out
+
+
+def _discard(_row) -> None:
+    pass
+
+
+def replay(cq, streams: Sequence[int], timestamps: Sequence, rows: Sequence[tuple],
+           positions: Sequence, events: Iterable[tuple]) -> None:
+    """Rebuild a tree: process into ``cq`` (a fresh ContinuousQuery running a
+    :class:`SpillTree` over the same spill folder) rows of the tree it replaces, in that
+    tree's order, with that tree's spill events (its ``journal``: (position, event time,
+    groups)) replayed where they happened, and no output (every result was produced
+    before). ``positions`` place the rows among the events (the replaced tree's row ids,
+    or any increasing key in the same order as the journal's).
+
+    The rows must include every row that can still matter: those whose window has not
+    ended, and, while a spill is pending, those whose window ended after the oldest
+    pending spill's time (an input expiring then may be *retired* for the clean-up:
+    ``SpillTree._needed``) — ``horizon`` gives the bound. Rows before the last clean-up
+    need no events: a clean-up leaves every partition group merged, as if nothing had
+    been spilled. More rows than needed are harmless: they expire again. The generations
+    in memory then hold exactly the inputs they held (each group's spills cut it where
+    they cut it before), so the clean-up's Eq. 3 stays exact. The spill policy's
+    statistics restart from what the replay saw, and its memory checks restart counting:
+    later choices may differ, results do not."""
+    ex = cq.executor
+    controller, every, emit = ex.controller, ex._check_every, ex._emit
+    ex.controller, ex._emit = None, _discard
+    pending = deque(sorted(events, key=lambda e: e[0]))
+    try:
+        start = 0
+        for k in range(len(rows) + 1):
+            at = positions[k] if k < len(rows) else INF
+            if pending and pending[0][0] < at:
+                if k > start:
+                    cq.process(streams[start:k], None, timestamps[start:k], rows[start:k])
+                    start = k
+                while pending and pending[0][0] < at:
+                    _, ts, groups = pending.popleft()
+                    ex.replay_spill(ts, groups)
+        if start < len(rows):
+            cq.process(streams[start:], None, timestamps[start:], rows[start:])
+        cq.drain()
+    finally:
+        ex.controller, ex._emit = controller, emit
+        ex._until_check = every
+
+
+def horizon(ex: SpillTree, now) -> float:
+    """The earliest window end a row may have and still matter to a rebuild
+    (``replay``): ``now``, or the time of the oldest spill not cleaned up when earlier."""
+    first = ex.counters.first_pending
+    return now if first is None else min(now, first)
 
 
 def check_query(query: LogicalQuery, mode: str) -> None:
