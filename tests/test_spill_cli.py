@@ -98,8 +98,10 @@ def test_the_tree_executor_with_an_m_way_plan_and_never_while_running(files):
      "not by --executor acaching"),
     (["--spill", "global-output", "--memory", "lots"], "--memory 'lots'"),
     (["--spill", "global-output", "--memory", "1MB", "--mode", "retract"], "append mode only"),
-    (["--spill", "global-output", "--memory", "1MB", "--engine", "spark"],
-     "local engine only"),
+    (["--spill", "global-output", "--memory", "1MB", "--engine", "spark", "--spill-dir",
+      "s"], "inside the checkpoint"),
+    (["--spill", "global-output", "--memory", "1MB", "--engine", "spark", "--cleanup",
+      "off"], "--cleanup off is for the local engine"),
     (["--executor", "xjoin", "--tree", "((A, B, C), D)"], "exactly two inputs"),
     (["--executor", "tree", "--tree", "((A, D), B, C)"], "no join column shared"),
 ])

@@ -299,10 +299,6 @@ def _run_options(args) -> dict:
         options["shed"] = shed
     spill = spill_options(args)
     if spill is not None:
-        if args.engine == "spark":
-            raise AdaptcqError("--spill runs on the local engine only for now: spilling "
-                               "inside Spark partition groups is not built yet "
-                               "(docs/spill.md, \"On Spark\")")
         options["spill"] = spill
     if args.tree:
         tree_executor = args.executor == "tree" or (args.executor == "auto" and spill)

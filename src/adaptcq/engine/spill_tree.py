@@ -1212,12 +1212,12 @@ def replay(cq, streams: Sequence[int], timestamps: Sequence, rows: Sequence[tupl
     try:
         start = 0
         for k in range(len(rows) + 1):
-            at = positions[k] if k < len(rows) else INF
-            if pending and pending[0][0] < at:
+            last = k == len(rows)
+            if pending and (last or pending[0][0] < positions[k]):
                 if k > start:
                     cq.process(streams[start:k], None, timestamps[start:k], rows[start:k])
                     start = k
-                while pending and pending[0][0] < at:
+                while pending and (last or pending[0][0] < positions[k]):
                     _, ts, groups = pending.popleft()
                     ex.replay_spill(ts, groups)
         if start < len(rows):

@@ -228,7 +228,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
                      end_of_input: str | os.PathLike | None = None,
                      side_outputs: bool = False, timestamp_unit: str | None = None,
                      adaptivity: Mapping | None = None, rates: Mapping | None = None,
-                     shares: Mapping | None = None, **options):
+                     shares: Mapping | None = None, spill: Mapping | None = None, **options):
     """Run ``sql`` over streaming DataFrames; return the streaming DataFrame of its results.
 
     ``streams`` maps each source named in FROM to a streaming DataFrame (files, Kafka, rate,
@@ -252,6 +252,10 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     (``signal_end``): after one, every buffered row is processed as at the end of the local
     runtime's input. ``side_outputs=True`` returns the raw operator output (results, rejected
     rows, group statistics, ``_ts`` in int64 nanoseconds; see ``write_batch``).
+
+    ``spill`` runs the operator tree in every group under a memory budget (the options of
+    the local runtime's ``spill``, ``directory`` required: docs/spill.md, "On Spark"); the
+    results then have a ``_late`` column.
 
     ``adaptivity`` runs adaptive policies inside every partition group, each on its own
     data: the keyword arguments of ``adapt.make_policies`` (``optimizer``: an ordering
@@ -297,6 +301,12 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     late_ns = lateness_ns(allowed_lateness)
     signed = _signed_streams(query, streams, sign)
     executor, spec = _adaptivity(executor, adaptivity)
+    if spill is not None:
+        if executor == "auto":
+            executor = "tree"  # (the local runtime's rule: runtime.local.choose_executor)
+        elif executor != "tree":
+            raise OptionError(f"spilling (--spill) is done by the operator tree "
+                              f"(--executor tree), not by --executor {executor}")
     executor, options = _vector_choice(executor, query, spec, options)
     if options.get("shed") is not None and executor != "shed":
         raise OptionError(f"the load-shedding options are for the load-shedding join "
@@ -336,6 +346,9 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
                       stacklevel=2)
     P = plan.groups
     keys = _group_keys(spark, P)
+    if spill is not None:
+        from adaptcq.runtime.spill import spark_spill_spec
+        spill = spark_spill_spec(spill, P)
     if options.get("shed") is not None:
         from adaptcq.runtime.shed import spark_shed_spec
         options["shed"] = spark_shed_spec(options["shed"], P,
@@ -371,9 +384,10 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     # before Spark starts work: what every group will build.
     _check_engine(query, executor, mode, bool(signed), spec, options, inputs)
     out_types = _output_types(spark, query, col_types)
+    late = [T.StructField("_late", T.BooleanType())] if spill is not None else []
     result_struct = T.StructType(
         [T.StructField(n, t) for n, t in zip(names, out_types, strict=True)]
-        + [T.StructField("_sign", T.ByteType()), T.StructField("_ts", T.LongType())])
+        + [T.StructField("_sign", T.ByteType()), T.StructField("_ts", T.LongType())] + late)
     out_schema = T.StructType([T.StructField("_aq_kind", T.ByteType()),
                                T.StructField("_aq_data", T.BinaryType()),
                                T.StructField("_aq_info", T.StringType())])
@@ -387,19 +401,21 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         reported=[_first_alias_of_source(query, i) for i in range(len(query.streams))],
         sources=[s.source for s in query.streams], names=names, timestamp=timestamp,
         unit=timestamp_unit, ts_kinds=ts_kinds, sign=sign, plan=plan,
-        aliases=list(query.aliases), results=_arrow_schema(result_struct), inputs=inputs)
+        aliases=list(query.aliases), results=_arrow_schema(result_struct), inputs=inputs,
+        spill=spill)
     packets = union.mapInArrow(ColumnarSplit(cfg), "_g int, _s int, _p binary")
     raw = packets.groupBy("_g").transformWithStateInPandas(
         statefulProcessor=GroupProcessor(cfg), outputStructType=out_schema,
         outputMode="Append", timeMode="None")
     info = {"query": query, "plan": plan, "config": cfg, "names": names,
-            "ts_type": ts_type, "unit": timestamp_unit, "adaptivity": spec}
+            "ts_type": ts_type, "unit": timestamp_unit, "adaptivity": spec, "spill": spill}
     raw._adaptcq = info
     if side_outputs:
         return raw
     res = (raw.where(F.col("_aq_kind") == KIND_RESULT).select("_aq_data")
            .mapInArrow(_unpack, result_struct)
-           .select(*names, "_sign", _ts_out(ts_type, timestamp_unit).alias("_ts")))
+           .select(*names, "_sign", _ts_out(ts_type, timestamp_unit).alias("_ts"),
+                   *(["_late"] if spill is not None else [])))
     res._adaptcq = info
     return res
 
@@ -740,6 +756,16 @@ def _frames(cfg: _Config, gkey: int, eng, out: list, rejected: list, cpu: float,
             "plan": eng.cq.executor.describe()}
     if cfg.executor == "shed":
         info["shedding"] = eng.cq.executor.report()
+    if cfg.spill is not None:
+        ex = eng.cq.executor
+        c = ex.counters
+        info["spill"] = {
+            "spills": c.spills, "partition_groups_spilled": c.groups_spilled,
+            "spilled_bytes_model": c.spilled_bytes, "spill_file_bytes": c.file_bytes,
+            "cleanups": c.cleanups, "cleanup_cpu_seconds": round(c.cleanup_seconds, 4),
+            "late_results": c.late_results, "memory_model_now": int(ex.memory_usage()),
+            "strategy": cfg.spill["strategy"], "memory": cfg.spill["memory"],
+            "budget": cfg.spill["budget"], "first_pending_ns": c.first_pending}
     if cfg.adaptivity is not None:
         info["policies"] = eng.report()
         info["policy_restores"] = eng.restores
@@ -832,6 +858,22 @@ class SparkRun:
     @property
     def updates(self) -> int:
         return sum(g["updates"] for g in self.groups.values())
+
+    @property
+    def spill(self) -> dict | None:
+        """The spilling figures over all groups (None without spilling): counts, bytes,
+        clean-up time and late results summed; ``complete_until`` the oldest pending
+        spill's time in any group (int64 ns; None once every group has cleaned up)."""
+        reports = [g["spill"] for g in self.groups.values() if g.get("spill")]
+        if not reports:
+            return None
+        out = {k: sum(r[k] for r in reports) for k in (
+            "spills", "partition_groups_spilled", "spilled_bytes_model", "spill_file_bytes",
+            "cleanups", "cleanup_cpu_seconds", "late_results", "memory_model_now")}
+        pending = [r["first_pending_ns"] for r in reports if r["first_pending_ns"] is not None]
+        out["complete_until"] = min(pending) if pending else None
+        out.update({k: reports[0][k] for k in ("strategy", "memory", "budget")})
+        return out
 
     @property
     def shedding(self) -> dict | None:
@@ -1160,9 +1202,10 @@ class FileJob:
         if self.fresh:
             # A run that completed no micro-batch may have left Spark offsets, uncommitted
             # state and end markers: none of it counts.
-            with contextlib.suppress(OSError):
-                import shutil
-                shutil.rmtree(ck / "query")
+            import shutil
+            for state in ("query", "spill"):
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(ck / state)
             for f in (ck / "end_of_input").glob("end-*.txt"):
                 f.unlink()
             _write_text(ck / FINGERPRINT, json.dumps(self.fingerprint, indent=1) + "\n")
@@ -1203,6 +1246,8 @@ class FileJob:
         ctl = self.checkpoint / "end_of_input"
         ctl.mkdir(parents=True, exist_ok=True)  # Spark's file source needs the folder
         options = dict(self.options)
+        if options.get("spill") is not None:  # spilled generations: kept with the checkpoint
+            options["spill"] = {**options["spill"], "directory": str(self.checkpoint / "spill")}
         shed = options.get("shed")
         if trigger is not None and shed and shed.get("capacity") == "wall":
             # the trigger interval is the groups' CPU budget per micro-batch
@@ -1259,19 +1304,24 @@ class FileJob:
                 raise failure
             raise spark_error(failure) from None
         run.wall_seconds = time.perf_counter() - t0
+        if info["spill"] is not None:  # every micro-batch committed: the merged files go
+            from adaptcq.state.spill_store import SpillStore
+            for folder in (self.checkpoint / "spill").glob("group-*"):
+                SpillStore.sweep(folder)
         if output and not any(Path(output).glob("*.parquet")):
-            schema = getattr(run, "_schema", None) or _result_schema(spark, raw, names,
-                                                                    info["ts_type"])
+            schema = getattr(run, "_schema", None) or _result_schema(
+                spark, raw, names, info["ts_type"], info["spill"] is not None)
             _write_parquet(schema.empty_table(), Path(output), "part-empty.parquet")
         return run
 
 
-def _result_schema(spark, raw, names, ts_type):
+def _result_schema(spark, raw, names, ts_type, late: bool = False):
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_type
     tz = spark.conf.get("spark.sql.session.timeZone")
     return pa.schema([pa.field(n, to_arrow_type(raw.schema[n].dataType, timezone=tz))
-                      for n in names] + [pa.field("_sign", pa.int8()), pa.field("_ts", ts_type)])
+                      for n in names] + [pa.field("_sign", pa.int8()), pa.field("_ts", ts_type)]
+                     + ([pa.field("_late", pa.bool_())] if late else []))
 
 
 def _check_places(inputs: dict, output: str | None, rejected: str | None,

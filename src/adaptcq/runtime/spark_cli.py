@@ -28,6 +28,8 @@ _REFUSED = {
     "max_results": ("the Spark runtime writes results a micro-batch at a time from P "
                     "partition groups, so it has no first N results to stop at; use --engine "
                     "local"),
+    "spill_dir": ("on Spark every partition group spills into its own folder inside the "
+                  "checkpoint (--checkpoint), versioned with it; give --checkpoint instead"),
 }
 # Options the Spark path uses (or, --no-progress, that have nothing to turn off there).
 _HANDLED = {"command", "help", "sql", "input", "timestamp", "timestamp_unit", "executor",
@@ -35,7 +37,9 @@ _HANDLED = {"command", "help", "sql", "input", "timestamp", "timestamp_unit", "e
             "allowed_lateness", "no_progress", "engine", "master", "partitions", "checkpoint",
             "format", "summary_json", "optimizer", "reorder", "caches", "cache_memory",
             "reopt_interval", "no_cache_verify", "shed", "capacity", "basic_window", "index", "buffer",
-            "no_join_direction", "utility", "trigger", "max_files_per_trigger"}
+            "no_join_direction", "utility", "trigger", "max_files_per_trigger", "spill",
+            "memory", "spill_partitions", "spill_fraction", "spill_check", "spill_sample",
+            "cleanup"}
 
 
 def refuse_unsupported(args) -> None:
@@ -78,7 +82,8 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
             raise AdaptcqError(f"--{flag.replace('_', '-')} is not for --engine spark: a "
                                "partition group's batch is what its micro-batch releases "
                                "(docs/vector.md, On Spark)")
-    unknown = sorted(set(options) - {"orders", "tree", "nested_loop", "ordering", "shed"})
+    unknown = sorted(set(options) - {"orders", "tree", "nested_loop", "ordering", "shed",
+                                     "spill"})
     if unknown:  # the CLI builds no others for Spark: a programming error if it does
         raise AdaptcqError(f"engine option {unknown[0]} is not supported with --engine spark")
     shed = options.get("shed")
@@ -89,6 +94,10 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
         if args.executor not in ("auto", "shed"):
             raise AdaptcqError(f"the load-shedding options are for the load-shedding join "
                                f"(--executor shed), not {args.executor}")
+    spill = options.get("spill")
+    if spill is not None:  # refused here, before Spark starts (the run checks them again)
+        from adaptcq.runtime.spill import spark_spill_spec
+        spark_spill_spec({**spill, "directory": "(checkpoint)/spill"}, 1)
     # --optimizer with the vectorized executor is its per-batch ordering (no policy)
     adaptivity = None if "ordering" in options else adaptivity_spec(args)
     executor = "mjoin" if args.executor == "acaching" else args.executor
@@ -183,6 +192,19 @@ def summary_table(run: SparkRun, args, master: str):
     t.add_row("peak state, summed over groups (tuples)", f"{run.peak_state_tuples:,}")
     t.add_row("peak state, summed over groups (bytes)", f"{run.peak_state_bytes:,}")
     t.add_row("rejected rows", f"{run.rejected:,}")
+    spill = run.spill
+    if spill is not None:
+        t.add_row("spill strategy / budget (each group's share)",
+                  f"{spill['strategy']} / {spill['memory']:,} B ({spill['budget']:,} B)")
+        t.add_row("spills (events / partition groups)",
+                  f"{spill['spills']:,} / {spill['partition_groups_spilled']:,}")
+        t.add_row("spilled (model bytes / bytes on disk)",
+                  f"{spill['spilled_bytes_model']:,} / {spill['spill_file_bytes']:,}")
+        t.add_row("clean-ups (CPU seconds)",
+                  f"{spill['cleanups']:,} ({spill['cleanup_cpu_seconds']:.2f})")
+        t.add_row("late results (produced by clean-ups)", f"{spill['late_results']:,}")
+        if spill["complete_until"] is not None:
+            t.add_row("output complete until (event time, ns)", f"{spill['complete_until']:,}")
     if run.adaptivity is not None:
         t.add_row("adaptive policies (in every group)", describe_adaptivity(run.adaptivity))
     shed = run.shedding
@@ -284,7 +306,7 @@ def summary(run: SparkRun) -> dict:
                                   strict=True)),
         "checkpoint": run.checkpoint,
         "restarted": run.restarted, "output": run.output, "adaptivity": run.adaptivity,
-        "shedding": run.shedding,
+        "shedding": run.shedding, "spill": run.spill,
         "groups": [run.groups[k] for k in sorted(run.groups)]}
 
 

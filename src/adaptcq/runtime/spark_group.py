@@ -240,12 +240,20 @@ class PartitionGroup:
     history: list = field(default_factory=list)  # the last (version, token)s it wrote
     shed_now: float = -math.inf  # the load-shedding join: its newest arrival's time
     shed_expired: float = -math.inf  # and its expiry frontier (ShedJoin.frontier)
+    # Spilling (cfg.spill): the tree's spill events since its last clean-up, each placed
+    # by the order key of the row at which it happened ((t, stream, micro-batch, file,
+    # row), event time, groups): what a rebuild replays; and the spill files the last
+    # micro-batch's clean-ups merged, removed once that micro-batch is committed.
+    journal: list = field(default_factory=list)
+    trash: list = field(default_factory=list)
 
     # ----- creation ----------------------------------------------------------------------
     @classmethod
-    def new(cls, cfg: _Config) -> PartitionGroup:
+    def new(cls, cfg: _Config, gkey: int = 0) -> PartitionGroup:
         from adaptcq.engine.continuous import ContinuousQuery
-        if cfg.executor == "vector":
+        if cfg.spill is not None:
+            cq = _spill_engine(cfg, gkey, [])
+        elif cfg.executor == "vector":
             cq = vector_engine(_logical(cfg), cfg.mode, cfg.inputs, cfg.signed, cfg.options)
         else:
             cq = ContinuousQuery(_logical(cfg), cfg.executor, cfg.mode, time_unit=TIME_UNIT,
@@ -257,8 +265,10 @@ class PartitionGroup:
         return g
 
     @classmethod
-    def rebuild(cls, cfg: _Config, store: MemoryStore) -> PartitionGroup:
-        """The group as its stored changes leave it (module docstring)."""
+    def rebuild(cls, cfg: _Config, store: MemoryStore, gkey: int = 0) -> PartitionGroup:
+        """The group as its stored changes leave it (module docstring). A spilling
+        group's tree is rebuilt by replaying its rows with its spill events in place, over
+        its spill folder as the checkpoint recorded it (``_replay_spilling``)."""
         import pyarrow.compute as pc
 
         from adaptcq.engine.continuous import ContinuousQuery
@@ -285,6 +295,8 @@ class PartitionGroup:
             cq.load(batch, info["expired"])
             rows = batch.streams
             _take_scalars(cq, info)
+        elif cfg.spill is not None:
+            cq, rows = _replay_spilling(cfg, gkey, go, info, pc)
         else:
             streams, signs, tss, rows, _ = _ordered(cfg, go, pc)
             cq = ContinuousQuery.rebuild(
@@ -300,6 +312,8 @@ class PartitionGroup:
         g.rebuilt_rows = len(rows)
         g.history = list(info["history"])
         g.shed_now, g.shed_expired = info.get("shed", (-math.inf, -math.inf))
+        if cfg.spill is not None:
+            g.journal, g.trash = list(info["spill"]["journal"]), list(info["spill"]["trash"])
         g._carry(cfg, info.get("adapt"), store.get_adapt())
         return g
 
@@ -395,7 +409,11 @@ class PartitionGroup:
         if cfg.executor == "vector":
             return self._step_vector(cfg, go, advance, store, rejected, rows_in, received, pc,
                                      new)
-        streams, signs, tss, rows, secondary = _ordered(cfg, go, pc)
+        spilling = cfg.spill is not None
+        streams, signs, tss, rows, secondary, *keys = _ordered(cfg, go, pc, spilling)
+        if spilling:
+            ex = cq.executor
+            base, n0, c0 = cq.next_rid, len(ex.journal), ex.counters.cleanups
         out = []
         n_rej = len(cq.rejected_rows)
         if rows:
@@ -405,6 +423,14 @@ class PartitionGroup:
             cq.advance_to(advance)
             self.expired = max(self.expired, advance)
             out.extend(cq.drain())
+        if spilling:
+            self._note_spills(ex, base, keys[0], n0, c0)
+            if self.closed and ex.pending():  # the end of input: what the spills held back
+                ex.cleanup(final=True)
+                out.extend(cq.drain())
+                self.journal = []
+            self.trash += ex.store.trash
+            ex.store.trash = []
         if cfg.executor == "shed":
             self._shed_step(cq, tss[-1] if rows else None, out, t0)
         for i, ts, row, why in cq.rejected_rows[n_rej:]:
@@ -457,6 +483,28 @@ class PartitionGroup:
         out = pa.concat_tables(outs) if len(outs) > 1 else outs[0]
         return out, rejected, rows_in, received
 
+    def _note_spills(self, ex, base: int, keys: list, n0: int, c0: int) -> None:
+        """This micro-batch's spill events into the journal, each placed by the order key
+        of the row at which it happened (row ids ``base + 1 ...`` are this batch's rows, in
+        ``keys``' order); a clean-up in the batch restarts the journal."""
+        if ex.counters.cleanups > c0:
+            self.journal, fresh = [], ex.journal
+        else:
+            fresh = ex.journal[n0:]
+        for rid, ts, groups in fresh:
+            at = rid - base - 1
+            if not 0 <= at < len(keys):
+                raise AdaptcqError(f"internal: spill event at row {rid} outside this "
+                                   f"micro-batch's rows {base + 1}..{base + len(keys)}")
+            self.journal.append((keys[at], ts, groups))
+
+    def purge_trash(self) -> None:
+        """Remove the spill files the committed micro-batch's clean-ups merged (no
+        checkpoint names them any more)."""
+        if self.trash:
+            self.cq.executor.store.purge(self.trash)
+            self.trash = []
+
     def _reject_late(self, cfg, i: int, t, report: np.ndarray, rejected: list) -> None:
         """Late rows (below the stream's frontier of earlier micro-batches minus the allowed
         lateness; after end of input the frontier is closed at its maximum), reported once
@@ -503,12 +551,19 @@ class PartitionGroup:
         win = _logical(cfg).streams[i].window
         if win.kind != "range" or cfg.executor == "shed":
             return np.zeros(len(ts), bool)
-        return is_released(ts, i, self.bound) & self._left_window(win, ts)
+        return is_released(ts, i, self.bound) & self._left_window(cfg, win, ts)
 
-    def _left_window(self, win, ts):
+    def _left_window(self, cfg: _Config, win, ts):
         """Rows at times ``ts`` that left their ``[RANGE w]`` window for good: ``t + w``
-        below the expiry frontier (every arrival from here on is later than ``t + w``)."""
-        return ts + round(win.size / TIME_UNIT) < self.expired
+        below the expiry frontier (every arrival from here on is later than ``t + w``).
+        While a spill is pending, below the oldest pending spill's time when earlier: a row
+        whose window ended after it may be retired for the clean-up, and a rebuild must
+        replay it (``spill_tree.horizon``)."""
+        edge = self.expired
+        if cfg.spill is not None:
+            from adaptcq.engine.spill_tree import horizon
+            edge = horizon(self.cq.executor, edge)
+        return ts + round(win.size / TIME_UNIT) < edge
 
     def _forget(self, cfg: _Config, store: MemoryStore) -> None:
         """Remove the entries none of whose rows can matter again (module docstring)."""
@@ -519,7 +574,7 @@ class PartitionGroup:
                 continue  # some rows still pending
             win = q.streams[i].window
             if win.kind == "range":
-                dead = self._left_window(win, top)
+                dead = self._left_window(cfg, win, top)
             elif win.kind == "rows":
                 if not done:  # released in full now: n later rows push it out
                     self.entries[key] = (top, n, self.released[i], rows)
@@ -544,7 +599,19 @@ class PartitionGroup:
             "next_rid": cq.next_rid, "history": self.history,
             "stats": dataclasses.asdict(cq.stats), "plan": cq.executor.plan_state(),
             "shed": (self.shed_now, self.shed_expired),
+            "spill": self._spill_info(cfg),
             "adapt": self._adapt_info()}, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _spill_info(self, cfg: _Config) -> dict | None:
+        """A spilling group's part of ``meta``: its spill folder's events (the files this
+        version names), the journal, the tree's counters and the files to remove once this
+        version is committed."""
+        if cfg.spill is None:
+            return None
+        import dataclasses
+        ex = self.cq.executor
+        return {"events": [dict(ev) for ev in ex.store.events], "journal": self.journal,
+                "counters": dataclasses.asdict(ex.counters), "trash": self.trash}
 
     # ----- adaptivity --------------------------------------------------------------------
     def attach(self, cfg: _Config, saved: tuple | None = None) -> None:
@@ -642,6 +709,59 @@ def _engine_options(cfg: _Config, store: MemoryStore | None = None) -> dict:
     return options
 
 
+def _spill_engine(cfg: _Config, gkey: int, events: list):
+    """Group ``gkey``'s operator tree spilling under its share of the budget
+    (``runtime.spill.spark_spill_spec``) into its folder ``<directory>/group-NNNNN``, the
+    folder holding exactly ``events`` (a checkpoint's; [] for a new group): files of work
+    never committed are removed (``SpillStore.restore``). Clean-ups defer removing the
+    files they merged (``PartitionGroup.trash``)."""
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from adaptcq.adapt.spilling import SpillPolicy
+    from adaptcq.engine.continuous import ContinuousQuery
+    from adaptcq.state.spill_store import MANIFEST, SpillStore
+    sp = cfg.spill
+    q = _logical(cfg)
+    folder = Path(sp["directory"]) / f"group-{gkey:05d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MANIFEST).unlink(missing_ok=True)  # the checkpoint's events are the truth
+    store = SpillStore(folder, q.columns, cfg.inputs, time_type=pa.int64(), deferred=True)
+    store.restore(events)
+    policy = SpillPolicy(sp["strategy"], sp["budget"], fraction=sp["fraction"],
+                         every=sp["every"], seed=sp["seed"] + gkey,
+                         cleanup_when_free=sp["when_free"])
+    return ContinuousQuery(q, "tree", cfg.mode, time_unit=TIME_UNIT,
+                           explicit_deletions=cfg.signed, partitions=sp["partitions"],
+                           store=store, spill=policy, late_column=True,
+                           sample=sp["sample"], seed=sp["seed"] + gkey,
+                           **_engine_options(cfg))
+
+
+def _replay_spilling(cfg: _Config, gkey: int, go: list, info: dict, pc):
+    """A spilling group's engine rebuilt from its stored rows (``go``, released): the tree
+    over its spill folder as ``info`` recorded it, the rows processed again without output
+    and the journal's spill events replayed where they happened (``spill_tree.replay``),
+    then the expiries of the last micro-batch, the counters and the clock. Returns (engine,
+    rows replayed)."""
+    from adaptcq.engine.continuous import Counters
+    from adaptcq.engine.spill_tree import SpillCounters, replay
+    sp = info["spill"]
+    cq = _spill_engine(cfg, gkey, sp["events"])
+    streams, _, tss, rows, _, keys = _ordered(cfg, go, pc, True)
+    cq.next_rid = info["next_rid"]  # fresh row ids: the spilled rows keep theirs
+    replay(cq, streams, tss, rows, keys, sp["journal"])
+    if info["expired"] > -math.inf:
+        cq.advance_to(info["expired"])
+        cq.drain()
+    cq.now = info["now"]
+    cq.stats = Counters(**info["stats"])
+    cq._next_sample = cq.stats.updates + cq.sample_every
+    cq.executor.counters = SpillCounters(**sp["counters"])
+    return cq, rows
+
+
 def _concat(tables: list):
     """One table of a stream's Arrow tables (None for none)."""
     import pyarrow as pa
@@ -677,12 +797,13 @@ def _released(tables: list, bound: tuple) -> tuple[list, list]:
     return go, pending
 
 
-def _ordered(cfg: _Config, go: list, pc) -> tuple:
+def _ordered(cfg: _Config, go: list, pc, keys: bool = False) -> tuple:
     """The released rows of every stream, merged in the local runtime's order: (streams,
-    signs or None, times, rows, ids of rows that are not primary replicas of a deletion).
-    Rows become the engine's Python tuples here, column by column."""
+    signs or None, times, rows, ids of rows that are not primary replicas of a deletion),
+    and with ``keys`` each row's order key (time, stream, micro-batch, file, row) as a
+    tuple. Rows become the engine's Python tuples here, column by column."""
     if not go:
-        return [], None, [], [], set()
+        return ([], None, [], [], set(), []) if keys else ([], None, [], [], set())
     per_rows = {}
     for i, t in go:
         cols = [t.column(c).to_pylist() for c in cfg.stream_columns[i]]
@@ -699,6 +820,11 @@ def _ordered(cfg: _Config, go: list, pc) -> tuple:
         pr = k.column("_pr").to_numpy(zero_copy_only=False)
         sg = np.asarray(signs)
         secondary = {id(rows[j]) for j in np.flatnonzero((sg < 0) & ~pr).tolist()}
+    if keys:
+        files = [f or "" for f in k.column("_o1").to_pylist()]
+        return streams, signs, tss, rows, secondary, list(zip(
+            tss, streams, k.column("_q").to_pylist(), files, k.column("_o2").to_pylist(),
+            strict=True))
     return streams, signs, tss, rows, secondary
 
 
@@ -865,7 +991,7 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
     t0 = time.process_time()
     caught_up = False
     if meta is None:
-        eng, version, hit = PartitionGroup.new(cfg), 0, False
+        eng, version, hit = PartitionGroup.new(cfg, gkey), 0, False
     elif live is not None and live[0] == (meta[0], meta[1]):
         eng, version, hit = live[1], meta[0], True
     else:  # the state store is the source of truth: catch up with it, or rebuild from it
@@ -877,8 +1003,10 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
             eng, version, caught_up = live[1], meta[0], True
             eng.catch_up(cfg, store, info)
         else:
-            eng, version = PartitionGroup.rebuild(cfg, store), meta[0]
+            eng, version = PartitionGroup.rebuild(cfg, store, gkey), meta[0]
     rebuild_cpu = time.process_time() - t0
+    if cfg.spill is not None:
+        eng.purge_trash()  # the version that merged them is committed: the store says so
     # Whatever happens below, the live object is about to change: forget it first, so a
     # failure half-way can never leave a cached engine that disagrees with the store.
     _LIVE.pop((cfg.qid, gkey), None)

@@ -243,6 +243,7 @@ class _Config:
     aliases: list[str] = field(default_factory=list)
     results: object = None  # the Arrow schema of result rows (``runtime.spark._frames``)
     inputs: dict | None = None  # alias -> Arrow schema of its columns (the vector executor)
+    spill: dict | None = None  # the operator tree's spilling (runtime.spill.spark_spill_spec)
 
 
 def _file_key(uri: str | None, cache: dict) -> str:

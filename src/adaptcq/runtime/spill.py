@@ -36,6 +36,54 @@ KEYS = ("strategy", "memory", "fraction", "every", "partitions", "directory", "s
         "cleanup", "when_free")
 
 
+def spark_spill_spec(spill: dict, groups: int) -> dict:
+    """The ``spill`` option of a Spark run, checked on the driver, as every partition group
+    builds its spilling from it (``runtime.spark_group``; docs/spill.md, "On Spark"): the
+    budget is the query's, split evenly over the ``groups`` (each group's engine keeps its
+    state under ``memory / groups``); ``directory`` is where the groups' folders go (under
+    the checkpoint: ``run_files`` puts it there). Refused, with the reason: a missing
+    strategy, budget or folder, and ``cleanup="off"`` (a group's memory generation lives in
+    Spark's state store, not in a folder ``adaptcq cleanup`` could read)."""
+    from adaptcq.adapt.spilling import SpillPolicy, parse_bytes
+    spill = dict(spill)
+    unknown = sorted(set(spill) - set(KEYS))
+    if unknown:
+        raise OptionError(f"unknown spill option {unknown[0]!r}; the options are: "
+                          f"{', '.join(KEYS)}")
+    if spill.get("strategy") is None or spill.get("memory") is None:
+        raise OptionError("--spill STRATEGY and --memory BUDGET go together: a strategy "
+                          "chooses what to spill when the state passes the budget")
+    if spill.get("cleanup", "end") != "end":
+        raise OptionError("--cleanup off is for the local engine: on Spark a group's "
+                          "memory generation is in Spark's state store, which `adaptcq "
+                          "cleanup` cannot read; the held-back results are produced at the "
+                          "end of the input (and while running when memory frees up)")
+    if spill.get("directory") is None:
+        raise OptionError("spilling on Spark needs a folder for the spilled generations "
+                          "(spill={'directory': ...}), next to the query's checkpoint and "
+                          "kept with it; `adaptcq run --engine spark` puts it in the "
+                          "checkpoint")
+    total = parse_bytes(spill["memory"])
+    budget = total // groups
+    if budget < 1:
+        raise OptionError(f"--memory {spill['memory']!r} split over {groups} partition "
+                          "groups leaves less than a byte each")
+    partitions = spill.get("partitions", 300)
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise OptionError(f"--spill-partitions must be a positive whole number, got "
+                          f"{partitions!r}")
+    sample = float(spill.get("sample", 0.1))
+    if not 0 <= sample <= 1:
+        raise OptionError(f"the lineage sample must be in [0, 1], got {sample!r}")
+    out = {"strategy": spill["strategy"], "memory": total, "budget": budget,
+           "fraction": spill.get("fraction", 0.2), "every": spill.get("every", 1000),
+           "partitions": partitions, "sample": sample, "seed": int(spill.get("seed", 0)),
+           "when_free": bool(spill.get("when_free", True)),
+           "directory": str(spill["directory"])}
+    SpillPolicy(out["strategy"], budget, fraction=out["fraction"], every=out["every"])
+    return out
+
+
 def _plan_text(tree) -> str:
     """A plan as ``parse_plan`` reads it back."""
     return tree if isinstance(tree, str) else "(" + ", ".join(map(_plan_text, tree)) + ")"

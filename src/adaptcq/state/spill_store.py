@@ -93,10 +93,16 @@ class SpillStore:
                  writer: Callable[[Path, bytes], None] | None = None,
                  compression: str | None = "lz4", meta: dict | None = None,
                  fresh: bool = False, time_type: pa.DataType | None = None,
-                 durable: bool = True):
+                 durable: bool = True, deferred: bool = False):
         # Not durable: scratch files of one process (a clean-up's hand-over): no manifest,
         # no checksums, no fsync, the folder removed by ``close``.
         self.durable = durable
+        # Deferred: files a clean-up merged are not removed but listed in ``trash``, for
+        # the caller to ``purge`` once its own checkpoint no longer names them (a Spark
+        # group: a retried micro-batch is rebuilt from the last committed version, whose
+        # events must still be on disk: ``restore``).
+        self.deferred = deferred
+        self.trash: list[str] = []
         if writer is None:
             writer = _write_file if durable else _write_scratch
         self.temporary = directory is None or not durable
@@ -393,11 +399,62 @@ class SpillStore:
             self.events = gone
             raise SpillError(f"the clean-up is done but the spill manifest in "
                              f"{self.directory} cannot be rewritten: {e.strerror or e}") from None
-        for ev in gone:
+        if self.deferred:
+            self.trash += [ev["file"] for ev in gone]
+            return
+        self.purge(ev["file"] for ev in gone)
+
+    def purge(self, files) -> None:
+        """Remove these spill files (a deferred store's ``trash``, once no checkpoint
+        names them)."""
+        for name in files:
             try:
-                (self.directory / ev["file"]).unlink()
+                (self.directory / name).unlink()
             except OSError:
                 pass
+
+    @staticmethod
+    def sweep(directory: str | Path) -> int:
+        """Remove the spill files of ``directory`` that its manifest does not name (merged by
+        a clean-up whose removal was deferred, or written by an attempt never committed):
+        for a folder whose last manifest is committed, as a Spark group's is once its query
+        has stopped cleanly. Returns the files removed."""
+        folder = Path(directory)
+        try:
+            named = {ev["file"] for ev in json.loads((folder / MANIFEST).read_text())["events"]}
+        except (OSError, ValueError, KeyError):
+            return 0
+        gone = [p for p in folder.glob("spill-*") if p.name not in named]
+        for p in gone:
+            p.unlink(missing_ok=True)
+        return len(gone)
+
+    def restore(self, events: list[dict]) -> None:
+        """Make ``events`` (the manifest entries a checkpoint recorded) the store's events,
+        as they were when it was written: each file must be there (checked, with its
+        SHA-256, when read); every other spill file or clean-up scratch folder in the
+        folder is from work never committed (a failed or retried attempt) and is removed.
+        Raises :class:`SpillError` naming a missing file."""
+        for ev in events:
+            if not (self.directory / ev["file"]).exists():
+                raise SpillError(f"spill file {self.directory / ev['file']} named in the "
+                                 "checkpoint is missing: the spilled results cannot be "
+                                 "produced")
+        keep = {ev["file"] for ev in events} | {MANIFEST}
+        for p in self.directory.iterdir():
+            if p.name in keep:
+                continue
+            if p.is_dir() and p.name.startswith("cleanup-"):
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.name.startswith("spill-") or p.name.startswith(MANIFEST):
+                p.unlink(missing_ok=True)
+        self.events = [dict(ev) for ev in events]
+        self._next = 1 + max((int(ev["file"][6:12]) for ev in self.events), default=0)
+        self._readers.clear()
+        self._verified.clear()
+        self._index.clear()
+        self._live, self._live_total = None, 0.0
+        self._save()
 
     def close(self) -> None:
         self._readers.clear()

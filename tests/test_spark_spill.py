@@ -1,0 +1,216 @@
+"""Spilling on Spark (issue 12 item 7; docs/spill.md, "On Spark"): a partition group's
+operator tree spills into its folder under the checkpoint, versioned with the group's
+stored changes. Driven here without Spark, through ``spark_group.advance_group`` over a
+``MemoryStore`` (as ``transformWithStateInPandas`` drives it), with random queries, data,
+budgets, rebuilds from the store and failed micro-batches retried; then end to end on
+Spark, with a stop and a restart from the checkpoint."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import random
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import adaptcq
+from adaptcq.errors import AdaptcqError, OptionError
+from conftest import examples
+from oracle import oracle_total
+from test_spill import arrivals, as_tuples, queries, random_plan
+
+NS = 10**9
+
+
+def _config(q, tree, spill: dict, directory: Path):
+    from adaptcq.runtime.spark_split import _Config, plan_split
+    from adaptcq.runtime.spill import spark_spill_spec
+    inputs = {a: pa.schema([(c, pa.int64()) for c in q.columns[a]]) for a in q.aliases}
+    return _Config(
+        qid=f"spill-{uuid.uuid4().hex}", sql=q.sql,
+        schemas={s.source: {c: "number" for c in (*q.columns[s.alias], "ts")}
+                 for s in q.streams},
+        executor="tree", mode="append", options={"tree": tree}, adaptivity=None, groups=1,
+        keys=[0], lateness=0.0, lateness_ns=0, signed=False, n_streams=len(q.streams),
+        stream_columns=[[f"c{i}_{k}" for k in range(len(q.columns[a]))]
+                        for i, a in enumerate(q.aliases)],
+        reported=[True] * len(q.streams), sources=[s.source for s in q.streams],
+        names=[o.name for o in q.outputs], plan=plan_split(q, 1), aliases=list(q.aliases),
+        inputs=inputs, spill=spark_spill_spec({**spill, "directory": str(directory)}, 1))
+
+
+def _packets(cfg, streams, ts, rows, first: int, end: bool = False) -> list:
+    """One micro-batch of a group's packets, as ``ColumnarSplit`` sends them."""
+    from adaptcq.runtime.spark_split import PUNCT, _ipc
+    present = sorted(set(streams))
+    maxima = [(i, max(t for s, t in zip(streams, ts, strict=True) if s == i),
+               streams.count(i)) for i in present]
+    out = [(PUNCT, json.dumps({"end": end, "maxima": maxima}).encode())]
+    for i in present:
+        idx = [k for k, s in enumerate(streams) if s == i]
+        cols = {"_t": pa.array([ts[k] for k in idx], pa.int64()),
+                "_o1": pa.array([""] * len(idx)).dictionary_encode(),
+                "_o2": pa.array([first + k for k in idx], pa.int64())}
+        for c, name in enumerate(cfg.stream_columns[i]):
+            cols[name] = pa.array([rows[k][c] for k in idx], pa.int64())
+        cols["_pr"] = pa.array([True] * len(idx))
+        out.append((i, _ipc(pa.table(cols))))
+    return out
+
+
+@settings(max_examples=examples(40), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data(), seed=st.integers(0, 10**6),
+       strategy=st.sampled_from(["bottom-up", "local-output", "global-output",
+                                 "global-penalty"]),
+       budget=st.integers(1_500, 8_000), every=st.integers(1, 6))
+def test_a_spilling_group_rebuilt_or_retried_equals_the_oracle(data, seed, strategy, budget,
+                                                              every, tmp_path_factory):
+    """Random queries, plans and budgets in one spilling group, fed in random micro-batches;
+    after random ones the live copy is dropped (a restart: the group is rebuilt from the
+    store and its spill folder), and random ones fail half-way (their spill files and
+    clean-ups are written, the store is not) and are retried. Run-time plus late output
+    equals the oracle's, each result once."""
+    from adaptcq.runtime import spark_group as sg
+    from adaptcq.state.spill_store import SpillError
+    q = data.draw(queries(max_streams=4))
+    streams, ts, rows = data.draw(arrivals(len(q.aliases), max_rows=80))
+    tup = as_tuples(q, streams, rows)
+    rnd = random.Random(seed)
+    folder = tmp_path_factory.mktemp("spill")
+    cfg = _config(q, random_plan(q, rnd), {"strategy": strategy, "memory": budget,
+                                           "every": every, "partitions": rnd.choice([2, 7]),
+                                           "seed": seed}, folder)
+    ns = [round(t * NS) for t in ts]
+    cuts = sorted({0, len(tup), *(rnd.randrange(len(tup) + 1) for _ in range(4))})
+    store = sg.MemoryStore()
+    out, rebuilds, retries = [], 0, 0
+    batches = [*itertools.pairwise(cuts), (len(tup), None)]
+    try:
+        for a, b in batches:
+            end = b is None
+            packets = _packets(cfg, streams[a:b], ns[a:b], tup[a:b], a, end) if not end \
+                else _packets(cfg, [], [], [], a, True)
+            if rnd.random() < 0.3:  # an attempt that fails after the engine ran: retried
+                saved = copy.deepcopy((store.meta, store.entries, store.adapt))
+                sg.advance_group(cfg, 0, store, list(packets))
+                store.meta, store.entries, store.adapt = saved
+                sg._LIVE.pop((cfg.qid, 0), None)
+                retries += 1
+            elif rnd.random() < 0.3:  # a restart, or the group on another worker
+                sg._LIVE.pop((cfg.qid, 0), None)
+                rebuilds += 1
+            eng, res, _, _, _ = sg.advance_group(cfg, 0, store, list(packets))
+            out += res
+    except SpillError as e:  # a budget below one partition group: refused, named
+        assert "smaller than one partition group" in str(e)
+        event("refused: a budget below one partition group")
+        return
+    finally:
+        sg._LIVE.pop((cfg.qid, 0), None)
+    got = Counter(r[:-3] + (r[-3], r[-2] / NS) for r in out)
+    assert got == oracle_total(q, streams, ts, tup)
+    c = eng.cq.executor.counters
+    assert c.first_pending is None and c.late_results == sum(r[-1] for r in out)
+    event(f"spills: {min(c.spills, 3)}+, rebuilt: {min(rebuilds, 1)}+, "
+          f"retried: {min(retries, 1)}+")
+
+
+def test_spark_spill_options_are_checked_and_unsupported_ones_refused():
+    from adaptcq.runtime.spill import spark_spill_spec
+    spec = spark_spill_spec({"strategy": "bottom-up", "memory": "4MB", "directory": "d"}, 4)
+    assert spec["budget"] == 1_000_000 and spec["memory"] == 4_000_000
+    with pytest.raises(OptionError, match="cleanup off is for the local engine"):
+        spark_spill_spec({"strategy": "bottom-up", "memory": "4MB", "directory": "d",
+                          "cleanup": "off"}, 1)
+    with pytest.raises(OptionError, match="needs a folder"):
+        spark_spill_spec({"strategy": "bottom-up", "memory": "4MB"}, 1)
+    with pytest.raises(OptionError, match="go together"):
+        spark_spill_spec({"strategy": "bottom-up", "directory": "d"}, 1)
+    with pytest.raises(OptionError, match="unknown spill strategy"):
+        spark_spill_spec({"strategy": "sideways", "memory": "4MB", "directory": "d"}, 1)
+
+
+# ----- Spark ------------------------------------------------------------------------------
+
+SQL = ("SELECT A.id AS a, B.id AS b, C.id AS c FROM A [RANGE 30 SECONDS], "
+       "B [RANGE 30 SECONDS], C [RANGE 30 SECONDS] WHERE A.x = B.x AND B.y = C.y")
+
+
+def _files(root: Path, n: int, files: int, start: int = 0) -> dict[str, str]:
+    import os
+    rng = random.Random(7)
+    for name in "ABC":
+        d = root / name
+        d.mkdir(parents=True, exist_ok=True)
+        rows = [(k * 0.25, k, rng.randrange(12), rng.randrange(12)) for k in range(n)]
+        per = n // files
+        for f in range(start, files):
+            part = rows[f * per:(f + 1) * per]
+            p = d / f"part-{f}.parquet"
+            pq.write_table(pa.table({"ts": [r[0] for r in part], "id": [r[1] for r in part],
+                                     "x": [r[2] for r in part], "y": [r[3] for r in part]}), p)
+            os.utime(p, (1_600_000_000 + 10 * f, 1_600_000_000 + 10 * f))
+    return {name: str(root / name) for name in "ABC"}
+
+
+def _multiset(table: pa.Table) -> Counter:
+    cols = [c for c in table.column_names if c != "_late"]
+    return Counter(zip(*[table.column(c).to_pylist() for c in cols], strict=True))
+
+
+def test_spilling_on_spark_with_a_restart_equals_local(spark, tmp_path):
+    """Two groups spilling under a small budget; the first run stops after two of four files
+    a stream, the restart (a new query: every group rebuilt from the checkpoint, its spill
+    folder as the checkpoint recorded it) runs the rest and the end of input, whose
+    clean-up produces the held-back results. Together: the local runtime's results."""
+    from adaptcq.runtime.spark import run_files
+    srcs = _files(tmp_path / "in", 800, 4)
+    for name in "ABC":  # the first run sees files 0 and 1
+        for f in (2, 3):
+            (tmp_path / "in" / name / f"part-{f}.parquet").rename(
+                tmp_path / "in" / name / f"later-{f}")
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    spill = {"strategy": "global-output", "memory": "60kB", "every": 50, "partitions": 16}
+    run1 = run_files(spark, SQL, srcs, ck, out, partitions=2, max_files_per_trigger=1,
+                     finish=False, spill=spill)
+    assert run1.spill["spills"] > 0 and run1.spill["complete_until"] is not None
+    for name in "ABC":
+        for f in (2, 3):
+            p = tmp_path / "in" / name / f"part-{f}.parquet"
+            (tmp_path / "in" / name / f"later-{f}").rename(p)
+            import os
+            os.utime(p, (1_600_000_000 + 10 * f, 1_600_000_000 + 10 * f))
+    run2 = run_files(spark, SQL, srcs, ck, out, partitions=2, max_files_per_trigger=1,
+                     spill=spill)
+    assert run2.restarted and run2.spill["late_results"] > 0
+    assert any(h["rebuilt_rows"] > 0 for h in run2.history)  # rebuilt by replaying
+    assert run2.spill["complete_until"] is None
+    local = adaptcq.run(SQL, srcs)
+    got = ds.dataset(out).to_table()
+    assert got.column_names[-1] == "_late"
+    assert _multiset(got) == _multiset(local.table)
+    assert sum(got.column("_late").to_pylist()) > 0
+    # The merged generations' files are gone once the run is over.
+    assert not list(Path(ck, "spill").glob("group-*/spill-*.arrow"))
+
+
+def test_spilling_on_spark_refuses_what_it_cannot_do(spark, tmp_path):
+    from adaptcq.runtime.spark import run_files
+    srcs = _files(tmp_path / "in", 40, 1)
+    with pytest.raises(AdaptcqError, match="not by --executor mjoin"):
+        run_files(spark, SQL, srcs, str(tmp_path / "ck"), str(tmp_path / "out"),
+                  executor="mjoin", spill={"strategy": "bottom-up", "memory": "1MB"})
+    with pytest.raises(AdaptcqError, match="append mode only"):
+        run_files(spark, SQL, srcs, str(tmp_path / "ck2"), str(tmp_path / "out2"),
+                  mode="retract", spill={"strategy": "bottom-up", "memory": "1MB"})
