@@ -126,6 +126,34 @@ def test_a_spilling_group_rebuilt_or_retried_equals_the_oracle(data, seed, strat
           f"retried: {min(retries, 1)}+")
 
 
+def test_a_missing_spill_file_at_a_rebuild_is_named(tmp_path):
+    """A group rebuilt from the store whose folder lost a spill file the checkpoint names
+    stops with an error naming the file (its held-back results could not be produced)."""
+    from adaptcq.query.cql import parse_query
+    from adaptcq.runtime import spark_group as sg
+    from adaptcq.state.spill_store import SpillError
+    schema = {c: "number" for c in ("a", "b", "id", "ts")}
+    q = parse_query("SELECT R.id AS r, S.id AS s FROM R, S WHERE R.a = S.a",
+                    {"R": schema, "S": schema})
+    cfg = _config(q, None, {"strategy": "bottom-up", "memory": 1_500, "every": 1,
+                            "partitions": 4}, tmp_path / "spill")
+    store = sg.MemoryStore()
+    rows = [(k % 4, k) for k in range(40)]  # (a, id)
+    streams = [k % 2 for k in range(40)]
+    try:
+        sg.advance_group(cfg, 0, store, _packets(cfg, streams, [k * NS for k in range(40)],
+                                                  rows, 0))
+        files = sorted((tmp_path / "spill" / "group-00000").glob("spill-*.arrow"))
+        assert files, "the budget should make the group spill"
+        files[0].unlink()
+        sg._LIVE.pop((cfg.qid, 0), None)
+        with pytest.raises(SpillError, match=f"{files[0].name} named in the checkpoint is "
+                                             "missing"):
+            sg.advance_group(cfg, 0, store, _packets(cfg, [], [], [], 40, True))
+    finally:
+        sg._LIVE.pop((cfg.qid, 0), None)
+
+
 def test_spark_spill_options_are_checked_and_unsupported_ones_refused():
     from adaptcq.runtime.spill import spark_spill_spec
     spec = spark_spill_spec({"strategy": "bottom-up", "memory": "4MB", "directory": "d"}, 4)
