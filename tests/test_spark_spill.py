@@ -48,8 +48,11 @@ def _config(q, tree, spill: dict, directory: Path):
         inputs=inputs, spill=spark_spill_spec({**spill, "directory": str(directory)}, 1))
 
 
-def _packets(cfg, streams, ts, rows, first: int, end: bool = False) -> list:
-    """One micro-batch of a group's packets, as ``ColumnarSplit`` sends them."""
+def _packets(cfg, streams, ts, rows, first: int, end: bool = False,
+             same_order: bool = False) -> list:
+    """One micro-batch of a group's packets, as ``ColumnarSplit`` sends them (with
+    ``same_order``, every row's order-column value is 0: a user's order column need not be
+    unique)."""
     from adaptcq.runtime.spark_split import PUNCT, _ipc
     present = sorted(set(streams))
     maxima = [(i, max(t for s, t in zip(streams, ts, strict=True) if s == i),
@@ -59,7 +62,7 @@ def _packets(cfg, streams, ts, rows, first: int, end: bool = False) -> list:
         idx = [k for k, s in enumerate(streams) if s == i]
         cols = {"_t": pa.array([ts[k] for k in idx], pa.int64()),
                 "_o1": pa.array([""] * len(idx)).dictionary_encode(),
-                "_o2": pa.array([first + k for k in idx], pa.int64())}
+                "_o2": pa.array([0 if same_order else first + k for k in idx], pa.int64())}
         for c, name in enumerate(cfg.stream_columns[i]):
             cols[name] = pa.array([rows[k][c] for k in idx], pa.int64())
         cols["_pr"] = pa.array([True] * len(idx))
@@ -94,13 +97,14 @@ def test_a_spilling_group_rebuilt_or_retried_equals_the_oracle(data, seed, strat
     ns = [round(t * NS) for t in ts]
     cuts = sorted({0, len(tup), *(rnd.randrange(len(tup) + 1) for _ in range(4))})
     store = sg.MemoryStore()
+    same_order = rnd.random() < 0.3
     out, rebuilds, retries = [], 0, 0
     batches = [*itertools.pairwise(cuts), (len(tup), None)]
     try:
         for a, b in batches:
             end = b is None
-            packets = _packets(cfg, streams[a:b], ns[a:b], tup[a:b], a, end) if not end \
-                else _packets(cfg, [], [], [], a, True)
+            packets = _packets(cfg, streams[a:b], ns[a:b], tup[a:b], a, end, same_order) \
+                if not end else _packets(cfg, [], [], [], a, True)
             if rnd.random() < 0.3:  # an attempt that fails after the engine ran: retried
                 saved = copy.deepcopy((store.meta, store.entries, store.adapt))
                 sg.advance_group(cfg, 0, store, list(packets))
@@ -152,6 +156,116 @@ def test_a_missing_spill_file_at_a_rebuild_is_named(tmp_path):
             sg.advance_group(cfg, 0, store, _packets(cfg, [], [], [], 40, True))
     finally:
         sg._LIVE.pop((cfg.qid, 0), None)
+
+
+def _two_streams(window: str = ""):
+    from adaptcq.query.cql import parse_query
+    schema = {c: "number" for c in ("a", "id", "ts")}
+    return parse_query(f"SELECT R.id AS r, S.id AS s FROM R{window}, S{window} "
+                       "WHERE R.a = S.a", {"R": schema, "S": schema})
+
+
+def test_the_store_stays_bounded_while_spills_stay_pending(tmp_path):
+    """A windowed stream that keeps the state at its budget spills at every check and never
+    cleans up while running; the rows kept in the store (what a rebuild replays) and the
+    journal stay about a window's worth, not the stream since the first spill; a rebuild
+    at the end is cheap and its results are the uninterrupted run's."""
+    from adaptcq.runtime import spark_group as sg
+    q = _two_streams(" [RANGE 5 SECONDS]")
+    rnd = random.Random(1)
+    n = 4000
+    streams = [rnd.randrange(2) for _ in range(n)]
+    rows = [(rnd.randrange(6), k) for k in range(n)]
+    ts = [k * NS // 4 for k in range(n)]
+
+    def run(rebuild: bool, folder):
+        cfg = _config(q, None, {"strategy": "bottom-up", "memory": 8000, "every": 5,
+                                "partitions": 8}, folder)
+        store, out, kept = sg.MemoryStore(), [], []
+        try:
+            for b, (a, z) in enumerate(itertools.pairwise(range(0, n + 1, 100))):
+                if rebuild and b == 39:
+                    sg._LIVE.pop((cfg.qid, 0), None)
+                eng, res, *_ = sg.advance_group(cfg, 0, store, _packets(
+                    cfg, streams[a:z], ts[a:z], rows[a:z], a))
+                out += res
+                kept.append((sum(e[3] for e in eng.entries.values()), len(eng.journal)))
+            eng, res, *_ = sg.advance_group(cfg, 0, store, _packets(cfg, [], [], [], n, True))
+        finally:
+            sg._LIVE.pop((cfg.qid, 0), None)
+        return Counter(r[:-1] for r in out + res), eng, kept  # (late or not may differ)
+
+    plain, eng, kept = run(False, tmp_path / "a")
+    assert eng.cq.executor.counters.spills > 100 and eng.cq.executor.counters.late_results
+    assert max(k for k, _ in kept) < 400 and max(j for _, j in kept) < 40  # of 4,000 rows
+    again, eng, _ = run(True, tmp_path / "b")
+    assert eng.rebuilt_rows < 400
+    assert again == plain
+
+
+def test_rows_after_the_end_of_input_are_rejected_when_spilling(tmp_path):
+    """The end of input's clean-up merged every spilled generation and left nothing in
+    memory: a row arriving after it could not join, so it is rejected (counted, with the
+    reason), as a late row is."""
+    from adaptcq.runtime import spark_group as sg
+    q = _two_streams()
+    cfg = _config(q, None, {"strategy": "bottom-up", "memory": 10**6, "partitions": 2},
+                  tmp_path / "spill")
+
+    def packets(rng):
+        return _packets(cfg, [t % 2 for t in rng], [t * NS for t in rng],
+                        [((t // 2) % 2, t) for t in rng], rng[0])
+    try:
+        store = sg.MemoryStore()
+        sg.advance_group(cfg, 0, store, packets(range(10)))
+        sg.advance_group(cfg, 0, store, _packets(cfg, [], [], [], 10, True))
+        _, res, rejected, *_ = sg.advance_group(cfg, 0, store, packets(range(12, 14)))
+    finally:
+        sg._LIVE.pop((cfg.qid, 0), None)
+    assert res == [] and len(rejected) == 2
+    assert all(r[-1] == "arrived after end of input" for r in rejected)
+
+
+def test_rows_a_cleanup_puts_back_after_a_rebuild_still_expire(tmp_path, monkeypatch):
+    """A rebuild gives replayed rows new ids; a later clean-up while running puts spilled
+    rows back under the ids they were spilled with. They still leave memory when their
+    window ends (the tree's own expiry), as in the uninterrupted run."""
+    from adaptcq.adapt import spilling
+    from adaptcq.runtime import spark_group as sg
+    from adaptcq.stats.partitions import partition_of
+    q = _two_streams(" [RANGE 50 SECONDS]")
+
+    def check(self, ex, ts):  # spill group of key 0 at 5 s, clean up at 15 s
+        if ts == 5 * NS:
+            ex.spill([(1, partition_of(0, 2))], ts)
+        elif ts == 15 * NS and ex.pending():
+            ex.cleanup(ts)
+    monkeypatch.setattr(spilling.SpillPolicy, "check", check)
+
+    def run(rebuild: bool, folder):
+        cfg = _config(q, None, {"strategy": "bottom-up", "memory": 10**6, "every": 1,
+                                "partitions": 2}, folder)
+        store, out = sg.MemoryStore(), []
+        try:
+            for b, rng in enumerate([range(10), range(10, 20), range(60, 70),
+                                     range(120, 130)]):
+                if rebuild and b == 1:
+                    sg._LIVE.pop((cfg.qid, 0), None)
+                eng, res, *_ = sg.advance_group(cfg, 0, store, _packets(
+                    cfg, [t % 2 for t in rng], [t * NS for t in rng],
+                    [((t // 2) % 2, t) for t in rng], rng[0]))
+                out += res
+            ex = eng.cq.executor
+            stale = [exp for op in ex.ops for g in op.parts.values() for k in range(2)
+                     for exp, _ in g.entries(k) if exp < eng.expired]
+            held = sum(len(s.rows) for s in ex.stems)
+        finally:
+            sg._LIVE.pop((cfg.qid, 0), None)
+        return Counter(out), stale, held
+
+    plain, stale, held = run(False, tmp_path / "a")
+    again, stale2, held2 = run(True, tmp_path / "b")
+    assert again == plain and stale == stale2 == [] and held2 == held
 
 
 def test_spark_spill_options_are_checked_and_unsupported_ones_refused():
@@ -209,7 +323,7 @@ def test_spilling_on_spark_with_a_restart_equals_local(spark, tmp_path):
             (tmp_path / "in" / name / f"part-{f}.parquet").rename(
                 tmp_path / "in" / name / f"later-{f}")
     ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
-    spill = {"strategy": "global-output", "memory": "60kB", "every": 50, "partitions": 16}
+    spill = {"strategy": "global-output", "memory": "80kB", "every": 10, "partitions": 16}
     run1 = run_files(spark, SQL, srcs, ck, out, partitions=2, max_files_per_trigger=1,
                      finish=False, spill=spill)
     assert run1.spill["spills"] > 0 and run1.spill["complete_until"] is not None
@@ -229,8 +343,9 @@ def test_spilling_on_spark_with_a_restart_equals_local(spark, tmp_path):
     assert got.column_names[-1] == "_late"
     assert _multiset(got) == _multiset(local.table)
     assert sum(got.column("_late").to_pylist()) > 0
-    # The merged generations' files are gone once the run is over.
-    assert not list(Path(ck, "spill").glob("group-*/spill-*.arrow"))
+    # Nothing is pending: every group's folder names no spill event any more.
+    for manifest in Path(ck, "spill").glob("group-*/manifest.json"):
+        assert json.loads(manifest.read_text())["events"] == []
 
 
 def test_spilling_on_spark_refuses_what_it_cannot_do(spark, tmp_path):

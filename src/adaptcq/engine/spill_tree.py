@@ -518,7 +518,11 @@ class SpillTree:
         ops = self.ops
         while heap and heap[0][0] <= ts:
             _, eid, oid, pid, k, key = heapq.heappop(heap)
-            self._expire(ops[oid - 1], pid, k, key, eid)
+            op = ops[oid - 1]
+            child = op.children[k]
+            if isinstance(child, str):  # a base row a clean-up put back (``_store``)
+                self.stems[self.query.aliases.index(child)].rows.pop(eid, None)
+            self._expire(op, pid, k, key, eid)
 
     def _expire(self, op: Operator, pid: int, k: int, key, eid: int) -> None:
         g = op.parts.get(pid)
@@ -642,12 +646,17 @@ class SpillTree:
                     rows = self.stems[self.query.aliases.index(child)].rows
                     for _, comp in held:
                         rows.pop(comp[0][0], None)
-        self._disk_exp[(op.id, pid)] = max(self._disk_exp.get((op.id, pid), -INF), top)
-        self._pending_t[op.id] = min(self._pending_t[op.id], ts)
-        self._pending_exp[op.id] = max(self._pending_exp[op.id], top)
-        if self.counters.first_pending is None:
-            self.counters.first_pending = ts
+        self._mark(op.id, pid, top, ts)
         return n
+
+    def _mark(self, oid: int, pid: int, top, ts) -> None:
+        """Group (oid, pid) is pending for the clean-up since ``ts``, with inputs valid
+        until at most ``top``: what ``_needed`` decides retirement by."""
+        self._disk_exp[(oid, pid)] = max(self._disk_exp.get((oid, pid), -INF), top)
+        self._pending_t[oid] = min(self._pending_t[oid], ts)
+        self._pending_exp[oid] = max(self._pending_exp[oid], top)
+        first = self.counters.first_pending
+        self.counters.first_pending = ts if first is None else min(first, ts)
 
     def replay_spill(self, ts, groups: Sequence[tuple]) -> None:
         """A spill event of the tree this one is rebuilt from, replayed: its groups
@@ -902,10 +911,13 @@ class SpillTree:
         if len(comp) == 1:  # a base row: its stream's row map again
             rid = comp[0][0]
             self.stems[self.query.aliases.index(op.children[k])].rows[rid] = comp[0][2]
-            eid = rid
-        else:
-            eid = next(self._eid)
-        self._put(op, g, pid, k, key, eid, exp, comp)
+            self._put(op, g, pid, k, key, rid, exp, comp)
+            if exp != INF:
+                # Its expiry, here too: after a rebuild (``replay``) the query's window
+                # clock knows the row under another id (the tree's is the id spilled).
+                heapq.heappush(self._heap, (exp, rid, op.id, pid, k, key))
+            return
+        self._put(op, g, pid, k, key, next(self._eid), exp, comp)
 
     def _put(self, op: Operator, g: Group, pid: int, k: int, key, eid: int, exp, comp
              ) -> None:
@@ -1187,7 +1199,7 @@ def _discard(_row) -> None:
 
 
 def replay(cq, streams: Sequence[int], timestamps: Sequence, rows: Sequence[tuple],
-           positions: Sequence, events: Iterable[tuple]) -> None:
+           positions: Sequence, events: Iterable[tuple], folded: dict | None = None) -> None:
     """Rebuild a tree: process into ``cq`` (a fresh ContinuousQuery running a
     :class:`SpillTree` over the same spill folder) rows of the tree it replaces, in that
     tree's order, with that tree's spill events (its ``journal``: (position, event time,
@@ -1198,7 +1210,9 @@ def replay(cq, streams: Sequence[int], timestamps: Sequence, rows: Sequence[tupl
     The rows must include every row that can still matter: those whose window has not
     ended, and, while a spill is pending, those whose window ended after the oldest
     pending spill's time (an input expiring then may be *retired* for the clean-up:
-    ``SpillTree._needed``) — ``horizon`` gives the bound. Rows before the last clean-up
+    ``SpillTree._needed``) — ``horizon`` gives the bound. Spill events placed before every
+    row replayed may be given ``folded`` instead (``fold``): only their markers matter, as
+    the groups they dropped held none of these rows. Rows before the last clean-up
     need no events: a clean-up leaves every partition group merged, as if nothing had
     been spilled. More rows than needed are harmless: they expire again. The generations
     in memory then hold exactly the inputs they held (each group's spills cut it where
@@ -1209,6 +1223,17 @@ def replay(cq, streams: Sequence[int], timestamps: Sequence, rows: Sequence[tupl
     controller, every, emit = ex.controller, ex._check_every, ex._emit
     ex.controller, ex._emit = None, _discard
     pending = deque(sorted(events, key=lambda e: e[0]))
+    if folded is not None:
+        for (oid, pid), top in folded["disk"].items():
+            ex._disk_exp[(oid, pid)] = max(ex._disk_exp.get((oid, pid), -INF), top)
+        for oid, t in folded["t"].items():
+            ex._pending_t[oid] = min(ex._pending_t[oid], t)
+        for oid, top in folded["exp"].items():
+            ex._pending_exp[oid] = max(ex._pending_exp[oid], top)
+        if folded["first"] is not None:
+            first = ex.counters.first_pending
+            ex.counters.first_pending = folded["first"] if first is None else \
+                min(first, folded["first"])
     try:
         start = 0
         for k in range(len(rows) + 1):
@@ -1229,10 +1254,34 @@ def replay(cq, streams: Sequence[int], timestamps: Sequence, rows: Sequence[tupl
 
 
 def horizon(ex: SpillTree, now) -> float:
-    """The earliest window end a row may have and still matter to a rebuild
-    (``replay``): ``now``, or the time of the oldest spill not cleaned up when earlier."""
-    first = ex.counters.first_pending
-    return now if first is None else min(now, first)
+    """The earliest window end a row may have and still matter to a rebuild (``replay``):
+    ``now`` (the expiry frontier), or the earliest window end of an input *retired* in
+    memory for a pending clean-up (its components' rows end no earlier). A row whose
+    window ended before both is in no input in memory: expired and dropped, or retired and
+    since written to disk with its group."""
+    edge = now
+    if ex.counters.retired:
+        for op in ex.ops:
+            for g in op.parts.values():
+                for _, (exp, _) in g.retired:
+                    edge = min(edge, exp)
+    return edge
+
+
+def fold(folded: dict | None, events: Iterable[tuple]) -> dict:
+    """``folded`` markers (``markers``' form; None: none) with those of ``events``
+    ((position, event time, ((operator id, pid, latest window end), ...)), a journal's)
+    added: what those events set, without replaying them."""
+    out = {"first": None, "t": {}, "exp": {}, "disk": {}} if folded is None else {
+        "first": folded["first"], "t": dict(folded["t"]), "exp": dict(folded["exp"]),
+        "disk": dict(folded["disk"])}
+    for _, ts, groups in events:
+        out["first"] = ts if out["first"] is None else min(out["first"], ts)
+        for oid, pid, top in groups:
+            out["disk"][(oid, pid)] = max(out["disk"].get((oid, pid), -INF), top)
+            out["t"][oid] = min(out["t"].get(oid, INF), ts)
+            out["exp"][oid] = max(out["exp"].get(oid, -INF), top)
+    return out
 
 
 def check_query(query: LogicalQuery, mode: str) -> None:

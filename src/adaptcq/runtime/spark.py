@@ -1304,10 +1304,6 @@ class FileJob:
                 raise failure
             raise spark_error(failure) from None
         run.wall_seconds = time.perf_counter() - t0
-        if info["spill"] is not None:  # every micro-batch committed: the merged files go
-            from adaptcq.state.spill_store import SpillStore
-            for folder in (self.checkpoint / "spill").glob("group-*"):
-                SpillStore.sweep(folder)
         if output and not any(Path(output).glob("*.parquet")):
             schema = getattr(run, "_schema", None) or _result_schema(
                 spark, raw, names, info["ts_type"], info["spill"] is not None)

@@ -245,6 +245,8 @@ class PartitionGroup:
     # row), event time, groups): what a rebuild replays; and the spill files the last
     # micro-batch's clean-ups merged, removed once that micro-batch is committed.
     journal: list = field(default_factory=list)
+    folded: dict | None = None  # the markers of journal events no row replayed follows
+    edge: float = -math.inf  # rows whose window ended before this are not replayed
     trash: list = field(default_factory=list)
 
     # ----- creation ----------------------------------------------------------------------
@@ -313,7 +315,9 @@ class PartitionGroup:
         g.history = list(info["history"])
         g.shed_now, g.shed_expired = info.get("shed", (-math.inf, -math.inf))
         if cfg.spill is not None:
-            g.journal, g.trash = list(info["spill"]["journal"]), list(info["spill"]["trash"])
+            sp = info["spill"]
+            g.journal, g.folded, g.trash = list(sp["journal"]), sp["folded"], list(sp["trash"])
+            g.edge = sp["edge"]
         g._carry(cfg, info.get("adapt"), store.get_adapt())
         return g
 
@@ -389,6 +393,8 @@ class PartitionGroup:
             rows_in += int(primary.sum())
             ts = t.column("_t").to_numpy()
             late = ts < old[i] - L
+            if self.closed and cfg.spill is not None:
+                late[:] = True  # the end of input's clean-up has run: nothing joins now
             if late.any():
                 self._reject_late(cfg, i, t, late & primary, rejected)
                 self.late += int((late & primary).sum())
@@ -428,7 +434,7 @@ class PartitionGroup:
             if self.closed and ex.pending():  # the end of input: what the spills held back
                 ex.cleanup(final=True)
                 out.extend(cq.drain())
-                self.journal = []
+                self.journal, self.folded = [], None
             self.trash += ex.store.trash
             ex.store.trash = []
         if cfg.executor == "shed":
@@ -488,7 +494,7 @@ class PartitionGroup:
         of the row at which it happened (row ids ``base + 1 ...`` are this batch's rows, in
         ``keys``' order); a clean-up in the batch restarts the journal."""
         if ex.counters.cleanups > c0:
-            self.journal, fresh = [], ex.journal
+            self.journal, self.folded, fresh = [], None, ex.journal
         else:
             fresh = ex.journal[n0:]
         for rid, ts, groups in fresh:
@@ -529,9 +535,10 @@ class PartitionGroup:
         rows are, and a rebuild would read them only to drop them), and the entries none
         of whose rows can matter removed (module docstring)."""
         import pyarrow as pa
+        edge = self.edge = self._edge(cfg)
         for key, t in new:
             ts = t.column("_t").to_numpy()
-            gone = self._gone(cfg, key[0], ts)
+            gone = self._gone(cfg, key[0], ts, edge)
             if gone.all():
                 continue
             if gone.any():
@@ -541,9 +548,36 @@ class PartitionGroup:
             for k, blob in enumerate(blobs):
                 store.put((*key, k), (top, blob))
             self.entries[key] = (top, len(blobs), 0, t.num_rows)
-        self._forget(cfg, store)
+        self._forget(cfg, store, edge)
+        if cfg.spill is not None:
+            self._fold_journal(cfg, edge)
 
-    def _gone(self, cfg: _Config, i: int, ts: np.ndarray) -> np.ndarray:
+    def _edge(self, cfg: _Config) -> float:
+        """Rows whose ``[RANGE w]`` window ended before this can never matter again: the
+        expiry frontier, or with spilling the earliest window end of an input retired for a
+        pending clean-up, when earlier (a rebuild replays its rows: ``spill_tree.horizon``)."""
+        if cfg.spill is None:
+            return self.expired
+        from adaptcq.engine.spill_tree import horizon
+        return horizon(self.cq.executor, self.expired)
+
+    def _fold_journal(self, cfg: _Config, edge: float) -> None:
+        """Spill events placed before every row the store keeps (row time below ``edge``
+        minus the longest window) leave the journal; their markers stay (``folded``), which
+        is all a rebuild needs of them (``spill_tree.replay``). Keeps the journal, and the
+        meta it is written in, as long as the state the store keeps."""
+        from adaptcq.engine.spill_tree import fold
+        q = _logical(cfg)
+        if any(s.window.kind != "range" for s in q.streams) or not self.journal:
+            return
+        oldest = edge - max(round(s.window.size / TIME_UNIT) for s in q.streams)
+        n = next((k for k, e in enumerate(self.journal) if e[0][0] >= oldest),
+                 len(self.journal))
+        if n:
+            self.folded = fold(self.folded, self.journal[:n])
+            self.journal = self.journal[n:]
+
+    def _gone(self, cfg: _Config, i: int, ts: np.ndarray, edge: float) -> np.ndarray:
         """Which of stream i's rows (times ``ts``) can never matter again: released, and
         expired from a ``[RANGE w]`` window (``t + w`` below the expiry frontier), the rule
         ``_forget`` applies to a whole entry by its newest row. Rows of other windows, and
@@ -551,21 +585,16 @@ class PartitionGroup:
         win = _logical(cfg).streams[i].window
         if win.kind != "range" or cfg.executor == "shed":
             return np.zeros(len(ts), bool)
-        return is_released(ts, i, self.bound) & self._left_window(cfg, win, ts)
+        return is_released(ts, i, self.bound) & self._left_window(win, ts, edge)
 
-    def _left_window(self, cfg: _Config, win, ts):
+    @staticmethod
+    def _left_window(win, ts, edge: float):
         """Rows at times ``ts`` that left their ``[RANGE w]`` window for good: ``t + w``
-        below the expiry frontier (every arrival from here on is later than ``t + w``).
-        While a spill is pending, below the oldest pending spill's time when earlier: a row
-        whose window ended after it may be retired for the clean-up, and a rebuild must
-        replay it (``spill_tree.horizon``)."""
-        edge = self.expired
-        if cfg.spill is not None:
-            from adaptcq.engine.spill_tree import horizon
-            edge = horizon(self.cq.executor, edge)
+        below ``edge`` (``_edge``: every arrival from here on is later than ``t + w``, and
+        no input in memory holds them)."""
         return ts + round(win.size / TIME_UNIT) < edge
 
-    def _forget(self, cfg: _Config, store: MemoryStore) -> None:
+    def _forget(self, cfg: _Config, store: MemoryStore, edge: float) -> None:
         """Remove the entries none of whose rows can matter again (module docstring)."""
         q = _logical(cfg)
         for key, (top, n, done, rows) in list(self.entries.items()):
@@ -574,7 +603,7 @@ class PartitionGroup:
                 continue  # some rows still pending
             win = q.streams[i].window
             if win.kind == "range":
-                dead = self._left_window(cfg, win, top)
+                dead = self._left_window(win, top, edge)
             elif win.kind == "rows":
                 if not done:  # released in full now: n later rows push it out
                     self.entries[key] = (top, n, self.released[i], rows)
@@ -611,6 +640,7 @@ class PartitionGroup:
         import dataclasses
         ex = self.cq.executor
         return {"events": [dict(ev) for ev in ex.store.events], "journal": self.journal,
+                "folded": self.folded, "edge": self.edge,
                 "counters": dataclasses.asdict(ex.counters), "trash": self.trash}
 
     # ----- adaptivity --------------------------------------------------------------------
@@ -724,7 +754,9 @@ def _spill_engine(cfg: _Config, gkey: int, events: list):
     from adaptcq.state.spill_store import MANIFEST, SpillStore
     sp = cfg.spill
     q = _logical(cfg)
-    folder = Path(sp["directory"]) / f"group-{gkey:05d}"
+    root = Path(sp["directory"])
+    _claim(root, cfg)
+    folder = root / f"group-{gkey:05d}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / MANIFEST).unlink(missing_ok=True)  # the checkpoint's events are the truth
     store = SpillStore(folder, q.columns, cfg.inputs, time_type=pa.int64(), deferred=True)
@@ -739,6 +771,33 @@ def _spill_engine(cfg: _Config, gkey: int, events: list):
                            **_engine_options(cfg))
 
 
+def _claim(root, cfg: _Config) -> None:
+    """The spill folder is this query's: ``adaptcq-spill.json`` records the query and its
+    groups the first time; a folder recording another stops the group (two queries given
+    one folder would remove each other's files)."""
+    import hashlib
+    from pathlib import Path
+
+    from adaptcq.state.spill_store import SpillError
+    want = {"query": hashlib.sha256(" ".join(cfg.sql.split()).encode()).hexdigest()[:16],
+            "groups": cfg.groups}
+    mark = Path(root) / "adaptcq-spill.json"
+    try:
+        have = json.loads(mark.read_text())
+    except FileNotFoundError:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        tmp = mark.with_name(f"{mark.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(want))
+        os.replace(tmp, mark)  # (every group writes the same: whichever lands is right)
+        return
+    except (OSError, ValueError) as e:
+        raise SpillError(f"spill folder {root}: {mark.name} cannot be read ({e})") from None
+    if have != want:
+        raise SpillError(f"spill folder {root} holds the spilled state of another query or "
+                         "partitioning; give each query its own folder (next to its "
+                         "checkpoint)")
+
+
 def _replay_spilling(cfg: _Config, gkey: int, go: list, info: dict, pc):
     """A spilling group's engine rebuilt from its stored rows (``go``, released): the tree
     over its spill folder as ``info`` recorded it, the rows processed again without output
@@ -749,9 +808,21 @@ def _replay_spilling(cfg: _Config, gkey: int, go: list, info: dict, pc):
     from adaptcq.engine.spill_tree import SpillCounters, replay
     sp = info["spill"]
     cq = _spill_engine(cfg, gkey, sp["events"])
-    streams, _, tss, rows, _, keys = _ordered(cfg, go, pc, True)
+    # Entries are kept whole while one of their rows can matter: their rows that cannot
+    # (window ended before the saved edge) are not replayed; every journal event folded
+    # away precedes every row replayed (``PartitionGroup._fold_journal``).
+    q = _logical(cfg)
+    kept = []
+    for i, t in go:
+        win = q.streams[i].window
+        if win.kind == "range":
+            t = t.filter(pc.greater_equal(pc.add(t.column("_t"), round(win.size / TIME_UNIT)),
+                                          sp["edge"]))
+        if t.num_rows:
+            kept.append((i, t))
+    streams, _, tss, rows, _, keys = _ordered(cfg, kept, pc, True)
     cq.next_rid = info["next_rid"]  # fresh row ids: the spilled rows keep theirs
-    replay(cq, streams, tss, rows, keys, sp["journal"])
+    replay(cq, streams, tss, rows, keys, sp["journal"], sp["folded"])
     if info["expired"] > -math.inf:
         cq.advance_to(info["expired"])
         cq.drain()
@@ -821,10 +892,16 @@ def _ordered(cfg: _Config, go: list, pc, keys: bool = False) -> tuple:
         sg = np.asarray(signs)
         secondary = {id(rows[j]) for j in np.flatnonzero((sg < 0) & ~pr).tolist()}
     if keys:
+        # (A user's order column need not be unique: rows of equal key are told apart by
+        # their rank among them, the same in a rebuild: the sort is stable.)
         files = [f or "" for f in k.column("_o1").to_pylist()]
-        return streams, signs, tss, rows, secondary, list(zip(
-            tss, streams, k.column("_q").to_pylist(), files, k.column("_o2").to_pylist(),
-            strict=True))
+        out, last, n = [], None, 0
+        for key in zip(tss, streams, k.column("_q").to_pylist(), files,
+                       k.column("_o2").to_pylist(), strict=True):
+            n = n + 1 if key == last else 0
+            last = key
+            out.append((*key, n))
+        return streams, signs, tss, rows, secondary, out
     return streams, signs, tss, rows, secondary
 
 

@@ -413,22 +413,6 @@ class SpillStore:
             except OSError:
                 pass
 
-    @staticmethod
-    def sweep(directory: str | Path) -> int:
-        """Remove the spill files of ``directory`` that its manifest does not name (merged by
-        a clean-up whose removal was deferred, or written by an attempt never committed):
-        for a folder whose last manifest is committed, as a Spark group's is once its query
-        has stopped cleanly. Returns the files removed."""
-        folder = Path(directory)
-        try:
-            named = {ev["file"] for ev in json.loads((folder / MANIFEST).read_text())["events"]}
-        except (OSError, ValueError, KeyError):
-            return 0
-        gone = [p for p in folder.glob("spill-*") if p.name not in named]
-        for p in gone:
-            p.unlink(missing_ok=True)
-        return len(gone)
-
     def restore(self, events: list[dict]) -> None:
         """Make ``events`` (the manifest entries a checkpoint recorded) the store's events,
         as they were when it was written: each file must be there (checked, with its
