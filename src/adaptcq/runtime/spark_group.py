@@ -316,8 +316,11 @@ class PartitionGroup:
         g.shed_now, g.shed_expired = info.get("shed", (-math.inf, -math.inf))
         if cfg.spill is not None:
             sp = info["spill"]
-            g.journal, g.folded, g.trash = list(sp["journal"]), sp["folded"], list(sp["trash"])
-            g.edge = sp["edge"]
+            # (A checkpoint of the first version has no folded events and kept every row
+            # since its oldest pending spill: replaying them all is what it did.)
+            g.journal, g.folded, g.trash = list(sp["journal"]), sp.get("folded"), \
+                list(sp["trash"])
+            g.edge = sp.get("edge", -math.inf)
         g._carry(cfg, info.get("adapt"), store.get_adapt())
         return g
 
@@ -817,12 +820,12 @@ def _replay_spilling(cfg: _Config, gkey: int, go: list, info: dict, pc):
         win = q.streams[i].window
         if win.kind == "range":
             t = t.filter(pc.greater_equal(pc.add(t.column("_t"), round(win.size / TIME_UNIT)),
-                                          sp["edge"]))
+                                          sp.get("edge", -math.inf)))
         if t.num_rows:
             kept.append((i, t))
     streams, _, tss, rows, _, keys = _ordered(cfg, kept, pc, True)
     cq.next_rid = info["next_rid"]  # fresh row ids: the spilled rows keep theirs
-    replay(cq, streams, tss, rows, keys, sp["journal"], sp["folded"])
+    replay(cq, streams, tss, rows, keys, sp["journal"], sp.get("folded"))
     if info["expired"] > -math.inf:
         cq.advance_to(info["expired"])
         cq.drain()
