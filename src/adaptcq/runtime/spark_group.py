@@ -242,8 +242,9 @@ class PartitionGroup:
     shed_expired: float = -math.inf  # and its expiry frontier (ShedJoin.frontier)
     # Spilling (cfg.spill): the tree's spill events since its last clean-up, each placed
     # by the order key of the row at which it happened ((t, stream, micro-batch, file,
-    # row), event time, groups): what a rebuild replays; and the spill files the last
-    # micro-batch's clean-ups merged, removed once that micro-batch is committed.
+    # row, rank among equal keys), event time, groups): what a rebuild replays; and the
+    # spill files the last micro-batch's clean-ups merged, removed once that micro-batch
+    # is committed.
     journal: list = field(default_factory=list)
     folded: dict | None = None  # the markers of journal events no row replayed follows
     edge: float = -math.inf  # rows whose window ended before this are not replayed
