@@ -16,7 +16,11 @@ rows it can release in the local runtime's order, and keeps in Spark's state sto
 * a small ValueState ``meta``: version, a random token, and the group's scalars (frontier,
   release bound, expiry frontier, counters, the executor's plan), bounded in size;
 * with adaptive policies, a ValueState ``adapt``: the profiler and policies, pickled
-  (bounded by their W most recent observations).
+  (bounded by their W most recent observations);
+* with spilling (``cfg.spill``), in ``meta``: the spill events the group's folder holds at
+  this version, the operator tree's journal of spill events (a rebuild replays the rows
+  with them in place: ``engine.spill_tree.replay``) and the files to remove once this
+  version is committed (docs/spill.md, "On Spark").
 
 So a micro-batch writes what it received and deletes what expired: its cost follows its
 input and output, not the state. The live engine stays in the Python worker (``_LIVE``) and
