@@ -1459,6 +1459,14 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
                           f"--partitions is {partitions}; give one or make them agree")
     groups = plan.groups
     _, spec = _adaptivity(executor, adaptivity)
+    if options.get("spill") is not None:  # before Spark starts (run checks them again)
+        from adaptcq.engine.spill_tree import check_query
+        from adaptcq.runtime.spill import spark_spill_spec
+        if executor not in ("auto", "tree"):
+            raise OptionError(f"spilling (--spill) is done by the operator tree "
+                              f"(--executor tree), not by --executor {executor}")
+        check_query(query, mode)
+        spark_spill_spec({**options["spill"], "directory": str(checkpoint)}, groups)
     if spec is not None:  # the policies' options, before Spark starts (run checks them again)
         try:
             make_policies(spec)
