@@ -176,6 +176,24 @@ def test_the_benchmark_runs_small(tmp_path, capsys):
     assert "trend checks hold" in out
 
 
+def test_the_spark_benchmark_runs_small(tmp_path, capsys):
+    """``bench.spill spark``: the three jobs in fresh processes, their outputs equal (it
+    stops otherwise), the CSV and plot written."""
+    import csv
+
+    from adaptcq.bench.spill import main as bench
+    assert bench(["spark", "--arrivals", "2000", "--memory", "200kB", "--repeats", "1",
+                  "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "spark.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["job"] for r in rows] == ["local, spilling", "spark, spilling",
+                                        "spark, no spilling"]
+    assert int(rows[1]["spills"]) > 0 and int(rows[2]["spills"]) == 0
+    assert len({r["results"] for r in rows}) == 1
+    assert (tmp_path / "spark.png").exists()
+    assert "outputs equal in every round" in capsys.readouterr().out
+
+
 def test_a_failed_run_leaves_no_half_spill_folder(files, capsys):
     """A run that stops with an error cannot clean up what it spilled (its memory is
     gone): the folder is emptied, so a new run or `adaptcq cleanup` is not misled."""

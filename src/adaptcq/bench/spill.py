@@ -22,9 +22,19 @@ the inputs loaded).
         [--figures 16,19,20] [--out results/spill]
     python -m adaptcq.bench.spill perf [--arrivals 5000000] [--window 20] [--ratios 2,1,1]
     python -m adaptcq.bench.spill formats [--arrivals 100000]
+    python -m adaptcq.bench.spill spark [--arrivals 100000] [--memory 64MB] [--partitions 2]
+        [--repeats 3] [--master local[2]]
+
+``spark`` measures spilling on Spark (docs/spill.md, "On Spark"): §6.1's workload with
+unbounded state (Figure 16's ratios), each round three jobs in fresh processes, `adaptcq
+run` locally with ``--spill global-penalty --memory M``, on Spark with the same options in P
+partition groups, and on Spark without spilling; whole-process wall seconds (JVM start-up
+included), the spills, late results and clean-up CPU of each, and the outputs compared as
+multisets (they must be equal).
 
 Writes ``summary.csv``, ``results_over_time.csv``, ``memory.csv``, ``fig16.png`` ...
-``fig20.png`` (figures) and ``perf.csv`` (perf) under OUT.
+``fig20.png`` (figures), ``perf.csv`` (perf) and ``spark.csv``, ``spark.png`` (spark) under
+OUT.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ from adaptcq.bench.spark_scale import write_csv  # the benchmarks' one CSV write
 FIGURES = {16: (3, 1, 1), 19: (1, 3, 3), 20: (3, 2, 3)}
 STRATEGIES = ("bottom-up", "local-output", "global-output", "global-penalty")
 BINS = 60
+CLI = "from adaptcq.cli import main; raise SystemExit(main())"  # `adaptcq`, this interpreter
 
 
 def _run(workload, spill: dict | None) -> dict:
@@ -341,6 +352,90 @@ def formats(args) -> int:
     return 0
 
 
+def _outputs(path: Path):
+    """A job's output (a Parquet file or folder) as a multiset, ``_late`` left out: which
+    results come late depends on the spills, the results do not."""
+    from collections import Counter
+
+    import pyarrow.dataset as ds
+    t = ds.dataset(str(path), format="parquet").to_table()
+    cols = [c for c in t.column_names if c != "_late"]
+    return Counter(zip(*(t.column(c).to_pylist() for c in cols), strict=True))
+
+
+def spark(args) -> int:
+    import statistics
+
+    import pyarrow.parquet as pq
+
+    from adaptcq.stream.spill_workload import spill_five_way
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    spill = ["--spill", "global-penalty", "--memory", args.memory]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="adaptcq-spill-spark-") as tmp:
+        folder = Path(tmp)
+        wl = spill_five_way(args.arrivals, seed=args.seed)
+        for name, t in wl.tables.items():
+            pq.write_table(t, folder / f"{name}.parquet")
+        inputs = [x for name in wl.tables for x in ("--input", f"{name}={folder}/{name}.parquet")]
+        spark_opts = ["--engine", "spark", "--master", args.master,
+                      "--partitions", str(args.partitions)]
+        jobs = {"local, spilling": spill, "spark, spilling": spark_opts + spill,
+                "spark, no spilling": spark_opts}
+        print(f"§6.1's workload, {wl.n_updates:,} arrivals, unbounded state, ratios (3, 1, 1); "
+              f"--memory {args.memory}; Spark: {args.partitions} groups on {args.master}")
+        for r in range(args.repeats):
+            outputs = []
+            for job, opts in jobs.items():
+                o = str(folder / f"out-{r}-{len(outputs)}") + (
+                    "" if "--engine" in opts else ".parquet")
+                summary = folder / f"summary-{r}-{len(outputs)}.json"
+                cmd = [sys.executable, "-c", CLI, "run", "--sql", wl.sql, *inputs, *opts,
+                       "--output", o, "--summary-json", str(summary), "--no-progress"]
+                if "--engine" in opts:
+                    cmd += ["--checkpoint", str(folder / f"ck-{r}-{len(outputs)}")]
+                t0 = time.perf_counter()
+                done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                wall = time.perf_counter() - t0
+                if done.returncode:
+                    raise SystemExit(f"{job} failed:\n{done.stderr[-3000:]}")
+                sm = json.loads(summary.read_text())
+                sp = sm.get("spill") or sm
+                rows.append({"round": r + 1, "job": job, "wall_seconds": round(wall, 2),
+                             "results": sm["results"], "spills": sp.get("spills", 0),
+                             "late_results": sp.get("late_results", 0),
+                             "cleanup_cpu_seconds": sp.get("cleanup_cpu_seconds", 0.0)})
+                outputs.append(_outputs(o))
+                print(f"  round {r + 1}: {job}: {wall:.1f} s, {rows[-1]['spills']} spills, "
+                      f"{rows[-1]['late_results']:,} late results of {sm['results']:,}")
+            if any(x != outputs[0] for x in outputs[1:]):
+                raise SystemExit(f"round {r + 1}: the three jobs' outputs differ")
+    write_csv(rows, out / "spark.csv")
+    med = {job: statistics.median(x["wall_seconds"] for x in rows if x["job"] == job)
+           for job in jobs}
+    ratios = [a["wall_seconds"] / b["wall_seconds"] for a, b in zip(
+        [x for x in rows if x["job"] == "spark, spilling"],
+        [x for x in rows if x["job"] == "spark, no spilling"], strict=True)]
+    print("  outputs equal in every round (as multisets, _late left out)")
+    for job, m in med.items():
+        print(f"  {job}: median {m:.1f} s")
+    print(f"  Spark with spilling / without, per round: "
+          f"{', '.join(f'{x:.2f}' for x in ratios)}")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(list(med), list(med.values()), color=["#4c72b0", "#dd8452", "#55a868"])
+    ax.set_ylabel("wall seconds (median, whole process)")
+    ax.set_title(f"spilling on Spark: {args.arrivals:,} arrivals, --memory {args.memory}")
+    fig.tight_layout()
+    fig.savefig(out / "spark.png", dpi=120)
+    plt.close(fig)
+    print(f"  wrote {out / 'spark.csv'}, {out / 'spark.png'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--single"]:
@@ -365,14 +460,21 @@ def main(argv: list[str] | None = None) -> int:
                    default=[2, 1, 1])
     fm = sub.add_parser("formats", help="the spill file format, by measurement")
     fm.add_argument("--arrivals", type=int, default=100_000)
-    for sp in (f, q, fm):
+    sk = sub.add_parser("spark", help="spilling on Spark against local and unspilled Spark")
+    sk.add_argument("--arrivals", type=int, default=100_000)
+    sk.add_argument("--memory", default="64MB")
+    sk.add_argument("--partitions", type=int, default=2)
+    sk.add_argument("--repeats", type=int, default=3)
+    sk.add_argument("--master", default="local[2]")
+    for sp in (f, q, fm, sk):
         sp.add_argument("--seed", type=int, default=0)
         sp.add_argument("--out", default="results/spill")
     args = p.parse_args(argv)
     if getattr(args, "figures", None) and any(x not in FIGURES for x in args.figures):
         p.error(f"--figures: choose from {', '.join(map(str, FIGURES))}")
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    return {"figures": figures, "perf": perf, "formats": formats}[args.what](args)
+    return {"figures": figures, "perf": perf, "formats": formats,
+            "spark": spark}[args.what](args)
 
 
 if __name__ == "__main__":
