@@ -354,6 +354,9 @@ def test_spilling_on_spark_refuses_what_it_cannot_do(spark, tmp_path):
     with pytest.raises(AdaptcqError, match="not by --executor mjoin"):
         run_files(spark, SQL, srcs, str(tmp_path / "ck"), str(tmp_path / "out"),
                   executor="mjoin", spill={"strategy": "bottom-up", "memory": "1MB"})
+    with pytest.raises(AdaptcqError, match="spills into its checkpoint"):
+        run_files(spark, SQL, srcs, str(tmp_path / "ck3"), str(tmp_path / "out3"),
+                  spill={"strategy": "bottom-up", "memory": "1MB", "directory": "x"})
     with pytest.raises(AdaptcqError, match="append mode only"):
         run_files(spark, SQL, srcs, str(tmp_path / "ck2"), str(tmp_path / "out2"),
                   mode="retract", spill={"strategy": "bottom-up", "memory": "1MB"})

@@ -1465,6 +1465,10 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
         if executor not in ("auto", "tree"):
             raise OptionError(f"spilling (--spill) is done by the operator tree "
                               f"(--executor tree), not by --executor {executor}")
+        if options["spill"].get("directory") is not None:
+            raise OptionError("a run over files spills into its checkpoint (<checkpoint>/"
+                              "spill), versioned with it; spill={'directory': ...} is for "
+                              "continuous_query, whose checkpoint adaptcq does not know")
         check_query(query, mode)
         spark_spill_spec({**options["spill"], "directory": str(checkpoint)}, groups)
     if spec is not None:  # the policies' options, before Spark starts (run checks them again)
