@@ -1223,17 +1223,8 @@ def replay(cq, streams: Sequence[int], timestamps: Sequence, rows: Sequence[tupl
     controller, every, emit = ex.controller, ex._check_every, ex._emit
     ex.controller, ex._emit = None, _discard
     pending = deque(sorted(events, key=lambda e: e[0]))
-    if folded is not None:
-        for (oid, pid), top in folded["disk"].items():
-            ex._disk_exp[(oid, pid)] = max(ex._disk_exp.get((oid, pid), -INF), top)
-        for oid, t in folded["t"].items():
-            ex._pending_t[oid] = min(ex._pending_t[oid], t)
-        for oid, top in folded["exp"].items():
-            ex._pending_exp[oid] = max(ex._pending_exp[oid], top)
-        if folded["first"] is not None:
-            first = ex.counters.first_pending
-            ex.counters.first_pending = folded["first"] if first is None else \
-                min(first, folded["first"])
+    for (oid, pid), (top, ts) in (folded or {}).items():
+        ex._mark(oid, pid, top, ts)
     try:
         start = 0
         for k in range(len(rows) + 1):
@@ -1269,18 +1260,17 @@ def horizon(ex: SpillTree, now) -> float:
 
 
 def fold(folded: dict | None, events: Iterable[tuple]) -> dict:
-    """``folded`` markers (``markers``' form; None: none) with those of ``events``
-    ((position, event time, ((operator id, pid, latest window end), ...)), a journal's)
-    added: what those events set, without replaying them."""
-    out = {"first": None, "t": {}, "exp": {}, "disk": {}} if folded is None else {
-        "first": folded["first"], "t": dict(folded["t"]), "exp": dict(folded["exp"]),
-        "disk": dict(folded["disk"])}
+    """``folded`` (None: none) with ``events`` ((position, event time, ((operator id, pid,
+    latest window end), ...)), a journal's) added, as {(operator id, pid): (latest window
+    end, earliest event time)}: the pending-spill markers they set (``SpillTree._mark``,
+    which combines them by max and min, so one pair per group gives the same markers),
+    without replaying them."""
+    out = dict(folded or {})
     for _, ts, groups in events:
-        out["first"] = ts if out["first"] is None else min(out["first"], ts)
         for oid, pid, top in groups:
-            out["disk"][(oid, pid)] = max(out["disk"].get((oid, pid), -INF), top)
-            out["t"][oid] = min(out["t"].get(oid, INF), ts)
-            out["exp"][oid] = max(out["exp"].get(oid, -INF), top)
+            old = out.get((oid, pid))
+            out[(oid, pid)] = (top, ts) if old is None else (max(old[0], top),
+                                                               min(old[1], ts))
     return out
 
 

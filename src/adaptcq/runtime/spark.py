@@ -302,11 +302,8 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     signed = _signed_streams(query, streams, sign)
     executor, spec = _adaptivity(executor, adaptivity)
     if spill is not None:
-        if executor == "auto":
-            executor = "tree"  # (the local runtime's rule: runtime.local.choose_executor)
-        elif executor != "tree":
-            raise OptionError(f"spilling (--spill) is done by the operator tree "
-                              f"(--executor tree), not by --executor {executor}")
+        from adaptcq.runtime.spill import spill_executor
+        executor = spill_executor(executor)
     executor, options = _vector_choice(executor, query, spec, options)
     if options.get("shed") is not None and executor != "shed":
         raise OptionError(f"the load-shedding options are for the load-shedding join "
@@ -757,15 +754,11 @@ def _frames(cfg: _Config, gkey: int, eng, out: list, rejected: list, cpu: float,
     if cfg.executor == "shed":
         info["shedding"] = eng.cq.executor.report()
     if cfg.spill is not None:
+        from adaptcq.runtime.spill import spill_figures
         ex = eng.cq.executor
-        c = ex.counters
-        info["spill"] = {
-            "spills": c.spills, "partition_groups_spilled": c.groups_spilled,
-            "spilled_bytes_model": c.spilled_bytes, "spill_file_bytes": c.file_bytes,
-            "cleanups": c.cleanups, "cleanup_cpu_seconds": round(c.cleanup_seconds, 4),
-            "late_results": c.late_results, "memory_model_now": int(ex.memory_usage()),
-            "strategy": cfg.spill["strategy"], "memory": cfg.spill["memory"],
-            "budget": cfg.spill["budget"], "first_pending_ns": c.first_pending}
+        info["spill"] = {**spill_figures(ex), "strategy": cfg.spill["strategy"],
+                         "memory": cfg.spill["memory"], "budget": cfg.spill["budget"],
+                         "first_pending_ns": ex.counters.first_pending}
     if cfg.adaptivity is not None:
         info["policies"] = eng.report()
         info["policy_restores"] = eng.restores
@@ -869,7 +862,8 @@ class SparkRun:
             return None
         out = {k: sum(r[k] for r in reports) for k in (
             "spills", "partition_groups_spilled", "spilled_bytes_model", "spill_file_bytes",
-            "cleanups", "cleanup_cpu_seconds", "late_results", "memory_model_now")}
+            "cleanups", "cleanup_cpu_seconds", "late_results", "cleanup_handovers",
+            "memory_model_now")}
         pending = [r["first_pending_ns"] for r in reports if r["first_pending_ns"] is not None]
         out["complete_until"] = min(pending) if pending else None
         out.update({k: reports[0][k] for k in ("strategy", "memory", "budget")})
@@ -1461,10 +1455,8 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     _, spec = _adaptivity(executor, adaptivity)
     if options.get("spill") is not None:  # before Spark starts (run checks them again)
         from adaptcq.engine.spill_tree import check_query
-        from adaptcq.runtime.spill import spark_spill_spec
-        if executor not in ("auto", "tree"):
-            raise OptionError(f"spilling (--spill) is done by the operator tree "
-                              f"(--executor tree), not by --executor {executor}")
+        from adaptcq.runtime.spill import spark_spill_spec, spill_executor
+        spill_executor(executor)
         if options["spill"].get("directory") is not None:
             raise OptionError("a run over files spills into its checkpoint (<checkpoint>/"
                               "spill), versioned with it; spill={'directory': ...} is for "

@@ -94,10 +94,6 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
         if args.executor not in ("auto", "shed"):
             raise AdaptcqError(f"the load-shedding options are for the load-shedding join "
                                f"(--executor shed), not {args.executor}")
-    spill = options.get("spill")
-    if spill is not None:  # refused here, before Spark starts (the run checks them again)
-        from adaptcq.runtime.spill import spark_spill_spec
-        spark_spill_spec({**spill, "directory": "(checkpoint)/spill"}, 1)
     # --optimizer with the vectorized executor is its per-batch ordering (no policy)
     adaptivity = None if "ordering" in options else adaptivity_spec(args)
     executor = "mjoin" if args.executor == "acaching" else args.executor

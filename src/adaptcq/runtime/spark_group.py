@@ -820,12 +820,13 @@ def _replay_spilling(cfg: _Config, gkey: int, go: list, info: dict, pc):
     # (window ended before the saved edge) are not replayed; every journal event folded
     # away precedes every row replayed (``PartitionGroup._fold_journal``).
     q = _logical(cfg)
-    kept = []
+    import pyarrow as pa
+    edge, kept = sp.get("edge", -math.inf), []
     for i, t in go:
         win = q.streams[i].window
         if win.kind == "range":
-            t = t.filter(pc.greater_equal(pc.add(t.column("_t"), round(win.size / TIME_UNIT)),
-                                          sp.get("edge", -math.inf)))
+            t = t.filter(pa.array(~PartitionGroup._left_window(
+                win, t.column("_t").to_numpy(), edge)))
         if t.num_rows:
             kept.append((i, t))
     streams, _, tss, rows, _, keys = _ordered(cfg, kept, pc, True)

@@ -36,6 +36,41 @@ KEYS = ("strategy", "memory", "fraction", "every", "partitions", "directory", "s
         "cleanup", "when_free")
 
 
+def _checked(spill: dict | None) -> dict:
+    """The checks every ``spill`` option gets, locally or on Spark: known keys, a strategy
+    and a budget together, the lineage sample in [0, 1]. Returns a copy."""
+    spill = dict(spill or {})
+    unknown = sorted(set(spill) - set(KEYS))
+    if unknown:
+        raise OptionError(f"unknown spill option {unknown[0]!r}; the options are: "
+                          f"{', '.join(KEYS)}")
+    if (spill.get("strategy") is None) != (spill.get("memory") is None):
+        raise OptionError("--spill STRATEGY and --memory BUDGET go together: a strategy "
+                          "chooses what to spill when the state passes the budget")
+    if not 0 <= float(spill.get("sample", 0.1)) <= 1:
+        raise OptionError(f"the lineage sample must be in [0, 1], got {spill['sample']!r}")
+    return spill
+
+
+def spill_executor(executor: str) -> str:
+    """The executor a spilling run uses: the operator tree ("auto" chooses it, as
+    ``runtime.local.choose_executor`` does); any other is refused with the reason."""
+    if executor not in ("auto", "tree"):
+        raise OptionError(f"spilling (--spill) is done by the operator tree (--executor "
+                          f"tree), not by --executor {executor}")
+    return "tree"
+
+
+def spill_figures(ex) -> dict:
+    """A spilling tree's figures for the run summary (local, and per Spark group)."""
+    c = ex.counters
+    return {"spills": c.spills, "partition_groups_spilled": c.groups_spilled,
+            "spilled_bytes_model": c.spilled_bytes, "spill_file_bytes": c.file_bytes,
+            "cleanups": c.cleanups, "cleanup_cpu_seconds": round(c.cleanup_seconds, 4),
+            "late_results": c.late_results, "cleanup_handovers": c.handover_flushes,
+            "memory_model_now": int(ex.memory_usage())}
+
+
 def spark_spill_spec(spill: dict, groups: int) -> dict:
     """The ``spill`` option of a Spark run, checked on the driver, as every partition group
     builds its spilling from it (``runtime.spark_group``; docs/spill.md, "On Spark"): the
@@ -45,14 +80,9 @@ def spark_spill_spec(spill: dict, groups: int) -> dict:
     strategy, budget or folder, and ``cleanup="off"`` (a group's memory generation lives in
     Spark's state store, not in a folder ``adaptcq cleanup`` could read)."""
     from adaptcq.adapt.spilling import SpillPolicy, parse_bytes
-    spill = dict(spill)
-    unknown = sorted(set(spill) - set(KEYS))
-    if unknown:
-        raise OptionError(f"unknown spill option {unknown[0]!r}; the options are: "
-                          f"{', '.join(KEYS)}")
-    if spill.get("strategy") is None or spill.get("memory") is None:
-        raise OptionError("--spill STRATEGY and --memory BUDGET go together: a strategy "
-                          "chooses what to spill when the state passes the budget")
+    spill = _checked(spill)
+    if spill.get("strategy") is None:
+        raise OptionError("spilling needs --spill STRATEGY and --memory BUDGET")
     if spill.get("cleanup", "end") != "end":
         raise OptionError("--cleanup off is for the local engine: on Spark a group's "
                           "memory generation is in Spark's state store, which `adaptcq "
@@ -72,12 +102,10 @@ def spark_spill_spec(spill: dict, groups: int) -> dict:
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise OptionError(f"--spill-partitions must be a positive whole number, got "
                           f"{partitions!r}")
-    sample = float(spill.get("sample", 0.1))
-    if not 0 <= sample <= 1:
-        raise OptionError(f"the lineage sample must be in [0, 1], got {sample!r}")
     out = {"strategy": spill["strategy"], "memory": total, "budget": budget,
            "fraction": spill.get("fraction", 0.2), "every": spill.get("every", 1000),
-           "partitions": partitions, "sample": sample, "seed": int(spill.get("seed", 0)),
+           "partitions": partitions, "sample": float(spill.get("sample", 0.1)),
+           "seed": int(spill.get("seed", 0)),
            "when_free": bool(spill.get("when_free", True)),
            "directory": str(spill["directory"])}
     SpillPolicy(out["strategy"], budget, fraction=out["fraction"], every=out["every"])
@@ -94,17 +122,10 @@ class SpillSetup:
 
     def __init__(self, query: LogicalQuery, spill: dict | None, types: dict,
                  timestamp_unit: str | None, schema: pa.Schema):
-        spill = dict(spill or {})
-        unknown = sorted(set(spill) - set(KEYS))
-        if unknown:
-            raise OptionError(f"unknown spill option {unknown[0]!r}; the options are: "
-                              f"{', '.join(KEYS)}")
+        spill = _checked(spill)
         self.query = query
         self.strategy = spill.get("strategy")
         memory = spill.get("memory")
-        if (self.strategy is None) != (memory is None):
-            raise OptionError("--spill STRATEGY and --memory BUDGET go together: a strategy "
-                              "chooses what to spill when the state passes the budget")
         self.cleanup = spill.get("cleanup", "end")
         if self.cleanup not in ("end", "off"):
             raise OptionError(f"--cleanup {self.cleanup!r}: choose end or off")
@@ -116,8 +137,6 @@ class SpillSetup:
             raise OptionError("--spill-dir needs --spill STRATEGY and --memory BUDGET")
         self.partitions = spill.get("partitions", 300)
         self.sample = float(spill.get("sample", 0.1))
-        if not 0 <= self.sample <= 1:
-            raise OptionError(f"the lineage sample must be in [0, 1], got {self.sample!r}")
         self.seed = int(spill.get("seed", 0))
         self.schema = schema
         self.unit = timestamp_unit
@@ -187,13 +206,7 @@ class SpillSetup:
         if self.policy is None:
             return out
         out.update(self.policy.report())
-        out.update({
-            "spills": c.spills, "partition_groups_spilled": c.groups_spilled,
-            "spilled_bytes_model": c.spilled_bytes, "spill_file_bytes": c.file_bytes,
-            "cleanups": c.cleanups, "cleanup_cpu_seconds": round(c.cleanup_seconds, 4),
-            "late_results": c.late_results, "cleanup_handovers": c.handover_flushes,
-            "memory_model_now": int(ex.memory_usage()),
-        })
+        out.update(spill_figures(ex))
         if last_ts is not None:
             # Every result whose newest input arrived before the oldest spill not yet
             # cleaned up is out; after a clean-up, every result up to the input's end.

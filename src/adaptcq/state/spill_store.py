@@ -147,7 +147,7 @@ class SpillStore:
             raise SpillError(f"spill folder {self.directory} holds the spilled state of "
                              "another query or plan; give an empty folder")
         self.events = doc["events"]
-        self._next = 1 + max((int(ev["file"][6:12]) for ev in self.events), default=0)
+        self._next = _next_number(self.events)
         self.meta = {**doc.get("meta", {}), **self.meta}
         for ev in self.events:  # every file the manifest names must be there
             if not (self.directory / ev["file"]).exists():
@@ -390,9 +390,7 @@ class SpillStore:
         if not self.events:
             return
         gone, self.events = self.events, []
-        self._verified.clear()
-        self._index.clear()
-        self._live, self._live_total = None, 0.0  # rebuilt from the index when asked
+        self._forget_files()
         try:
             self._save()
         except OSError as e:
@@ -433,17 +431,27 @@ class SpillStore:
             elif p.name.startswith("spill-") or p.name.startswith(MANIFEST):
                 p.unlink(missing_ok=True)
         self.events = [dict(ev) for ev in events]
-        self._next = 1 + max((int(ev["file"][6:12]) for ev in self.events), default=0)
+        self._next = _next_number(self.events)
+        self._forget_files()
+        self._save()
+
+    def _forget_files(self) -> None:
+        """Drop what was read from the files (readers, checks, group indexes, the live
+        total, rebuilt from the index when asked): the events changed."""
         self._readers.clear()
         self._verified.clear()
         self._index.clear()
         self._live, self._live_total = None, 0.0
-        self._save()
 
     def close(self) -> None:
         self._readers.clear()
         if self.temporary:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _next_number(events: list[dict]) -> int:
+    """The number of the next spill file (``spill-NNNNNN.arrow``) after ``events``'."""
+    return 1 + max((int(ev["file"][6:12]) for ev in events), default=0)
 
 
 def _take(idx: list[int]):
