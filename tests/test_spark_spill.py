@@ -127,7 +127,7 @@ def test_a_spilling_group_rebuilt_or_retried_equals_the_oracle(data, seed, strat
     c = eng.cq.executor.counters
     assert c.first_pending is None and c.late_results == sum(r[-1] for r in out)
     event(f"spills: {min(c.spills, 3)}+, rebuilt: {min(rebuilds, 1)}+, "
-          f"retried: {min(retries, 1)}+")
+          f"retried: {min(retries, 1)}+, groups written back: {bool(c.writebacks)}")
 
 
 def test_a_missing_spill_file_at_a_rebuild_is_named(tmp_path):
@@ -167,7 +167,7 @@ def _two_streams(window: str = ""):
 
 def test_the_store_stays_bounded_while_spills_stay_pending(tmp_path):
     """A windowed stream that keeps the state at its budget spills at every check and never
-    cleans up while running; the rows kept in the store (what a rebuild replays) and the
+    cleans up while running (``when_free`` off: no write-backs either); the rows kept in the store (what a rebuild replays) and the
     journal stay about a window's worth, not the stream since the first spill; a rebuild
     at the end is cheap and its results are the uninterrupted run's."""
     from adaptcq.runtime import spark_group as sg
@@ -180,7 +180,7 @@ def test_the_store_stays_bounded_while_spills_stay_pending(tmp_path):
 
     def run(rebuild: bool, folder):
         cfg = _config(q, None, {"strategy": "bottom-up", "memory": 8000, "every": 5,
-                                "partitions": 8}, folder)
+                                "partitions": 8, "when_free": False}, folder)
         store, out, kept = sg.MemoryStore(), [], []
         try:
             for b, (a, z) in enumerate(itertools.pairwise(range(0, n + 1, 100))):
@@ -200,6 +200,54 @@ def test_the_store_stays_bounded_while_spills_stay_pending(tmp_path):
     assert max(k for k, _ in kept) < 400 and max(j for _, j in kept) < 40  # of 4,000 rows
     again, eng, _ = run(True, tmp_path / "b")
     assert eng.rebuilt_rows < 400
+    assert again == plain
+
+
+def test_groups_written_back_by_a_cleanup_survive_rebuilds_and_retries(tmp_path):
+    """A windowed stream at its budget: clean-ups while running merge the spilled state
+    whose windows ended and write back the merged groups memory cannot hold
+    (``SpillTree.cleanup(keep=)``). The disk then holds about a window's spilled state,
+    and a group rebuilt, or retried, right after such a clean-up gives the results of the
+    uninterrupted run, which are the oracle's."""
+    from adaptcq.runtime import spark_group as sg
+    q = _two_streams(" [RANGE 5 SECONDS]")
+    rnd = random.Random(2)
+    n = 3000
+    streams = [rnd.randrange(2) for _ in range(n)]
+    rows = [(rnd.randrange(6), k) for k in range(n)]
+    ts = [k * NS // 4 for k in range(n)]
+
+    def run(lose: set, fail: set, folder):
+        cfg = _config(q, None, {"strategy": "global-penalty", "memory": 4000, "every": 5,
+                                "partitions": 8}, folder)
+        store, out, files = sg.MemoryStore(), [], []
+        written = 0
+        try:
+            for b, (a, z) in enumerate(itertools.pairwise(range(0, n + 1, 100))):
+                packets = _packets(cfg, streams[a:z], ts[a:z], rows[a:z], a)
+                if b in fail:  # runs, writes its files, is not committed: retried
+                    saved = copy.deepcopy((store.meta, store.entries, store.adapt))
+                    sg.advance_group(cfg, 0, store, list(packets))
+                    store.meta, store.entries, store.adapt = saved
+                    sg._LIVE.pop((cfg.qid, 0), None)
+                if b in lose:
+                    sg._LIVE.pop((cfg.qid, 0), None)
+                eng, res, *_ = sg.advance_group(cfg, 0, store, packets)
+                out += res
+                c = eng.cq.executor.counters
+                written = max(written, c.writebacks)
+                files.append(len(eng.cq.executor.store.events))
+            eng, res, *_ = sg.advance_group(cfg, 0, store, _packets(cfg, [], [], [], n, True))
+        finally:
+            sg._LIVE.pop((cfg.qid, 0), None)
+        return Counter(r[:-3] + (r[-3], r[-2] / NS) for r in out + res), written, files
+
+    plain, written, files = run(set(), set(), tmp_path / "a")
+    assert written > 0
+    assert max(files) < 10  # spill events on disk: not one per spill since the start
+    assert plain == oracle_total(q, streams, [t / NS for t in ts], rows)
+    lose, fail = set(range(3, 30, 4)), set(range(5, 30, 6))
+    again, _, _ = run(lose, fail, tmp_path / "b")
     assert again == plain
 
 

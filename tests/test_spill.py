@@ -149,11 +149,17 @@ def run_with_spills(q, streams, ts, tup, rnd, tmp, p_spill=0.3, p_clean=0.05,
                 pick = rnd.sample(cands, rnd.randint(1, len(cands)))
                 ex.spill([(c[0], c[1]) for c in pick], ts[k])
         if rnd.random() < p_clean:
-            ex.cleanup(ts[k])
+            ex.cleanup(ts[k], keep=random_keep(ex, rnd))
             out += cq.drain()
     ex.cleanup(final=True)
     out += cq.drain()
     return ex, out
+
+
+def random_keep(ex, rnd):
+    """A clean-up while running keeps every merged group in memory (None), writes every
+    one back to disk (0), or keeps those that fit in some bytes (``cleanup(keep=)``)."""
+    return rnd.choice([None, 0.0, rnd.uniform(0, 2 * ex.memory_usage())])
 
 
 @common
@@ -174,7 +180,8 @@ def test_runtime_plus_cleanup_output_equals_the_oracle(data, seed, tmp_path_fact
     assert runtime + late == oracle_total(q, streams, ts, tup)
     assert ex.counters.late_results == sum(late.values())
     event(f"spills: {min(ex.counters.spills, 3)}+, late results: {bool(late)}, "
-          f"hand-over through disk: {bool(ex.counters.handover_flushes)}")
+          f"hand-over through disk: {bool(ex.counters.handover_flushes)}, "
+          f"groups written back: {bool(ex.counters.writebacks)}")
     # A late result's _ts is its newest component's time: never later than the input.
     assert all(r[-2] <= ts[-1] for r in out)
 
@@ -231,7 +238,7 @@ def test_a_tree_rebuilt_by_replaying_its_spills_stays_exact(data, seed, superset
                 pick = rnd.sample(cands, rnd.randint(1, len(cands)))
                 ex.spill([(c[0], c[1]) for c in pick], ts[k])
         if rnd.random() < 0.05:
-            ex.cleanup(ts[k])
+            ex.cleanup(ts[k], keep=random_keep(ex, rnd))
             out += cq.drain()
     cq.executor.cleanup(final=True)
     out += cq.drain()
@@ -273,8 +280,9 @@ def test_spill_policies_keep_the_budget_and_the_results(data, seed, strategy, bu
     out += cq.drain()
     assert Counter(r[:-1] for r in out) == oracle_total(q, streams, ts, tup)
     assert all(u <= budget for u in after)
-    event(f"spills: {min(cq.executor.counters.spills, 3)}+, "
-          f"clean-ups: {min(cq.executor.counters.cleanups, 2)}+")
+    c = cq.executor.counters
+    event(f"spills: {min(c.spills, 3)}+, clean-ups: {min(c.cleanups, 2)}+, "
+          f"groups written back: {bool(c.writebacks)}")
 
 
 # ----- the clean-up's algebra (§4.1) ------------------------------------------------------

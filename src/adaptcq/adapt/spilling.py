@@ -18,7 +18,11 @@ the groups to spill, in the order chosen, until their model sizes (§2.2) reach 
 the tree's memory by the model, and when it exceeds the budget it asks the executor to
 spill the strategy's choice, freeing ``fraction`` (f) of the budget; when memory has freed
 up enough to take the spilled state back, it asks for a clean-up (beyond the paper: a
-barrier between two updates; ``cleanup_when_free``).
+barrier between two updates; ``cleanup_when_free``). When it has not, but at least half of
+what is on disk (and at least f of the budget) holds only inputs past their window, it asks
+for a clean-up that writes back the merged groups memory cannot hold: a windowed run's
+ended spilled state is dropped while memory stays full, so its disk, and the final
+clean-up, stay about a window's state rather than growing with the run.
 """
 
 from __future__ import annotations
@@ -121,7 +125,8 @@ class SpillPolicy:
     state-spill.txt §2.2) the tree may hold; ``fraction`` (f): a spill frees f of the
     budget; ``every`` (k): insertions between two checks; ``cleanup_when_free``: clean up
     while running once the spilled state still alive fits in (1 - f) of the budget with
-    the state in memory."""
+    the state in memory, or, writing back what does not fit, once the spilled state past
+    its window is at least the spilled state still alive and f of the budget."""
 
     def __init__(self, strategy: str = "global-penalty", budget: int | str = 64 * 2**20,
                  fraction: float = 0.2, every: int = 1000, seed: int = 0,
@@ -154,6 +159,18 @@ class SpillPolicy:
             if len(self.samples) > MAX_SAMPLES:
                 del self.samples[1::2]
                 self._thin *= 2
+        room = (1 - self.fraction) * self.budget
+        if self.cleanup_when_free and ex.pending():
+            live = ex.pending_live_bytes(ts)
+            if usage + live <= room:
+                ex.cleanup(ts)
+                return
+            if ex.pending_ended_bytes(ts) >= max(live, self.fraction * self.budget):
+                # Most of what is on disk has ended: merge it (the late results), keep
+                # what fits and write back the rest (``SpillTree.cleanup(keep=)``); then
+                # spill as usual if memory is still over the budget.
+                ex.cleanup(ts, keep=room)
+                usage = ex.memory_usage()
         if usage > self.budget:
             cands = [Candidate(*c) for c in ex.candidates()]
             largest = max(cands, key=lambda c: c.size)
@@ -164,13 +181,9 @@ class SpillPolicy:
                     f"group (Join{largest.op}, partition {largest.pid}: {largest.size:,.0f} "
                     "bytes by the model of state-spill.txt §2.2): raise --memory or use more "
                     "partitions (--spill-partitions)")
-            need = usage - (1 - self.fraction) * self.budget
-            chosen = self.strategy(cands, need, self.rng)
+            chosen = self.strategy(cands, usage - room, self.rng)
             ex.spill(chosen, ts)
             self.samples.append((ts, ex.memory_usage()))
-        elif self.cleanup_when_free and ex.pending() and \
-                usage + ex.pending_live_bytes(ts) <= (1 - self.fraction) * self.budget:
-            ex.cleanup(ts)
 
     def report(self) -> dict:
         return {"spill_strategy": self.strategy_name, "memory_budget": self.budget,

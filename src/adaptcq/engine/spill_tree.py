@@ -317,9 +317,12 @@ class SpillCounters:
     file_bytes: int = 0          # bytes on disk (compressed Arrow IPC)
     cleanups: int = 0
     cleanup_seconds: float = 0.0
+    end_cleanup_seconds: float = 0.0  # of them, the end of input's (``final``)
     late_results: int = 0
     retired: int = 0             # inputs kept past their window for a pending clean-up
     handover_flushes: int = 0    # clean-up hand-overs written to disk (``_SentUp``)
+    writebacks: int = 0          # merged groups a clean-up wrote back to disk (``keep``)
+    writeback_bytes: int = 0     # their model bytes
     first_pending: float | None = None   # event time of the oldest spill not cleaned up
 
 
@@ -596,9 +599,24 @@ class SpillTree:
         from memory; returns the model bytes freed. Nothing is dropped unless the event's
         file and manifest were written (a failing disk raises ``SpillError`` and leaves
         memory as it was)."""
+        ts = self.now if ts is None else ts
+        freed, marks = self._write(groups, ts)
+        if not marks:
+            return 0.0
+        for oid, pid, top in marks:
+            self._mark(oid, pid, top, ts)
+        self.journal.append((self._rid, ts, marks))
+        c = self.counters
+        c.spills += 1
+        c.groups_spilled += len(marks)
+        c.spilled_bytes += int(freed)
+        return freed
+
+    def _write(self, groups: Iterable[tuple[int, int]], ts) -> tuple[float, tuple]:
+        """Write these groups as one spill event and drop them from memory, not yet
+        marked pending: (model bytes freed, ((operator id, pid, latest window end), ...))."""
         if self.store is None:
             raise OptionError("spilling needs a spill store (a folder for the spilled state)")
-        ts = self.now if ts is None else ts
         self._refresh_units()
         batch = []
         for oid, pid in sorted(set(groups)):
@@ -614,28 +632,30 @@ class SpillTree:
             top = max((e for entries in per_child for e, _ in entries), default=-INF)
             batch.append((op, pid, per_child, self.group_bytes(op, g), top))
         if not batch:
-            return 0.0
+            return 0.0, ()
         event = self.store.write_event(
             [(op.id, pid, [[c for _, c in entries] for entries in per_child],
               [op.child_streams(k) for k in range(len(op.children))], size, top)
              for op, pid, per_child, size, top in batch], ts)
         freed = 0.0
         c = self.counters
-        for op, pid, _, size, top in batch:
-            c.spilled_inputs += self._drop(op, pid, top, ts)
+        for op, pid, _, size, _ in batch:
+            c.spilled_inputs += self._evict(op, pid)
             freed += size
-        self.journal.append((self._rid, ts, tuple((op.id, pid, top)
-                                                  for op, pid, _, _, top in batch)))
-        c.spills += 1
-        c.groups_spilled += len(batch)
-        c.spilled_bytes += int(freed)
         c.file_bytes += event.bytes
-        return freed
+        return freed, tuple((op.id, pid, top) for op, pid, _, _, top in batch)
 
     def _drop(self, op: Operator, pid: int, top, ts) -> int:
         """Partition group (op, pid) went to disk at ``ts`` with inputs valid until at most
-        ``top``: drop it from memory (its base rows leave the stream's row map too) and
-        mark it pending for the clean-up. Returns the inputs dropped."""
+        ``top``: drop it from memory and mark it pending for the clean-up. Returns the
+        inputs dropped."""
+        n = self._evict(op, pid)
+        self._mark(op.id, pid, top, ts)
+        return n
+
+    def _evict(self, op: Operator, pid: int) -> int:
+        """Drop group (op, pid) from memory (its base rows leave the stream's row map
+        too); returns the inputs dropped."""
         g = op.parts.pop(pid, None)
         n = 0
         if g is not None:
@@ -646,7 +666,6 @@ class SpillTree:
                     rows = self.stems[self.query.aliases.index(child)].rows
                     for _, comp in held:
                         rows.pop(comp[0][0], None)
-        self._mark(op.id, pid, top, ts)
         return n
 
     def _mark(self, oid: int, pid: int, top, ts) -> None:
@@ -669,13 +688,19 @@ class SpillTree:
     def pending(self) -> bool:
         return self.counters.first_pending is not None
 
+    def pending_ended_bytes(self, now) -> float:
+        """Model bytes on disk whose inputs are all past their window at ``now``: what a
+        clean-up now would merge and drop."""
+        return self.store.ended_bytes(now) if self.store is not None else 0.0
+
     def pending_live_bytes(self, now) -> float:
         """Model bytes on disk whose inputs are not all past their window at ``now``: what
         a clean-up now would bring back into memory."""
         return self.store.live_bytes(now) if self.store is not None else 0.0
 
     # ----- clean-up (§4) -----------------------------------------------------------------
-    def cleanup(self, now=None, final: bool = False, log: list | None = None) -> int:
+    def cleanup(self, now=None, final: bool = False, log: list | None = None,
+                keep: float | None = None) -> int:
         """Produce every result the spills held back, exactly once, and merge the spilled
         generations back (§4: Eq. 3 per partition group, operators from the leaves up with
         End-of-Cleanup control tuples). ``final``: at the end of the input, nothing is kept
@@ -683,35 +708,46 @@ class SpillTree:
         becomes the memory generation, without its inputs past their window. Late results
         go to the output with ``_ts`` = their newest component's time (and ``_late``).
         ``log`` receives the control flow: ("start", Join_k), ("eoc", Join_k -> Join_p).
-        Returns the number of late results."""
-        steps = self.cleanup_steps(now, final, log)
+        ``keep`` (not final; beyond the paper): the model bytes the tree may hold in memory
+        afterwards; a merged group that does not fit goes back to disk as one generation
+        (:class:`_WriteBack`) — what lets a windowed run drop its ended spilled state
+        while memory stays full. Returns the number of late results."""
+        steps = self.cleanup_steps(now, final, log, keep)
         while True:
             try:
                 next(steps)
             except StopIteration as done:
                 return done.value
 
-    def cleanup_steps(self, now=None, final: bool = False, log: list | None = None):
+    def cleanup_steps(self, now=None, final: bool = False, log: list | None = None,
+                      keep: float | None = None):
         """:meth:`cleanup` a partition group at a time: a generator that pauses after each
         group, so that a caller can pass on the late results emitted so far (an iterator
         over the output otherwise holds them all until the end); returns the number of late
         results. Its CPU time, without the caller's between steps, goes to the counters."""
-        inner = self._cleanup(now, final, log)
+        inner = self._cleanup(now, final, log, keep)
         c = self.counters
+        spent = 0.0
         t0 = time.process_time()
         while True:
             try:
                 next(inner)
             except StopIteration as done:
-                c.cleanup_seconds += time.process_time() - t0
+                spent += time.process_time() - t0
+                c.cleanup_seconds += spent
+                if final:
+                    c.end_cleanup_seconds += spent
                 return done.value
-            c.cleanup_seconds += time.process_time() - t0
+            spent += time.process_time() - t0
             yield
             t0 = time.process_time()
 
-    def _cleanup(self, now, final: bool, log: list | None):
+    def _cleanup(self, now, final: bool, log: list | None, keep: float | None):
         now = self.now if now is None else now
         sent = _SentUp(self, self._handover_limit())
+        merged = list(self.store.events) if self.store is not None else []
+        back = None if final or keep is None else \
+            _WriteBack(self, now, keep - self.memory_usage(), self._handover_limit())
         waiting = {op.id: sum(not isinstance(c, str) for c in op.children) for op in self.ops}
         ready = deque(op for op in self.ops if waiting[op.id] == 0)
         late = 0
@@ -721,7 +757,9 @@ class SpillTree:
             if log is not None:
                 log.append(("start", op.label))
             late += yield from self._cleanup_operator(op, spilled.get(op.id, {}), sent, now,
-                                                      final)
+                                                      final, back)
+            if back is not None:
+                back.flush()
             if op.parent is not None:
                 # End-of-Cleanup: no more subresults from this operator (§4.2).
                 if log is not None:
@@ -731,7 +769,7 @@ class SpillTree:
                     ready.append(op.parent)
         sent.close()
         if self.store is not None:
-            self.store.clear()
+            self.store.clear(merged)
         c = self.counters
         c.cleanups += 1
         c.handover_flushes += sent.flushes
@@ -746,6 +784,14 @@ class SpillTree:
                 for k, _ in g.retired:
                     g.counts[k] -= 1
                 g.retired.clear()
+        if back is not None and back.marks:
+            # The groups written back are pending again, from now: a spill event of this
+            # row for the journal (a rebuild drops them from memory here, ``replay``).
+            for oid, pid, top in back.marks:
+                self._mark(oid, pid, top, now)
+            self.journal.append((self._rid, now, tuple(back.marks)))
+            c.writebacks += len(back.marks)
+            c.writeback_bytes += int(back.written)
         return late
 
     def _handover_limit(self) -> float:
@@ -759,7 +805,7 @@ class SpillTree:
         return float(HANDOVER_MIN)
 
     def _cleanup_operator(self, op: Operator, disk: dict, sent: _SentUp, now,
-                          final: bool):
+                          final: bool, back: _WriteBack | None = None):
         """One operator's clean-up, a block of partition ids at a time (one record batch of
         each spill event read as Arrow, turned into Python objects a run of pids at a
         time), with the missing subresults its children handed over, from memory or disk;
@@ -777,7 +823,8 @@ class SpillTree:
             # run of pids at a time (about DECODE_ROWS rows), so memory holds a few
             # groups' generations, not the block's. A group's generations keep their spill
             # order: ``disk[pid]`` lists them so.
-            batches = {ref: store.batch(ref) for pid in pids for ref in disk.get(pid, [])}
+            refs = {ref for pid in pids for ref in disk.get(pid, [])}
+            batches = {ref: store.batch(ref) for ref in refs}  # each read once
             ranges = {ref: store.pid_ranges(b) for ref, b in batches.items()}
             handed = sent.read(pids, flushed)
             for run in _runs_of(pids, disk, ranges):
@@ -789,11 +836,13 @@ class SpillTree:
                                                 self.w)
                 for pid in run:
                     late += yield from self._cleanup_pid(op, pid, disk, decoded, deltas,
-                                                         handed, sent, layouts, now, final)
+                                                         handed, sent, layouts, now, final,
+                                                         back)
         return late
 
     def _cleanup_pid(self, op: Operator, pid: int, disk: dict, decoded: dict, deltas: dict,
-                     handed: dict, sent: _SentUp, layouts: list, now, final: bool):
+                     handed: dict, sent: _SentUp, layouts: list, now, final: bool,
+                     back: _WriteBack | None):
         """One partition group's clean-up: its spilled generations (``decoded``), the
         missing subresults its children handed over, in memory (``deltas``) or on disk
         (``handed``); a generator pausing once, after it, returning its late results."""
@@ -804,12 +853,12 @@ class SpillTree:
             for k, items in enumerate(sent.decode(rows, layouts)):
                 if items:
                     dk.setdefault(k, []).extend(items)
-        late = self._cleanup_group(op, pid, gens, dk, now, final, sent)
+        late = self._cleanup_group(op, pid, gens, dk, now, final, sent, back)
         yield
         return late
 
     def _cleanup_group(self, op: Operator, pid: int, gens: list, dk: dict | None, now,
-                       final: bool, sent: _SentUp) -> int:
+                       final: bool, sent: _SentUp, back: _WriteBack | None = None) -> int:
         """Eq. 3 over one partition group's generations (spilled ones, then the memory
         one), then the children's missing subresults against the merged inputs; the
         missing results go up (or out, late, at the root)."""
@@ -851,6 +900,8 @@ class SpillTree:
             for k, entries in dk.items():
                 _merge_into(base[k], _keyed(op, k, entries)[0])
         if g is not None:
+            if back is not None:
+                back.room += self.group_bytes(op, g)
             op.parts.pop(pid)
         if not final:  # the merged group is the memory generation again
             ng = Group(m)
@@ -861,6 +912,8 @@ class SpillTree:
                             self._store(op, ng, pid, k, key, exp, comp)
             if any(ng.counts):
                 op.parts[pid] = ng
+                if back is not None:
+                    back.place(op, pid, ng)
         if not missing:
             return 0
         st = self.stats
@@ -955,6 +1008,46 @@ class SpillTree:
     def describe(self) -> str:
         return "operator tree " + plan_str(self.tree) + "\n" + "\n".join(
             "  " + op.describe() for op in reversed(self.ops))
+
+
+class _WriteBack:
+    """The merged groups a clean-up while running sends back to disk (``cleanup(keep=)``,
+    beyond the paper). A windowed run under a full budget never has room to take its
+    spilled state back, so without this its spilled generations, ended or not, would pile
+    up on disk until the end of the input, and the final clean-up would hold a whole run's
+    generations of a group at once. With it a clean-up merges every group (Eq. 3: the late
+    results), drops the inputs past their window, keeps in memory the groups that fit in
+    ``room`` model bytes and writes each other group, whole, as one new generation:
+    self-contained, like any spilled one, so later clean-ups stay exact. The groups are
+    written a spill event per operator (or per ``limit`` model bytes), after their merge;
+    they are marked pending once the clean-up has reset its markers."""
+
+    def __init__(self, tree: SpillTree, now, room: float, limit: float):
+        self.tree, self.now = tree, now
+        self.room = room        # model bytes still free under ``keep``
+        self.limit = limit
+        self.waiting: list[tuple[int, int]] = []
+        self.bytes = 0.0
+        self.marks: list[tuple] = []
+        self.written = 0.0
+
+    def place(self, op: Operator, pid: int, g: Group) -> None:
+        size = self.tree.group_bytes(op, g)
+        if size <= self.room:
+            self.room -= size
+            return
+        self.waiting.append((op.id, pid))
+        self.bytes += size
+        if self.bytes >= self.limit:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.waiting:
+            return
+        freed, marks = self.tree._write(self.waiting, self.now)
+        self.marks += marks
+        self.written += freed
+        self.waiting, self.bytes = [], 0.0
 
 
 class _SentUp:

@@ -196,8 +196,12 @@ def summary_table(run: SparkRun, args, master: str):
                   f"{spill['spills']:,} / {spill['partition_groups_spilled']:,}")
         t.add_row("spilled (model bytes / bytes on disk)",
                   f"{spill['spilled_bytes_model']:,} / {spill['spill_file_bytes']:,}")
-        t.add_row("clean-ups (CPU seconds)",
-                  f"{spill['cleanups']:,} ({spill['cleanup_cpu_seconds']:.2f})")
+        t.add_row("clean-ups (CPU seconds; at the end of input)",
+                  f"{spill['cleanups']:,} ({spill['cleanup_cpu_seconds']:.2f}; "
+                  f"{spill['end_cleanup_cpu_seconds']:.2f})")
+        if spill["cleanup_writebacks"]:
+            t.add_row("partition groups written back by clean-ups",
+                      f"{spill['cleanup_writebacks']:,}")
         t.add_row("late results (produced by clean-ups)", f"{spill['late_results']:,}")
         if spill["complete_until"] is not None:
             t.add_row("output complete until (event time, ns)", f"{spill['complete_until']:,}")

@@ -67,7 +67,9 @@ def spill_figures(ex) -> dict:
     return {"spills": c.spills, "partition_groups_spilled": c.groups_spilled,
             "spilled_bytes_model": c.spilled_bytes, "spill_file_bytes": c.file_bytes,
             "cleanups": c.cleanups, "cleanup_cpu_seconds": round(c.cleanup_seconds, 4),
+            "end_cleanup_cpu_seconds": round(c.end_cleanup_seconds, 4),
             "late_results": c.late_results, "cleanup_handovers": c.handover_flushes,
+            "cleanup_writebacks": c.writebacks,
             "memory_model_now": int(ex.memory_usage())}
 
 

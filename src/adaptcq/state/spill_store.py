@@ -123,6 +123,7 @@ class SpillStore:
         # and their total: ``live_bytes`` drops the ended ones as time passes.
         self._live: list | None = None
         self._live_total = 0.0
+        self._all_total = 0.0  # every spilled group's model bytes, ended or not
         self._next = 1
         self.directory.mkdir(parents=True, exist_ok=True)
         manifest = self.directory / MANIFEST
@@ -370,7 +371,7 @@ class SpillStore:
         """Model bytes of the spilled groups holding an input whose window has not ended
         at ``now`` (unbounded inputs never end); ``now`` never decreases between calls."""
         if self._live is None:
-            self._live, self._live_total = [], 0.0
+            self._live, self._live_total, self._all_total = [], 0.0, 0.0
             for ev in self.events:
                 self._track(self._group_index(ev["file"])[0])
         live = self._live
@@ -378,23 +379,36 @@ class SpillStore:
             self._live_total -= heapq.heappop(live)[1]
         return max(self._live_total, 0.0)
 
+    def ended_bytes(self, now) -> float:
+        """Model bytes of the spilled groups whose every input's window has ended at
+        ``now``: what a clean-up would merge and drop (``now`` as in ``live_bytes``)."""
+        live = self.live_bytes(now)
+        return max(self._all_total - live, 0.0)
+
     def _track(self, index: list) -> None:
         for g in index:
             heapq.heappush(self._live, (float("inf") if g[4] is None else g[4], g[3]))
             self._live_total += g[3]
+            self._all_total += g[3]
 
-    def clear(self) -> None:
-        """After a clean-up: every spilled generation was merged; the manifest is emptied
-        first (it must never name a missing file), then the files are removed."""
+    def clear(self, events: Sequence[dict] | None = None) -> None:
+        """After a clean-up: every spilled generation was merged (or those of ``events``,
+        the ones the clean-up read: it may have written groups back as new events); the
+        manifest is rewritten first (it must never name a missing file), then the files
+        are removed."""
         self._readers.clear()
         if not self.events:
             return
-        gone, self.events = self.events, []
+        merged = {ev["file"] for ev in (self.events if events is None else events)}
+        gone = [ev for ev in self.events if ev["file"] in merged]
+        if not gone:
+            return
+        self.events = [ev for ev in self.events if ev["file"] not in merged]
         self._forget_files()
         try:
             self._save()
         except OSError as e:
-            self.events = gone
+            self.events = gone + self.events
             raise SpillError(f"the clean-up is done but the spill manifest in "
                              f"{self.directory} cannot be rewritten: {e.strerror or e}") from None
         if self.deferred:
@@ -441,7 +455,7 @@ class SpillStore:
         self._readers.clear()
         self._verified.clear()
         self._index.clear()
-        self._live, self._live_total = None, 0.0
+        self._live, self._live_total, self._all_total = None, 0.0, 0.0
 
     def close(self) -> None:
         self._readers.clear()
