@@ -530,3 +530,40 @@ def test_a_cleanup_hands_missing_subresults_over_through_disk_past_its_limit(tmp
     assert Counter({r[:-1]: n for r, n in handed.items()}) == oracle_total(
         q, [s for s, _ in rows], list(range(len(rows))), [r for _, r in rows])
     assert not list((tmp_path / "disk").glob("cleanup-*"))  # the hand-over files are gone
+
+
+def test_a_cleanup_with_write_back_keeps_what_fits_and_writes_back_the_rest(tmp_path):
+    """``cleanup(keep=K)``: every spilled group is merged (the late results come out), the
+    merged groups fill memory up to K and no further, the others go back to disk as one
+    generation each (pending again), and the end of input's clean-up gives every result
+    once. Memory groups being merged count as free from the start: with K below the
+    memory before the clean-up, some merged groups still stay."""
+    schema = {"a": "number", "id": "number"}
+    q = parse_query("SELECT R.id AS r, S.id AS s FROM R [RANGE 50 SECONDS], "
+                    "S [RANGE 50 SECONDS] WHERE R.a = S.a", {"R": schema, "S": schema})
+    rnd = random.Random(3)
+    streams = [rnd.randrange(2) for _ in range(400)]
+    rows = as_tuples(q, streams, [{"a": rnd.randrange(12), "id": i} for i in range(400)])
+    cq = ContinuousQuery(q, "tree", "append", partitions=8,
+                         store=SpillStore(tmp_path, q.columns), late_column=True)
+    ex = cq.executor
+    out = cq.process(streams[:200], None, list(range(200)), rows[:200])
+    ex.spill([(c[0], c[1]) for c in ex.candidates()], 199)  # everything to disk
+    out += cq.process(streams[200:300], None, list(range(200, 300)), rows[200:300])
+    before = ex.memory_usage()
+    keep = before / 2
+    ex.cleanup(299, keep=keep)
+    out += cq.drain()
+    after = ex.memory_usage()
+    assert 0 < after <= keep
+    assert ex.counters.writebacks > 0 and ex.pending()
+    # No group went back to disk that would have fitted in what is left of K.
+    written = [g[3] for ev in ex.store.events for g in ex.store._group_index(ev["file"])[0]]
+    assert len(written) == ex.counters.writebacks
+    assert keep - after < min(written)
+    assert ex.counters.late_results > 0
+    assert ex.journal and ex.journal[-1][1] == 299  # a rebuild drops them here
+    out += cq.process(streams[300:], None, list(range(300, 400)), rows[300:])
+    ex.cleanup(final=True)
+    out += cq.drain()
+    assert Counter(r[:-1] for r in out) == oracle_total(q, streams, list(range(400)), rows)

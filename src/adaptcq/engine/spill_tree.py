@@ -746,12 +746,12 @@ class SpillTree:
         now = self.now if now is None else now
         sent = _SentUp(self, self._handover_limit())
         merged = list(self.store.events) if self.store is not None else []
+        spilled = self.store.groups() if self.store is not None else {}
         back = None if final or keep is None else \
-            _WriteBack(self, now, keep - self.memory_usage(), self._handover_limit())
+            _WriteBack(self, now, keep, self._handover_limit(), spilled)
         waiting = {op.id: sum(not isinstance(c, str) for c in op.children) for op in self.ops}
         ready = deque(op for op in self.ops if waiting[op.id] == 0)
         late = 0
-        spilled = self.store.groups() if self.store is not None else {}
         while ready:
             op = ready.popleft()
             if log is not None:
@@ -901,7 +901,7 @@ class SpillTree:
                 _merge_into(base[k], _keyed(op, k, entries)[0])
         if g is not None:
             if back is not None:
-                back.room += self.group_bytes(op, g)
+                back.release(op, pid, g)
             op.parts.pop(pid)
         if not final:  # the merged group is the memory generation again
             ng = Group(m)
@@ -1020,16 +1020,31 @@ class _WriteBack:
     ``room`` model bytes and writes each other group, whole, as one new generation:
     self-contained, like any spilled one, so later clean-ups stay exact. The groups are
     written a spill event per operator (or per ``limit`` model bytes), after their merge;
-    they are marked pending once the clean-up has reset its markers."""
+    they are marked pending once the clean-up has reset its markers.
 
-    def __init__(self, tree: SpillTree, now, room: float, limit: float):
+    The room starts as ``keep`` less the memory groups no merge will touch: a group in
+    memory with spilled generations is merged, so its bytes count as free from the start
+    (otherwise the groups merged first would find the room taken by groups merged later)."""
+
+    def __init__(self, tree: SpillTree, now, keep: float, limit: float, spilled: dict):
         self.tree, self.now = tree, now
-        self.room = room        # model bytes still free under ``keep``
+        tree._refresh_units()
+        self.credited = {(op.id, pid) for op in tree.ops for pid in spilled.get(op.id, ())
+                         if pid in op.parts}
+        self.room = keep - sum(tree.group_bytes(op, g) for op in tree.ops
+                               for pid, g in op.parts.items()
+                               if (op.id, pid) not in self.credited)
         self.limit = limit
         self.waiting: list[tuple[int, int]] = []
         self.bytes = 0.0
         self.marks: list[tuple] = []
         self.written = 0.0
+
+    def release(self, op: Operator, pid: int, g: Group) -> None:
+        """Memory group (op, pid) is being merged: its bytes are free (unless counted so
+        from the start)."""
+        if (op.id, pid) not in self.credited:
+            self.room += self.tree.group_bytes(op, g)
 
     def place(self, op: Operator, pid: int, g: Group) -> None:
         size = self.tree.group_bytes(op, g)
