@@ -165,18 +165,24 @@ def _two_streams(window: str = ""):
                        "WHERE R.a = S.a", {"R": schema, "S": schema})
 
 
-def test_the_store_stays_bounded_while_spills_stay_pending(tmp_path):
-    """A windowed stream that keeps the state at its budget spills at every check and never
-    cleans up while running (``when_free`` off: no write-backs either); the rows kept in the store (what a rebuild replays) and the
-    journal stay about a window's worth, not the stream since the first spill; a rebuild
-    at the end is cheap and its results are the uninterrupted run's."""
-    from adaptcq.runtime import spark_group as sg
+def _windowed_stream(seed: int, n: int):
+    """R(a) ⋈ S(a) over [RANGE 5 SECONDS], n rows at four a second, six key values."""
     q = _two_streams(" [RANGE 5 SECONDS]")
-    rnd = random.Random(1)
-    n = 4000
+    rnd = random.Random(seed)
     streams = [rnd.randrange(2) for _ in range(n)]
     rows = [(rnd.randrange(6), k) for k in range(n)]
-    ts = [k * NS // 4 for k in range(n)]
+    return q, streams, rows, [k * NS // 4 for k in range(n)]
+
+
+def test_the_store_stays_bounded_while_spills_stay_pending(tmp_path):
+    """A windowed stream that keeps the state at its budget spills at every check and never
+    cleans up while running (``when_free`` off: no write-backs either); the rows kept in
+    the store (what a rebuild replays) and the journal stay about a window's worth, not
+    the stream since the first spill; a rebuild at the end is cheap and its results are
+    the uninterrupted run's."""
+    from adaptcq.runtime import spark_group as sg
+    q, streams, rows, ts = _windowed_stream(1, 4000)
+    n = len(rows)
 
     def run(rebuild: bool, folder):
         cfg = _config(q, None, {"strategy": "bottom-up", "memory": 8000, "every": 5,
@@ -210,12 +216,8 @@ def test_groups_written_back_by_a_cleanup_survive_rebuilds_and_retries(tmp_path)
     and a group rebuilt, or retried, right after such a clean-up gives the results of the
     uninterrupted run, which are the oracle's."""
     from adaptcq.runtime import spark_group as sg
-    q = _two_streams(" [RANGE 5 SECONDS]")
-    rnd = random.Random(2)
-    n = 3000
-    streams = [rnd.randrange(2) for _ in range(n)]
-    rows = [(rnd.randrange(6), k) for k in range(n)]
-    ts = [k * NS // 4 for k in range(n)]
+    q, streams, rows, ts = _windowed_stream(2, 3000)
+    n = len(rows)
 
     def run(lose: set, fail: set, folder):
         cfg = _config(q, None, {"strategy": "global-penalty", "memory": 4000, "every": 5,
