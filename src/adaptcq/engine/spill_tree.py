@@ -599,24 +599,9 @@ class SpillTree:
         from memory; returns the model bytes freed. Nothing is dropped unless the event's
         file and manifest were written (a failing disk raises ``SpillError`` and leaves
         memory as it was)."""
-        ts = self.now if ts is None else ts
-        freed, marks = self._write(groups, ts)
-        if not marks:
-            return 0.0
-        for oid, pid, top in marks:
-            self._mark(oid, pid, top, ts)
-        self.journal.append((self._rid, ts, marks))
-        c = self.counters
-        c.spills += 1
-        c.groups_spilled += len(marks)
-        c.spilled_bytes += int(freed)
-        return freed
-
-    def _write(self, groups: Iterable[tuple[int, int]], ts) -> tuple[float, tuple]:
-        """Write these groups as one spill event and drop them from memory, not yet
-        marked pending: (model bytes freed, ((operator id, pid, latest window end), ...))."""
         if self.store is None:
             raise OptionError("spilling needs a spill store (a folder for the spilled state)")
+        ts = self.now if ts is None else ts
         self._refresh_units()
         batch = []
         for oid, pid in sorted(set(groups)):
@@ -632,30 +617,28 @@ class SpillTree:
             top = max((e for entries in per_child for e, _ in entries), default=-INF)
             batch.append((op, pid, per_child, self.group_bytes(op, g), top))
         if not batch:
-            return 0.0, ()
+            return 0.0
         event = self.store.write_event(
             [(op.id, pid, [[c for _, c in entries] for entries in per_child],
               [op.child_streams(k) for k in range(len(op.children))], size, top)
              for op, pid, per_child, size, top in batch], ts)
         freed = 0.0
         c = self.counters
-        for op, pid, _, size, _ in batch:
-            c.spilled_inputs += self._evict(op, pid)
+        for op, pid, _, size, top in batch:
+            c.spilled_inputs += self._drop(op, pid, top, ts)
             freed += size
+        self.journal.append((self._rid, ts, tuple((op.id, pid, top)
+                                                  for op, pid, _, _, top in batch)))
+        c.spills += 1
+        c.groups_spilled += len(batch)
+        c.spilled_bytes += int(freed)
         c.file_bytes += event.bytes
-        return freed, tuple((op.id, pid, top) for op, pid, _, _, top in batch)
+        return freed
 
     def _drop(self, op: Operator, pid: int, top, ts) -> int:
         """Partition group (op, pid) went to disk at ``ts`` with inputs valid until at most
-        ``top``: drop it from memory and mark it pending for the clean-up. Returns the
-        inputs dropped."""
-        n = self._evict(op, pid)
-        self._mark(op.id, pid, top, ts)
-        return n
-
-    def _evict(self, op: Operator, pid: int) -> int:
-        """Drop group (op, pid) from memory (its base rows leave the stream's row map
-        too); returns the inputs dropped."""
+        ``top``: drop it from memory (its base rows leave the stream's row map too) and
+        mark it pending for the clean-up. Returns the inputs dropped."""
         g = op.parts.pop(pid, None)
         n = 0
         if g is not None:
@@ -666,6 +649,7 @@ class SpillTree:
                     rows = self.stems[self.query.aliases.index(child)].rows
                     for _, comp in held:
                         rows.pop(comp[0][0], None)
+        self._mark(op.id, pid, top, ts)
         return n
 
     def _mark(self, oid: int, pid: int, top, ts) -> None:
@@ -904,16 +888,17 @@ class SpillTree:
                 back.release(op, pid, g)
             op.parts.pop(pid)
         if not final:  # the merged group is the memory generation again
-            ng = Group(m)
-            for k in range(m):
-                for key, entries in base[k].items():
-                    for exp, _, comp in entries:
-                        if exp >= now:
-                            self._store(op, ng, pid, k, key, exp, comp)
-            if any(ng.counts):
-                op.parts[pid] = ng
-                if back is not None:
-                    back.place(op, pid, ng)
+            live = [[(key, exp, comp) for key, entries in base[k].items()
+                     for exp, _, comp in entries if exp >= now] for k in range(m)]
+            if back is None or back.fits(op, live):
+                ng = Group(m)
+                for k in range(m):
+                    for key, exp, comp in live[k]:
+                        self._store(op, ng, pid, k, key, exp, comp)
+                if any(ng.counts):
+                    op.parts[pid] = ng
+            else:  # straight from the merge to disk, never stored in memory
+                back.add(op, pid, live)
         if not missing:
             return 0
         st = self.stats
@@ -1035,7 +1020,7 @@ class _WriteBack:
                                for pid, g in op.parts.items()
                                if (op.id, pid) not in self.credited)
         self.limit = limit
-        self.waiting: list[tuple[int, int]] = []
+        self.waiting: list[tuple] = []  # ``SpillStore.write_event``'s groups
         self.bytes = 0.0
         self.marks: list[tuple] = []
         self.written = 0.0
@@ -1046,12 +1031,23 @@ class _WriteBack:
         if (op.id, pid) not in self.credited:
             self.room += self.tree.group_bytes(op, g)
 
-    def place(self, op: Operator, pid: int, g: Group) -> None:
-        size = self.tree.group_bytes(op, g)
+    def fits(self, op: Operator, live: list) -> bool:
+        """Does the merged group (per child, its (key, exp, composite) inputs still in
+        their window) fit in the room left? If so, the room is taken."""
+        size = sum(u * len(items) for u, items in zip(op.unit, live, strict=True))
         if size <= self.room:
             self.room -= size
+            return True
+        return False
+
+    def add(self, op: Operator, pid: int, live: list) -> None:
+        """The merged group goes back to disk with the next flush."""
+        size = sum(u * len(items) for u, items in zip(op.unit, live, strict=True))
+        if not size:
             return
-        self.waiting.append((op.id, pid))
+        top = max((e for items in live for _, e, _ in items), default=-INF)
+        self.waiting.append((op.id, pid, [[c for _, _, c in items] for items in live],
+                             [op.child_streams(k) for k in range(len(live))], size, top))
         self.bytes += size
         if self.bytes >= self.limit:
             self.flush()
@@ -1059,9 +1055,13 @@ class _WriteBack:
     def flush(self) -> None:
         if not self.waiting:
             return
-        freed, marks = self.tree._write(self.waiting, self.now)
-        self.marks += marks
-        self.written += freed
+        tree = self.tree
+        event = tree.store.write_event(self.waiting, self.now)
+        c = tree.counters
+        c.file_bytes += event.bytes
+        c.spilled_inputs += sum(len(cs) for g in self.waiting for cs in g[2])
+        self.marks += [(oid, pid, top) for oid, pid, _, _, _, top in self.waiting]
+        self.written += sum(g[4] for g in self.waiting)
         self.waiting, self.bytes = [], 0.0
 
 
