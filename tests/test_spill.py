@@ -40,7 +40,7 @@ from adaptcq.engine.spill_tree import (
 )
 from adaptcq.errors import OptionError
 from adaptcq.query.cql import parse_query
-from adaptcq.state.spill_store import SpillError, SpillStore
+from adaptcq.state.spill_store import SpillError, SpillStore, _write_file
 from conftest import examples
 from oracle import Oracle, engine_outputs, oracle_total
 
@@ -421,6 +421,43 @@ def test_a_failing_disk_is_an_error_and_loses_nothing(tmp_path):
     want = Counter((r, s, 1, 0) for r in (0, 2, 4) for s in (1, 3, 5) if r % 2 == s % 2)
     assert Counter(x[:-1] for x in out) == want
     assert not list(tmp_path.glob("spill-*"))
+
+
+def test_a_disk_failing_during_a_write_back_loses_and_repeats_nothing(tmp_path):
+    """The disk refuses the write-back of a clean-up while running: the clean-up still
+    finishes (its late results out once, its merged events gone from the folder), the
+    groups it could not write stay in memory, the error is raised, and a caller that goes
+    on gets every result exactly once."""
+    schema = {"a": "number", "id": "number"}
+    q = parse_query("SELECT R.id AS r, S.id AS s FROM R [RANGE 10 SECONDS], "
+                    "S [RANGE 10 SECONDS] WHERE R.a = S.a", {n: schema for n in "RS"})
+    fail = {"on": False}
+
+    def writer(path, data):
+        if fail["on"] and path.name.startswith("spill-"):
+            raise OSError(28, "No space left on device")
+        _write_file(path, data)
+
+    store = SpillStore(tmp_path, q.columns, writer=writer)
+    cq = ContinuousQuery(q, "tree", "append", partitions=2, store=store, late_column=True)
+    ex = cq.executor
+    streams = [0, 1, 0, 1, 0, 1, 0, 1]
+    ts = [0, 0, 1, 1, 2, 2, 3, 3]
+    tup = [((k // 2) % 2, k) for k in range(8)]
+    out = cq.process(streams[:4], None, ts[:4], tup[:4])
+    ex.spill([(1, 0), (1, 1)], 1)
+    out += cq.process(streams[4:6], None, ts[4:6], tup[4:6])
+    fail["on"] = True
+    with pytest.raises(SpillError, match="No space left on device"):
+        ex.cleanup(2, keep=0.0)  # merge, then write every merged group back
+    out += cq.drain()
+    assert not store.events and not ex.pending()  # merged; nothing written back
+    assert ex.state_tuples() == 6 and ex.counters.late_results > 0
+    fail["on"] = False
+    out += cq.process(streams[6:], None, ts[6:], tup[6:])
+    ex.cleanup(final=True)
+    out += cq.drain()
+    assert Counter(r[:-1] for r in out) == oracle_total(q, streams, ts, tup)
 
 
 def test_a_corrupt_or_missing_spill_file_is_named(tmp_path):

@@ -205,3 +205,21 @@ def test_a_failed_run_leaves_no_half_spill_folder(files, capsys):
     assert not list(folder.glob("spill-*"))
     assert cli(files, "--spill", "global-output", "--memory", "150kB", "--spill-dir", folder,
                "--output", files / "s.parquet") == 0
+
+
+def test_the_perf_benchmark_runs_small(tmp_path, capsys):
+    """``bench.spill perf`` at its smallest size: the unlimited run, the penalty run under
+    a tenth of its peak and the fifth-as-long run for the fixed overhead, each in a fresh
+    process; equal results (it stops otherwise), the CSV and the three verdicts printed."""
+    import csv
+
+    from adaptcq.bench.spill import main as bench
+    assert bench(["perf", "--arrivals", "50000", "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "perf.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["arrivals"]) for r in rows] == [50_000, 50_000, 10_000]
+    assert int(rows[1]["spills"]) > 0 and int(rows[1]["cleanup_writebacks"]) > 0
+    out = capsys.readouterr().out
+    assert out.count("MET") == 3  # each target's verdict, met or not
+    with pytest.raises(SystemExit, match="at least 50,000"):
+        bench(["perf", "--arrivals", "40000", "--out", str(tmp_path)])

@@ -312,9 +312,9 @@ def max_time(comp: tuple) -> float:
 class SpillCounters:
     spills: int = 0              # spill events
     groups_spilled: int = 0      # partition groups written
-    spilled_bytes: int = 0       # model bytes written (state-spill.txt §2.2)
-    spilled_inputs: int = 0      # stored inputs written
-    file_bytes: int = 0          # bytes on disk (compressed Arrow IPC)
+    spilled_bytes: int = 0       # model bytes spilled (§2.2; write-backs: writeback_bytes)
+    spilled_inputs: int = 0      # stored inputs written (write-backs included)
+    file_bytes: int = 0          # bytes on disk (compressed Arrow IPC; write-backs included)
     cleanups: int = 0
     cleanup_seconds: float = 0.0
     end_cleanup_seconds: float = 0.0  # of them, the end of input's (``final``)
@@ -732,7 +732,7 @@ class SpillTree:
         merged = list(self.store.events) if self.store is not None else []
         spilled = self.store.groups() if self.store is not None else {}
         back = None if final or keep is None else \
-            _WriteBack(self, now, keep, self._handover_limit(), spilled)
+            _WriteBack(self, now, keep, self._writeback_limit(), spilled)
         waiting = {op.id: sum(not isinstance(c, str) for c in op.children) for op in self.ops}
         ready = deque(op for op in self.ops if waiting[op.id] == 0)
         late = 0
@@ -776,6 +776,10 @@ class SpillTree:
             self.journal.append((self._rid, now, tuple(back.marks)))
             c.writebacks += len(back.marks)
             c.writeback_bytes += int(back.written)
+        if back is not None and back.failed is not None:
+            # The clean-up is complete and consistent (the groups the disk refused are in
+            # memory, over ``keep``); now say the disk failed.
+            raise back.failed
         return late
 
     def _handover_limit(self) -> float:
@@ -787,6 +791,13 @@ class SpillTree:
         if budget and fraction:
             return max(float(budget) * float(fraction), float(HANDOVER_MIN))
         return float(HANDOVER_MIN)
+
+    def _writeback_limit(self) -> float:
+        """Model bytes of merged groups a write-back holds before writing them: what a
+        spill frees (f × M), so a clean-up's memory stays within the budget plus that."""
+        ctl = self.controller
+        budget, fraction = getattr(ctl, "budget", None), getattr(ctl, "fraction", None)
+        return float(budget) * float(fraction) if budget and fraction else float(HANDOVER_MIN)
 
     def _cleanup_operator(self, op: Operator, disk: dict, sent: _SentUp, now,
                           final: bool, back: _WriteBack | None = None):
@@ -891,12 +902,7 @@ class SpillTree:
             live = [[(key, exp, comp) for key, entries in base[k].items()
                      for exp, _, comp in entries if exp >= now] for k in range(m)]
             if back is None or back.fits(op, live):
-                ng = Group(m)
-                for k in range(m):
-                    for key, exp, comp in live[k]:
-                        self._store(op, ng, pid, k, key, exp, comp)
-                if any(ng.counts):
-                    op.parts[pid] = ng
+                self._restore(op, pid, live)
             else:  # straight from the merge to disk, never stored in memory
                 back.add(op, pid, live)
         if not missing:
@@ -944,6 +950,16 @@ class SpillTree:
             d = [_keyed(op, j, chunk)[0] if j == k else {} for j in range(m)]
             out += _combine(op, (k,), d, view)
         return out
+
+    def _restore(self, op: Operator, pid: int, live: list) -> None:
+        """A merged group (per child, its (key, exp, composite) inputs) becomes the memory
+        generation of (op, pid)."""
+        ng = Group(len(op.children))
+        for k, items in enumerate(live):
+            for key, exp, comp in items:
+                self._store(op, ng, pid, k, key, exp, comp)
+        if any(ng.counts):
+            op.parts[pid] = ng
 
     def _store(self, op: Operator, g: Group, pid: int, k: int, key, exp, comp) -> None:
         if len(comp) == 1:  # a base row: its stream's row map again
@@ -1009,7 +1025,11 @@ class _WriteBack:
 
     The room starts as ``keep`` less the memory groups no merge will touch: a group in
     memory with spilled generations is merged, so its bytes count as free from the start
-    (otherwise the groups merged first would find the room taken by groups merged later)."""
+    (otherwise the groups merged first would find the room taken by groups merged later).
+
+    A write the disk refuses (``SpillError``) stops the writing back: those groups and
+    every later one stay in memory, the clean-up finishes (nothing merged twice, nothing
+    lost), and then the error is raised."""
 
     def __init__(self, tree: SpillTree, now, keep: float, limit: float, spilled: dict):
         self.tree, self.now = tree, now
@@ -1020,10 +1040,11 @@ class _WriteBack:
                                for pid, g in op.parts.items()
                                if (op.id, pid) not in self.credited)
         self.limit = limit
-        self.waiting: list[tuple] = []  # ``SpillStore.write_event``'s groups
+        self.waiting: list[tuple] = []  # (operator, pid, per child (key, exp, composite))
         self.bytes = 0.0
         self.marks: list[tuple] = []
         self.written = 0.0
+        self.failed: Exception | None = None
 
     def release(self, op: Operator, pid: int, g: Group) -> None:
         """Memory group (op, pid) is being merged: its bytes are free (unless counted so
@@ -1035,7 +1056,7 @@ class _WriteBack:
         """Does the merged group (per child, its (key, exp, composite) inputs still in
         their window) fit in the room left? If so, the room is taken."""
         size = sum(u * len(items) for u, items in zip(op.unit, live, strict=True))
-        if size <= self.room:
+        if size <= self.room or self.failed is not None:
             self.room -= size
             return True
         return False
@@ -1043,25 +1064,36 @@ class _WriteBack:
     def add(self, op: Operator, pid: int, live: list) -> None:
         """The merged group goes back to disk with the next flush."""
         size = sum(u * len(items) for u, items in zip(op.unit, live, strict=True))
-        if not size:
-            return
-        top = max((e for items in live for _, e, _ in items), default=-INF)
-        self.waiting.append((op.id, pid, [[c for _, _, c in items] for items in live],
-                             [op.child_streams(k) for k in range(len(live))], size, top))
-        self.bytes += size
-        if self.bytes >= self.limit:
-            self.flush()
+        if size:
+            self.waiting.append((op, pid, live))
+            self.bytes += size
+            if self.bytes >= self.limit:
+                self.flush()
 
     def flush(self) -> None:
         if not self.waiting:
             return
+        from adaptcq.state.spill_store import SpillError
         tree = self.tree
-        event = tree.store.write_event(self.waiting, self.now)
+        groups = []
+        for op, pid, live in self.waiting:
+            top = max((e for items in live for _, e, _ in items), default=-INF)
+            size = sum(u * len(items) for u, items in zip(op.unit, live, strict=True))
+            groups.append((op.id, pid, [[c for _, _, c in items] for items in live],
+                           [op.child_streams(k) for k in range(len(live))], size, top))
+        try:
+            event = tree.store.write_event(groups, self.now)
+        except SpillError as e:
+            self.failed = e
+            for op, pid, live in self.waiting:
+                tree._restore(op, pid, live)
+            self.waiting, self.bytes = [], 0.0
+            return
         c = tree.counters
         c.file_bytes += event.bytes
-        c.spilled_inputs += sum(len(cs) for g in self.waiting for cs in g[2])
-        self.marks += [(oid, pid, top) for oid, pid, _, _, _, top in self.waiting]
-        self.written += sum(g[4] for g in self.waiting)
+        c.spilled_inputs += sum(len(cs) for g in groups for cs in g[2])
+        self.marks += [(oid, pid, top) for oid, pid, _, _, _, top in groups]
+        self.written += sum(g[4] for g in groups)
         self.waiting, self.bytes = [], 0.0
 
 

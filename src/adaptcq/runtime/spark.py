@@ -863,7 +863,8 @@ class SparkRun:
         out = {k: sum(r.get(k, 0) for r in reports) for k in (  # (older versions lack some)
             "spills", "partition_groups_spilled", "spilled_bytes_model", "spill_file_bytes",
             "cleanups", "cleanup_cpu_seconds", "end_cleanup_cpu_seconds", "late_results",
-            "cleanup_handovers", "cleanup_writebacks", "memory_model_now")}
+            "cleanup_handovers", "cleanup_writebacks", "cleanup_writeback_bytes_model",
+            "memory_model_now")}
         pending = [r["first_pending_ns"] for r in reports if r["first_pending_ns"] is not None]
         out["complete_until"] = min(pending) if pending else None
         out.update({k: reports[0][k] for k in ("strategy", "memory", "budget")})

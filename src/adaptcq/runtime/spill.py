@@ -70,6 +70,7 @@ def spill_figures(ex) -> dict:
             "end_cleanup_cpu_seconds": round(c.end_cleanup_seconds, 4),
             "late_results": c.late_results, "cleanup_handovers": c.handover_flushes,
             "cleanup_writebacks": c.writebacks,
+            "cleanup_writeback_bytes_model": c.writeback_bytes,
             "memory_model_now": int(ex.memory_usage())}
 
 
