@@ -74,6 +74,9 @@ PARTITIONS_DEFAULT = 300  # state-spill.txt §6.1: "All input streams are partit
 # through disk (``_SentUp``): f × the budget, but not below this (writing and reading one
 # back costs about 6 µs a subresult, and the model counts a subresult's rows as copies).
 HANDOVER_MIN = 64 * 10**6
+# Model bytes of merged groups a write-back clean-up holds, at least, before writing them
+# (``SpillTree._writeback_limit``).
+WRITEBACK_MIN = 4 * 10**6
 
 Tree = str | tuple  # a stream alias, or a tuple of two or more trees
 
@@ -794,10 +797,14 @@ class SpillTree:
 
     def _writeback_limit(self) -> float:
         """Model bytes of merged groups a write-back holds before writing them: what a
-        spill frees (f × M), so a clean-up's memory stays within the budget plus that."""
+        spill frees (f × M), but at least ``WRITEBACK_MIN`` (a fixed overhead: each write
+        is a file, an fsync and a compressed batch; under a 1 MB budget, f × M alone cost
+        a quarter more clean-up CPU than 4 MB in ``bench.spill perf``)."""
         ctl = self.controller
         budget, fraction = getattr(ctl, "budget", None), getattr(ctl, "fraction", None)
-        return float(budget) * float(fraction) if budget and fraction else float(HANDOVER_MIN)
+        if budget and fraction:
+            return max(float(budget) * float(fraction), float(WRITEBACK_MIN))
+        return float(HANDOVER_MIN)
 
     def _cleanup_operator(self, op: Operator, disk: dict, sent: _SentUp, now,
                           final: bool, back: _WriteBack | None = None):
@@ -1082,7 +1089,8 @@ class _WriteBack:
             groups.append((op.id, pid, [[c for _, _, c in items] for items in live],
                            [op.child_streams(k) for k in range(len(live))], size, top))
         try:
-            event = tree.store.write_event(groups, self.now)
+            # The manifest is rewritten once, when the clean-up ends (``SpillStore.clear``).
+            event = tree.store.write_event(groups, self.now, save=False)
         except SpillError as e:
             self.failed = e
             for op, pid, live in self.waiting:

@@ -207,12 +207,15 @@ class SpillStore:
                 names.append(f"{alias}.{col}")
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
-    def write_event(self, groups: Sequence[tuple], ts, blocks: int = BLOCKS) -> Event:
+    def write_event(self, groups: Sequence[tuple], ts, blocks: int = BLOCKS,
+                    save: bool = True) -> Event:
         """One spill event: ``groups`` are (operator id, pid, per-child composites, child
         layouts, model bytes, latest window end), written as one file: a record batch per
         (operator, block of pids), the group index in the file's metadata. Raises
         :class:`SpillError` when the disk refuses it; the manifest then still lists only
-        whole files."""
+        whole files. ``save=False``: the manifest is rewritten later (by ``clear``, at the
+        end of the clean-up that writes groups back), not once per event; until then the
+        file is named by no manifest, which a crash leaves as a stray file."""
         name = f"spill-{self._next:06d}.arrow"
         path = self.directory / name
         by_batch: dict[tuple[int, int], list] = {}
@@ -244,7 +247,8 @@ class SpillStore:
         try:
             self.writer(path, data)
             self.events.append(event)
-            self._save()
+            if save:
+                self._save()
         except OSError as e:
             if self.events and self.events[-1] is event:
                 self.events.pop()
@@ -402,6 +406,8 @@ class SpillStore:
         merged = {ev["file"] for ev in (self.events if events is None else events)}
         gone = [ev for ev in self.events if ev["file"] in merged]
         if not gone:
+            if self.events:
+                self._save()  # events written with save=False
             return
         self.events = [ev for ev in self.events if ev["file"] not in merged]
         self._forget_files()
