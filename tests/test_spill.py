@@ -423,18 +423,20 @@ def test_a_failing_disk_is_an_error_and_loses_nothing(tmp_path):
     assert not list(tmp_path.glob("spill-*"))
 
 
-def test_a_disk_failing_during_a_write_back_loses_and_repeats_nothing(tmp_path):
-    """The disk refuses the write-back of a clean-up while running: the clean-up still
-    finishes (its late results out once, its merged events gone from the folder), the
-    groups it could not write stay in memory, the error is raised, and a caller that goes
-    on gets every result exactly once."""
+@pytest.mark.parametrize("refused", ["spill files", "the manifest too"])
+def test_a_disk_failing_during_a_write_back_loses_and_repeats_nothing(tmp_path, refused):
+    """The disk refuses the write-back of a clean-up while running (and then, a full disk,
+    the manifest without the merged events): the clean-up still finishes (its late results
+    out once, its merged events no longer the store's), the groups it could not write stay
+    in memory, the error is raised, and a caller that goes on gets every result exactly
+    once."""
     schema = {"a": "number", "id": "number"}
     q = parse_query("SELECT R.id AS r, S.id AS s FROM R [RANGE 10 SECONDS], "
                     "S [RANGE 10 SECONDS] WHERE R.a = S.a", {n: schema for n in "RS"})
     fail = {"on": False}
 
     def writer(path, data):
-        if fail["on"] and path.name.startswith("spill-"):
+        if fail["on"] and (path.name.startswith("spill-") or refused != "spill files"):
             raise OSError(28, "No space left on device")
         _write_file(path, data)
 
@@ -453,6 +455,7 @@ def test_a_disk_failing_during_a_write_back_loses_and_repeats_nothing(tmp_path):
     out += cq.drain()
     assert not store.events and not ex.pending()  # merged; nothing written back
     assert ex.state_tuples() == 6 and ex.counters.late_results > 0
+    assert sum(len(s.rows) for s in ex.stems) == 6  # the row maps hold what the groups do
     fail["on"] = False
     out += cq.process(streams[6:], None, ts[6:], tup[6:])
     ex.cleanup(final=True)
@@ -594,6 +597,8 @@ def test_a_cleanup_with_write_back_keeps_what_fits_and_writes_back_the_rest(tmp_
     after = ex.memory_usage()
     assert 0 < after <= keep
     assert ex.counters.writebacks > 0 and ex.pending()
+    # A group written back took its rows out of the streams' row maps (as a spill does).
+    assert sum(len(s.rows) for s in ex.stems) == ex.state_tuples()
     # No group went back to disk that would have fitted in what is left of K.
     written = [g[3] for ev in ex.store.events for g in ex.store._group_index(ev["file"])[0]]
     assert len(written) == ex.counters.writebacks

@@ -642,6 +642,13 @@ class SpillTree:
         """Partition group (op, pid) went to disk at ``ts`` with inputs valid until at most
         ``top``: drop it from memory (its base rows leave the stream's row map too) and
         mark it pending for the clean-up. Returns the inputs dropped."""
+        n = self._evict(op, pid)
+        self._mark(op.id, pid, top, ts)
+        return n
+
+    def _evict(self, op: Operator, pid: int) -> int:
+        """Drop group (op, pid) from memory, its base rows from the stream's row map too;
+        returns the inputs dropped."""
         g = op.parts.pop(pid, None)
         n = 0
         if g is not None:
@@ -652,7 +659,6 @@ class SpillTree:
                     rows = self.stems[self.query.aliases.index(child)].rows
                     for _, comp in held:
                         rows.pop(comp[0][0], None)
-        self._mark(op.id, pid, top, ts)
         return n
 
     def _mark(self, oid: int, pid: int, top, ts) -> None:
@@ -755,8 +761,13 @@ class SpillTree:
                 if waiting[op.parent.id] == 0:
                     ready.append(op.parent)
         sent.close()
+        from adaptcq.state.spill_store import SpillError
+        failed = None
         if self.store is not None:
-            self.store.clear(merged)
+            try:
+                self.store.clear(merged)
+            except SpillError as e:  # merged all the same: finish, then say so
+                failed = e
         c = self.counters
         c.cleanups += 1
         c.handover_flushes += sent.flushes
@@ -780,9 +791,11 @@ class SpillTree:
             c.writebacks += len(back.marks)
             c.writeback_bytes += int(back.written)
         if back is not None and back.failed is not None:
-            # The clean-up is complete and consistent (the groups the disk refused are in
-            # memory, over ``keep``); now say the disk failed.
-            raise back.failed
+            failed = failed or back.failed
+        if failed is not None:
+            # The clean-up is complete and consistent (groups the disk refused to take
+            # back are in memory, over ``keep``); now say the disk failed.
+            raise failed
         return late
 
     def _handover_limit(self) -> float:
@@ -804,7 +817,7 @@ class SpillTree:
         budget, fraction = getattr(ctl, "budget", None), getattr(ctl, "fraction", None)
         if budget and fraction:
             return max(float(budget) * float(fraction), float(WRITEBACK_MIN))
-        return float(HANDOVER_MIN)
+        return float(WRITEBACK_MIN)
 
     def _cleanup_operator(self, op: Operator, disk: dict, sent: _SentUp, now,
                           final: bool, back: _WriteBack | None = None):
@@ -904,7 +917,7 @@ class SpillTree:
         if g is not None:
             if back is not None:
                 back.release(op, pid, g)
-            op.parts.pop(pid)
+            self._evict(op, pid)  # the live ones come back with the group, if it stays
         if not final:  # the merged group is the memory generation again
             live = [[(key, exp, comp) for key, entries in base[k].items()
                      for exp, _, comp in entries if exp >= now] for k in range(m)]

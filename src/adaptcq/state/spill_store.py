@@ -103,6 +103,7 @@ class SpillStore:
         # events must still be on disk: ``restore``).
         self.deferred = deferred
         self.trash: list[str] = []
+        self._merged: list[str] = []  # files of merged events a saved manifest still names
         if writer is None:
             writer = _write_file if durable else _write_scratch
         self.temporary = directory is None or not durable
@@ -157,11 +158,12 @@ class SpillStore:
                                  "produced")
 
     def _save(self) -> None:
-        if not self.durable:
-            return
-        doc = {"version": VERSION, "fingerprint": self.fingerprint, "meta": self.meta,
-               "events": self.events}
-        self.writer(self.directory / MANIFEST, json.dumps(doc, indent=1).encode())
+        if self.durable:
+            doc = {"version": VERSION, "fingerprint": self.fingerprint, "meta": self.meta,
+                   "events": self.events}
+            self.writer(self.directory / MANIFEST, json.dumps(doc, indent=1).encode())
+        if self._merged:
+            self._release_merged()
 
     # ----- writing -----------------------------------------------------------------------
     def _rows(self, groups: Sequence[tuple]) -> pa.RecordBatch:
@@ -406,21 +408,27 @@ class SpillStore:
         merged = {ev["file"] for ev in (self.events if events is None else events)}
         gone = [ev for ev in self.events if ev["file"] in merged]
         if not gone:
-            if self.events:
-                self._save()  # events written with save=False
             return
         self.events = [ev for ev in self.events if ev["file"] not in merged]
         self._forget_files()
+        # Merged: they are no longer this store's events, whatever the disk says. Their
+        # files go once a manifest without them is written (now, or at the next save).
+        self._merged += [ev["file"] for ev in gone]
         try:
             self._save()
         except OSError as e:
-            self.events = gone + self.events
             raise SpillError(f"the clean-up is done but the spill manifest in "
-                             f"{self.directory} cannot be rewritten: {e.strerror or e}") from None
+                             f"{self.directory} cannot be rewritten ({e.strerror or e}): its "
+                             "merged files stay until it can be") from None
+
+    def _release_merged(self) -> None:
+        """A manifest without the merged events is on disk: their files can go (a deferred
+        store lists them in ``trash``)."""
+        files, self._merged = self._merged, []
         if self.deferred:
-            self.trash += [ev["file"] for ev in gone]
-            return
-        self.purge(ev["file"] for ev in gone)
+            self.trash += files
+        else:
+            self.purge(files)
 
     def purge(self, files) -> None:
         """Remove these spill files (a deferred store's ``trash``, once no checkpoint
@@ -451,6 +459,7 @@ class SpillStore:
             elif p.name.startswith("spill-") or p.name.startswith(MANIFEST):
                 p.unlink(missing_ok=True)
         self.events = [dict(ev) for ev in events]
+        self._merged = []
         self._next = _next_number(self.events)
         self._forget_files()
         self._save()
