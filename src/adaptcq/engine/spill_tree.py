@@ -800,24 +800,25 @@ class SpillTree:
 
     def _handover_limit(self) -> float:
         """Model bytes of missing subresults a clean-up holds in memory before writing them
-        to disk: the spill fraction of the budget (f × M, what a spill frees), at least
-        ``HANDOVER_MIN`` (also without a controller, as in ``adaptcq cleanup``)."""
-        ctl = self.controller
-        budget, fraction = getattr(ctl, "budget", None), getattr(ctl, "fraction", None)
-        if budget and fraction:
-            return max(float(budget) * float(fraction), float(HANDOVER_MIN))
-        return float(HANDOVER_MIN)
+        to disk: at least ``HANDOVER_MIN`` (also without a controller, as in ``adaptcq
+        cleanup``)."""
+        return self._freed_at_least(HANDOVER_MIN)
 
     def _writeback_limit(self) -> float:
-        """Model bytes of merged groups a write-back holds before writing them: what a
-        spill frees (f × M), but at least ``WRITEBACK_MIN`` (a fixed overhead: each write
-        is a file, an fsync and a compressed batch; under a 1 MB budget, f × M alone cost
-        a quarter more clean-up CPU than 4 MB in ``bench.spill perf``)."""
+        """Model bytes of merged groups a write-back holds before writing them: at least
+        ``WRITEBACK_MIN`` (a fixed overhead: each write is a file, an fsync and a compressed
+        batch; under a 1 MB budget, f × M alone cost a quarter more clean-up CPU than 4 MB
+        in ``bench.spill perf``)."""
+        return self._freed_at_least(WRITEBACK_MIN)
+
+    def _freed_at_least(self, floor: float) -> float:
+        """What a spill frees (the spill fraction of the budget, f × M), but at least
+        ``floor``; ``floor`` without a controller."""
         ctl = self.controller
         budget, fraction = getattr(ctl, "budget", None), getattr(ctl, "fraction", None)
         if budget and fraction:
-            return max(float(budget) * float(fraction), float(WRITEBACK_MIN))
-        return float(WRITEBACK_MIN)
+            return max(float(budget) * float(fraction), float(floor))
+        return float(floor)
 
     def _cleanup_operator(self, op: Operator, disk: dict, sent: _SentUp, now,
                           final: bool, back: _WriteBack | None = None):
@@ -921,10 +922,10 @@ class SpillTree:
         if not final:  # the merged group is the memory generation again
             live = [[(key, exp, comp) for key, entries in base[k].items()
                      for exp, _, comp in entries if exp >= now] for k in range(m)]
-            if back is None or back.fits(op, live):
+            if back is None:
                 self._restore(op, pid, live)
-            else:  # straight from the merge to disk, never stored in memory
-                back.add(op, pid, live)
+            else:  # in memory if it fits, else straight from the merge to disk
+                back.place(op, pid, live)
         if not missing:
             return 0
         st = self.stats
@@ -1060,7 +1061,7 @@ class _WriteBack:
                                for pid, g in op.parts.items()
                                if (op.id, pid) not in self.credited)
         self.limit = limit
-        self.waiting: list[tuple] = []  # (operator, pid, per child (key, exp, composite))
+        self.waiting: list[tuple] = []  # (operator, pid, per child inputs, model bytes)
         self.bytes = 0.0
         self.marks: list[tuple] = []
         self.written = 0.0
@@ -1072,23 +1073,21 @@ class _WriteBack:
         if (op.id, pid) not in self.credited:
             self.room += self.tree.group_bytes(op, g)
 
-    def fits(self, op: Operator, live: list) -> bool:
-        """Does the merged group (per child, its (key, exp, composite) inputs still in
-        their window) fit in the room left? If so, the room is taken."""
+    def place(self, op: Operator, pid: int, live: list) -> None:
+        """A merged group (per child, its (key, exp, composite) inputs still in their
+        window): into memory if it fits in the room left (taking it), else back to disk
+        with the next flush."""
         size = sum(u * len(items) for u, items in zip(op.unit, live, strict=True))
+        if not size:
+            return  # every input past its window: nothing to keep
         if size <= self.room or self.failed is not None:
             self.room -= size
-            return True
-        return False
-
-    def add(self, op: Operator, pid: int, live: list) -> None:
-        """The merged group goes back to disk with the next flush."""
-        size = sum(u * len(items) for u, items in zip(op.unit, live, strict=True))
-        if size:
-            self.waiting.append((op, pid, live))
-            self.bytes += size
-            if self.bytes >= self.limit:
-                self.flush()
+            self.tree._restore(op, pid, live)
+            return
+        self.waiting.append((op, pid, live, size))
+        self.bytes += size
+        if self.bytes >= self.limit:
+            self.flush()
 
     def flush(self) -> None:
         if not self.waiting:
@@ -1096,9 +1095,8 @@ class _WriteBack:
         from adaptcq.state.spill_store import SpillError
         tree = self.tree
         groups = []
-        for op, pid, live in self.waiting:
+        for op, pid, live, size in self.waiting:
             top = max((e for items in live for _, e, _ in items), default=-INF)
-            size = sum(u * len(items) for u, items in zip(op.unit, live, strict=True))
             groups.append((op.id, pid, [[c for _, _, c in items] for items in live],
                            [op.child_streams(k) for k in range(len(live))], size, top))
         try:
@@ -1106,7 +1104,7 @@ class _WriteBack:
             event = tree.store.write_event(groups, self.now, save=False)
         except SpillError as e:
             self.failed = e
-            for op, pid, live in self.waiting:
+            for op, pid, live, _ in self.waiting:
                 tree._restore(op, pid, live)
             self.waiting, self.bytes = [], 0.0
             return
