@@ -239,7 +239,7 @@ def _fresh(folder: Path, spill: dict | None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _workload_folder(root: Path, name: str, arrivals: int, args) -> Path:
+def _workload_folder(root: Path, name: str, arrivals: int, args):
     import pyarrow.parquet as pq
 
     from adaptcq.stream.spill_workload import spill_five_way
@@ -250,7 +250,7 @@ def _workload_folder(root: Path, name: str, arrivals: int, args) -> Path:
     for s, t in wl.tables.items():
         pq.write_table(t, folder / f"{s}.parquet")
     (folder / "query.sql").write_text(wl.sql)
-    return folder
+    return folder, wl
 
 
 def perf(args) -> int:
@@ -261,9 +261,9 @@ def perf(args) -> int:
         raise SystemExit("perf: --arrivals must be at least 50,000 (the fixed overhead is "
                          "measured on a run a fifth as long)")
     with tempfile.TemporaryDirectory(prefix="adaptcq-spill-bench-") as tmp:
-        folder = _workload_folder(Path(tmp), "run", args.arrivals, args)
+        folder, wl = _workload_folder(Path(tmp), "run", args.arrivals, args)
         print(f"the paper's plan, {args.arrivals:,} arrivals, [RANGE {args.window:g} SECONDS], "
-              f"join ratios {tuple(args.ratios)}")
+              f"join ratios {tuple(args.ratios)}, K = {wl.params['tuple_range']:,}")
         base = _fresh(folder, None)
         budget = int(base["peak_state_model"] / 10)
         print(f"  unlimited: {base['results']:,} results, {base['engine_cpu_s']:.1f} engine "
@@ -276,7 +276,7 @@ def perf(args) -> int:
         # output, a clean-up's working memory, the allocator's arenas). Memory that grows
         # with the run shows as the long run's excess over it. (On this workload RSS
         # settles after about 200,000 arrivals: a shorter run understates it.)
-        short = _fresh(_workload_folder(Path(tmp), "short", short_n, args), spill)
+        short = _fresh(_workload_folder(Path(tmp), "short", short_n, args)[0], spill)
     if r["results"] != base["results"]:
         raise SystemExit(f"penalty run: {r['results']:,} results, unlimited "
                          f"{base['results']:,}")
