@@ -58,15 +58,15 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from adaptcq.engine.codegen import compile_source, projection_source
 from adaptcq.errors import OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.partitions import PartitionStatistics, partition_of
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 INF = math.inf
 PARTITIONS_DEFAULT = 300  # state-spill.txt §6.1: "All input streams are partitioned into 300"
@@ -77,6 +77,9 @@ HANDOVER_MIN = 64 * 10**6
 # Model bytes of merged groups a write-back clean-up holds, at least, before writing them
 # (``SpillTree._writeback_limit``).
 WRITEBACK_MIN = 4 * 10**6
+# Clean up runs of partition groups as one batch join where their columns allow
+# (``eq3_batch``); False: group by group in Python (the tests compare the two).
+BATCH_CLEANUP = True
 
 Tree = str | tuple  # a stream alias, or a tuple of two or more trees
 
@@ -182,6 +185,7 @@ class Operator:
     parts: dict = field(default_factory=dict)         # pid -> Group (the memory generation)
     below: list = field(default_factory=list)         # operators strictly below
     trace_slots: list = field(default_factory=list)   # (operator, component, column)
+    equalities: list = field(default_factory=list)   # (child, ColumnRef, child, ColumnRef)
     unit: list = field(default_factory=list)          # per child: model bytes per input
 
     @property
@@ -276,7 +280,7 @@ def _wire(query: LogicalQuery, op: Operator) -> None:
     op.key_slots = [_slot_in(query, comps[k], op.part_class) for k in range(m)]
     # Every equality between two different children, except the partition column's own
     # (equal keys already guarantee it), is checked when its second side is bound.
-    eqs = []
+    op.equalities = []
     for x, y in query.equalities():
         kx = next((k for k in range(m) if x.stream in comps[k]), None)
         ky = next((k for k in range(m) if y.stream in comps[k]), None)
@@ -284,8 +288,10 @@ def _wire(query: LogicalQuery, op: Operator) -> None:
             continue
         if x in op.part_class and y in op.part_class:
             continue
-        eqs.append((kx, comps[kx].index(x.stream), query.columns[x.stream].index(x.column),
-                    ky, comps[ky].index(y.stream), query.columns[y.stream].index(y.column)))
+        op.equalities.append((kx, x, ky, y))
+    eqs = [(kx, comps[kx].index(x.stream), query.columns[x.stream].index(x.column),
+            ky, comps[ky].index(y.stream), query.columns[y.stream].index(y.column))
+           for kx, x, ky, y in op.equalities]
     op.probes, op.joiners = [], []
     for k in range(m):
         order = [k] + [j for j in range(m) if j != k]
@@ -326,6 +332,8 @@ class SpillCounters:
     handover_flushes: int = 0    # clean-up hand-overs written to disk (``_SentUp``)
     writebacks: int = 0          # merged groups a clean-up wrote back to disk (``keep``)
     writeback_bytes: int = 0     # their model bytes
+    batch_runs: int = 0          # runs of groups a clean-up merged as one batch join
+    python_runs: int = 0         # runs it merged group by group (columns unfit for Arrow)
     first_pending: float | None = None   # event time of the oldest spill not cleaned up
 
 
@@ -394,6 +402,8 @@ class SpillTree:
         self.journal: list[tuple] = []
         self._rid = -1
         self._project = self._compile_projection()
+        self._shapes: dict = {}  # operator id -> its eq3_batch.Shape
+        self._late = None        # (late projection by column, its columns), on first use
 
     # ----- construction ------------------------------------------------------------------
     def _compile_projection(self):
@@ -407,6 +417,30 @@ class SpillTree:
             "def project(comps, ts, emit, late=False):",
             "    for c in comps:",
             f"        emit(({projection_source(q, resolve)}1, ts{late}))", ""]), {}).fn
+
+    def _compile_late_projection(self):
+        """The projection of late results given by column (``_emit_missing``): the
+        SELECT values from the value lists of just the columns it reads, so that a batch
+        clean-up's results become output rows without becoming composites. Returns the
+        function and the spill-format names of those columns."""
+        q = self.query
+        names: list[str] = []
+
+        def resolve(ref: ColumnRef) -> str:
+            name = f"{ref.stream}.{ref.column}"
+            if name not in names:
+                names.append(name)
+            return f"v{names.index(name)}"
+
+        values = projection_source(q, resolve)
+        late = ", True" if self.late_column else ""
+        unpack = ", ".join(f"v{i}" for i in range(len(names)))
+        head = (f"    for ({unpack},), ts in zip(zip(*cols), times):" if names
+                else "    for ts in times:")
+        fn = compile_source("project_late", "<operator tree late projection>", "\n".join([
+            "def project_late(cols, times, emit):", head,
+            f"        emit(({values}1, ts{late}))", ""]), {}).fn
+        return fn, names
 
     def set_emit(self, emit) -> None:
         self._emit = emit
@@ -822,55 +856,194 @@ class SpillTree:
 
     def _cleanup_operator(self, op: Operator, disk: dict, sent: _SentUp, now,
                           final: bool, back: _WriteBack | None = None):
-        """One operator's clean-up, a block of partition ids at a time (one record batch of
-        each spill event read as Arrow, turned into Python objects a run of pids at a
-        time), with the missing subresults its children handed over, from memory or disk;
-        a generator pausing after each group, returning the late results' count."""
+        """One operator's clean-up, a run of partition ids at a time (about
+        ``DECODE_ROWS`` spilled rows, cut from the spill events' batches in block order),
+        with the missing subresults its children handed over, from memory or disk. A run
+        goes through Eq. 3 as a batch join (``eq3_batch``) when its columns allow, else
+        group by group in Python (``_cleanup_group``); a generator pausing after each run
+        (or group), returning the late results' count."""
         from adaptcq.state.spill_store import BLOCKS, block_of
-        layouts = [op.child_streams(k) for k in range(len(op.children))]
-        deltas, flushed = sent.take(op.id)
-        pids_by_block: dict[int, list[int]] = {}
-        for pid in sorted(set(disk) | set(deltas) | set(flushed)):
-            pids_by_block.setdefault(block_of(pid, BLOCKS), []).append(pid)
+        handed, flushed = sent.take(op.id)
+        handed_pids = set(flushed) | sent.pids(handed)
+        by_block: dict[int, list[int]] = {}
+        for pid in sorted(set(disk) | handed_pids):
+            by_block.setdefault(block_of(pid, BLOCKS), []).append(pid)
+        order = {ev["file"]: i for i, ev in enumerate(self.store.events)} \
+            if self.store is not None else {}
         late = 0
-        store = self.store
-        for pids in pids_by_block.values():
-            # The block's batches stay Arrow (compact); its rows become Python objects a
-            # run of pids at a time (about DECODE_ROWS rows), so memory holds a few
-            # groups' generations, not the block's. A group's generations keep their spill
-            # order: ``disk[pid]`` lists them so.
-            refs = {ref for pid in pids for ref in disk.get(pid, [])}
-            batches = {ref: store.batch(ref) for ref in refs}  # each read once
-            ranges = {ref: store.pid_ranges(b) for ref, b in batches.items()}
-            handed = sent.read(pids, flushed)
-            for run in _runs_of(pids, disk, ranges):
-                decoded = {}
-                for ref in {r for pid in run for r in disk.get(pid, [])}:
-                    rs = [ranges[ref][pid] for pid in run if pid in ranges[ref]]
-                    lo, hi = rs[0][0], rs[-1][1]
-                    decoded[ref] = store.decode(batches[ref].slice(lo, hi - lo), layouts,
-                                                self.w)
-                for pid in run:
-                    late += yield from self._cleanup_pid(op, pid, disk, decoded, deltas,
-                                                         handed, sent, layouts, now, final,
-                                                         back)
+        for pids, slices in _runs_of(self.store, [by_block[b] for b in sorted(by_block)],
+                                     disk):
+            # A run: its pids and, per batch of a spill event, the slice holding them.
+            by_file: dict[str, list] = {}
+            for ref, rows in slices.items():
+                by_file.setdefault(ref[0], []).append(rows)
+            spilled = [_table(by_file[f]) for f in sorted(by_file, key=order.__getitem__)]
+            rows = sent.rows(pids, handed, flushed)
+            done = self._cleanup_run(op, pids, spilled, rows, sent, now, final, back)
+            if done is None:  # not as a batch: group by group
+                self.counters.python_runs += 1
+                late += yield from self._cleanup_groups(op, pids, disk, slices, rows, sent,
+                                                        now, final, back)
+            else:
+                self.counters.batch_runs += 1
+                late += done
+                yield
         return late
 
-    def _cleanup_pid(self, op: Operator, pid: int, disk: dict, decoded: dict, deltas: dict,
-                     handed: dict, sent: _SentUp, layouts: list, now, final: bool,
-                     back: _WriteBack | None):
-        """One partition group's clean-up: its spilled generations (``decoded``), the
-        missing subresults its children handed over, in memory (``deltas``) or on disk
-        (``handed``); a generator pausing once, after it, returning its late results."""
-        gens = [decoded[ref][pid] for ref in disk.get(pid, [])]
-        dk = deltas.pop(pid, None)
-        for rows in handed.get(pid, ()):
-            dk = {} if dk is None else dk
-            for k, items in enumerate(sent.decode(rows, layouts)):
-                if items:
-                    dk.setdefault(k, []).extend(items)
-        late = self._cleanup_group(op, pid, gens, dk, now, final, sent, back)
-        yield
+    def _cleanup_groups(self, op: Operator, pids: list[int], disk: dict, slices: dict,
+                        handed, sent: _SentUp, now, final: bool, back: _WriteBack | None):
+        """A run's groups one at a time in Python (``_cleanup_group``), its spilled slices
+        and hand-over decoded into the engine's composites; pauses after each group. A
+        group's generations keep their spill order: ``disk[pid]`` lists them so."""
+        layouts = [op.child_streams(k) for k in range(len(op.children))]
+        decoded = {ref: self.store.decode(rows, layouts, self.w)
+                   for ref, rows in slices.items()}
+        below: dict[int, dict[int, list]] = {}
+        for t in handed:
+            for pid, per_child in sent.codec().decode(t, layouts, self.w).items():
+                got = below.setdefault(pid, {})
+                for k, items in enumerate(per_child):
+                    if items:
+                        got.setdefault(k, []).extend(items)
+        late = 0
+        for pid in pids:
+            gens = [decoded[ref][pid] for ref in disk.get(pid, [])]
+            dk = below.get(pid)
+            late += self._cleanup_group(op, pid, gens, dk, now, final, sent, back)
+            yield
+        return late
+
+    def _cleanup_run(self, op: Operator, pids: list[int], spilled: list, handed: list,
+                     sent: _SentUp, now, final: bool, back: _WriteBack | None) -> int | None:
+        """A run of partition groups cleaned up as one batch join (``eq3_batch``): the
+        spilled generations (Arrow, per spill event), the memory one, the hand-over;
+        missing results out or up, merged groups back to memory or disk, as
+        ``_cleanup_group`` does for one group. None (nothing done) when the run's columns
+        cannot take the batch path."""
+        from adaptcq.engine import eq3_batch as eq3
+        if not BATCH_CLEANUP:
+            return None
+        shape = self._shape(op)
+        m = shape.m
+        mem = [(pid, op.parts[pid]) for pid in pids if pid in op.parts]
+        mem_rows = None
+        if mem:
+            groups = []
+            for pid, g in mem:
+                per_child = [[c for _, c in g.entries(k)] for k in range(m)]
+                for k, (_, c) in g.retired:
+                    per_child[k].append(c)
+                groups.append((op.id, pid, per_child, shape.layouts, 0.0, INF))
+            codec = self.store if self.store is not None else sent.codec()
+            mem_rows = pa.Table.from_batches([codec.rows_batch(groups)])
+        tables = [eq3.inputs(t, shape) for t in [*spilled, mem_rows, *handed]]
+        if any(t is None for t in tables):
+            return None
+        aligned = eq3.align(tables, shape)
+        if aligned is None:
+            return None
+        gens, below = aligned[:len(spilled) + 1], aligned[len(spilled) + 1:]
+        deltas = [eq3.concat([b[k] for b in below]) for k in range(m)]
+        out = list(eq3.missing(gens, deltas, shape))
+        for pid, g in mem:  # merged: the live inputs come back below, if the group stays
+            if back is not None:
+                back.release(op, pid, g)
+            self._evict(op, pid)
+        if not final:
+            live = [eq3.still_valid(t, now) for t in eq3.merged_inputs(gens, deltas, m)]
+            if back is None:
+                self._restore_rows(op, live)
+            else:
+                back.place_rows(op, live)
+        return self._emit_missing(op, out, sent)
+
+    def _shape(self, op: Operator):
+        from adaptcq.engine.eq3_batch import shape_of
+        got = self._shapes.get(op.id)
+        if got is None:
+            got = self._shapes[op.id] = shape_of(op, self.query, self.w)
+        return got
+
+    def _restore_rows(self, op: Operator, live: list, only=None) -> None:
+        """Merged groups given as Arrow (per child, the inputs of many pids, ``pid``
+        and ``_exp`` columns) become memory generations (``_restore``); ``only``: just
+        these pids."""
+        from adaptcq.engine import eq3_batch as eq3
+        shape = self._shape(op)
+        per_pid: dict[int, list] = {}
+        for k, t in enumerate(live):
+            if t is None:
+                continue
+            if only is not None:
+                t = t.filter(pc.is_in(t["pid"], pa.array(sorted(only), t["pid"].type)))
+            ci, cc = op.key_slots[k]
+            comps = eq3.composites(t, shape.layouts[k], shape.columns)
+            for pid, exp, comp in zip(t["pid"].to_pylist(), eq3.ends(t), comps,
+                                      strict=True):
+                got = per_pid.get(pid)
+                if got is None:
+                    got = per_pid[pid] = [[] for _ in range(shape.m)]
+                got[k].append((comp[ci][2][cc], exp, comp))
+        for pid in sorted(per_pid):
+            self._restore(op, pid, per_pid[pid])
+
+    def _spill_rows(self, op: Operator, live: list, pids: list[int]) -> pa.Table:
+        """The inputs of groups ``pids`` among ``live`` (per child, Arrow) in the spill
+        format (``pid``, ``child``, every stream's columns, NULL where absent), in pid
+        order: what a write-back writes."""
+        keep = pa.array(pids, pa.int32())
+        parts = []
+        for k, t in enumerate(live):
+            if t is None:
+                continue
+            t = t.filter(pc.is_in(t["pid"].cast(pa.int32()), keep))
+            parts.append(t.drop_columns(["_key", "_exp", "_t"])
+                         .append_column("child", pa.array(np.full(t.num_rows, k, np.int16))))
+        rows = pa.concat_tables(parts, promote_options="default")
+        n = rows.num_rows
+        names = ["pid", "child"] + [f for a, cols in self.store.columns.items()
+                                    for f in (f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in cols))]
+        have = set(rows.column_names)
+        cols = [rows["pid"].cast(pa.int32()), rows["child"],
+                *(rows[f] if f in have else pa.nulls(n) for f in names[2:])]
+        return pa.table(cols, names=names).sort_by([("pid", "ascending"),
+                                                    ("child", "ascending")])
+
+    def _emit_missing(self, op: Operator, out: list, sent: _SentUp) -> int:
+        """A run's missing results (Arrow tables): counted for the local statistics per
+        group, a sample traced for the global ones, then out (late) at the root, else up
+        to the parent. Returns the late results emitted."""
+        st = self.stats
+        streams, columns = op.streams, {s: self.query.columns[s] for s in op.streams}
+        late = 0
+        for t in out:
+            n = t.num_rows
+            counts = np.bincount(t["pid"].to_numpy(), minlength=self.partitions)
+            for pid in np.flatnonzero(counts).tolist():
+                st.local_output(op.id, pid, int(counts[pid]))
+            if self.sample > 0:  # the late results count for the global statistics too
+                traced = t if self.sample >= 1 else t.filter(
+                    np.random.default_rng(self._rng.getrandbits(63)).random(n) < self.sample)
+                keys = [traced[f"{streams[i]}.{columns[streams[i]][c]}"]
+                        if f"{streams[i]}.{columns[streams[i]][c]}" in traced.column_names
+                        else None for _, i, c in op.trace_slots]
+                if op.parent is None:
+                    st.trace_batch("output", op.trace_slots, keys, self.partitions,
+                                   1 / self.sample)
+                else:
+                    unit = sum(self._unit_of(s) for s in op.streams)
+                    st.trace_batch("inter", op.trace_slots, keys, self.partitions,
+                                   unit / self.sample)
+            if op.parent is None:
+                if self._late is None:
+                    self._late = self._compile_late_projection()
+                project, names = self._late
+                have = set(t.column_names)
+                project([t[c].to_pylist() if c in have else [None] * n for c in names],
+                        t["_t"].to_pylist(), self._emit)
+                late += n
+            else:
+                sent.add_table(op.parent, op.index_in_parent, t)
         return late
 
     def _cleanup_group(self, op: Operator, pid: int, gens: list, dk: dict | None, now,
@@ -1062,6 +1235,7 @@ class _WriteBack:
                                if (op.id, pid) not in self.credited)
         self.limit = limit
         self.waiting: list[tuple] = []  # (operator, pid, per child inputs, model bytes)
+        self.parts: list[tuple] = []    # merged groups as Arrow: write_batches' parts
         self.bytes = 0.0
         self.marks: list[tuple] = []
         self.written = 0.0
@@ -1089,8 +1263,49 @@ class _WriteBack:
         if self.bytes >= self.limit:
             self.flush()
 
+    def place_rows(self, op: Operator, live: list) -> None:
+        """``place`` for the groups of a batch clean-up (per child, the merged inputs of
+        many pids still in their window, as Arrow): pid by pid, in memory while they fit
+        in the room left, the others written back as they are, without becoming Python
+        objects."""
+        tree = self.tree
+        P = tree.partitions
+        sizes = np.zeros(P)
+        counts = np.zeros(P, dtype=np.int64)
+        for u, t in zip(op.unit, live, strict=True):
+            if t is not None:
+                n = np.bincount(t["pid"].to_numpy(), minlength=P)
+                sizes += u * n
+                counts += n
+        keep, write = [], []
+        for pid in np.flatnonzero(counts).tolist():
+            size = float(sizes[pid])
+            if size <= self.room or self.failed is not None:
+                self.room -= size
+                keep.append(pid)
+            else:
+                write.append(pid)
+        if keep:
+            tree._restore_rows(op, live, only=keep)
+        if not write:
+            return
+        rows = tree._spill_rows(op, live, write)
+        tops = _tops(live, P)
+        from adaptcq.state.spill_store import BLOCKS, block_of
+        by_block: dict[int, list[int]] = {}
+        for pid in write:
+            by_block.setdefault(block_of(pid, BLOCKS), []).append(pid)
+        block = pa.array(rows["pid"].to_numpy() % BLOCKS)
+        for b, pids in sorted(by_block.items()):
+            self.parts.append((op.id, b, _one_batch(rows.filter(pc.equal(block, b))),
+                               [(op.id, pid, float(sizes[pid]), tops[pid], int(counts[pid]))
+                                for pid in pids]))
+        self.bytes += float(sizes[write].sum())
+        if self.bytes >= self.limit:
+            self.flush()
+
     def flush(self) -> None:
-        if not self.waiting:
+        if not self.waiting and not self.parts:
             return
         from adaptcq.state.spill_store import SpillError
         tree = self.tree
@@ -1099,99 +1314,184 @@ class _WriteBack:
             top = max((e for items in live for _, e, _ in items), default=-INF)
             groups.append((op.id, pid, [[c for _, _, c in items] for items in live],
                            [op.child_streams(k) for k in range(len(live))], size, top))
+        parts = [*tree.store.encode(groups), *self.parts]
         try:
             # The manifest is rewritten once, when the clean-up ends (``SpillStore.clear``).
-            event = tree.store.write_event(groups, self.now, save=False)
+            event = tree.store.write_batches(parts, self.now, save=False)
         except SpillError as e:
             self.failed = e
             for op, pid, live, _ in self.waiting:
                 tree._restore(op, pid, live)
-            self.waiting, self.bytes = [], 0.0
+            for oid, _, batch, _ in self.parts:  # back from Arrow into memory
+                op = tree.ops[oid - 1]
+                layouts = [op.child_streams(k) for k in range(len(op.children))]
+                ci_cc = op.key_slots
+                for pid, per_child in tree.store.decode(batch, layouts, tree.w).items():
+                    tree._restore(op, pid, [
+                        [(c[ci_cc[k][0]][2][ci_cc[k][1]], e, c) for e, _, c in items]
+                        for k, items in enumerate(per_child)])
+            self.waiting, self.parts, self.bytes = [], [], 0.0
             return
         c = tree.counters
         c.file_bytes += event.bytes
-        c.spilled_inputs += sum(len(cs) for g in groups for cs in g[2])
-        self.marks += [(oid, pid, top) for oid, pid, _, _, _, top in groups]
-        self.written += sum(g[4] for g in groups)
-        self.waiting, self.bytes = [], 0.0
+        index = [row for _, _, _, rows in parts for row in rows]
+        c.spilled_inputs += sum(n for *_, n in index)
+        self.marks += [(oid, pid, top) for oid, pid, _, top, _ in index]
+        self.written += sum(size for _, _, size, _, _ in index)
+        self.waiting, self.parts, self.bytes = [], [], 0.0
+
+
+def _tops(live: list, partitions: int) -> list:
+    """Per pid, the latest window end among the inputs of ``live`` (per child, Arrow with
+    ``pid`` and ``_exp``), as the engine's values (inf for none); -inf where none."""
+    from adaptcq.engine.eq3_batch import NO_END
+    top: np.ndarray | None = None
+    for t in live:
+        if t is None:
+            continue
+        exp = t["_exp"].to_numpy()
+        if top is None:
+            top = np.full(partitions, np.iinfo(np.int64).min if exp.dtype.kind == "i"
+                          else -np.inf, dtype=exp.dtype)
+        np.maximum.at(top, t["pid"].to_numpy(), exp)
+    if top is None:
+        return [-INF] * partitions
+    vals = top.tolist()
+    if top.dtype.kind == "i":
+        lo = int(np.iinfo(np.int64).min)
+        vals = [INF if v == NO_END else -INF if v == lo else v for v in vals]
+    return vals
 
 
 class _SentUp:
     """The missing subresults operators send their parents during a clean-up (§4.2: an
     operator's are consumed only when its parent starts, after every sibling's
-    End-of-Cleanup). Beyond the paper, which holds them in memory: once they pass ``limit``
-    model bytes (§2.2's sizes) they are written to disk, as generations of the parent's
-    partition groups in a spill store of their own (same format, one file per flush), so a
-    clean-up's memory stays bounded however many results the spills held back. The parent
-    decodes them a pid at a time, beside its spilled generations."""
+    End-of-Cleanup), as Arrow tables in the spill format (``pid``: the parent's partition
+    id, ``child``: which input of the parent). Beyond the paper, which holds them in
+    memory: once they pass ``limit`` model bytes (§2.2's sizes) they are written to disk,
+    as generations of the parent's partition groups in a spill store of their own (same
+    format, one file per flush), so a clean-up's memory stays bounded however many results
+    the spills held back. The parent reads them a run of pids at a time, beside its
+    spilled generations."""
 
     def __init__(self, tree: SpillTree, limit: float):
         self.tree, self.limit = tree, limit
-        self.mem: dict[int, dict[int, dict[int, list]]] = {op.id: {} for op in tree.ops}
+        self.mem: dict[int, list[pa.Table]] = {op.id: [] for op in tree.ops}
         self.bytes = 0.0
         self.store = None
         self.flushes = 0
+
+    def codec(self):
+        """The spill store that encodes hand-overs (the hand-over store, made on first
+        use: the tree's own may be absent, as in ``adaptcq cleanup``'s)."""
+        if self.store is None:
+            from adaptcq.state.spill_store import SpillStore
+            tree = self.tree
+            main = tree.store
+            where = None if main is None or main.temporary else main.directory
+            self.store = SpillStore(_scratch(where), tree.query.columns,
+                                    main.types if main is not None else None, durable=False,
+                                    time_type=main.time_type if main is not None else None)
+        return self.store
 
     def add(self, parent: Operator, pk: int, missing: list) -> None:
         """``missing`` ((exp, newest time, composite) of child ``pk``) go to ``parent``'s
         groups by its partition column; NULL keys never join, so they go nowhere."""
         tree = self.tree
         ci, cc = parent.key_slots[pk]
-        box = self.mem[parent.id]
+        by: dict[int, list] = {}
         for item in missing:
             key = item[2][ci][2][cc]
             if key is not None and key == key:  # noqa: PLR0124 (not a NaN)
-                ppid = partition_of(key, tree.partitions)
-                box.setdefault(ppid, {}).setdefault(pk, []).append(item)
-        self.bytes += parent.unit[pk] * len(missing)
+                by.setdefault(partition_of(key, tree.partitions), []).append(item[2])
+        if not by:
+            return
+        m = len(parent.children)
+        layouts = [parent.child_streams(k) for k in range(m)]
+        groups = [(parent.id, ppid, [comps if k == pk else [] for k in range(m)], layouts,
+                   0.0, INF) for ppid, comps in sorted(by.items())]
+        self._hold(parent, pk, pa.Table.from_batches([self.codec().rows_batch(groups)]))
+
+    def add_table(self, parent: Operator, pk: int, t: pa.Table) -> None:
+        """``add`` for a batch clean-up's missing results (Arrow, with the columns of
+        child ``pk``'s streams): the parent's partition ids computed by column."""
+        from adaptcq.stats.partitions import partition_ids
+        tree = self.tree
+        ci, cc = parent.key_slots[pk]
+        s = parent.child_streams(pk)[ci]
+        name = f"{s}.{tree.query.columns[s][cc]}"
+        if name not in t.column_names:
+            return  # NULL in every row: nothing joins
+        key = t[name]
+        ok = pc.is_valid(key)
+        if pa.types.is_floating(key.type):
+            ok = pc.and_(ok, pc.invert(pc.is_nan(key)))
+        t = t.filter(ok)
+        if not t.num_rows:
+            return
+        pid = pa.array(partition_ids(t[name], tree.partitions).astype(np.int32))
+        t = t.drop_columns(["pid", "_key", "_exp", "_t"]).append_column("pid", pid) \
+             .append_column("child", pa.array(np.full(t.num_rows, pk, np.int16)))
+        self._hold(parent, pk, _spill_format(t, self.codec().columns))
+
+    def _hold(self, parent: Operator, pk: int, t: pa.Table) -> None:
+        self.mem[parent.id].append(t)
+        self.bytes += parent.unit[pk] * t.num_rows
         if self.bytes > self.limit:
             self.flush()
 
     def flush(self) -> None:
         """Every subresult held in memory, written as one event of the hand-over store."""
-        from adaptcq.state.spill_store import SpillStore
-        tree = self.tree
-        if self.store is None:
-            main = tree.store
-            where = None if main is None or main.temporary else main.directory
-            self.store = SpillStore(_scratch(where), tree.query.columns,
-                                    main.types if main is not None else None, durable=False,
-                                    time_type=main.time_type if main is not None else None)
-        groups = []
-        for oid, box in self.mem.items():
-            op = tree.ops[oid - 1]
-            layouts = [op.child_streams(k) for k in range(len(op.children))]
-            for ppid, per in box.items():
-                per_child = [[c for _, _, c in per.get(k, ())] for k in range(len(layouts))]
-                groups.append((oid, ppid, per_child, layouts, 0.0, INF))
-            box.clear()
-        if groups:
-            self.store.write_event(groups, tree.now)
+        from adaptcq.state.spill_store import BLOCKS
+        store = self.codec()
+        parts = []
+        for oid, tables in self.mem.items():
+            for t in tables:
+                t = t.sort_by([("pid", "ascending")])
+                pid = t["pid"].to_numpy()
+                block = pid % BLOCKS
+                for b in np.unique(block).tolist():
+                    rows = t.filter(pa.array(block == b))
+                    counts = np.bincount(rows["pid"].to_numpy())
+                    parts.append((oid, b, _one_batch(rows),
+                                  [(oid, p, 0.0, INF, int(counts[p]))
+                                   for p in np.flatnonzero(counts).tolist()]))
+            self.mem[oid] = []
+        if parts:
+            # A table per add: a pid may be in several batches of one event; each is a
+            # part of the same hand-over, which the parent reads whole.
+            store.write_batches(parts, self.tree.now)
             self.flushes += 1
         self.bytes = 0.0
 
-    def take(self, oid: int) -> tuple[dict, dict]:
-        """Operator ``oid``'s hand-over: (in memory: pid -> {child: [(exp, newest time,
-        comp)]}, on disk: pid -> [(file, batch)])."""
+    def take(self, oid: int) -> tuple[list, dict]:
+        """Operator ``oid``'s hand-over: (the tables in memory, on disk: pid -> [(file,
+        batch)])."""
         mem = self.mem[oid]
-        self.mem[oid] = {}
+        self.mem[oid] = []
         flushed = self.store.groups().get(oid, {}) if self.store is not None else {}
         return mem, flushed
 
-    def read(self, pids: list[int], flushed: dict) -> dict:
-        """pid -> the rows (Arrow slices) of the flushed hand-overs of these pids."""
-        refs = sorted({ref for pid in pids for ref in flushed.get(pid, ())})
-        out: dict[int, list] = {}
-        for ref in refs:
+    def rows(self, pids: list[int], handed: list, flushed: dict) -> list[pa.Table]:
+        """The hand-over rows of these pids, in memory (``handed``) and on disk, as
+        tables (each of one schema; they are not concatenated, so that a column typed
+        differently in two of them stays as it was)."""
+        keep = pa.array(pids, pa.int32())
+        out = []
+        for t in handed:
+            t = t.filter(pc.is_in(t["pid"], keep))
+            if t.num_rows:
+                out.append(t)
+        want = set(pids)
+        for ref in sorted({ref for pid in pids for ref in flushed.get(pid, ())}):
             batch = self.store.batch(ref)
             for pid, (lo, hi) in self.store.pid_ranges(batch).items():
-                out.setdefault(pid, []).append(batch.slice(lo, hi - lo))
+                if pid in want:
+                    out.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
         return out
 
-    def decode(self, rows: pa.RecordBatch, layouts: list) -> list:
-        """A pid's hand-over rows as, per child, (exp, newest time, composite)."""
-        ((_, per_child),) = self.store.decode(rows, layouts, self.tree.w).items()
-        return per_child
+    def pids(self, handed: list) -> set[int]:
+        return {p for t in handed for p in np.unique(t["pid"].to_numpy()).tolist()}
 
     def close(self) -> None:
         if self.store is not None:
@@ -1199,25 +1499,64 @@ class _SentUp:
             self.store = None
 
 
-DECODE_ROWS = 262_144  # spilled rows turned into Python objects at once by a clean-up
+def _spill_format(t: pa.Table, columns: dict) -> pa.Table:
+    """``t`` (``pid``, ``child`` and some streams' columns) with every stream's columns
+    in the spill format's order, NULL where absent, in pid order."""
+    n = t.num_rows
+    names = ["pid", "child"] + [f for a, cols in columns.items()
+                                for f in (f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in cols))]
+    have = set(t.column_names)
+    return pa.table([t[f] if f in have else pa.nulls(n) for f in names], names=names) \
+        .sort_by([("pid", "ascending"), ("child", "ascending")])
 
 
-def _runs_of(pids: list[int], disk: dict, ranges: dict) -> list[list[int]]:
-    """``pids`` (ascending) cut into runs holding about ``DECODE_ROWS`` spilled rows each
-    (one pid alone may hold more): a run's rows are one slice of each batch."""
-    runs: list[list[int]] = []
-    run: list[int] = []
+def _one_batch(t: pa.Table) -> pa.RecordBatch:
+    batches = t.combine_chunks().to_batches()
+    return batches[0] if len(batches) == 1 else pa.RecordBatch.from_pylist([], t.schema)
+
+
+def _table(batches: list) -> pa.Table:
+    return pa.Table.from_batches(batches)
+
+
+DECODE_ROWS = 262_144  # spilled rows a clean-up takes at once (a run of partition groups)
+
+
+def _runs_of(store, blocks: list[list[int]], disk: dict):
+    """The pids of ``blocks`` (each a block's pids, ascending) cut into runs holding
+    about ``DECODE_ROWS`` spilled rows each (one pid alone may hold more): yields (pids,
+    {batch ref: the slice of that batch holding them}). A block's batches are read once,
+    when the cut reaches it."""
+    pids: list[int] = []
+    cut: dict[tuple, list] = {}      # ref -> [first row, end row]
+    held: dict[tuple, object] = {}   # ref -> batch, for the run being cut
     rows = 0
-    for pid in pids:
-        n = sum(ranges[ref][pid][1] - ranges[ref][pid][0] for ref in disk.get(pid, ()))
-        if run and rows + n > DECODE_ROWS:
-            runs.append(run)
-            run, rows = [], 0
-        run.append(pid)
-        rows += n
-    if run:
-        runs.append(run)
-    return runs
+
+    def run():
+        return pids, {ref: held[ref].slice(lo, hi - lo) for ref, (lo, hi) in cut.items()}
+
+    for block in blocks:
+        refs = {ref for pid in block for ref in disk.get(pid, ())}
+        batches = {ref: store.batch(ref) for ref in refs}
+        ranges = {ref: store.pid_ranges(b) for ref, b in batches.items()}
+        for pid in block:
+            mine = disk.get(pid, ())
+            n = sum(ranges[ref][pid][1] - ranges[ref][pid][0] for ref in mine)
+            if pids and rows + n > DECODE_ROWS:
+                yield run()
+                pids, cut, held, rows = [], {}, {}, 0
+            pids.append(pid)
+            rows += n
+            for ref in mine:
+                lo, hi = ranges[ref][pid]
+                c = cut.get(ref)
+                if c is None:
+                    cut[ref] = [lo, hi]
+                    held[ref] = batches[ref]
+                else:
+                    c[1] = hi
+    if pids:
+        yield run()
 
 
 def _scratch(where) -> str:

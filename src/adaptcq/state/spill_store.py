@@ -166,7 +166,7 @@ class SpillStore:
             self._release_merged()
 
     # ----- writing -----------------------------------------------------------------------
-    def _rows(self, groups: Sequence[tuple]) -> pa.RecordBatch:
+    def rows_batch(self, groups: Sequence[tuple]) -> pa.RecordBatch:
         """The stored inputs of ``groups`` (one operator's, in pid order) as one record
         batch: ``pid``, ``child``, and each stream's ``#rid``, ``#t`` and columns. Built a
         (group, child) segment at a time, its records transposed with ``zip`` (C loops,
@@ -218,17 +218,34 @@ class SpillStore:
         whole files. ``save=False``: the manifest is rewritten later (by ``clear``, at the
         end of the clean-up that writes groups back), not once per event; until then the
         file is named by no manifest, which a crash leaves as a stray file."""
-        name = f"spill-{self._next:06d}.arrow"
-        path = self.directory / name
+        return self.write_batches(self.encode(groups, blocks), ts, blocks, save)
+
+    def encode(self, groups: Sequence[tuple], blocks: int = BLOCKS) -> list[tuple]:
+        """``groups`` as ``write_batches`` takes them: per (operator, block of pids), the
+        record batch of its groups' inputs (``rows_batch``) and their index rows
+        (operator id, pid, model bytes, latest window end, inputs)."""
         by_batch: dict[tuple[int, int], list] = {}
         for g in sorted(groups, key=lambda g: (g[0], g[1])):
             by_batch.setdefault((g[0], block_of(g[1], blocks)), []).append(g)
+        return [(oid, block, self.rows_batch(members),
+                 [(oid, pid, size, top, sum(len(c) for c in per_child))
+                  for _, pid, per_child, _, size, top in members])
+                for (oid, block), members in sorted(by_batch.items())]
+
+    def write_batches(self, parts: Sequence[tuple], ts, blocks: int = BLOCKS,
+                      save: bool = True) -> Event:
+        """One spill event from record batches already built: ``parts`` are (operator id,
+        block, batch, index rows), a batch's rows in pid order in the spill format
+        (``rows_batch``), index rows (operator id, pid, model bytes, latest window end,
+        inputs); a clean-up writing merged groups back hands its Arrow batches over as
+        they are (``write_event`` otherwise)."""
+        name = f"spill-{self._next:06d}.arrow"
+        path = self.directory / name
         batches, index = [], []
-        for b, ((oid, block), members) in enumerate(sorted(by_batch.items())):
-            batches.append(self._rows(members))
+        for b, (_, _, batch, rows) in enumerate(sorted(parts, key=lambda p: (p[0], p[1]))):
+            batches.append(batch)
             index += [[oid, pid, b, float(size), None if top == float("inf") else top,
-                       sum(len(c) for c in per_child)]
-                      for _, pid, per_child, _, size, top in members]
+                       int(n)] for oid, pid, size, top, n in rows]
         # One schema for the file: a column inferred as int64 in one batch and double in
         # another (values without a declared type) is double in all.
         try:

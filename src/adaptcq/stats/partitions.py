@@ -65,6 +65,42 @@ class PartitionStatistics:
             if key is not None:
                 inter[op.id - 1][partition_of(key, n)] += weight
 
+    def trace_batch(self, kind: str, slots, keys: list, n: int, weight: float) -> None:
+        """``trace_output`` (``kind`` "output") or ``trace_inter`` ("inter") of many sampled
+        results at once: ``keys`` gives, per slot of ``slots``, their partition values as an
+        Arrow array (None: NULL in every one)."""
+        import numpy as np
+        import pyarrow.compute as pc
+        counts = self.output if kind == "output" else self.inter
+        for (op, _, _), values in zip(slots, keys, strict=True):
+            if values is None:
+                continue
+            values = values.filter(pc.is_valid(values))
+            if not len(values):
+                continue
+            hits = np.bincount(partition_ids(values, n), minlength=n)
+            row = counts[op.id - 1]
+            for pid in np.flatnonzero(hits).tolist():
+                row[pid] += weight * int(hits[pid])
+
     def get(self, op: int, pid: int) -> dict[str, float]:
         return {"local": self.local[op - 1][pid], "output": self.output[op - 1][pid],
                 "inter": self.inter[op - 1][pid]}
+
+
+HASH_MODULUS = 2**61 - 1  # CPython hashes an int as itself below this (and -1 as -2)
+
+
+def partition_ids(values, n: int):
+    """:func:`partition_of` of every value of an Arrow array (no NULLs) as a numpy array:
+    by column for integers within CPython's hash modulus, value by value otherwise."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if pa.types.is_integer(values.type) and values.type != pa.uint64() and len(values):
+        lo, hi = (v.as_py() for v in pc.min_max(values).values())
+        if -HASH_MODULUS < lo and hi < HASH_MODULUS:
+            h = values.to_numpy().astype(np.int64)
+            h[h == -1] = -2
+            return h % n
+    return np.array([partition_of(v, n) for v in values.to_pylist()], dtype=np.int64)

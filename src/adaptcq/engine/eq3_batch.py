@@ -1,0 +1,373 @@
+"""Eq. 3 as a batch join: the heavy part of the clean-up (state-spill.txt §4) over Arrow.
+
+A partition group's generations are self-contained, so merging generation Δ into a base
+yields Σ over the non-empty proper subsets S of the operator's children of
+(⋈_{i∈S} Δ_i) ⋈ (⋈_{i∉S} base_i) (Eq. 3, Lemma 4.1), and the order in which generations
+are merged does not matter (Lemma 4.2). Equal partition-column values fall in one
+partition group, so the terms of many groups are computed at once: one hash join per
+term over every group of a run of blocks, not one per group (the paper's clean-up "is
+exactly a batch join", issue 12). ``SpillTree`` reads a run of blocks' spilled
+generations as Arrow (the spill files' own batches), adds its memory generation and the
+missing subresults its children handed over, and calls :func:`missing`; the rows never
+become Python objects unless they are results to emit, sampled for the statistics, or
+groups kept in memory.
+
+The tables here hold one child's inputs: ``pid``, each of the child's streams'
+``S#rid``, ``S#t`` and ``S.col`` columns (the spill format, ``state/spill_store``), and
+``_key`` (the partition column, NULL and NaN dropped: they never join), ``_exp`` (the
+input's window end, min(t_c + w_c) over its components; with integer times an unbounded
+window's end is ``NO_END``) and ``_t`` (its newest component's time). A combination is
+valid when its newest time is at most every component's end (docs/semantics.md), and when
+the operator's other equalities between children hold (``Shape.checks``: compared as
+SQL does, so NULL and NaN never match).
+
+:func:`align` decides whether a run of blocks can take this path: every column must have
+one Arrow type across the generations, and the compared columns types whose equality in
+Arrow is Python's (the engine's) equality. Anything else (mixed integer and
+floating-point values beyond 2^53, strings against numbers, a value type without a hash
+kernel) is cleaned up group by group in Python by ``SpillTree`` instead, with the same
+results.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+INF = math.inf
+NO_END = int(np.iinfo(np.int64).max)  # the window end of an unbounded input, integer times
+EXACT = 2**53  # integers up to this compare with doubles as Python compares them
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the batch join needs of one operator: per child its streams (``layouts``) and
+    partition column (``keys``, a spill-format column name), the equalities between two
+    children other than the partition column's (``checks``: (child, column, child,
+    column)), per stream
+    its window (``windows``, inf when unbounded) and column names (``columns``)."""
+
+    layouts: tuple[tuple[str, ...], ...]
+    keys: tuple[str, ...]
+    checks: tuple[tuple[int, str, int, str], ...]
+    windows: dict
+    columns: dict
+
+    @property
+    def m(self) -> int:
+        return len(self.layouts)
+
+    def names(self, k: int) -> list[str]:
+        """Child k's spill-format columns."""
+        return [n for a in self.layouts[k]
+                for n in (f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in self.columns[a]))]
+
+
+def shape_of(op, query, windows: dict) -> Shape:
+    """The :class:`Shape` of a ``spill_tree.Operator`` (its equalities between children
+    as ``_wire`` found them)."""
+    m = len(op.children)
+    layouts = tuple(op.child_streams(k) for k in range(m))
+    keys = []
+    for k, (ci, cc) in enumerate(op.key_slots):
+        s = layouts[k][ci]
+        keys.append(f"{s}.{query.columns[s][cc]}")
+    checks = [(kx, f"{x.stream}.{x.column}", ky, f"{y.stream}.{y.column}")
+              for kx, x, ky, y in op.equalities]
+    return Shape(layouts, tuple(keys), tuple(checks),
+                 {s: windows[s] for lay in layouts for s in lay},
+                 {s: tuple(query.columns[s]) for lay in layouts for s in lay})
+
+
+# ----- one child's inputs ------------------------------------------------------------------
+def child_inputs(rows: pa.Table, k: int, shape: Shape) -> pa.Table | None:
+    """Child k's inputs among ``rows`` (spill format: ``pid``, ``child`` and the streams'
+    columns), with ``_key``, ``_exp`` and ``_t``; None when there are none. Raises
+    ``_Unfit`` when their times cannot give window ends exactly (integer times, a window
+    that is not whole)."""
+    names = [n for n in shape.names(k) if n in rows.column_names]
+    t = rows.select(["pid", "child", *names])  # the child's columns, then its rows
+    t = t.filter(pc.equal(t["child"], k)).drop_columns(["child"])
+    if not t.num_rows:
+        return None
+    key = t[shape.keys[k]] if shape.keys[k] in names else pa.nulls(t.num_rows)
+    keep = pc.is_valid(key)
+    if pa.types.is_floating(key.type):
+        keep = pc.and_(keep, pc.invert(pc.is_nan(key)))
+        key = pc.add(key, pa.scalar(0.0, key.type))  # -0.0 is 0.0, as in a dict
+    times, ends = [], []
+    for a in shape.layouts[k]:
+        ts = t[f"{a}#t"]
+        w = shape.windows[a]
+        if pa.types.is_integer(ts.type):
+            if w != INF and w != int(w):
+                raise _Unfit
+            times.append(ts.to_numpy().astype(np.int64, copy=False))
+            ends.append(None if w == INF else times[-1] + int(w))
+        elif pa.types.is_floating(ts.type):
+            times.append(ts.to_numpy().astype(np.float64, copy=False))
+            ends.append(times[-1] + w)
+        else:
+            raise _Unfit
+    newest = times[0] if len(times) == 1 else np.maximum.reduce(times)
+    finite = [e for e in ends if e is not None]
+    if not finite:
+        end = np.full(len(newest), NO_END, dtype=np.int64)
+    else:
+        end = finite[0] if len(finite) == 1 else np.minimum.reduce(finite)
+    t = t.append_column("_key", key).append_column("_exp", pa.array(end)) \
+         .append_column("_t", pa.array(newest))
+    return t.filter(keep)
+
+
+class _Unfit(Exception):
+    """These rows cannot take the batch path (see :func:`align`)."""
+
+
+def inputs(rows: pa.Table | None, shape: Shape) -> list[pa.Table] | None:
+    """Per child, its inputs among ``rows`` (None for a child without any); None when
+    they cannot take the batch path."""
+    if rows is None:
+        return [None] * shape.m
+    try:
+        return [child_inputs(rows, k, shape) for k in range(shape.m)]
+    except _Unfit:
+        return None
+
+
+def _family(t: pa.DataType) -> str:
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "bytes"
+    if pa.types.is_boolean(t):
+        return "bool"
+    return ""
+
+
+def _comparable(arrays: Sequence) -> pa.DataType | None:
+    """One type in which these columns compare as Python compares their values, or
+    None. Integers and doubles compare exactly while the integers stay within 2^53."""
+    types = {a.type for a in arrays if a.type != pa.null()}
+    if not types:
+        return pa.int64()  # NULL everywhere: nothing matches
+    fams = {_family(t) for t in types}
+    if fams == {"int", "float"}:
+        for a in arrays:
+            if pa.types.is_integer(a.type) and len(a):
+                lo, hi = (v.as_py() for v in pc.min_max(a).values())
+                if lo is not None and max(-lo, hi) > EXACT:
+                    return None
+        return pa.float64()
+    if len(fams) > 1 or "" in fams:
+        return None
+    (fam,) = fams
+    if fam == "int":
+        if pa.uint64() in types:
+            return pa.uint64() if len(types) == 1 else None
+        return pa.int64()
+    return {"float": pa.float64(), "str": pa.large_string(), "bytes": pa.large_binary(),
+            "bool": pa.bool_()}[fam]
+
+
+def _flat(t: pa.DataType) -> bool:
+    """A type the hash join carries as payload (no nesting, no dictionary)."""
+    return not (pa.types.is_nested(t) or pa.types.is_dictionary(t)
+                or isinstance(t, pa.ExtensionType))
+
+
+def align(tables: Sequence[Sequence[pa.Table | None]], shape: Shape):
+    """The generations' (and hand-overs') tables per child made one schema per child, the
+    compared columns one type across children; columns null in every table are dropped
+    (read back as NULL). Returns the aligned tables (same nesting), or None when some
+    column has two types or a comparison would not be Python's."""
+    per_child: list[dict[str, pa.DataType]] = []
+    for k in range(shape.m):
+        col_types: dict[str, set] = {}
+        for gen in tables:
+            t = gen[k]
+            if t is None:
+                continue
+            for f in t.schema:
+                col_types.setdefault(f.name, set()).add(f.type)
+        target = {}
+        for name, types in col_types.items():
+            if name == "_key":
+                continue
+            real = types - {pa.null()}
+            if len(real) > 1 or not all(_flat(t) for t in real):
+                return None
+            if real:
+                target[name] = real.pop()
+        per_child.append(target)
+    # Window ends and times: one type for all (integers with integers).
+    if len({c[n] for c in per_child for n in ("_exp", "_t") if n in c}) > 1:
+        return None
+    # The partition column and the checked ones: one comparable type across children.
+    keyed = [[t[k]["_key"] for t in tables if t[k] is not None] for k in range(shape.m)]
+    key_type = _comparable([a for arrays in keyed for a in arrays])
+    if key_type is None:
+        return None
+    cast_to: list[dict[str, pa.DataType]] = [dict(c) for c in per_child]
+    for k in range(shape.m):
+        cast_to[k]["_key"] = key_type
+    for kx, x, ky, y in shape.checks:
+        cols = [t[k][n] for k, n in ((kx, x), (ky, y)) for t in tables
+                if t[k] is not None and n in t[k].column_names]
+        typ = _comparable(cols)
+        if typ is None:
+            return None
+        for k, n in ((kx, x), (ky, y)):
+            if n in cast_to[k]:
+                cast_to[k][n] = typ
+    out = []
+    for gen in tables:
+        row = []
+        for k, t in enumerate(gen):
+            if t is None:
+                row.append(None)
+                continue
+            cols, names = [], []
+            for f in t.schema:
+                typ = cast_to[k].get(f.name)
+                if typ is None:
+                    continue  # NULL in every table
+                col = t[f.name]
+                cols.append(col if col.type == typ else col.cast(typ))
+                names.append(f.name)
+            row.append(pa.table(cols, names=names))
+        out.append(row)
+    return out
+
+
+# ----- Eq. 3 ----------------------------------------------------------------------------
+def combine(sources: Sequence[pa.Table], shape: Shape) -> pa.Table | None:
+    """(⋈_k sources[k]) on the partition column: every combination of equal keys whose
+    newest component is no later than any component's end and that passes the checks;
+    ``pid``, ``_exp`` (the earliest end), ``_t`` (the newest time) and the components'
+    columns. None when empty."""
+    if any(s is None or s.num_rows == 0 for s in sources):
+        return None
+    order = sorted(range(shape.m), key=lambda k: sources[k].num_rows)
+    first = sources[order[0]]
+    part = first.filter(pc.less_equal(first["_t"], first["_exp"]))
+    bound = {order[0]}
+    for k in order[1:]:
+        right = sources[k].drop_columns(["pid"])
+        right = right.rename_columns(
+            [{"_exp": "_exp_r", "_t": "_t_r"}.get(n, n) for n in right.column_names])
+        part = part.join(right, "_key", join_type="inner", use_threads=False)
+        if not part.num_rows:
+            return None
+        end = pc.min_element_wise(part["_exp"], part["_exp_r"])
+        newest = pc.max_element_wise(part["_t"], part["_t_r"])
+        keep = pc.less_equal(newest, end)
+        for kx, x, ky, y in shape.checks:
+            if (kx == k and ky in bound) or (ky == k and kx in bound):
+                if x not in part.column_names or y not in part.column_names:
+                    keep = pa.repeat(False, part.num_rows)  # NULL in every row
+                    continue
+                keep = pc.and_(keep, pc.fill_null(pc.equal(part[x], part[y]), False))
+        part = part.drop_columns(["_exp_r", "_t_r"])
+        part = part.set_column(part.column_names.index("_exp"), "_exp", end)
+        part = part.set_column(part.column_names.index("_t"), "_t", newest)
+        part = part.filter(keep)
+        if not part.num_rows:
+            return None
+        bound.add(k)
+    return part
+
+
+def concat(tables: Sequence[pa.Table | None]) -> pa.Table | None:
+    have = [t for t in tables if t is not None and t.num_rows]
+    if not have:
+        return None
+    return have[0] if len(have) == 1 else pa.concat_tables(have, promote_options="default")
+
+
+def _subsets(items: Sequence[int]) -> list[tuple[int, ...]]:
+    return [s for r in range(1, len(items) + 1) for s in itertools.combinations(items, r)]
+
+
+def missing(gens: Sequence[Sequence[pa.Table | None]], deltas: Sequence[pa.Table | None],
+            shape: Shape) -> Iterator[pa.Table]:
+    """The missing results of merging ``gens`` (per generation in spill order, the memory
+    one last, per child its inputs) and of the children's missing subresults
+    (``deltas``, per child): Eq. 3 for each generation into the ones before it, then
+    every combination holding at least one handed-over subresult with the merged
+    inputs (each once: the subsets of the children that have some)."""
+    m = shape.m
+    base: list[list[pa.Table]] = [[] for _ in range(m)]
+    for j, gen in enumerate(gens):
+        if j and any(t is not None and t.num_rows for t in gen):
+            merged = [concat(b) for b in base]
+            for subset in _subsets(range(m)):
+                if len(subset) == m:
+                    continue
+                got = combine([gen[k] if k in subset else merged[k] for k in range(m)], shape)
+                if got is not None:
+                    yield got
+        for k in range(m):
+            if gen[k] is not None and gen[k].num_rows:
+                base[k].append(gen[k])
+    have = [k for k in range(m) if deltas[k] is not None and deltas[k].num_rows]
+    if have:
+        merged = [concat(b) for b in base]
+        for subset in _subsets(have):
+            got = combine([deltas[k] if k in subset else merged[k] for k in range(m)], shape)
+            if got is not None:
+                yield got
+
+
+def merged_inputs(gens: Sequence[Sequence[pa.Table | None]],
+                  deltas: Sequence[pa.Table | None], m: int) -> list[pa.Table | None]:
+    """Per child, every input of the merged group: the generations' and the hand-overs'."""
+    return [concat([*(g[k] for g in gens), deltas[k]]) for k in range(m)]
+
+
+def still_valid(t: pa.Table | None, now) -> pa.Table | None:
+    """The inputs whose window has not ended at ``now`` (exp ≥ now, compared exactly)."""
+    if t is None or not t.num_rows:
+        return None
+    exp = t["_exp"]
+    if pa.types.is_integer(exp.type):
+        if now == -INF:
+            return t
+        if now == INF:
+            return None
+        now = math.ceil(now)  # exp ≥ now ⟺ exp ≥ ⌈now⌉ for integers
+    t = t.filter(pc.greater_equal(exp, pa.scalar(now, exp.type)))
+    return t if t.num_rows else None
+
+
+def composites(t: pa.Table, streams: Sequence[str], columns: dict) -> list[tuple]:
+    """The rows of ``t`` as the engine's composites: per stream of ``streams``, a (rid,
+    t, row) record (columns absent from ``t`` are NULL)."""
+    n = t.num_rows
+    names = set(t.column_names)
+    per_stream = []
+    for a in streams:
+        vals = [t[f"{a}.{c}"].to_pylist() if f"{a}.{c}" in names else [None] * n
+                for c in columns[a]]
+        rows = zip(*vals, strict=True) if vals else itertools.repeat((), n)
+        per_stream.append(zip(t[f"{a}#rid"].to_pylist(), t[f"{a}#t"].to_pylist(), rows,
+                              strict=True))
+    return list(zip(*per_stream, strict=True))
+
+
+def ends(t: pa.Table) -> list:
+    """``_exp`` as Python values, ``NO_END`` as inf."""
+    out = t["_exp"].to_pylist()
+    if pa.types.is_integer(t["_exp"].type):
+        out = [INF if e == NO_END else e for e in out]
+    return out
