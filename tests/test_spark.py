@@ -7,6 +7,8 @@ Each Spark test runs a real Structured Streaming query on the shared local[2] se
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import itertools
 import json
 import math
@@ -67,6 +69,27 @@ def test_bad_master_and_worker_errors_are_one_line():
     other = spark_error(RuntimeError("[STREAM_FAILED] Query x terminated with exception: "
                                      "[PATH_NOT_FOUND] Path does not exist: x.\n\tat a.b"))
     assert str(other) == "the Spark query failed: [PATH_NOT_FOUND] Path does not exist: x."
+
+
+def test_group_keys_of_a_checkpoint_that_predates_them(tmp_path):
+    """A checkpoint whose fingerprint has no grouping keys (written before they were kept)
+    restarts with the keys its first run chose: those for the shuffle partitions Spark
+    recorded in its offset log (and restarts with), not the session's."""
+    from adaptcq.runtime.spark import _given_keys, _group_keys, checkpoint_shuffle_partitions
+    offsets = tmp_path / "query" / "offsets"
+    assert checkpoint_shuffle_partitions(tmp_path / "query") is None
+    offsets.mkdir(parents=True)
+    for k, n in ((0, 2), (1, 2)):
+        (offsets / str(k)).write_text(
+            "v1\n" + json.dumps({"batchWatermarkMs": 0, "conf": {
+                "spark.sql.shuffle.partitions": str(n)}}) + '\n{"logOffset":0}\n')
+    (offsets / ".1.crc").write_text("x")
+    assert checkpoint_shuffle_partitions(tmp_path / "query") == 2
+    assert _group_keys(None, 4, 2) == [2, 0, 4, 1] and _group_keys(None, 4, 4) == [12, 6, 2, 0]
+    assert _given_keys((2, 0, 4, 1), 4) == [2, 0, 4, 1]
+    for bad in ([2, 0, 4], [2, 2, 4, 1], [2, 0, 4, "1"], [True, 0, 4, 1]):
+        with pytest.raises(AdaptcqError, match="group_keys must be 4 distinct whole numbers"):
+            _given_keys(bad, 4)
 
 
 def test_split_plan():
@@ -429,6 +452,67 @@ def test_restart_keeps_the_measured_shares_and_refuses_others(spark, tmp_path):
                      max_files_per_trigger=1)
     assert run2.shares == run1.shares
     _assert_same(adaptcq.run(CHAIN, srcs, mode="append").table, out, min_rows=20)
+
+
+@contextlib.contextmanager
+def _spark_conf(spark, key: str, value: str):
+    """``key`` set to ``value`` on the shared session, restored afterwards."""
+    old = spark.conf.get(key)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        spark.conf.set(key, old)
+
+
+def test_timestamp_joins_timestamp_ntz_under_any_session_time_zone(spark, tmp_path):
+    """A TimestampType column equated with a TimestampNTZ column (the engine compares both
+    as naive UTC datetimes: 12:00Z equals 12:00) in 4 groups, under a session time zone
+    that is not UTC: the split hashes both by that value, never through the session time
+    zone, so every result is found (issue 11: 3 of 8 were)."""
+    keys = [dt.datetime(2024, 1, 1, 12) + dt.timedelta(hours=h) for h in range(8)]
+    for name, ts, ids, k in (
+            ("R", [float(i) for i in range(8)], range(8),
+             pa.array([x.replace(tzinfo=dt.UTC) for x in keys],
+                      pa.timestamp("us", tz="UTC"))),
+            ("S", [i + 0.5 for i in range(8)], range(100, 108),
+             pa.array(keys, pa.timestamp("us")))):
+        (tmp_path / "in" / name).mkdir(parents=True)
+        pq.write_table(pa.table({"ts": ts, "id": list(ids), "k": k}),
+                       tmp_path / "in" / name / "p.parquet")
+    srcs = {n: str(tmp_path / "in" / n) for n in "RS"}
+    sql = ("SELECT R.id AS r, S.id AS s FROM R [RANGE 100 SECONDS], S [RANGE 100 SECONDS] "
+           "WHERE R.k = S.k")
+    with _spark_conf(spark, "spark.sql.session.timeZone", "America/New_York"):
+        run_files(spark, sql, srcs, str(tmp_path / "ck"), str(tmp_path / "out"), partitions=4)
+    local = adaptcq.run(sql, srcs).table
+    assert sorted(zip(local.column("r").to_pylist(), local.column("s").to_pylist(),
+                      strict=True)) == [(i, 100 + i) for i in range(8)]
+    got = pq.read_table(tmp_path / "out").select(["r", "s"])
+    assert Counter(map(tuple, (r.values() for r in got.to_pylist()))) == \
+        Counter((i, 100 + i) for i in range(8))
+
+
+def test_restart_under_other_shuffle_partitions_is_exact(spark, tmp_path):
+    """The groups' grouping keys are chosen for spark.sql.shuffle.partitions at the first
+    run and kept in the checkpoint: a restart under another value (a CLI restart with
+    another --master) gives every group its own state back, and the output equals the
+    local runtime's (issue 11: 49,703 rows of 68,587, each group reading another group's
+    state or none)."""
+    pieces = _workload(7, n=100, files=2)
+    srcs = _write(tmp_path / "in", {k: v[:1] for k, v in pieces.items()})
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    run1 = run_files(spark, PARTITIONED, srcs, ck, out, mode="retract", partitions=4,
+                     max_files_per_trigger=1, finish=False)
+    _write(tmp_path / "in", {k: v[1:] for k, v in pieces.items()}, start=1)
+    with _spark_conf(spark, "spark.sql.shuffle.partitions", "4"):
+        run2 = run_files(spark, PARTITIONED, srcs, ck, out, mode="retract", partitions=4,
+                         max_files_per_trigger=1)
+    _assert_same(adaptcq.run(PARTITIONED, srcs, mode="retract").table, out, min_rows=20)
+    assert sorted(run2.groups) == sorted(run1.groups)  # the same keys, the same state
+    fp = json.loads((tmp_path / "ck" / "adaptcq.json").read_text())
+    assert fp["shuffle_partitions"] == 2 and sorted(fp["group_keys"]) == sorted(run1.groups)
 
 
 def test_late_rows_are_counted_and_written(spark, tmp_path):

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adaptcq.engine.continuous import ContinuousQuery
-from adaptcq.errors import OptionError
+from adaptcq.errors import AdaptcqError, OptionError
 from adaptcq.optimizer.shares import choose_shares, factorizations, shipped
 from adaptcq.query.cql import parse_query
 from adaptcq.runtime import spark_group as sg
@@ -319,6 +319,31 @@ def test_rows_out_of_their_window_are_not_stored():
         # R: 1 s of rows (10) and S: 2 s (20) in their windows, plus the rows that wait
         # for the other stream's next micro-batch (at most one per stream here).
         assert stored[0] <= 12 and stored[1] <= 22, stored
+
+
+def test_a_group_refuses_another_groups_state():
+    """A group's meta records which partition group it is: a restart whose grouping keys
+    were chosen for other shuffle partitions (so that key 101, group 1's before, is group
+    0's now) stops with an error naming the setting, instead of joining group 0's rows
+    with group 1's state."""
+    q, _, streams, ts, rows = _alternating(2, 2, 40)
+    plan = plan_split(q, 2)
+    cfg = _config(q, plan, "append")
+    cfg.key_partitions = 2
+    assert cfg.keys == [100, 101]
+    batch = _union_batch(q, plan, streams, ts, rows, 0, False)
+    stores = {g: sg.MemoryStore() for g in cfg.keys}
+    for g, packets in _route(cfg, batch).items():
+        sg.advance_group(cfg, g, stores[g], packets)
+    again = _config(q, plan, "append")  # the same keys: a rebuild continues
+    again.key_partitions = 2
+    sg.advance_group(again, 101, stores[101], [])
+    other = _config(q, plan, "append")
+    other.keys, other.key_partitions = [101, 100], 4
+    with pytest.raises(AdaptcqError, match=r"partition group 0 \(grouping key 101\) found "
+                       r"the state of partition group 1 .*spark\.sql\.shuffle\.partitions, "
+                       r"which was 2 when the state was written and is 4 now"):
+        sg.advance_group(other, 101, stores[101], [])
 
 
 def _route(cfg, batch) -> dict[int, list]:

@@ -352,6 +352,29 @@ def test_restart_from_checkpoint_continues_the_query_set(spark, tmp_path):
     _assert_queries_equal(_local(srcs, control, "retract"), out)
 
 
+def test_restart_under_other_shuffle_partitions_continues_the_query_set(spark, tmp_path):
+    """The groups' grouping keys are kept in the checkpoint: a restart under another
+    spark.sql.shuffle.partitions (Spark restarts with the checkpoint's) gives every group
+    its own state back, and the output equals an uninterrupted run's."""
+    pieces = _workload(3, n=100, files=2)
+    srcs = _write(tmp_path / "in", {k: v[:1] for k, v in pieces.items()})
+    kw = {"checkpoint": tmp_path / "ck", "output": tmp_path / "out", "mode": "retract",
+          "partitions": 2, "max_files_per_trigger": 1}
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    run1 = run_query_files(spark, srcs, {"j3": JOIN3}, finish=False, **kw)
+    _write(tmp_path / "in", {k: v[1:] for k, v in pieces.items()}, start=1)
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
+    try:
+        run2 = run_query_files(spark, srcs, {"j3": JOIN3}, **kw)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+    local = Engine(srcs, "ts", mode="retract")
+    local.register(JOIN3, query_id="j3")
+    local.run()
+    _assert_queries_equal(local, tmp_path / "out")
+    assert run2.restarted and sorted(run2.groups) == sorted(run1.groups)
+
+
 def test_no_common_attribute_class_runs_in_one_group_from_the_cli(spark, tmp_path, capsys):
     """`adaptcq run --engine spark --executor eddy`: queries joining on different columns
     run in one group with a warning naming why; outputs equal the local Engine's."""

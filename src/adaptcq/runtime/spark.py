@@ -228,7 +228,8 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
                      end_of_input: str | os.PathLike | None = None,
                      side_outputs: bool = False, timestamp_unit: str | None = None,
                      adaptivity: Mapping | None = None, rates: Mapping | None = None,
-                     shares: Mapping | None = None, spill: Mapping | None = None, **options):
+                     shares: Mapping | None = None, spill: Mapping | None = None,
+                     group_keys: list[int] | None = None, **options):
     """Run ``sql`` over streaming DataFrames; return the streaming DataFrame of its results.
 
     ``streams`` maps each source named in FROM to a streaming DataFrame (files, Kafka, rate,
@@ -244,6 +245,15 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     streams gets a share, their product is P, chosen to ship the fewest tuples at the
     streams' ``rates`` (per source: rows per unit time, or any weights; default equal);
     ``shares`` (``{"S.b": 4, "R.a": 2}``: a column of each class) fixes them instead.
+
+    Each group's state is stored under a grouping key chosen so that the groups land in
+    distinct shuffle partitions of the session's ``spark.sql.shuffle.partitions``
+    (``frame._adaptcq["group_keys"]``). Spark restarts a query from its checkpoint with the
+    checkpoint's shuffle partitions, so a restart under another setting must pass the first
+    run's keys as ``group_keys``. Without them a group that finds another group's state
+    stops the query with an error naming both settings, but a group whose new key has no
+    stored state cannot tell and starts empty (``run_files`` keeps the keys in its
+    checkpoint and needs none of this).
 
     ``order`` names the column that orders rows of equal timestamp within a source (e.g.
     Kafka's ``offset``); by default a file source's ``(_metadata.file_path, row_index)`` is
@@ -342,7 +352,9 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         warnings.warn(f"running in one partition group: {plan.reason}", SplitWarning,
                       stacklevel=2)
     P = plan.groups
-    keys = _group_keys(spark, P)
+    key_partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    keys = _group_keys(spark, P, key_partitions) if group_keys is None else \
+        _given_keys(group_keys, P)
     if spill is not None:
         from adaptcq.runtime.spill import spark_spill_spec
         spill = spark_spill_spec(spill, P)
@@ -399,13 +411,14 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         sources=[s.source for s in query.streams], names=names, timestamp=timestamp,
         unit=timestamp_unit, ts_kinds=ts_kinds, sign=sign, plan=plan,
         aliases=list(query.aliases), results=_arrow_schema(result_struct), inputs=inputs,
-        spill=spill)
+        spill=spill, key_partitions=key_partitions)
     packets = union.mapInArrow(ColumnarSplit(cfg), "_g int, _s int, _p binary")
     raw = packets.groupBy("_g").transformWithStateInPandas(
         statefulProcessor=GroupProcessor(cfg), outputStructType=out_schema,
         outputMode="Append", timeMode="None")
     info = {"query": query, "plan": plan, "config": cfg, "names": names,
-            "ts_type": ts_type, "unit": timestamp_unit, "adaptivity": spec, "spill": spill}
+            "ts_type": ts_type, "unit": timestamp_unit, "adaptivity": spec, "spill": spill,
+            "group_keys": list(keys), "shuffle_partitions": key_partitions}
     raw._adaptcq = info
     if side_outputs:
         return raw
@@ -618,19 +631,32 @@ def _project(df, i: int, alias: str, query: LogicalQuery, plan: SplitPlan, P: in
 
 
 def _hash_cast(query: LogicalQuery, alias: str, column: str, df):
-    """The split column, cast so that equal values hash equally in every stream: Spark's
-    ``hash`` of int 5 and of long 5 differ, while the engine joins them (5 == 5)."""
+    """The split column, cast so that values the engine joins hash equally in every stream:
+    Spark's ``hash`` of int 5 and of long 5 differ, while the engine joins them (5 == 5).
+
+    Times become epoch microseconds of the engine's value, never through the session time
+    zone: the engine compares naive UTC datetimes (``_project``: a TimestampType column
+    by its instant, a TimestampNTZ column by its wall-clock value read as UTC), so
+    TimestampType 12:00Z and TimestampNTZ 12:00 are equal and must hash equally whatever
+    ``spark.sql.session.timeZone`` is (``cast(ntz as timestamp)`` would read the NTZ value
+    in that zone), and a restart under another time zone must route rows as before. A
+    date hashes as its midnight UTC."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
     dt = df.schema[column].dataType
+    name = column.replace("`", "``")
     if isinstance(dt, T.NumericType):
         return F.col(column).cast("double")
-    if isinstance(dt, T.TimestampType | T.TimestampNTZType | T.DateType):
-        return F.unix_micros(F.col(column).cast("timestamp"))
+    if isinstance(dt, T.TimestampType):
+        return F.unix_micros(F.col(column))
+    if isinstance(dt, T.TimestampNTZType):
+        return F.expr(f"timestampdiff(MICROSECOND, {_EPOCH_NTZ}, `{name}`)")
+    if isinstance(dt, T.DateType):
+        return F.unix_date(F.col(column)).cast("long") * F.lit(86_400_000_000)
     return F.col(column).cast("string")
 
 
-def _group_keys(spark, P: int) -> list[int]:
+def _group_keys(spark, P: int, n: int | None = None) -> list[int]:
     """Grouping-key values that land in distinct shuffle partitions.
 
     Spark hash-partitions the grouping key (``pmod(hash(key), N)``); with keys 0..P-1 two
@@ -638,8 +664,14 @@ def _group_keys(spark, P: int) -> list[int]:
     group g, the smallest integer whose partition is g mod N: the groups spread evenly.
     Spark's ``hash`` of an int is computed here (``spark_int_hash``), not by a Spark job: a
     job costs the driver a second or more before the query starts.
+
+    N is ``n``, by default the session's ``spark.sql.shuffle.partitions``. The keys name
+    the groups' state, so a restart must use the first run's keys whatever the session says
+    (``group_keys`` of ``continuous_query``; a run over files keeps them in its checkpoint):
+    Spark itself runs a restarted query with the checkpoint's shuffle partitions.
     """
-    n = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    if n is None:
+        n = int(spark.conf.get("spark.sql.shuffle.partitions"))
     if P <= 1:
         return [0]
     by_part: dict[int, list[int]] = {}
@@ -651,6 +683,32 @@ def _group_keys(spark, P: int) -> list[int]:
         used = set(keys)
         keys.append(next(k for k in cands if k not in used))
     return keys
+
+
+def _given_keys(keys, P: int) -> list[int]:
+    """``group_keys`` of ``continuous_query``, checked: P distinct 32-bit ints."""
+    ok = (isinstance(keys, list | tuple) and len(keys) == P
+          and all(isinstance(k, int | np.integer) and not isinstance(k, bool)
+                  and -(1 << 31) <= k < (1 << 31) for k in keys)
+          and len({int(k) for k in keys}) == P)
+    if not ok:
+        raise OptionError(f"group_keys must be {P} distinct whole numbers (one grouping key "
+                          "per partition group, as the first run of the checkpoint chose "
+                          f"them), got {keys!r}")
+    return [int(k) for k in keys]
+
+
+def checkpoint_shuffle_partitions(query_checkpoint: str | os.PathLike) -> int | None:
+    """The ``spark.sql.shuffle.partitions`` a streaming checkpoint runs with (Spark records
+    the first run's value in every offset log entry and restarts with it, whatever the
+    session says); None when it has no offset log."""
+    logs = sorted((p for p in Path(query_checkpoint, "offsets").glob("[0-9]*")
+                   if p.name.isdigit()), key=lambda p: int(p.name))
+    for f in reversed(logs):
+        with contextlib.suppress(OSError, ValueError, IndexError, KeyError, TypeError):
+            meta = json.loads(f.read_text().splitlines()[1])
+            return int(meta["conf"]["spark.sql.shuffle.partitions"])
+    return None
 
 
 def spark_int_hash(value: int, seed: int = 42) -> int:
@@ -1226,6 +1284,20 @@ class FileJob:
                         run_id=self.fingerprint["run"], checkpoint=self.fingerprint["checkpoint"],
                         restarted=not self.fresh)
 
+    def _group_keys(self) -> list[int] | None:
+        """The grouping keys of a restart: those its first run chose (in the fingerprint);
+        for a checkpoint that predates them, those chosen for the shuffle partitions
+        Spark records in the checkpoint (and restarts with), as that first run chose them.
+        None for a fresh run (the session's choice, recorded by ``commit``)."""
+        if self.fresh:
+            return None
+        keys = self.fingerprint.get("group_keys")
+        if keys is not None:
+            return list(keys)
+        n = checkpoint_shuffle_partitions(self.checkpoint / "query")
+        groups = self.fingerprint["groups"]
+        return None if n is None else _group_keys(None, groups, n)
+
     def run(self, spark, finish: bool = True, max_files_per_trigger: int | None = None,
             trigger: float | None = None) -> SparkRun:
         """Run the query on ``spark`` over every file present; with ``finish``, signal the
@@ -1247,6 +1319,7 @@ class FileJob:
         if trigger is not None and shed and shed.get("capacity") == "wall":
             # the trigger interval is the groups' CPU budget per micro-batch
             options["shed"] = {"interval": trigger, **shed}
+        keys = self._group_keys()
         try:
             streams = {n: _read_stream(spark, inp, max_files_per_trigger)
                        for n, inp in self.inputs.items()}
@@ -1256,11 +1329,14 @@ class FileJob:
                 shares=self.shares or None,
                 allowed_lateness=self.allowed_lateness, sign=self.sign,
                 end_of_input=str(ctl), side_outputs=True, timestamp_unit=self.unit,
-                adaptivity=self.adaptivity, **options)
+                adaptivity=self.adaptivity, group_keys=keys, **options)
         except AdaptcqError:
             raise
         except Exception as e:  # noqa: BLE001 - Spark's analysis errors, in one line
             raise spark_error(e) from None
+        if self.fresh:  # recorded by commit, with the fingerprint
+            self.fingerprint["group_keys"] = raw._adaptcq["group_keys"]
+            self.fingerprint["shuffle_partitions"] = raw._adaptcq["shuffle_partitions"]
         self.commit()
         info = raw._adaptcq
         names = info["names"]
@@ -1503,6 +1579,10 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
             shares = plan_split(query, groups, rates).describe()["shares"]
     fp["shares"] = plan_split(query, None, None, shares).describe()["shares"] if shares else {}
     fp["run"] = uuid.uuid4().hex if fresh else stored.get("run")
+    # The groups' grouping keys: chosen at the first run (FileJob.run, for the session's
+    # shuffle partitions), then kept: they name the groups' state in the checkpoint.
+    fp["group_keys"] = None if fresh else stored.get("group_keys")
+    fp["shuffle_partitions"] = None if fresh else stored.get("shuffle_partitions")
     from adaptcq import __version__
     fp["adaptcq"] = __version__
     out_state = _output_state(output, "--output", fresh, fp["run"], ck_label, True)

@@ -13,8 +13,10 @@ rows it can release in the local runtime's order, and keeps in Spark's state sto
   expired from a ``[RANGE w]`` window (its newest row's ``t + w`` is below the group's
   expiry frontier) or pushed out of a ``[ROWS n]`` window by n later rows; entries of
   unbounded windows stay (their rows are the state);
-* a small ValueState ``meta``: version, a random token, and the group's scalars (frontier,
-  release bound, expiry frontier, counters, the executor's plan), bounded in size;
+* a ValueState ``meta``: version, a random token, which group's state it is, and the
+  group's scalars (frontier, release bound, expiry frontier, counters, the executor's plan)
+  with one small record per entry: bounded for windowed streams, growing by one record per
+  micro-batch and stream of an unbounded window (its entries stay);
 * with adaptive policies, a ValueState ``adapt``: the profiler and policies, pickled
   (bounded by their W most recent observations);
 * with spilling (``cfg.spill``), in ``meta``: the spill events the group's folder holds at
@@ -624,12 +626,16 @@ class PartitionGroup:
                     store.remove((*key, k))
                 del self.entries[key]
 
-    def info(self, cfg: _Config) -> bytes:
-        """The group's scalars for ``meta`` (bounded: no rows)."""
+    def info(self, cfg: _Config, gkey: int | None = None) -> bytes:
+        """The group's scalars for ``meta`` (no rows; but one entry record per (stream,
+        micro-batch) whose rows can still matter: with unbounded windows they add up).
+        ``group``: which partition group (its index) this state is of, and the grouping
+        key and shuffle partitions it was written under (``check_group``)."""
         import dataclasses
         cq = self.cq
         return pickle.dumps({
-            "v": 2, "groups": cfg.groups, "frontier": self.frontier, "seq": self.seq,
+            "v": 2, "groups": cfg.groups, "group": _group_index(cfg, gkey), "key": gkey,
+            "key_partitions": cfg.key_partitions, "frontier": self.frontier, "seq": self.seq,
             "closed": self.closed, "late": self.late, "peak": (self.peak_tuples, self.peak_bytes),
             "bound": self.bound, "expired": self.expired, "entries": self.entries,
             "next_entry": self.next_entry, "released": self.released, "now": cq.now,
@@ -1058,6 +1064,31 @@ def decode(packets) -> tuple[dict, list, bool]:
     return parts, maxima, end
 
 
+def _group_index(cfg: _Config, gkey: int | None) -> int | None:
+    """The partition group (index into ``cfg.keys``) whose grouping key is ``gkey``."""
+    keys = list(cfg.keys or ())
+    return keys.index(gkey) if gkey in keys else None
+
+
+def check_group(cfg: _Config, gkey: int, info: dict) -> None:
+    """Refuse the stored state of another partition group: the state under grouping key
+    ``gkey`` was written by the group that had that key then; if that group is not the
+    one that has it now (a restart whose grouping keys were chosen for other shuffle
+    partitions), its rows are not this group's rows and the results would be wrong."""
+    was, now = info.get("group"), _group_index(cfg, gkey)
+    if was is None or now is None or was == now:  # (state of an older version: no record)
+        return
+    then, here = info.get("key_partitions"), cfg.key_partitions
+    raise AdaptcqError(
+        f"partition group {now} (grouping key {gkey}) found the state of partition group "
+        f"{was} in the checkpoint: the groups' grouping keys differ from the first run's "
+        "(they are chosen for spark.sql.shuffle.partitions, which was "
+        f"{'unknown' if then is None else then} when the state was written and is "
+        f"{'unknown' if here is None else here} now); restart with "
+        "spark.sql.shuffle.partitions as it was, or pass continuous_query the first run's "
+        "group_keys (frame._adaptcq['group_keys'])")
+
+
 def can_catch_up(cfg: _Config) -> bool:
     """A stale live copy can be caught up when the engine's SteMs (or column windows) are
     its whole state (MJoin, the vectorized executor) and no policy holds statistics the
@@ -1083,6 +1114,7 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
     else:  # the state store is the source of truth: catch up with it, or rebuild from it
         hit = False
         info = pickle.loads(meta[2])
+        check_group(cfg, gkey, info)
         if (live is not None and can_catch_up(cfg)
                 and list(live[0]) in map(list, info["history"])
                 and live[1].rows_since(info) <= sum(e[3] for e in info["entries"].values())):
@@ -1101,7 +1133,7 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
     cpu = time.process_time() - t0
     token = int.from_bytes(os.urandom(7), "little")
     eng.history = [*eng.history, (version + 1, token)][-_HISTORY:]
-    info = eng.info(cfg)
+    info = eng.info(cfg, gkey)
     store.put_meta((version + 1, token, info))
     if cfg.adaptivity is not None:
         store.put_adapt(eng.dump_policies())

@@ -75,6 +75,7 @@ from adaptcq.runtime.spark import (
     TIME_UNIT,
     _arrow_time_type,
     _check_places,
+    _given_keys,
     _group_keys,
     _project,
     _read_stream,
@@ -83,6 +84,7 @@ from adaptcq.runtime.spark import (
     _time_kind,
     _write_parquet,
     _write_text,
+    checkpoint_shuffle_partitions,
     normalize_sql,
     signal_end,
     spark_error,
@@ -316,6 +318,7 @@ class _QSConfig:
     signed: bool = False
     sign: str | None = None
     reported: list = field(default_factory=list)
+    key_partitions: int | None = None  # the session's shuffle partitions (error messages)
 
 
 def _control_time(kind: int, raw, action: str | None, unit: str | None):
@@ -462,24 +465,29 @@ class _QuerySetGroup:
     def new(cls, cfg: _QSConfig) -> _QuerySetGroup:
         return cls(_new_eddy(cfg), cfg.groups, [-math.inf] * len(cfg.sources))
 
-    def dumps(self) -> bytes:
+    def dumps(self, cfg: _QSConfig | None = None, gkey: int | None = None) -> bytes:
+        group = cfg.keys.index(gkey) if cfg is not None and gkey in cfg.keys else None
         return pickle.dumps({
-            "v": 1, "eddy": self.eddy.snapshot(), "groups": self.groups,
+            "v": 1, "eddy": self.eddy.snapshot(), "groups": self.groups, "group": group,
+            "key_partitions": None if cfg is None else cfg.key_partitions,
             "frontier": self.frontier, "pending": self.pending, "seq": self.seq,
             "closed": self.closed, "late": self.late, "bound": self.bound,
             "queries": self.queries, "control_errors": self.control_errors,
             "peak_rows": self.peak_rows}, protocol=pickle.HIGHEST_PROTOCOL)
 
     @classmethod
-    def loads(cls, cfg: _QSConfig, blob: bytes) -> _QuerySetGroup:
+    def loads(cls, cfg: _QSConfig, blob: bytes, gkey: int | None = None) -> _QuerySetGroup:
         from adaptcq.adapt.routing import restore_routing
         from adaptcq.engine.eddy import Eddy
+        from adaptcq.runtime.spark_group import check_group
         st = pickle.loads(blob)
         if st["groups"] != cfg.groups:
             raise AdaptcqError(
                 f"the checkpoint was written with {st['groups']} partition groups and the "
                 f"job now has {cfg.groups}; restart with the same partitions (rows would "
                 "otherwise meet state of other keys)")
+        if gkey is not None:
+            check_group(cfg, gkey, st)
         g = cls(None, st["groups"], st["frontier"], st["pending"], st["seq"], st["closed"],
                 st["late"], st["bound"], st["queries"], st["control_errors"], st["peak_rows"])
         snap = st["eddy"]
@@ -644,12 +652,12 @@ class _QSProcessor(StatefulProcessor):
             if len(blob) != meta[3]:
                 raise AdaptcqError(f"group {gkey}: state snapshot has {len(blob)} bytes, "
                                    f"expected {meta[3]}")
-            eng, version, hit = _QuerySetGroup.loads(cfg, blob), meta[0], False
+            eng, version, hit = _QuerySetGroup.loads(cfg, blob, gkey), meta[0], False
         _LIVE.pop((cfg.qid, gkey), None)
         t0 = time.process_time()
         out, rejected = eng.step(cfg, packets)
         cpu = time.process_time() - t0
-        blob = eng.dumps()
+        blob = eng.dumps(cfg, gkey)
         token = int.from_bytes(os.urandom(7), "little")
         self.blob.put([(blob[i:i + CHUNK],) for i in range(0, len(blob), CHUNK)])
         self.meta.update((version + 1, token, -(-len(blob) // CHUNK), len(blob)))
@@ -763,7 +771,7 @@ def query_set_stream(spark, sources: Mapping[str, object], controls: Sequence = 
                      order: str | Mapping[str, str] | None = None,
                      end_of_input: str | os.PathLike | None = None,
                      udfs: Mapping | None = None, capacity: int | None = None,
-                     routing_epoch: int | None = None):
+                     routing_epoch: int | None = None, group_keys: list[int] | None = None):
     """The streaming plan of a query set: returns (the stateful operator's raw output, info).
 
     ``sources`` maps each source to a streaming DataFrame; ``controls`` is a list of
@@ -772,7 +780,9 @@ def query_set_stream(spark, sources: Mapping[str, object], controls: Sequence = 
     them). ``known`` are the queries known now, which choose the partition columns
     (``plan_partitions``). The raw output has one row per (group, query, up to
     ``RESULTS_PER_ROW`` results) with the pickled rows, rejected rows and statistics rows
-    (``_aq_kind``); ``run_queries`` writes it."""
+    (``_aq_kind``); ``run_queries`` writes it. ``group_keys``: the groups' grouping keys
+    of the checkpoint's first run (``info["group_keys"]``; default: chosen for the
+    session's ``spark.sql.shuffle.partitions``, as ``runtime.spark.continuous_query``)."""
     from pyspark.sql import functions as F
 
     et.check_unit(timestamp_unit)
@@ -801,7 +811,9 @@ def query_set_stream(spark, sources: Mapping[str, object], controls: Sequence = 
     if plan.reason:
         warnings.warn(f"running in one partition group: {plan.reason}", SplitWarning,
                       stacklevel=2)
-    keys = _group_keys(spark, plan.groups)
+    key_partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    keys = _group_keys(spark, plan.groups, key_partitions) if group_keys is None else \
+        _given_keys(group_keys, plan.groups)
     parts = []
     for i, (name, df) in enumerate(sources.items()):
         view = SimpleNamespace(columns={name: list(df.columns)})
@@ -831,12 +843,13 @@ def query_set_stream(spark, sources: Mapping[str, object], controls: Sequence = 
         capacity=capacity, routing_epoch=routing_epoch, udfs=dict(udfs or {}),
         groups=plan.groups, keys=keys, partition=plan, lateness=float(allowed_lateness),
         lateness_ns=lateness_ns(allowed_lateness), timestamp=timestamp, unit=timestamp_unit,
-        ts_kinds=ts_kinds, reported=[True] * len(names))
+        ts_kinds=ts_kinds, reported=[True] * len(names), key_partitions=key_partitions)
     packets = union.mapInArrow(_QSSplit(cfg), "_g int, _p binary")
     raw = packets.groupBy("_g").transformWithStateInPandas(
         statefulProcessor=_QSProcessor(cfg), outputStructType=_out_schema(),
         outputMode="Append", timeMode="None")
-    return raw, {"plan": plan, "config": cfg}
+    return raw, {"plan": plan, "config": cfg, "group_keys": list(keys),
+                 "shuffle_partitions": key_partitions}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1215,6 +1228,15 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
         "checkpoint": os.path.realpath(ck), **dict(_fingerprint or {})}
     fresh, stored = _checkpoint(ck, fp)
     fp["run"] = uuid.uuid4().hex if fresh else stored["run"]
+    # The groups' grouping keys name their state: chosen at the first run (for the
+    # session's shuffle partitions), kept in the fingerprint, reused by every restart
+    # (Spark restarts with the checkpoint's shuffle partitions, whatever the session says).
+    keys = None
+    if not fresh:
+        keys = stored.get("group_keys")
+        if keys is None:  # a checkpoint from before they were kept: as its first run chose
+            n = checkpoint_shuffle_partitions(ck / "query")
+            keys = None if n is None else _group_keys(None, plan.groups, n)
     run = QuerySetRun(plan=plan, output=str(output) if output else None,
                       rejected_path=str(rejected) if rejected else None,
                       checkpoint=fp["checkpoint"], run_id=fp["run"], restarted=not fresh)
@@ -1230,6 +1252,9 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
         for f in (ck / "end_of_input").glob("end-*.txt"):
             f.unlink()
         ck.mkdir(parents=True, exist_ok=True)
+        fp["shuffle_partitions"] = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        fp["group_keys"] = _group_keys(spark, plan.groups, fp["shuffle_partitions"])
+        keys = fp["group_keys"]
         _write_text(ck / FINGERPRINT, json.dumps(fp, indent=1) + "\n")
         if static is not None:
             _write_parquet(static, ck / "control", "part-00000.parquet")
@@ -1270,7 +1295,7 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
                 routing_options=routing_options, seed=seed, partitions=P,
                 partition_by=partition_by, allowed_lateness=allowed_lateness, order=order,
                 end_of_input=str(eoi), udfs=udfs, capacity=capacity,
-                routing_epoch=routing_epoch)
+                routing_epoch=routing_epoch, group_keys=keys)
     except AdaptcqError:
         raise
     except Exception as e:  # noqa: BLE001 - Spark's analysis errors, in one line

@@ -244,6 +244,8 @@ class _Config:
     results: object = None  # the Arrow schema of result rows (``runtime.spark._frames``)
     inputs: dict | None = None  # alias -> Arrow schema of its columns (the vector executor)
     spill: dict | None = None  # the operator tree's spilling (runtime.spill.spark_spill_spec)
+    # the session's spark.sql.shuffle.partitions when the plan was built (error messages)
+    key_partitions: int | None = None
 
 
 def _file_key(uri: str | None, cache: dict) -> str:
