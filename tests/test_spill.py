@@ -23,7 +23,7 @@ from adaptcq.adapt.spilling import (
     global_penalty,
     parse_bytes,
 )
-from adaptcq.engine import spill_tree
+from adaptcq.engine import eq3_batch, spill_tree
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.engine.spill_tree import (
     Group,
@@ -173,13 +173,18 @@ def test_runtime_plus_cleanup_output_equals_the_oracle(data, seed, tmp_path_fact
         # One time type throughout: every run's columns fit the batch join (drawn times
         # mix ints and floats, which sends some runs group by group).
         ts = [float(t) for t in ts]
-    decode_rows, batch = spill_tree.DECODE_ROWS, spill_tree.BATCH_CLEANUP
-    spill_tree.DECODE_ROWS = rnd.choice([1, 4, decode_rows])  # runs of one pid, a few, all
+    saved = (spill_tree.DECODE_ROWS, spill_tree.BATCH_CLEANUP, eq3_batch.SLICE_ROWS,
+             spill_tree.OUTPUT_ROWS)
+    spill_tree.DECODE_ROWS = rnd.choice([1, 4, saved[0]])  # runs of one pid, a few, all
     spill_tree.BATCH_CLEANUP = rnd.random() < 0.8  # Eq. 3 as a batch join, or per group
+    # The batch join's slices of its smallest input, and of the late results it emits.
+    eq3_batch.SLICE_ROWS = rnd.choice([1, 3, saved[2]])
+    spill_tree.OUTPUT_ROWS = rnd.choice([1, 2, saved[3]])
     try:
         ex, out = run_with_spills(q, streams, ts, tup, rnd, tmp_path_factory.mktemp("spill"))
     finally:
-        spill_tree.DECODE_ROWS, spill_tree.BATCH_CLEANUP = decode_rows, batch
+        (spill_tree.DECODE_ROWS, spill_tree.BATCH_CLEANUP, eq3_batch.SLICE_ROWS,
+         spill_tree.OUTPUT_ROWS) = saved
     runtime = Counter(r[:-1] for r in out if not r[-1])
     late = Counter(r[:-1] for r in out if r[-1])
     assert runtime + late == oracle_total(q, streams, ts, tup)

@@ -251,16 +251,29 @@ def align(tables: Sequence[Sequence[pa.Table | None]], shape: Shape):
 
 
 # ----- Eq. 3 ----------------------------------------------------------------------------
-def combine(sources: Sequence[pa.Table], shape: Shape) -> pa.Table | None:
+SLICE_ROWS = 65_536  # rows of the smallest input joined at once: bounds a term's output
+
+
+def combine(sources: Sequence[pa.Table | None], shape: Shape) -> Iterator[pa.Table]:
     """(⋈_k sources[k]) on the partition column: every combination of equal keys whose
-    newest component is no later than any component's end and that passes the checks;
-    ``pid``, ``_exp`` (the earliest end), ``_t`` (the newest time) and the components'
-    columns. None when empty."""
+    newest component is no later than any component's end and that passes the checks,
+    with ``pid``, ``_exp`` (the earliest end), ``_t`` (the newest time) and the
+    components' columns; yielded for ``SLICE_ROWS`` rows of the smallest input at a time,
+    so that memory holds a slice's combinations, not the term's."""
     if any(s is None or s.num_rows == 0 for s in sources):
-        return None
+        return
     order = sorted(range(shape.m), key=lambda k: sources[k].num_rows)
     first = sources[order[0]]
-    part = first.filter(pc.less_equal(first["_t"], first["_exp"]))
+    first = first.filter(pc.less_equal(first["_t"], first["_exp"]))
+    for at in range(0, first.num_rows, SLICE_ROWS):
+        got = _combine_from(first.slice(at, SLICE_ROWS), order, sources, shape)
+        if got is not None:
+            yield got
+
+
+def _combine_from(part: pa.Table, order: list[int], sources: Sequence[pa.Table],
+                  shape: Shape) -> pa.Table | None:
+    """``combine`` for some of the first source's rows (``part``); None when empty."""
     bound = {order[0]}
     for k in order[1:]:
         right = sources[k].drop_columns(["pid"])
@@ -314,9 +327,8 @@ def missing(gens: Sequence[Sequence[pa.Table | None]], deltas: Sequence[pa.Table
             for subset in _subsets(range(m)):
                 if len(subset) == m:
                     continue
-                got = combine([gen[k] if k in subset else merged[k] for k in range(m)], shape)
-                if got is not None:
-                    yield got
+                yield from combine([gen[k] if k in subset else merged[k]
+                                    for k in range(m)], shape)
         for k in range(m):
             if gen[k] is not None and gen[k].num_rows:
                 base[k].append(gen[k])
@@ -324,9 +336,8 @@ def missing(gens: Sequence[Sequence[pa.Table | None]], deltas: Sequence[pa.Table
     if have:
         merged = [concat(b) for b in base]
         for subset in _subsets(have):
-            got = combine([deltas[k] if k in subset else merged[k] for k in range(m)], shape)
-            if got is not None:
-                yield got
+            yield from combine([deltas[k] if k in subset else merged[k] for k in range(m)],
+                               shape)
 
 
 def merged_inputs(gens: Sequence[Sequence[pa.Table | None]],

@@ -80,6 +80,7 @@ WRITEBACK_MIN = 4 * 10**6
 # Clean up runs of partition groups as one batch join where their columns allow
 # (``eq3_batch``); False: group by group in Python (the tests compare the two).
 BATCH_CLEANUP = True
+OUTPUT_ROWS = 65_536  # late results of a batch clean-up made Python rows at once
 
 Tree = str | tuple  # a stream alias, or a tuple of two or more trees
 
@@ -944,7 +945,9 @@ class SpillTree:
             return None
         gens, below = aligned[:len(spilled) + 1], aligned[len(spilled) + 1:]
         deltas = [eq3.concat([b[k] for b in below]) for k in range(m)]
-        out = list(eq3.missing(gens, deltas, shape))
+        # Each term's results leave (out, or up to the parent) before the next is joined:
+        # a run holds one term's, not all of them.
+        late = sum(self._emit_missing(op, t, sent) for t in eq3.missing(gens, deltas, shape))
         for pid, g in mem:  # merged: the live inputs come back below, if the group stays
             if back is not None:
                 back.release(op, pid, g)
@@ -955,7 +958,7 @@ class SpillTree:
                 self._restore_rows(op, live)
             else:
                 back.place_rows(op, live)
-        return self._emit_missing(op, out, sent)
+        return late
 
     def _shape(self, op: Operator):
         from adaptcq.engine.eq3_batch import shape_of
@@ -1009,42 +1012,42 @@ class SpillTree:
         return pa.table(cols, names=names).sort_by([("pid", "ascending"),
                                                     ("child", "ascending")])
 
-    def _emit_missing(self, op: Operator, out: list, sent: _SentUp) -> int:
-        """A run's missing results (Arrow tables): counted for the local statistics per
-        group, a sample traced for the global ones, then out (late) at the root, else up
-        to the parent. Returns the late results emitted."""
+    def _emit_missing(self, op: Operator, t: pa.Table, sent: _SentUp) -> int:
+        """Missing results of a batch clean-up (one term of Eq. 3 over a run of groups,
+        Arrow): counted for the local statistics per group, a sample traced for the global
+        ones, then out (late) at the root, else up to the parent. Returns the late results
+        emitted."""
         st = self.stats
         streams, columns = op.streams, {s: self.query.columns[s] for s in op.streams}
-        late = 0
-        for t in out:
-            n = t.num_rows
-            counts = np.bincount(t["pid"].to_numpy(), minlength=self.partitions)
-            for pid in np.flatnonzero(counts).tolist():
-                st.local_output(op.id, pid, int(counts[pid]))
-            if self.sample > 0:  # the late results count for the global statistics too
-                traced = t if self.sample >= 1 else t.filter(
-                    np.random.default_rng(self._rng.getrandbits(63)).random(n) < self.sample)
-                keys = [traced[f"{streams[i]}.{columns[streams[i]][c]}"]
-                        if f"{streams[i]}.{columns[streams[i]][c]}" in traced.column_names
-                        else None for _, i, c in op.trace_slots]
-                if op.parent is None:
-                    st.trace_batch("output", op.trace_slots, keys, self.partitions,
-                                   1 / self.sample)
-                else:
-                    unit = sum(self._unit_of(s) for s in op.streams)
-                    st.trace_batch("inter", op.trace_slots, keys, self.partitions,
-                                   unit / self.sample)
+        n = t.num_rows
+        counts = np.bincount(t["pid"].to_numpy(), minlength=self.partitions)
+        for pid in np.flatnonzero(counts).tolist():
+            st.local_output(op.id, pid, int(counts[pid]))
+        if self.sample > 0:  # the late results count for the global statistics too
+            traced = t if self.sample >= 1 else t.filter(
+                np.random.default_rng(self._rng.getrandbits(63)).random(n) < self.sample)
+            keys = [traced[f"{streams[i]}.{columns[streams[i]][c]}"]
+                    if f"{streams[i]}.{columns[streams[i]][c]}" in traced.column_names
+                    else None for _, i, c in op.trace_slots]
             if op.parent is None:
-                if self._late is None:
-                    self._late = self._compile_late_projection()
-                project, names = self._late
-                have = set(t.column_names)
-                project([t[c].to_pylist() if c in have else [None] * n for c in names],
-                        t["_t"].to_pylist(), self._emit)
-                late += n
+                st.trace_batch("output", op.trace_slots, keys, self.partitions,
+                               1 / self.sample)
             else:
-                sent.add_table(op.parent, op.index_in_parent, t)
-        return late
+                unit = sum(self._unit_of(s) for s in op.streams)
+                st.trace_batch("inter", op.trace_slots, keys, self.partitions,
+                               unit / self.sample)
+        if op.parent is None:
+            if self._late is None:
+                self._late = self._compile_late_projection()
+            project, names = self._late
+            have = set(t.column_names)
+            for at in range(0, n, OUTPUT_ROWS):  # Python rows for a slice at a time
+                part = t.slice(at, OUTPUT_ROWS)
+                project([part[c].to_pylist() if c in have else [None] * part.num_rows
+                         for c in names], part["_t"].to_pylist(), self._emit)
+            return n
+        sent.add_table(op.parent, op.index_in_parent, t)
+        return 0
 
     def _cleanup_group(self, op: Operator, pid: int, gens: list, dk: dict | None, now,
                        final: bool, sent: _SentUp, back: _WriteBack | None = None) -> int:
