@@ -92,14 +92,18 @@ def child_inputs(rows: pa.Table, k: int, shape: Shape) -> pa.Table | None:
     ``_Unfit`` when their times cannot give window ends exactly (integer times, a window
     that is not whole)."""
     names = [n for n in shape.names(k) if n in rows.column_names]
-    t = rows.select(["pid", "child", *names])  # the child's columns, then its rows
-    t = t.filter(pc.equal(t["child"], k)).drop_columns(["child"])
-    if not t.num_rows:
-        return None
-    key = t[shape.keys[k]] if shape.keys[k] in names else pa.nulls(t.num_rows)
-    keep = pc.is_valid(key)
+    if shape.keys[k] not in names:
+        return None  # NULL partition values never join (nor are they ever stored)
+    # The child's rows with a partition value, filtered once: its columns only.
+    key = rows[shape.keys[k]]
+    keep = pc.and_(pc.equal(rows["child"], k), pc.is_valid(key))
     if pa.types.is_floating(key.type):
         keep = pc.and_(keep, pc.invert(pc.is_nan(key)))
+    t = rows.select(["pid", *names]).filter(keep)
+    if not t.num_rows:
+        return None
+    key = t[shape.keys[k]]
+    if pa.types.is_floating(key.type):
         key = pc.add(key, pa.scalar(0.0, key.type))  # -0.0 is 0.0, as in a dict
     times, ends = [], []
     for a in shape.layouts[k]:
@@ -121,9 +125,8 @@ def child_inputs(rows: pa.Table, k: int, shape: Shape) -> pa.Table | None:
         end = np.full(len(newest), NO_END, dtype=np.int64)
     else:
         end = finite[0] if len(finite) == 1 else np.minimum.reduce(finite)
-    t = t.append_column("_key", key).append_column("_exp", pa.array(end)) \
-         .append_column("_t", pa.array(newest))
-    return t.filter(keep)
+    return t.append_column("_key", key).append_column("_exp", pa.array(end)) \
+            .append_column("_t", pa.array(newest))
 
 
 class _Unfit(Exception):
