@@ -113,7 +113,14 @@ def child_inputs(rows: pa.Table, k: int, shape: Shape) -> pa.Table | None:
             if w != INF and w != int(w):
                 raise _Unfit
             times.append(ts.to_numpy().astype(np.int64, copy=False))
-            ends.append(None if w == INF else times[-1] + int(w))
+            if w == INF:
+                ends.append(None)
+                continue
+            # t + w must stay below NO_END (int64 would wrap around, and NO_END reads as
+            # no end): a longer window goes the Python way, whose integers do not overflow.
+            if int(w) >= NO_END or (len(times[-1]) and times[-1].max() >= NO_END - int(w)):
+                raise _Unfit
+            ends.append(times[-1] + int(w))
         elif pa.types.is_floating(ts.type):
             times.append(ts.to_numpy().astype(np.float64, copy=False))
             ends.append(times[-1] + w)
@@ -189,11 +196,22 @@ def _flat(t: pa.DataType) -> bool:
                 or isinstance(t, pa.ExtensionType))
 
 
-def align(tables: Sequence[Sequence[pa.Table | None]], shape: Shape):
-    """The generations' (and hand-overs') tables per child made one schema per child, the
-    compared columns one type across children; columns null in every table are dropped
-    (read back as NULL). Returns the aligned tables (same nesting), or None when some
-    column has two types or a comparison would not be Python's."""
+@dataclass(frozen=True)
+class Aligned:
+    """What :func:`align` gives: the tables (as nested) and, per check of
+    ``Shape.checks``, the type its two columns are compared in."""
+
+    tables: list
+    compare: dict
+
+
+def align(tables: Sequence[Sequence[pa.Table | None]], shape: Shape) -> Aligned | None:
+    """The generations' (and hand-overs') tables per child made one schema per child
+    (a column NULL in one table takes the type it has in the others), the partition
+    column (``_key``) one type across children; columns NULL in every table are dropped
+    (read back as NULL). Values keep their types: a checked column is compared in a common
+    type (``Aligned.compare``) without being cast. None when some column has two types or
+    a comparison in Arrow would not be Python's."""
     per_child: list[dict[str, pa.DataType]] = []
     for k in range(shape.m):
         col_types: dict[str, set] = {}
@@ -224,15 +242,14 @@ def align(tables: Sequence[Sequence[pa.Table | None]], shape: Shape):
     cast_to: list[dict[str, pa.DataType]] = [dict(c) for c in per_child]
     for k in range(shape.m):
         cast_to[k]["_key"] = key_type
+    compare = {}  # per check, the type its two columns are compared in
     for kx, x, ky, y in shape.checks:
         cols = [t[k][n] for k, n in ((kx, x), (ky, y)) for t in tables
                 if t[k] is not None and n in t[k].column_names]
         typ = _comparable(cols)
         if typ is None:
             return None
-        for k, n in ((kx, x), (ky, y)):
-            if n in cast_to[k]:
-                cast_to[k][n] = typ
+        compare[(kx, x, ky, y)] = typ
     out = []
     for gen in tables:
         row = []
@@ -250,14 +267,15 @@ def align(tables: Sequence[Sequence[pa.Table | None]], shape: Shape):
                 names.append(f.name)
             row.append(pa.table(cols, names=names))
         out.append(row)
-    return out
+    return Aligned(out, compare)
 
 
 # ----- Eq. 3 ----------------------------------------------------------------------------
 SLICE_ROWS = 65_536  # rows of the smallest input joined at once: bounds a term's output
 
 
-def combine(sources: Sequence[pa.Table | None], shape: Shape) -> Iterator[pa.Table]:
+def combine(sources: Sequence[pa.Table | None], shape: Shape, compare: dict
+            ) -> Iterator[pa.Table]:
     """(⋈_k sources[k]) on the partition column: every combination of equal keys whose
     newest component is no later than any component's end and that passes the checks,
     with ``pid``, ``_exp`` (the earliest end), ``_t`` (the newest time) and the
@@ -269,13 +287,13 @@ def combine(sources: Sequence[pa.Table | None], shape: Shape) -> Iterator[pa.Tab
     first = sources[order[0]]
     first = first.filter(pc.less_equal(first["_t"], first["_exp"]))
     for at in range(0, first.num_rows, SLICE_ROWS):
-        got = _combine_from(first.slice(at, SLICE_ROWS), order, sources, shape)
+        got = _combine_from(first.slice(at, SLICE_ROWS), order, sources, shape, compare)
         if got is not None:
             yield got
 
 
 def _combine_from(part: pa.Table, order: list[int], sources: Sequence[pa.Table],
-                  shape: Shape) -> pa.Table | None:
+                  shape: Shape, compare: dict) -> pa.Table | None:
     """``combine`` for some of the first source's rows (``part``); None when empty."""
     bound = {order[0]}
     for k in order[1:]:
@@ -293,7 +311,9 @@ def _combine_from(part: pa.Table, order: list[int], sources: Sequence[pa.Table],
                 if x not in part.column_names or y not in part.column_names:
                     keep = pa.repeat(False, part.num_rows)  # NULL in every row
                     continue
-                keep = pc.and_(keep, pc.fill_null(pc.equal(part[x], part[y]), False))
+                typ = compare[(kx, x, ky, y)]
+                eq = pc.equal(part[x].cast(typ), part[y].cast(typ))
+                keep = pc.and_(keep, pc.fill_null(eq, False))
         part = part.drop_columns(["_exp_r", "_t_r"])
         part = part.set_column(part.column_names.index("_exp"), "_exp", end)
         part = part.set_column(part.column_names.index("_t"), "_t", newest)
@@ -311,12 +331,13 @@ def concat(tables: Sequence[pa.Table | None]) -> pa.Table | None:
     return have[0] if len(have) == 1 else pa.concat_tables(have, promote_options="default")
 
 
-def _subsets(items: Sequence[int]) -> list[tuple[int, ...]]:
+def subsets(items: Sequence[int]) -> list[tuple[int, ...]]:
+    """The non-empty subsets of ``items`` (as tuples, smallest first)."""
     return [s for r in range(1, len(items) + 1) for s in itertools.combinations(items, r)]
 
 
 def missing(gens: Sequence[Sequence[pa.Table | None]], deltas: Sequence[pa.Table | None],
-            shape: Shape) -> Iterator[pa.Table]:
+            shape: Shape, compare: dict) -> Iterator[pa.Table]:
     """The missing results of merging ``gens`` (per generation in spill order, the memory
     one last, per child its inputs) and of the children's missing subresults
     (``deltas``, per child): Eq. 3 for each generation into the ones before it, then
@@ -327,20 +348,20 @@ def missing(gens: Sequence[Sequence[pa.Table | None]], deltas: Sequence[pa.Table
     for j, gen in enumerate(gens):
         if j and any(t is not None and t.num_rows for t in gen):
             merged = [concat(b) for b in base]
-            for subset in _subsets(range(m)):
+            for subset in subsets(range(m)):
                 if len(subset) == m:
                     continue
                 yield from combine([gen[k] if k in subset else merged[k]
-                                    for k in range(m)], shape)
+                                    for k in range(m)], shape, compare)
         for k in range(m):
             if gen[k] is not None and gen[k].num_rows:
                 base[k].append(gen[k])
     have = [k for k in range(m) if deltas[k] is not None and deltas[k].num_rows]
     if have:
         merged = [concat(b) for b in base]
-        for subset in _subsets(have):
+        for subset in subsets(have):
             yield from combine([deltas[k] if k in subset else merged[k] for k in range(m)],
-                               shape)
+                               shape, compare)
 
 
 def merged_inputs(gens: Sequence[Sequence[pa.Table | None]],

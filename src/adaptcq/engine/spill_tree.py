@@ -63,10 +63,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from adaptcq.engine import eq3_batch as eq3
 from adaptcq.engine.codegen import compile_source, projection_source
 from adaptcq.errors import OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
-from adaptcq.stats.partitions import PartitionStatistics, partition_of
+from adaptcq.state.spill_store import BLOCKS, SpillError, block_of
+from adaptcq.stats.partitions import PartitionStatistics, partition_ids, partition_of
 
 INF = math.inf
 PARTITIONS_DEFAULT = 300  # state-spill.txt §6.1: "All input streams are partitioned into 300"
@@ -796,7 +798,6 @@ class SpillTree:
                 if waiting[op.parent.id] == 0:
                     ready.append(op.parent)
         sent.close()
-        from adaptcq.state.spill_store import SpillError
         failed = None
         if self.store is not None:
             try:
@@ -863,28 +864,27 @@ class SpillTree:
         goes through Eq. 3 as a batch join (``eq3_batch``) when its columns allow, else
         group by group in Python (``_cleanup_group``); a generator pausing after each run
         (or group), returning the late results' count."""
-        from adaptcq.state.spill_store import BLOCKS, block_of
-        handed, flushed = sent.take(op.id)
-        handed_pids = set(flushed) | sent.pids(handed)
+        handed = sent.take(op.id)
         by_block: dict[int, list[int]] = {}
-        for pid in sorted(set(disk) | handed_pids):
+        for pid in sorted(set(disk) | handed.pids()):
             by_block.setdefault(block_of(pid, BLOCKS), []).append(pid)
         order = {ev["file"]: i for i, ev in enumerate(self.store.events)} \
             if self.store is not None else {}
         late = 0
         for pids, slices in _runs_of(self.store, [by_block[b] for b in sorted(by_block)],
-                                     disk):
+                                     disk, handed.counts()):
             # A run: its pids and, per batch of a spill event, the slice holding them.
             by_file: dict[str, list] = {}
             for ref, rows in slices.items():
                 by_file.setdefault(ref[0], []).append(rows)
             spilled = [_table(by_file[f]) for f in sorted(by_file, key=order.__getitem__)]
-            rows = sent.rows(pids, handed, flushed)
-            done = self._cleanup_run(op, pids, spilled, rows, sent, now, final, back)
+            tables, items = handed.tables(pids), handed.python(pids)
+            done = self._cleanup_run(op, pids, spilled, tables, items, sent, now, final,
+                                     back)
             if done is None:  # not as a batch: group by group
                 self.counters.python_runs += 1
-                late += yield from self._cleanup_groups(op, pids, disk, slices, rows, sent,
-                                                        now, final, back)
+                late += yield from self._cleanup_groups(op, pids, disk, slices, tables,
+                                                        items, sent, now, final, back)
             else:
                 self.counters.batch_runs += 1
                 late += done
@@ -892,20 +892,22 @@ class SpillTree:
         return late
 
     def _cleanup_groups(self, op: Operator, pids: list[int], disk: dict, slices: dict,
-                        handed, sent: _SentUp, now, final: bool, back: _WriteBack | None):
+                        tables: list, items: dict, sent: _SentUp, now, final: bool,
+                        back: _WriteBack | None):
         """A run's groups one at a time in Python (``_cleanup_group``), its spilled slices
         and hand-over decoded into the engine's composites; pauses after each group. A
         group's generations keep their spill order: ``disk[pid]`` lists them so."""
         layouts = [op.child_streams(k) for k in range(len(op.children))]
         decoded = {ref: self.store.decode(rows, layouts, self.w)
                    for ref, rows in slices.items()}
-        below: dict[int, dict[int, list]] = {}
-        for t in handed:
+        below: dict[int, dict[int, list]] = {pid: {k: list(v) for k, v in per.items()}
+                                             for pid, per in items.items()}
+        for t in tables:
             for pid, per_child in sent.codec().decode(t, layouts, self.w).items():
                 got = below.setdefault(pid, {})
-                for k, items in enumerate(per_child):
-                    if items:
-                        got.setdefault(k, []).extend(items)
+                for k, entries in enumerate(per_child):
+                    if entries:
+                        got.setdefault(k, []).extend(entries)
         late = 0
         for pid in pids:
             gens = [decoded[ref][pid] for ref in disk.get(pid, [])]
@@ -914,40 +916,54 @@ class SpillTree:
             yield
         return late
 
-    def _cleanup_run(self, op: Operator, pids: list[int], spilled: list, handed: list,
-                     sent: _SentUp, now, final: bool, back: _WriteBack | None) -> int | None:
+    def _cleanup_run(self, op: Operator, pids: list[int], spilled: list, tables: list,
+                     items: dict, sent: _SentUp, now, final: bool,
+                     back: _WriteBack | None) -> int | None:
         """A run of partition groups cleaned up as one batch join (``eq3_batch``): the
-        spilled generations (Arrow, per spill event), the memory one, the hand-over;
-        missing results out or up, merged groups back to memory or disk, as
-        ``_cleanup_group`` does for one group. None (nothing done) when the run's columns
-        cannot take the batch path."""
-        from adaptcq.engine import eq3_batch as eq3
+        spilled generations (Arrow, per spill event), the memory one, the hand-over (its
+        Arrow ``tables`` and Python ``items``); missing results out or up, merged groups
+        back to memory or disk, as ``_cleanup_group`` does for one group. None (nothing
+        done) when the run's values cannot take the batch path: Python objects that do
+        not make one Arrow type per column, or columns Arrow would not compare as the
+        engine does (``eq3_batch.align``)."""
         if not BATCH_CLEANUP:
             return None
         shape = self._shape(op)
         m = shape.m
         mem = [(pid, op.parts[pid]) for pid in pids if pid in op.parts]
-        mem_rows = None
-        if mem:
-            groups = []
-            for pid, g in mem:
-                per_child = [[c for _, c in g.entries(k)] for k in range(m)]
-                for k, (_, c) in g.retired:
-                    per_child[k].append(c)
-                groups.append((op.id, pid, per_child, shape.layouts, 0.0, INF))
-            codec = self.store if self.store is not None else sent.codec()
-            mem_rows = pa.Table.from_batches([codec.rows_batch(groups)])
-        tables = [eq3.inputs(t, shape) for t in [*spilled, mem_rows, *handed]]
-        if any(t is None for t in tables):
+        codec = self.store if self.store is not None else sent.codec()
+        encoded = []
+        try:
+            if mem:
+                groups = []
+                for pid, g in mem:
+                    per_child = [[c for _, c in g.entries(k)] for k in range(m)]
+                    for k, (_, c) in g.retired:
+                        per_child[k].append(c)
+                    groups.append((op.id, pid, per_child, shape.layouts, 0.0, INF))
+                encoded.append(pa.Table.from_batches([codec.rows_batch(groups)]))
+            else:
+                encoded.append(None)
+            if items:
+                encoded.append(pa.Table.from_batches([codec.rows_batch([
+                    (op.id, pid, [[c for _, _, c in per.get(k, ())] for k in range(m)],
+                     shape.layouts, 0.0, INF) for pid, per in sorted(items.items())])]))
+        except SpillError:
+            return None  # a value list Arrow cannot type: group by group
+        mem_rows, below_rows = encoded[0], encoded[1:]
+        inputs = [eq3.inputs(t, shape) for t in [*spilled, mem_rows, *below_rows, *tables]]
+        if any(t is None for t in inputs):
             return None
-        aligned = eq3.align(tables, shape)
+        aligned = eq3.align(inputs, shape)
         if aligned is None:
             return None
-        gens, below = aligned[:len(spilled) + 1], aligned[len(spilled) + 1:]
+        gens = aligned.tables[:len(spilled) + 1]
+        below = aligned.tables[len(spilled) + 1:]
         deltas = [eq3.concat([b[k] for b in below]) for k in range(m)]
         # Each term's results leave (out, or up to the parent) before the next is joined:
         # a run holds one term's, not all of them.
-        late = sum(self._emit_missing(op, t, sent) for t in eq3.missing(gens, deltas, shape))
+        late = sum(self._emit_missing(op, t, sent)
+                   for t in eq3.missing(gens, deltas, shape, aligned.compare))
         for pid, g in mem:  # merged: the live inputs come back below, if the group stays
             if back is not None:
                 back.release(op, pid, g)
@@ -961,17 +977,15 @@ class SpillTree:
         return late
 
     def _shape(self, op: Operator):
-        from adaptcq.engine.eq3_batch import shape_of
         got = self._shapes.get(op.id)
         if got is None:
-            got = self._shapes[op.id] = shape_of(op, self.query, self.w)
+            got = self._shapes[op.id] = eq3.shape_of(op, self.query, self.w)
         return got
 
     def _restore_rows(self, op: Operator, live: list, only=None) -> None:
         """Merged groups given as Arrow (per child, the inputs of many pids, ``pid``
         and ``_exp`` columns) become memory generations (``_restore``); ``only``: just
         these pids."""
-        from adaptcq.engine import eq3_batch as eq3
         shape = self._shape(op)
         per_pid: dict[int, list] = {}
         for k, t in enumerate(live):
@@ -1133,7 +1147,7 @@ class SpillTree:
         out: list = []
         if len(have) != 1:
             d = [_keyed(op, k, dk.get(k, []))[0] for k in range(m)]
-            for subset in _subsets_of(have):
+            for subset in eq3.subsets(have):
                 out += _combine(op, subset, d, base)
             return out
         (k,) = have
@@ -1281,7 +1295,8 @@ class _WriteBack:
                 sizes += u * n
                 counts += n
         keep, write = [], []
-        for pid in np.flatnonzero(counts).tolist():
+        # In block order, as the group-by-group clean-up places them.
+        for pid in sorted(np.flatnonzero(counts).tolist(), key=lambda p: (p % BLOCKS, p)):
             size = float(sizes[pid])
             if size <= self.room or self.failed is not None:
                 self.room -= size
@@ -1294,7 +1309,6 @@ class _WriteBack:
             return
         rows = tree._spill_rows(op, live, write)
         tops = _tops(live, P)
-        from adaptcq.state.spill_store import BLOCKS, block_of
         by_block: dict[int, list[int]] = {}
         for pid in write:
             by_block.setdefault(block_of(pid, BLOCKS), []).append(pid)
@@ -1310,7 +1324,6 @@ class _WriteBack:
     def flush(self) -> None:
         if not self.waiting and not self.parts:
             return
-        from adaptcq.state.spill_store import SpillError
         tree = self.tree
         groups = []
         for op, pid, live, size in self.waiting:
@@ -1347,7 +1360,6 @@ class _WriteBack:
 def _tops(live: list, partitions: int) -> list:
     """Per pid, the latest window end among the inputs of ``live`` (per child, Arrow with
     ``pid`` and ``_exp``), as the engine's values (inf for none); -inf where none."""
-    from adaptcq.engine.eq3_batch import NO_END
     top: np.ndarray | None = None
     for t in live:
         if t is None:
@@ -1362,7 +1374,7 @@ def _tops(live: list, partitions: int) -> list:
     vals = top.tolist()
     if top.dtype.kind == "i":
         lo = int(np.iinfo(np.int64).min)
-        vals = [INF if v == NO_END else -INF if v == lo else v for v in vals]
+        vals = [INF if v == eq3.NO_END else -INF if v == lo else v for v in vals]
     return vals
 
 
@@ -1379,7 +1391,11 @@ class _SentUp:
 
     def __init__(self, tree: SpillTree, limit: float):
         self.tree, self.limit = tree, limit
-        self.mem: dict[int, list[pa.Table]] = {op.id: [] for op in tree.ops}
+        # Per parent: Arrow tables in the spill format (from batch clean-ups) and Python
+        # objects, pid -> child -> [(exp, newest time, composite)] (from groups cleaned
+        # up in Python).
+        self.tables: dict[int, list[pa.Table]] = {op.id: [] for op in tree.ops}
+        self.items: dict[int, dict] = {op.id: {} for op in tree.ops}
         self.bytes = 0.0
         self.store = None
         self.flushes = 0
@@ -1398,27 +1414,23 @@ class _SentUp:
         return self.store
 
     def add(self, parent: Operator, pk: int, missing: list) -> None:
-        """``missing`` ((exp, newest time, composite) of child ``pk``) go to ``parent``'s
-        groups by its partition column; NULL keys never join, so they go nowhere."""
+        """``missing`` ((exp, newest time, composite) of child ``pk``, from a group cleaned
+        up in Python) go to ``parent``'s groups by its partition column, kept as Python
+        objects (Arrow would infer a type per value list and could refuse a mix the engine
+        joins); NULL keys never join, so they go nowhere."""
         tree = self.tree
         ci, cc = parent.key_slots[pk]
-        by: dict[int, list] = {}
+        box = self.items[parent.id]
         for item in missing:
             key = item[2][ci][2][cc]
             if key is not None and key == key:  # noqa: PLR0124 (not a NaN)
-                by.setdefault(partition_of(key, tree.partitions), []).append(item[2])
-        if not by:
-            return
-        m = len(parent.children)
-        layouts = [parent.child_streams(k) for k in range(m)]
-        groups = [(parent.id, ppid, [comps if k == pk else [] for k in range(m)], layouts,
-                   0.0, INF) for ppid, comps in sorted(by.items())]
-        self._hold(parent, pk, pa.Table.from_batches([self.codec().rows_batch(groups)]))
+                box.setdefault(partition_of(key, tree.partitions), {}).setdefault(
+                    pk, []).append(item)
+        self._grew(parent.unit[pk] * len(missing))
 
     def add_table(self, parent: Operator, pk: int, t: pa.Table) -> None:
         """``add`` for a batch clean-up's missing results (Arrow, with the columns of
         child ``pk``'s streams): the parent's partition ids computed by column."""
-        from adaptcq.stats.partitions import partition_ids
         tree = self.tree
         ci, cc = parent.key_slots[pk]
         s = parent.child_streams(pk)[ci]
@@ -1435,71 +1447,104 @@ class _SentUp:
         pid = pa.array(partition_ids(t[name], tree.partitions).astype(np.int32))
         t = t.drop_columns(["pid", "_key", "_exp", "_t"]).append_column("pid", pid) \
              .append_column("child", pa.array(np.full(t.num_rows, pk, np.int16)))
-        self._hold(parent, pk, _spill_format(t, self.codec().columns))
+        self.tables[parent.id].append(_spill_format(t, self.codec().columns))
+        self._grew(parent.unit[pk] * t.num_rows)
 
-    def _hold(self, parent: Operator, pk: int, t: pa.Table) -> None:
-        self.mem[parent.id].append(t)
-        self.bytes += parent.unit[pk] * t.num_rows
+    def _grew(self, model_bytes: float) -> None:
+        self.bytes += model_bytes
         if self.bytes > self.limit:
             self.flush()
 
     def flush(self) -> None:
         """Every subresult held in memory, written as one event of the hand-over store."""
-        from adaptcq.state.spill_store import BLOCKS
         store = self.codec()
         parts = []
-        for oid, tables in self.mem.items():
+        for oid, box in self.items.items():
+            if box:
+                op = self.tree.ops[oid - 1]
+                m = len(op.children)
+                layouts = [op.child_streams(k) for k in range(m)]
+                parts += store.encode([(oid, ppid, [[c for _, _, c in per.get(k, ())]
+                                                    for k in range(m)], layouts, 0.0, INF)
+                                       for ppid, per in box.items()])
+                self.items[oid] = {}
+        for oid, tables in self.tables.items():
             for t in tables:
                 t = t.sort_by([("pid", "ascending")])
-                pid = t["pid"].to_numpy()
-                block = pid % BLOCKS
+                block = t["pid"].to_numpy() % BLOCKS
                 for b in np.unique(block).tolist():
                     rows = t.filter(pa.array(block == b))
                     counts = np.bincount(rows["pid"].to_numpy())
                     parts.append((oid, b, _one_batch(rows),
                                   [(oid, p, 0.0, INF, int(counts[p]))
                                    for p in np.flatnonzero(counts).tolist()]))
-            self.mem[oid] = []
+            self.tables[oid] = []
         if parts:
-            # A table per add: a pid may be in several batches of one event; each is a
+            # A pid may be in several batches of one event (a part per add); each is a
             # part of the same hand-over, which the parent reads whole.
             store.write_batches(parts, self.tree.now)
             self.flushes += 1
         self.bytes = 0.0
 
-    def take(self, oid: int) -> tuple[list, dict]:
-        """Operator ``oid``'s hand-over: (the tables in memory, on disk: pid -> [(file,
-        batch)])."""
-        mem = self.mem[oid]
-        self.mem[oid] = []
-        flushed = self.store.groups().get(oid, {}) if self.store is not None else {}
-        return mem, flushed
+    def take(self, oid: int) -> _Handed:
+        """Operator ``oid``'s hand-over, in memory and on disk."""
+        handed = _Handed(self.tables[oid], self.items[oid], self.store, oid)
+        self.tables[oid], self.items[oid] = [], {}
+        return handed
 
-    def rows(self, pids: list[int], handed: list, flushed: dict) -> list[pa.Table]:
-        """The hand-over rows of these pids, in memory (``handed``) and on disk, as
-        tables (each of one schema; they are not concatenated, so that a column typed
-        differently in two of them stays as it was)."""
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+
+class _Handed:
+    """One operator's hand-over from its children (``_SentUp.take``): Arrow tables and
+    Python objects held in memory, and what was written to the hand-over store."""
+
+    def __init__(self, tables: list, items: dict, store, oid: int):
+        self.mem, self.items, self.store = tables, items, store
+        self.flushed = store.groups().get(oid, {}) if store is not None else {}
+        self.rows_of = store.group_rows(oid) if store is not None else {}
+
+    def pids(self) -> set[int]:
+        out = set(self.items) | set(self.flushed)
+        for t in self.mem:
+            out.update(np.unique(t["pid"].to_numpy()).tolist())
+        return out
+
+    def counts(self) -> dict[int, int]:
+        """Rows per pid (what a run's size counts besides its spilled rows)."""
+        n: dict[int, int] = dict(self.rows_of)
+        for pid, per in self.items.items():
+            n[pid] = n.get(pid, 0) + sum(len(v) for v in per.values())
+        for t in self.mem:
+            c = np.bincount(t["pid"].to_numpy())
+            for pid in np.flatnonzero(c).tolist():
+                n[pid] = n.get(pid, 0) + int(c[pid])
+        return n
+
+    def tables(self, pids: list[int]) -> list[pa.Table]:
+        """The Arrow rows of these pids, in memory and on disk, as tables (each of one
+        schema; not concatenated, so that a column typed differently in two of them stays
+        as it was)."""
         keep = pa.array(pids, pa.int32())
         out = []
-        for t in handed:
+        for t in self.mem:
             t = t.filter(pc.is_in(t["pid"], keep))
             if t.num_rows:
                 out.append(t)
         want = set(pids)
-        for ref in sorted({ref for pid in pids for ref in flushed.get(pid, ())}):
+        for ref in sorted({ref for pid in pids for ref in self.flushed.get(pid, ())}):
             batch = self.store.batch(ref)
             for pid, (lo, hi) in self.store.pid_ranges(batch).items():
                 if pid in want:
                     out.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
         return out
 
-    def pids(self, handed: list) -> set[int]:
-        return {p for t in handed for p in np.unique(t["pid"].to_numpy()).tolist()}
-
-    def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+    def python(self, pids: list[int]) -> dict:
+        """The Python objects of these pids: pid -> child -> [(exp, newest time, comp)]."""
+        return {pid: self.items[pid] for pid in pids if pid in self.items}
 
 
 def _spill_format(t: pa.Table, columns: dict) -> pa.Table:
@@ -1514,8 +1559,13 @@ def _spill_format(t: pa.Table, columns: dict) -> pa.Table:
 
 
 def _one_batch(t: pa.Table) -> pa.RecordBatch:
+    """``t`` as one record batch (its chunks combined)."""
     batches = t.combine_chunks().to_batches()
-    return batches[0] if len(batches) == 1 else pa.RecordBatch.from_pylist([], t.schema)
+    if not batches:
+        return pa.RecordBatch.from_pylist([], t.schema)
+    if len(batches) > 1:
+        raise AssertionError(f"{len(batches)} batches after combine_chunks")
+    return batches[0]
 
 
 def _table(batches: list) -> pa.Table:
@@ -1525,11 +1575,11 @@ def _table(batches: list) -> pa.Table:
 DECODE_ROWS = 262_144  # spilled rows a clean-up takes at once (a run of partition groups)
 
 
-def _runs_of(store, blocks: list[list[int]], disk: dict):
+def _runs_of(store, blocks: list[list[int]], disk: dict, handed: dict):
     """The pids of ``blocks`` (each a block's pids, ascending) cut into runs holding
-    about ``DECODE_ROWS`` spilled rows each (one pid alone may hold more): yields (pids,
-    {batch ref: the slice of that batch holding them}). A block's batches are read once,
-    when the cut reaches it."""
+    about ``DECODE_ROWS`` rows each, spilled or handed over (``handed``: pid -> rows; one
+    pid alone may hold more): yields (pids, {batch ref: the slice of that batch holding
+    them}). A block's batches are read once, when the cut reaches it."""
     pids: list[int] = []
     cut: dict[tuple, list] = {}      # ref -> [first row, end row]
     held: dict[tuple, object] = {}   # ref -> batch, for the run being cut
@@ -1544,7 +1594,8 @@ def _runs_of(store, blocks: list[list[int]], disk: dict):
         ranges = {ref: store.pid_ranges(b) for ref, b in batches.items()}
         for pid in block:
             mine = disk.get(pid, ())
-            n = sum(ranges[ref][pid][1] - ranges[ref][pid][0] for ref in mine)
+            n = sum(ranges[ref][pid][1] - ranges[ref][pid][0] for ref in mine) + \
+                handed.get(pid, 0)
             if pids and rows + n > DECODE_ROWS:
                 yield run()
                 pids, cut, held, rows = [], {}, {}, 0
@@ -1651,12 +1702,7 @@ def _merge_into(base: dict, delta: dict) -> None:
 
 def _subsets(m: int, proper: bool) -> list[tuple[int, ...]]:
     """The non-empty (proper) subsets of range(m)."""
-    top = m - 1 if proper else m
-    return [s for r in range(1, top + 1) for s in itertools.combinations(range(m), r)]
-
-
-def _subsets_of(items: Sequence[int]) -> list[tuple[int, ...]]:
-    return [s for r in range(1, len(items) + 1) for s in itertools.combinations(items, r)]
+    return [s for s in eq3.subsets(range(m)) if not proper or len(s) < m]
 
 
 def _combine(op: Operator, subset: tuple[int, ...], delta: list[dict], base: list[dict]

@@ -301,6 +301,15 @@ class SpillStore:
                 out.setdefault(oid, {}).setdefault(pid, []).append((ev["file"], b))
         return out
 
+    def group_rows(self, oid: int) -> dict[int, int]:
+        """{pid: stored inputs} of operator ``oid``'s spilled groups, from the index."""
+        out: dict[int, int] = {}
+        for ev in self.events:
+            for o, pid, _, _, _, n in self._group_index(ev["file"])[0]:
+                if o == oid:
+                    out[pid] = out.get(pid, 0) + n
+        return out
+
     def _reader(self, name: str) -> ipc.RecordBatchFileReader:
         r = self._readers.get(name)
         if r is not None:

@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import zlib
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 
 def partition_of(value, n: int) -> int:
     """The partition id of a join value (state-spill.txt §2.1's split function): a stable
@@ -69,8 +73,6 @@ class PartitionStatistics:
         """``trace_output`` (``kind`` "output") or ``trace_inter`` ("inter") of many sampled
         results at once: ``keys`` gives, per slot of ``slots``, their partition values as an
         Arrow array (None: NULL in every one)."""
-        import numpy as np
-        import pyarrow.compute as pc
         counts = self.output if kind == "output" else self.inter
         for (op, _, _), values in zip(slots, keys, strict=True):
             if values is None:
@@ -94,9 +96,6 @@ HASH_MODULUS = 2**61 - 1  # CPython hashes an int as itself below this (and -1 a
 def partition_ids(values, n: int):
     """:func:`partition_of` of every value of an Arrow array (no NULLs) as a numpy array:
     by column for integers within CPython's hash modulus, value by value otherwise."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
     if pa.types.is_integer(values.type) and values.type != pa.uint64() and len(values):
         lo, hi = (v.as_py() for v in pc.min_max(values).values())
         if -HASH_MODULUS < lo and hi < HASH_MODULUS:
