@@ -663,6 +663,32 @@ def _oracle_rows(q, seq, time_unit=1.0):
     return want
 
 
+def test_a_batch_cleanup_pauses_after_each_slice_of_late_results(tmp_path, monkeypatch):
+    """``cleanup_steps`` lets its caller pass late results on at most ``OUTPUT_ROWS`` at
+    a time in a batch clean-up (the stream iterator's memory), and all of them arrive."""
+    monkeypatch.setattr(spill_tree, "OUTPUT_ROWS", 2)
+    q = parse_query("SELECT R.id AS r, S.id AS s FROM R, S WHERE R.a = S.a",
+                    {n: SCHEMA for n in "RS"})
+    cq = ContinuousQuery(q, "tree", "append", partitions=3, late_column=True,
+                         store=SpillStore(tmp_path, q.columns))
+    ex, out = cq.executor, []
+    streams = [0] * 6 + [1] * 6
+    rows = [{"a": i % 2, "b": 0, "c": 0, "id": i} for i in range(12)]
+    tup = as_tuples(q, streams, rows)
+    ts = [float(i) for i in range(12)]
+    for k in range(12):
+        out += cq.process([streams[k]], None, [ts[k]], [tup[k]])
+        ex.spill([(c[0], c[1]) for c in ex.candidates()], ts[k])
+    steps = []
+    for _ in ex.cleanup_steps(final=True):
+        steps.append(cq.drain())
+    steps.append(cq.drain())
+    out += [r for step in steps for r in step]
+    assert ex.counters.batch_runs and ex.counters.late_results == 18  # 2 keys x 3 x 3
+    assert max(len(step) for step in steps) <= 2
+    assert Counter(r[:-1] for r in out) == oracle_total(q, streams, ts, tup)
+
+
 def test_a_window_ending_past_int64_goes_group_by_group(tmp_path):
     """Nanosecond times near 1.7e18 with a window of 100,000 days: t + w passes int64.
     The batch join sends such a run group by group (it once wrapped around and dropped

@@ -5,12 +5,12 @@ yields Σ over the non-empty proper subsets S of the operator's children of
 (⋈_{i∈S} Δ_i) ⋈ (⋈_{i∉S} base_i) (Eq. 3, Lemma 4.1), and the order in which generations
 are merged does not matter (Lemma 4.2). Equal partition-column values fall in one
 partition group, so the terms of many groups are computed at once: one hash join per
-term over every group of a run of blocks, not one per group (the paper's clean-up "is
-exactly a batch join", issue 12). ``SpillTree`` reads a run of blocks' spilled
-generations as Arrow (the spill files' own batches), adds its memory generation and the
-missing subresults its children handed over, and calls :func:`missing`; the rows never
-become Python objects unless they are results to emit, sampled for the statistics, or
-groups kept in memory.
+term over every group of a run, not one per group (issue 12: the heavy part of the
+paper's clean-up "is exactly a batch join"). ``SpillTree`` reads a run's spilled
+generations as Arrow (slices of the spill files' own batches), adds its memory generation
+and the missing subresults its children handed over, and calls :func:`missing`; the rows
+become Python objects only as results to emit (just the SELECT's columns) or as groups
+kept in memory.
 
 The tables here hold one child's inputs: ``pid``, each of the child's streams'
 ``S#rid``, ``S#t`` and ``S.col`` columns (the spill format, ``state/spill_store``), and
@@ -21,12 +21,12 @@ valid when its newest time is at most every component's end (docs/semantics.md),
 the operator's other equalities between children hold (``Shape.checks``: compared as
 SQL does, so NULL and NaN never match).
 
-:func:`align` decides whether a run of blocks can take this path: every column must have
-one Arrow type across the generations, and the compared columns types whose equality in
-Arrow is Python's (the engine's) equality. Anything else (mixed integer and
-floating-point values beyond 2^53, strings against numbers, a value type without a hash
-kernel) is cleaned up group by group in Python by ``SpillTree`` instead, with the same
-results.
+:func:`align` decides whether a run can take this path: every column must have one Arrow
+type across the generations, and each compared pair of columns a type in which Arrow's
+equality is Python's (the engine's). Anything else (integers beyond 2^53 against floats,
+strings against numbers, nested or dictionary values) is cleaned up group by group in
+Python by ``SpillTree`` instead, with the same results; so are integer times whose window
+is fractional or whose end would pass int64 (:func:`child_inputs`).
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ class Shape:
     """What the batch join needs of one operator: per child its streams (``layouts``) and
     partition column (``keys``, a spill-format column name), the equalities between two
     children other than the partition column's (``checks``: (child, column, child,
-    column)), per stream
-    its window (``windows``, inf when unbounded) and column names (``columns``)."""
+    column)), per stream its window (``windows``, inf when unbounded) and column names
+    (``columns``)."""
 
     layouts: tuple[tuple[str, ...], ...]
     keys: tuple[str, ...]
@@ -89,8 +89,8 @@ def shape_of(op, query, windows: dict) -> Shape:
 def child_inputs(rows: pa.Table, k: int, shape: Shape) -> pa.Table | None:
     """Child k's inputs among ``rows`` (spill format: ``pid``, ``child`` and the streams'
     columns), with ``_key``, ``_exp`` and ``_t``; None when there are none. Raises
-    ``_Unfit`` when their times cannot give window ends exactly (integer times, a window
-    that is not whole)."""
+    ``_Unfit`` when their times cannot give window ends exactly in Arrow (integer times
+    with a window that is not whole, or an end past int64)."""
     names = [n for n in shape.names(k) if n in rows.column_names]
     if shape.keys[k] not in names:
         return None  # NULL partition values never join (nor are they ever stored)

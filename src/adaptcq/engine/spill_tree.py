@@ -751,10 +751,12 @@ class SpillTree:
 
     def cleanup_steps(self, now=None, final: bool = False, log: list | None = None,
                       keep: float | None = None):
-        """:meth:`cleanup` a partition group at a time: a generator that pauses after each
-        group, so that a caller can pass on the late results emitted so far (an iterator
-        over the output otherwise holds them all until the end); returns the number of late
-        results. Its CPU time, without the caller's between steps, goes to the counters."""
+        """:meth:`cleanup` a step at a time: a generator that pauses after each partition
+        group cleaned up in Python, after each ``OUTPUT_ROWS`` late results of a batch
+        clean-up and after each run, so that a caller can pass on the late results emitted
+        so far (an iterator over the output otherwise holds them all until the end);
+        returns the number of late results. Its CPU time, without the caller's between
+        steps, goes to the counters."""
         inner = self._cleanup(now, final, log, keep)
         c = self.counters
         spent = 0.0
@@ -879,15 +881,14 @@ class SpillTree:
                 by_file.setdefault(ref[0], []).append(rows)
             spilled = [_table(by_file[f]) for f in sorted(by_file, key=order.__getitem__)]
             tables, items = handed.tables(pids), handed.python(pids)
-            done = self._cleanup_run(op, pids, spilled, tables, items, sent, now, final,
-                                     back)
-            if done is None:  # not as a batch: group by group
+            prepared = self._batch_inputs(op, pids, spilled, tables, items, sent)
+            if prepared is None:  # not as a batch: group by group
                 self.counters.python_runs += 1
                 late += yield from self._cleanup_groups(op, pids, disk, slices, tables,
                                                         items, sent, now, final, back)
             else:
                 self.counters.batch_runs += 1
-                late += done
+                late += yield from self._cleanup_run(op, prepared, sent, now, final, back)
                 yield
         return late
 
@@ -916,16 +917,14 @@ class SpillTree:
             yield
         return late
 
-    def _cleanup_run(self, op: Operator, pids: list[int], spilled: list, tables: list,
-                     items: dict, sent: _SentUp, now, final: bool,
-                     back: _WriteBack | None) -> int | None:
-        """A run of partition groups cleaned up as one batch join (``eq3_batch``): the
-        spilled generations (Arrow, per spill event), the memory one, the hand-over (its
-        Arrow ``tables`` and Python ``items``); missing results out or up, merged groups
-        back to memory or disk, as ``_cleanup_group`` does for one group. None (nothing
-        done) when the run's values cannot take the batch path: Python objects that do
-        not make one Arrow type per column, or columns Arrow would not compare as the
-        engine does (``eq3_batch.align``)."""
+    def _batch_inputs(self, op: Operator, pids: list[int], spilled: list, tables: list,
+                      items: dict, sent: _SentUp):
+        """A run's inputs for the batch join (``eq3_batch``): the spilled generations
+        (Arrow, per spill event), the memory one, the hand-over (its Arrow ``tables`` and
+        Python ``items``), per child, aligned: (memory groups, generations, hand-over per
+        child, comparison types). None when the run's values cannot take the batch path:
+        Python objects that do not make one Arrow type per column, or columns Arrow
+        would not compare as the engine does (``eq3_batch.align``)."""
         if not BATCH_CLEANUP:
             return None
         shape = self._shape(op)
@@ -960,10 +959,21 @@ class SpillTree:
         gens = aligned.tables[:len(spilled) + 1]
         below = aligned.tables[len(spilled) + 1:]
         deltas = [eq3.concat([b[k] for b in below]) for k in range(m)]
-        # Each term's results leave (out, or up to the parent) before the next is joined:
-        # a run holds one term's, not all of them.
-        late = sum(self._emit_missing(op, t, sent)
-                   for t in eq3.missing(gens, deltas, shape, aligned.compare))
+        return mem, gens, deltas, aligned.compare
+
+    def _cleanup_run(self, op: Operator, prepared: tuple, sent: _SentUp, now, final: bool,
+                     back: _WriteBack | None):
+        """A run of partition groups cleaned up as one batch join, from its
+        ``_batch_inputs``: missing results out or up, merged groups back to memory or
+        disk, as ``_cleanup_group`` does for one group; a generator pausing after each
+        slice of late results, returning their count."""
+        mem, gens, deltas, compare = prepared
+        m = len(op.children)
+        late = 0
+        # Each slice's results leave (out, or up to the parent) before the next is joined:
+        # a run holds one slice's, not all of them.
+        for t in eq3.missing(gens, deltas, self._shape(op), compare):
+            late += yield from self._emit_missing(op, t, sent)
         for pid, g in mem:  # merged: the live inputs come back below, if the group stays
             if back is not None:
                 back.release(op, pid, g)
@@ -1026,11 +1036,12 @@ class SpillTree:
         return pa.table(cols, names=names).sort_by([("pid", "ascending"),
                                                     ("child", "ascending")])
 
-    def _emit_missing(self, op: Operator, t: pa.Table, sent: _SentUp) -> int:
-        """Missing results of a batch clean-up (one term of Eq. 3 over a run of groups,
-        Arrow): counted for the local statistics per group, a sample traced for the global
-        ones, then out (late) at the root, else up to the parent. Returns the late results
-        emitted."""
+    def _emit_missing(self, op: Operator, t: pa.Table, sent: _SentUp):
+        """Missing results of a batch clean-up (a slice of one term of Eq. 3 over a run
+        of groups, Arrow): counted for the local statistics per group, a sample traced for
+        the global ones, then out (late) at the root, else up to the parent. A generator
+        pausing after each ``OUTPUT_ROWS`` late results (so that the caller of
+        ``cleanup_steps`` can pass them on), returning how many it emitted."""
         st = self.stats
         streams, columns = op.streams, {s: self.query.columns[s] for s in op.streams}
         n = t.num_rows
@@ -1059,6 +1070,7 @@ class SpillTree:
                 part = t.slice(at, OUTPUT_ROWS)
                 project([part[c].to_pylist() if c in have else [None] * part.num_rows
                          for c in names], part["_t"].to_pylist(), self._emit)
+                yield
             return n
         sent.add_table(op.parent, op.index_in_parent, t)
         return 0
