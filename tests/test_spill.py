@@ -626,7 +626,8 @@ def test_the_batch_cleanup_keeps_the_statistics_the_group_by_group_one_keeps(dat
             assert row_a == pytest.approx(row_b)
 
 
-def _both_paths(tmp_path, q, seq, tree=None, partitions=3, time_unit=1.0, spill_at=None):
+def _both_paths(tmp_path, q, seq, tree=None, partitions=3, time_unit=1.0, spill_at=None,
+                handover_limit=None):
     """``seq`` of (stream, row dict, time) arrivals, each followed by a spill of every
     group in memory (or of ``spill_at(k, executor)``'s groups), then the end-of-input
     clean-up; per path (batch join, group by group), the output rows."""
@@ -639,6 +640,8 @@ def _both_paths(tmp_path, q, seq, tree=None, partitions=3, time_unit=1.0, spill_
                                  time_unit=time_unit, late_column=True,
                                  store=SpillStore(tmp_path / str(batch), q.columns))
             ex, out = cq.executor, []
+            if handover_limit is not None:
+                ex._handover_limit = lambda: handover_limit
             for k, (s, r, t) in enumerate(seq):
                 row = tuple(r.get(c) for c in q.columns[q.aliases[s]])
                 out += cq.process([s], None, [t], [row])
@@ -726,11 +729,13 @@ def test_values_arrow_cannot_type_together_lose_nothing(tmp_path):
     seq = [(0, {"a": 1, "c": big, "id": 0}, 0), (1, {"a": 1, "b": 1, "id": 1}, 1),
            (0, {"a": 1, "c": 2.5, "id": 2}, 2), (1, {"a": 1, "b": 1, "id": 3}, 3),
            (2, {"b": 1, "id": 4}, 4)]
-    got = _both_paths(tmp_path / "hand-over", q, seq, tree=(("R", "S"), "T"),
-                      spill_at=lambda k, ex: [(c[0], c[1]) for c in ex.candidates()
-                                              if c[0] == 1] if k == 1 else [])
-    for out in got.values():
-        assert Counter(r[:-1] for r in out) == _oracle_rows(q, seq)
+    for limit in (None, 0.0):  # hand-overs in memory; every one written to disk
+        got = _both_paths(tmp_path / f"hand-over-{limit}", q, seq, tree=(("R", "S"), "T"),
+                          spill_at=lambda k, ex: [(c[0], c[1]) for c in ex.candidates()
+                                                  if c[0] == 1] if k == 1 else [],
+                          handover_limit=limit)
+        for out in got.values():
+            assert Counter(r[:-1] for r in out) == _oracle_rows(q, seq), limit
 
 
 def test_a_checked_column_keeps_its_type(tmp_path):

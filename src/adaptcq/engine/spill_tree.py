@@ -1471,14 +1471,23 @@ class _SentUp:
         """Every subresult held in memory, written as one event of the hand-over store."""
         store = self.codec()
         parts = []
+        kept = 0.0
         for oid, box in self.items.items():
             if box:
                 op = self.tree.ops[oid - 1]
                 m = len(op.children)
                 layouts = [op.child_streams(k) for k in range(m)]
-                parts += store.encode([(oid, ppid, [[c for _, _, c in per.get(k, ())]
-                                                    for k in range(m)], layouts, 0.0, INF)
-                                       for ppid, per in box.items()])
+                try:
+                    parts += store.encode([(oid, ppid, [[c for _, _, c in per.get(k, ())]
+                                                        for k in range(m)], layouts, 0.0,
+                                            INF) for ppid, per in box.items()])
+                except SpillError:
+                    # Values without a declared type that Arrow cannot type together (an
+                    # int beyond 2^53 beside a float): they stay in memory, over the
+                    # limit, rather than fail the clean-up half-way.
+                    kept += sum(op.unit[k] * len(v) for per in box.values()
+                                for k, v in per.items())
+                    continue
                 self.items[oid] = {}
         for oid, tables in self.tables.items():
             for t in tables:
@@ -1496,7 +1505,7 @@ class _SentUp:
             # part of the same hand-over, which the parent reads whole.
             store.write_batches(parts, self.tree.now)
             self.flushes += 1
-        self.bytes = 0.0
+        self.bytes = kept
 
     def take(self, oid: int) -> _Handed:
         """Operator ``oid``'s hand-over, in memory and on disk."""
