@@ -95,10 +95,7 @@ def child_inputs(rows: pa.Table, k: int, shape: Shape) -> pa.Table | None:
     if shape.keys[k] not in names:
         return None  # NULL partition values never join (nor are they ever stored)
     # The child's rows with a partition value, filtered once: its columns only.
-    key = rows[shape.keys[k]]
-    keep = pc.and_(pc.equal(rows["child"], k), pc.is_valid(key))
-    if pa.types.is_floating(key.type):
-        keep = pc.and_(keep, pc.invert(pc.is_nan(key)))
+    keep = pc.and_(pc.equal(rows["child"], k), joinable(rows[shape.keys[k]]))
     t = rows.select(["pid", *names]).filter(keep)
     if not t.num_rows:
         return None
@@ -134,6 +131,15 @@ def child_inputs(rows: pa.Table, k: int, shape: Shape) -> pa.Table | None:
         end = finite[0] if len(finite) == 1 else np.minimum.reduce(finite)
     return t.append_column("_key", key).append_column("_exp", pa.array(end)) \
             .append_column("_t", pa.array(newest))
+
+
+def joinable(key) -> pa.Array:
+    """Which partition values can join: not NULL, not NaN (the engine never stores or
+    matches those)."""
+    keep = pc.is_valid(key)
+    if pa.types.is_floating(key.type):
+        keep = pc.and_(keep, pc.invert(pc.is_nan(key)))
+    return keep
 
 
 class _Unfit(Exception):

@@ -220,6 +220,14 @@ class Group:
         for bucket in self.states[k].values():
             yield from bucket.values()
 
+    def held(self) -> list[list[tuple]]:
+        """Per child, every (exp, composite) the group holds: its entries, then the
+        retired ones (what a spill writes, a merge takes, an eviction drops)."""
+        out = [list(self.entries(k)) for k in range(len(self.states))]
+        for k, entry in self.retired:
+            out[k].append(entry)
+        return out
+
 
 def build_operators(query: LogicalQuery, tree: Tree) -> list[Operator]:
     """The operators of ``tree``, bottom-up (the root last), wired: partition columns,
@@ -649,9 +657,7 @@ class SpillTree:
             g = op.parts.get(pid)
             if g is None:
                 continue
-            per_child = [list(g.entries(k)) for k in range(len(op.children))]
-            for k, entry in g.retired:
-                per_child[k].append(entry)
+            per_child = g.held()
             if not any(per_child):
                 continue
             top = max((e for entries in per_child for e, _ in entries), default=-INF)
@@ -689,8 +695,7 @@ class SpillTree:
         g = op.parts.pop(pid, None)
         n = 0
         if g is not None:
-            for k, child in enumerate(op.children):
-                held = [*g.entries(k), *(e for j, e in g.retired if j == k)]
+            for child, held in zip(op.children, g.held(), strict=True):
                 n += len(held)
                 if isinstance(child, str):
                     rows = self.stems[self.query.aliases.index(child)].rows
@@ -867,19 +872,21 @@ class SpillTree:
         group by group in Python (``_cleanup_group``); a generator pausing after each run
         (or group), returning the late results' count."""
         handed = sent.take(op.id)
+        from_below = handed.counts()  # rows per pid
         by_block: dict[int, list[int]] = {}
-        for pid in sorted(set(disk) | handed.pids()):
+        for pid in sorted(set(disk) | set(from_below)):
             by_block.setdefault(block_of(pid, BLOCKS), []).append(pid)
         order = {ev["file"]: i for i, ev in enumerate(self.store.events)} \
             if self.store is not None else {}
         late = 0
         for pids, slices in _runs_of(self.store, [by_block[b] for b in sorted(by_block)],
-                                     disk, handed.counts()):
+                                     disk, from_below):
             # A run: its pids and, per batch of a spill event, the slice holding them.
             by_file: dict[str, list] = {}
             for ref, rows in slices.items():
                 by_file.setdefault(ref[0], []).append(rows)
-            spilled = [_table(by_file[f]) for f in sorted(by_file, key=order.__getitem__)]
+            spilled = [pa.Table.from_batches(by_file[f])
+                       for f in sorted(by_file, key=order.__getitem__)]
             tables, items = handed.tables(pids), handed.python(pids)
             prepared = self._batch_inputs(op, pids, spilled, tables, items, sent)
             if prepared is None:  # not as a batch: group by group
@@ -936,10 +943,8 @@ class SpillTree:
             if mem:
                 groups = []
                 for pid, g in mem:
-                    per_child = [[c for _, c in g.entries(k)] for k in range(m)]
-                    for k, (_, c) in g.retired:
-                        per_child[k].append(c)
-                    groups.append((op.id, pid, per_child, shape.layouts, 0.0, INF))
+                    groups.append((op.id, pid, [[c for _, c in entries] for entries in
+                                                g.held()], shape.layouts, 0.0, INF))
                 encoded.append(pa.Table.from_batches([codec.rows_batch(groups)]))
             else:
                 encoded.append(None)
@@ -1023,18 +1028,12 @@ class SpillTree:
         for k, t in enumerate(live):
             if t is None:
                 continue
-            t = t.filter(pc.is_in(t["pid"].cast(pa.int32()), keep))
+            t = t.set_column(t.column_names.index("pid"), "pid", t["pid"].cast(pa.int32()))
+            t = t.filter(pc.is_in(t["pid"], keep))
             parts.append(t.drop_columns(["_key", "_exp", "_t"])
                          .append_column("child", pa.array(np.full(t.num_rows, k, np.int16))))
-        rows = pa.concat_tables(parts, promote_options="default")
-        n = rows.num_rows
-        names = ["pid", "child"] + [f for a, cols in self.store.columns.items()
-                                    for f in (f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in cols))]
-        have = set(rows.column_names)
-        cols = [rows["pid"].cast(pa.int32()), rows["child"],
-                *(rows[f] if f in have else pa.nulls(n) for f in names[2:])]
-        return pa.table(cols, names=names).sort_by([("pid", "ascending"),
-                                                    ("child", "ascending")])
+        return _spill_format(pa.concat_tables(parts, promote_options="default"),
+                             self.store.columns)
 
     def _emit_missing(self, op: Operator, t: pa.Table, sent: _SentUp):
         """Missing results of a batch clean-up (a slice of one term of Eq. 3 over a run
@@ -1051,9 +1050,8 @@ class SpillTree:
         if self.sample > 0:  # the late results count for the global statistics too
             traced = t if self.sample >= 1 else t.filter(
                 np.random.default_rng(self._rng.getrandbits(63)).random(n) < self.sample)
-            keys = [traced[f"{streams[i]}.{columns[streams[i]][c]}"]
-                    if f"{streams[i]}.{columns[streams[i]][c]}" in traced.column_names
-                    else None for _, i, c in op.trace_slots]
+            names = [f"{streams[i]}.{columns[streams[i]][c]}" for _, i, c in op.trace_slots]
+            keys = [traced[n] if n in traced.column_names else None for n in names]
             if op.parent is None:
                 st.trace_batch("output", op.trace_slots, keys, self.partitions,
                                1 / self.sample)
@@ -1082,12 +1080,8 @@ class SpillTree:
         missing results go up (or out, late, at the root)."""
         m = len(op.children)
         g = op.parts.get(pid)
-        mem = [[] for _ in range(m)]
-        if g is not None:
-            for k in range(m):
-                mem[k] = [(exp, max_time(comp), comp) for exp, comp in g.entries(k)]
-            for k, (exp, comp) in g.retired:
-                mem[k].append((exp, max_time(comp), comp))
+        mem = [[] for _ in range(m)] if g is None else \
+            [[(exp, max_time(comp), comp) for exp, comp in entries] for entries in g.held()]
         gens.append(mem)
         missing: list = []
         # Each generation by key, with its time range: the earliest newest-time and the
@@ -1308,7 +1302,7 @@ class _WriteBack:
                 counts += n
         keep, write = [], []
         # In block order, as the group-by-group clean-up places them.
-        for pid in sorted(np.flatnonzero(counts).tolist(), key=lambda p: (p % BLOCKS, p)):
+        for pid in sorted(np.flatnonzero(counts).tolist(), key=lambda p: (block_of(p, BLOCKS), p)):
             size = float(sizes[pid])
             if size <= self.room or self.failed is not None:
                 self.room -= size
@@ -1319,16 +1313,9 @@ class _WriteBack:
             tree._restore_rows(op, live, only=keep)
         if not write:
             return
-        rows = tree._spill_rows(op, live, write)
         tops = _tops(live, P)
-        by_block: dict[int, list[int]] = {}
-        for pid in write:
-            by_block.setdefault(block_of(pid, BLOCKS), []).append(pid)
-        block = pa.array(rows["pid"].to_numpy() % BLOCKS)
-        for b, pids in sorted(by_block.items()):
-            self.parts.append((op.id, b, _one_batch(rows.filter(pc.equal(block, b))),
-                               [(op.id, pid, float(sizes[pid]), tops[pid], int(counts[pid]))
-                                for pid in pids]))
+        self.parts += _block_parts(op.id, tree._spill_rows(op, live, write),
+                                   lambda pid, _: (float(sizes[pid]), tops[pid]))
         self.bytes += float(sizes[write].sum())
         if self.bytes >= self.limit:
             self.flush()
@@ -1449,11 +1436,7 @@ class _SentUp:
         name = f"{s}.{tree.query.columns[s][cc]}"
         if name not in t.column_names:
             return  # NULL in every row: nothing joins
-        key = t[name]
-        ok = pc.is_valid(key)
-        if pa.types.is_floating(key.type):
-            ok = pc.and_(ok, pc.invert(pc.is_nan(key)))
-        t = t.filter(ok)
+        t = t.filter(eq3.joinable(t[name]))
         if not t.num_rows:
             return
         pid = pa.array(partition_ids(t[name], tree.partitions).astype(np.int32))
@@ -1490,15 +1473,8 @@ class _SentUp:
                     continue
                 self.items[oid] = {}
         for oid, tables in self.tables.items():
-            for t in tables:
-                t = t.sort_by([("pid", "ascending")])
-                block = t["pid"].to_numpy() % BLOCKS
-                for b in np.unique(block).tolist():
-                    rows = t.filter(pa.array(block == b))
-                    counts = np.bincount(rows["pid"].to_numpy())
-                    parts.append((oid, b, _one_batch(rows),
-                                  [(oid, p, 0.0, INF, int(counts[p]))
-                                   for p in np.flatnonzero(counts).tolist()]))
+            for t in tables:  # in pid order (``_spill_format``)
+                parts += _block_parts(oid, t, lambda _pid, _n: (0.0, INF))
             self.tables[oid] = []
         if parts:
             # A pid may be in several batches of one event (a part per add); each is a
@@ -1528,14 +1504,9 @@ class _Handed:
         self.flushed = store.groups().get(oid, {}) if store is not None else {}
         self.rows_of = store.group_rows(oid) if store is not None else {}
 
-    def pids(self) -> set[int]:
-        out = set(self.items) | set(self.flushed)
-        for t in self.mem:
-            out.update(np.unique(t["pid"].to_numpy()).tolist())
-        return out
-
     def counts(self) -> dict[int, int]:
-        """Rows per pid (what a run's size counts besides its spilled rows)."""
+        """Rows per pid, every pid handed over (a run's size counts them besides its
+        spilled rows)."""
         n: dict[int, int] = dict(self.rows_of)
         for pid, per in self.items.items():
             n[pid] = n.get(pid, 0) + sum(len(v) for v in per.values())
@@ -1579,6 +1550,21 @@ def _spill_format(t: pa.Table, columns: dict) -> pa.Table:
         .sort_by([("pid", "ascending"), ("child", "ascending")])
 
 
+def _block_parts(oid: int, rows: pa.Table, sized) -> list[tuple]:
+    """``rows`` (spill format, in pid order) as ``SpillStore.write_batches`` parts: a
+    record batch per block of pids, with an index row per pid; ``sized(pid, inputs)``
+    gives its (model bytes, latest window end)."""
+    block = rows["pid"].to_numpy() % BLOCKS
+    parts = []
+    for b in np.unique(block).tolist():
+        part = rows.filter(pa.array(block == b))
+        counts = np.bincount(part["pid"].to_numpy())
+        parts.append((oid, b, _one_batch(part),
+                      [(oid, pid, *sized(pid, int(counts[pid])), int(counts[pid]))
+                       for pid in np.flatnonzero(counts).tolist()]))
+    return parts
+
+
 def _one_batch(t: pa.Table) -> pa.RecordBatch:
     """``t`` as one record batch (its chunks combined)."""
     batches = t.combine_chunks().to_batches()
@@ -1587,10 +1573,6 @@ def _one_batch(t: pa.Table) -> pa.RecordBatch:
     if len(batches) > 1:
         raise AssertionError(f"{len(batches)} batches after combine_chunks")
     return batches[0]
-
-
-def _table(batches: list) -> pa.Table:
-    return pa.Table.from_batches(batches)
 
 
 DECODE_ROWS = 262_144  # spilled rows a clean-up takes at once (a run of partition groups)
