@@ -711,6 +711,19 @@ def checkpoint_shuffle_partitions(query_checkpoint: str | os.PathLike) -> int | 
     return None
 
 
+def restart_group_keys(stored: Mapping, query_checkpoint: str | os.PathLike,
+                       groups: int) -> list[int] | None:
+    """The grouping keys a restarted query must use: those its first run kept (``stored``,
+    the checkpoint's fingerprint); for a checkpoint that predates them, those chosen for
+    the shuffle partitions Spark recorded in it (and restarts with), as that first run
+    chose them; None when neither is known."""
+    keys = stored.get("group_keys")
+    if keys is not None:
+        return list(keys)
+    n = checkpoint_shuffle_partitions(query_checkpoint)
+    return None if n is None else _group_keys(None, groups, n)
+
+
 def spark_int_hash(value: int, seed: int = 42) -> int:
     """Spark's ``hash(CAST(value AS INT))``: Murmur3_x86_32 ``hashInt`` with Spark's seed
     42, as a signed 32-bit int (``tests/test_spark.py`` checks it against Spark)."""
@@ -1291,12 +1304,8 @@ class FileJob:
         None for a fresh run (the session's choice, recorded by ``commit``)."""
         if self.fresh:
             return None
-        keys = self.fingerprint.get("group_keys")
-        if keys is not None:
-            return list(keys)
-        n = checkpoint_shuffle_partitions(self.checkpoint / "query")
-        groups = self.fingerprint["groups"]
-        return None if n is None else _group_keys(None, groups, n)
+        return restart_group_keys(self.fingerprint, self.checkpoint / "query",
+                                  self.fingerprint["groups"])
 
     def run(self, spark, finish: bool = True, max_files_per_trigger: int | None = None,
             trigger: float | None = None) -> SparkRun:

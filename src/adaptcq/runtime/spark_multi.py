@@ -84,12 +84,12 @@ from adaptcq.runtime.spark import (
     _time_kind,
     _write_parquet,
     _write_text,
-    checkpoint_shuffle_partitions,
     normalize_sql,
+    restart_group_keys,
     signal_end,
     spark_error,
 )
-from adaptcq.runtime.spark_group import release
+from adaptcq.runtime.spark_group import _group_index, check_group, release
 from adaptcq.runtime.spark_split import END, SplitPlan, SplitWarning, _file_of, _Split
 from adaptcq.stream import eventtime as et
 from adaptcq.stream.eventtime import lateness_ns
@@ -466,7 +466,7 @@ class _QuerySetGroup:
         return cls(_new_eddy(cfg), cfg.groups, [-math.inf] * len(cfg.sources))
 
     def dumps(self, cfg: _QSConfig | None = None, gkey: int | None = None) -> bytes:
-        group = cfg.keys.index(gkey) if cfg is not None and gkey in cfg.keys else None
+        group = None if cfg is None else _group_index(cfg, gkey)
         return pickle.dumps({
             "v": 1, "eddy": self.eddy.snapshot(), "groups": self.groups, "group": group,
             "key_partitions": None if cfg is None else cfg.key_partitions,
@@ -479,7 +479,6 @@ class _QuerySetGroup:
     def loads(cls, cfg: _QSConfig, blob: bytes, gkey: int | None = None) -> _QuerySetGroup:
         from adaptcq.adapt.routing import restore_routing
         from adaptcq.engine.eddy import Eddy
-        from adaptcq.runtime.spark_group import check_group
         st = pickle.loads(blob)
         if st["groups"] != cfg.groups:
             raise AdaptcqError(
@@ -1231,12 +1230,7 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
     # The groups' grouping keys name their state: chosen at the first run (for the
     # session's shuffle partitions), kept in the fingerprint, reused by every restart
     # (Spark restarts with the checkpoint's shuffle partitions, whatever the session says).
-    keys = None
-    if not fresh:
-        keys = stored.get("group_keys")
-        if keys is None:  # a checkpoint from before they were kept: as its first run chose
-            n = checkpoint_shuffle_partitions(ck / "query")
-            keys = None if n is None else _group_keys(None, plan.groups, n)
+    keys = None if fresh else restart_group_keys(stored, ck / "query", plan.groups)
     run = QuerySetRun(plan=plan, output=str(output) if output else None,
                       rejected_path=str(rejected) if rejected else None,
                       checkpoint=fp["checkpoint"], run_id=fp["run"], restarted=not fresh)
