@@ -49,15 +49,16 @@ def _config(q, tree, spill: dict, directory: Path):
 
 
 def _packets(cfg, streams, ts, rows, first: int, end: bool = False,
-             same_order: bool = False) -> list:
+             same_order: bool = False, cleanup: bool = False) -> list:
     """One micro-batch of a group's packets, as ``ColumnarSplit`` sends them (with
     ``same_order``, every row's order-column value is 0: a user's order column need not be
-    unique)."""
+    unique; with ``cleanup``, the micro-batch of a clean-up marker)."""
     from adaptcq.runtime.spark_split import PUNCT, _ipc
     present = sorted(set(streams))
     maxima = [(i, max(t for s, t in zip(streams, ts, strict=True) if s == i),
                streams.count(i)) for i in present]
-    out = [(PUNCT, json.dumps({"end": end, "maxima": maxima}).encode())]
+    out = [(PUNCT, json.dumps({"end": end, "maxima": maxima,
+                               "cleanup": cleanup}).encode())]
     for i in present:
         idx = [k for k, s in enumerate(streams) if s == i]
         cols = {"_t": pa.array([ts[k] for k in idx], pa.int64()),
@@ -82,8 +83,11 @@ def test_a_spilling_group_rebuilt_or_retried_equals_the_oracle(data, seed, strat
     """Random queries, plans and budgets in one spilling group, fed in random micro-batches;
     after random ones the live copy is dropped (a restart: the group is rebuilt from the
     store and its spill folder), and random ones fail half-way (their spill files and
-    clean-ups are written, the store is not) and are retried. Run-time plus late output
-    equals the oracle's, each result once."""
+    clean-ups are written, the store is not) and are retried. Clean-ups on demand
+    (``signal_cleanup``) come with random micro-batches, some without rows; with
+    ``--cleanup off`` nothing is cleaned up until one after the end of the input (``adaptcq
+    cleanup CHECKPOINT``). Run-time plus late output equals the oracle's, each result
+    once."""
     from adaptcq.runtime import spark_group as sg
     from adaptcq.state.spill_store import SpillError
     q = data.draw(queries(max_streams=4))
@@ -91,20 +95,40 @@ def test_a_spilling_group_rebuilt_or_retried_equals_the_oracle(data, seed, strat
     tup = as_tuples(q, streams, rows)
     rnd = random.Random(seed)
     folder = tmp_path_factory.mktemp("spill")
+    off = rnd.random() < 0.3
     cfg = _config(q, random_plan(q, rnd), {"strategy": strategy, "memory": budget,
                                            "every": every, "partitions": rnd.choice([2, 7]),
-                                           "seed": seed}, folder)
+                                           "seed": seed, "cleanup": "off" if off else "end"},
+                  folder)
     ns = [round(t * NS) for t in ts]
     cuts = sorted({0, len(tup), *(rnd.randrange(len(tup) + 1) for _ in range(4))})
     store = sg.MemoryStore()
     same_order = rnd.random() < 0.3
     out, rebuilds, retries = [], 0, 0
-    batches = [*itertools.pairwise(cuts), (len(tup), None)]
+    batches = []
+    for a, b in itertools.pairwise(cuts):
+        if rnd.random() < 0.2:  # a clean-up asked for in a micro-batch without rows
+            batches.append((a, a, True))
+        batches.append((a, b, rnd.random() < 0.2))
+    batches.append((len(tup), None, rnd.random() < 0.2))
+    if rnd.random() < 0.3:
+        batches.append((len(tup), "tick", False))  # signal_tick: nothing to process
+    if off:
+        batches.append((len(tup), None, True))  # adaptcq cleanup CHECKPOINT
+    asked = sum(c for _, _, c in batches)
+    asked_wb = wb = 0  # clean-ups on demand without rows that wrote groups back
     try:
-        for a, b in batches:
+        for a, b, cleanup in batches:
             end = b is None
-            packets = _packets(cfg, streams[a:b], ns[a:b], tup[a:b], a, end, same_order) \
-                if not end else _packets(cfg, [], [], [], a, True)
+            if b == "tick":
+                from adaptcq.runtime.spark_split import PUNCT
+                packets = [(PUNCT, json.dumps({"end": False, "maxima": [],
+                                               "cleanup": False}).encode())]
+            elif end:
+                packets = _packets(cfg, [], [], [], a, True, cleanup=cleanup)
+            else:
+                packets = _packets(cfg, streams[a:b], ns[a:b], tup[a:b], a, end, same_order,
+                                   cleanup)
             if rnd.random() < 0.3:  # an attempt that fails after the engine ran: retried
                 saved = copy.deepcopy((store.meta, store.entries, store.adapt))
                 sg.advance_group(cfg, 0, store, list(packets))
@@ -114,8 +138,15 @@ def test_a_spilling_group_rebuilt_or_retried_equals_the_oracle(data, seed, strat
             elif rnd.random() < 0.3:  # a restart, or the group on another worker
                 sg._LIVE.pop((cfg.qid, 0), None)
                 rebuilds += 1
-            eng, res, _, _, _ = sg.advance_group(cfg, 0, store, list(packets))
+            done = sg.advance_group(cfg, 0, store, list(packets))
+            if done is None:  # a tick changes nothing
+                assert b == "tick"
+                continue
+            eng, res, _, _, _ = done
             out += res
+            if cleanup and b == a:
+                asked_wb += eng.cq.executor.counters.writebacks > wb
+            wb = eng.cq.executor.counters.writebacks
     except SpillError as e:  # a budget below one partition group: refused, named
         assert "smaller than one partition group" in str(e)
         event("refused: a budget below one partition group")
@@ -126,8 +157,12 @@ def test_a_spilling_group_rebuilt_or_retried_equals_the_oracle(data, seed, strat
     assert got == oracle_total(q, streams, ts, tup)
     c = eng.cq.executor.counters
     assert c.first_pending is None and c.late_results == sum(r[-1] for r in out)
+    if c.spills:  # finished, nothing in memory: the store keeps no rows
+        assert store.entries == {}
     event(f"spills: {min(c.spills, 3)}+, rebuilt: {min(rebuilds, 1)}+, "
           f"retried: {min(retries, 1)}+, groups written back: {bool(c.writebacks)}")
+    event(f"cleanup off: {off}, clean-ups asked for: {min(asked, 2)}+, "
+          f"written back by one without rows: {bool(asked_wb)}")
 
 
 def test_a_missing_spill_file_at_a_rebuild_is_named(tmp_path):
@@ -322,9 +357,15 @@ def test_spark_spill_options_are_checked_and_unsupported_ones_refused():
     from adaptcq.runtime.spill import spark_spill_spec
     spec = spark_spill_spec({"strategy": "bottom-up", "memory": "4MB", "directory": "d"}, 4)
     assert spec["budget"] == 1_000_000 and spec["memory"] == 4_000_000
-    with pytest.raises(OptionError, match="cleanup off is for the local engine"):
+    off = spark_spill_spec({"strategy": "bottom-up", "memory": "4MB", "directory": "d",
+                            "cleanup": "off"}, 1)
+    assert off["cleanup"] == "off" and not off["when_free"]
+    with pytest.raises(OptionError, match="cannot also clean up while running"):
         spark_spill_spec({"strategy": "bottom-up", "memory": "4MB", "directory": "d",
-                          "cleanup": "off"}, 1)
+                          "cleanup": "off", "when_free": True}, 1)
+    with pytest.raises(OptionError, match="choose end or off"):
+        spark_spill_spec({"strategy": "bottom-up", "memory": "4MB", "directory": "d",
+                          "cleanup": "later"}, 1)
     with pytest.raises(OptionError, match="needs a folder"):
         spark_spill_spec({"strategy": "bottom-up", "memory": "4MB"}, 1)
     with pytest.raises(OptionError, match="go together"):
@@ -356,6 +397,23 @@ def _files(root: Path, n: int, files: int, start: int = 0) -> dict[str, str]:
     return {name: str(root / name) for name in "ABC"}
 
 
+def _hold_back(root: Path) -> None:
+    """Files 2 and 3 of every stream out of sight: a first run sees files 0 and 1."""
+    for name in "ABC":
+        for f in (2, 3):
+            (root / name / f"part-{f}.parquet").rename(root / name / f"later-{f}")
+
+
+def _bring_back(root: Path) -> None:
+    """Files 2 and 3 back, with the modification times the file source orders them by."""
+    import os
+    for name in "ABC":
+        for f in (2, 3):
+            p = root / name / f"part-{f}.parquet"
+            (root / name / f"later-{f}").rename(p)
+            os.utime(p, (1_600_000_000 + 10 * f, 1_600_000_000 + 10 * f))
+
+
 def _multiset(table: pa.Table) -> Counter:
     cols = [c for c in table.column_names if c != "_late"]
     return Counter(zip(*[table.column(c).to_pylist() for c in cols], strict=True))
@@ -368,21 +426,13 @@ def test_spilling_on_spark_with_a_restart_equals_local(spark, tmp_path):
     clean-up produces the held-back results. Together: the local runtime's results."""
     from adaptcq.runtime.spark import run_files
     srcs = _files(tmp_path / "in", 800, 4)
-    for name in "ABC":  # the first run sees files 0 and 1
-        for f in (2, 3):
-            (tmp_path / "in" / name / f"part-{f}.parquet").rename(
-                tmp_path / "in" / name / f"later-{f}")
+    _hold_back(tmp_path / "in")
     ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
     spill = {"strategy": "global-output", "memory": "80kB", "every": 10, "partitions": 16}
     run1 = run_files(spark, SQL, srcs, ck, out, partitions=2, max_files_per_trigger=1,
                      finish=False, spill=spill)
     assert run1.spill["spills"] > 0 and run1.spill["complete_until"] is not None
-    for name in "ABC":
-        for f in (2, 3):
-            p = tmp_path / "in" / name / f"part-{f}.parquet"
-            (tmp_path / "in" / name / f"later-{f}").rename(p)
-            import os
-            os.utime(p, (1_600_000_000 + 10 * f, 1_600_000_000 + 10 * f))
+    _bring_back(tmp_path / "in")
     run2 = run_files(spark, SQL, srcs, ck, out, partitions=2, max_files_per_trigger=1,
                      spill=spill)
     assert run2.restarted and run2.spill["late_results"] > 0
@@ -393,14 +443,86 @@ def test_spilling_on_spark_with_a_restart_equals_local(spark, tmp_path):
     assert got.column_names[-1] == "_late"
     assert _multiset(got) == _multiset(local.table)
     assert sum(got.column("_late").to_pylist()) > 0
-    # Nothing is pending: every group's folder names no spill event any more.
+    # Nothing is pending: every group's folder names no spill event any more, and the files
+    # the end of input's clean-up merged are gone (removed in the tick micro-batch after
+    # it was committed).
     for manifest in Path(ck, "spill").glob("group-*/manifest.json"):
         assert json.loads(manifest.read_text())["events"] == []
+    assert list(Path(ck, "spill").glob("group-*/*.arrow")) == []
 
 
-def test_spilling_on_spark_refuses_what_it_cannot_do(spark, tmp_path):
+def test_cleanups_on_demand_on_spark_with_cleanup_off_equal_local(spark, tmp_path):
+    """``--cleanup off`` on Spark: nothing is cleaned up by the run, not even at the end of
+    its input. ``adaptcq cleanup CHECKPOINT`` (``cleanup_checkpoint``) after a run stopped
+    half-way produces what was held back so far (a clean-up while running, its merged
+    groups back in memory or written back); the run then goes on to the end of its input,
+    and a second clean-up produces the rest. Together: the local runtime's results, each
+    once; a third clean-up finds nothing."""
+    from adaptcq.runtime.spark import cleanup_checkpoint, run_files
+    srcs = _files(tmp_path / "in", 800, 4)
+    _hold_back(tmp_path / "in")
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    spill = {"strategy": "global-penalty", "memory": "80kB", "every": 10, "partitions": 16,
+             "cleanup": "off"}
+    run1 = run_files(spark, SQL, srcs, ck, out, partitions=2, max_files_per_trigger=1,
+                     finish=False, spill=spill)
+    assert run1.spill["spills"] > 0 and run1.spill["late_results"] == 0
+    held = run1.spill["complete_until"]
+    assert held is not None
+    mid = cleanup_checkpoint(spark, ck)
+    assert mid.restarted and mid.rows_in == 0 and mid.results > 0
+    assert mid.spill["late_results"] == mid.results
+    assert mid.spill["complete_until"] is None or mid.spill["complete_until"] > held
+    _bring_back(tmp_path / "in")
+    run2 = run_files(spark, SQL, srcs, ck, out, partitions=2, max_files_per_trigger=1,
+                     spill=spill)
+    assert run2.spill["cleanups"] == mid.spill["cleanups"]  # none at the end of input
+    assert run2.spill["complete_until"] is not None
+    end = cleanup_checkpoint(spark, ck)
+    assert end.results > 0 and end.spill["complete_until"] is None
+    got = ds.dataset(out).to_table()
+    local = adaptcq.run(SQL, srcs)
+    assert _multiset(got) == _multiset(local.table)
+    assert sum(got.column("_late").to_pylist()) == mid.results + end.results
+    for manifest in Path(ck, "spill").glob("group-*/manifest.json"):
+        assert json.loads(manifest.read_text())["events"] == []
+    assert list(Path(ck, "spill").glob("group-*/*.arrow")) == []
+    assert cleanup_checkpoint(spark, ck).results == 0
+
+
+def test_cleanup_of_a_checkpoint_refuses_what_holds_nothing_back(tmp_path):
+    """``adaptcq cleanup CHECKPOINT`` names why it cannot run, before Spark starts."""
+    from adaptcq.cli import main
+    from adaptcq.runtime.spark import FINGERPRINT, prepare_cleanup
+    with pytest.raises(AdaptcqError, match="not the checkpoint of a Spark run"):
+        prepare_cleanup(tmp_path)
+    ck = tmp_path / "ck"
+    (ck / "query" / "commits").mkdir(parents=True)
+    (ck / FINGERPRINT).write_text(json.dumps({"options": {}}))
+    with pytest.raises(AdaptcqError, match="does not spill"):
+        prepare_cleanup(ck)
+    (ck / FINGERPRINT).write_text(json.dumps({"options": {"spill": {"strategy": "x"}}}))
+    with pytest.raises(AdaptcqError, match="no micro-batch of its run was completed"):
+        prepare_cleanup(ck)
+    assert main(["cleanup", str(tmp_path)]) == 1  # a spill folder needs --output
+    assert main(["cleanup", str(tmp_path), "--output", "x.parquet", "--master",
+                 "local[1]"]) == 1
+    # (the embedded default query; refused before Spark starts)
+    assert main(["run", "--engine", "spark", "--spill", "bottom-up", "--memory", "1MB",
+                 "--cleanup", "off"]) == 1
+
+
+def test_spilling_on_spark_refuses_what_it_cannot_do(spark, tmp_path, monkeypatch):
+    from pyspark import SparkConf
+
     from adaptcq.runtime.spark import run_files
     srcs = _files(tmp_path / "in", 40, 1)
+    spec = SparkConf(loadDefaults=False).set("spark.speculation", "true")
+    with monkeypatch.context() as m:
+        m.setattr(spark.sparkContext, "getConf", lambda: spec)
+        with pytest.raises(AdaptcqError, match="refused with spark.speculation=true"):
+            run_files(spark, SQL, srcs, str(tmp_path / "ck4"), str(tmp_path / "out4"),
+                      spill={"strategy": "bottom-up", "memory": "1MB"})
     with pytest.raises(AdaptcqError, match="not by --executor mjoin"):
         run_files(spark, SQL, srcs, str(tmp_path / "ck"), str(tmp_path / "out"),
                   executor="mjoin", spill={"strategy": "bottom-up", "memory": "1MB"})

@@ -101,7 +101,7 @@ def test_the_tree_executor_with_an_m_way_plan_and_never_while_running(files):
     (["--spill", "global-output", "--memory", "1MB", "--engine", "spark", "--spill-dir",
       "s"], "inside the checkpoint"),
     (["--spill", "global-output", "--memory", "1MB", "--engine", "spark", "--cleanup",
-      "off"], "--cleanup off is for the local engine"),
+      "off"], "--cleanup off on Spark leaves the held-back results in the checkpoint"),
     (["--executor", "xjoin", "--tree", "((A, B, C), D)"], "exactly two inputs"),
     (["--executor", "tree", "--tree", "((A, D), B, C)"], "no join column shared"),
 ])

@@ -49,11 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_explain_arguments(e)
 
     c = sub.add_parser("cleanup", help="produce the results a spilling run left on disk "
-                       "(adaptcq run --spill ... --cleanup off --spill-dir DIR)")
-    c.add_argument("folder", help="the run's --spill-dir")
-    c.add_argument("--output", required=True,
-                   help="where the late results go (Parquet, or CSV / JSON lines by suffix)")
+                       "(adaptcq run --spill ... --cleanup off --spill-dir DIR, or on Spark "
+                       "its --checkpoint)")
+    c.add_argument("folder", help="the run's --spill-dir (local), or its --checkpoint "
+                   "(--engine spark)")
+    c.add_argument("--output",
+                   help="where the late results go (Parquet, or CSV / JSON lines by "
+                   "suffix); needed for a spill folder. A Spark checkpoint's go to its "
+                   "run's own --output folder")
     c.add_argument("--format", choices=["parquet", "csv", "jsonl"])
+    c.add_argument("--master", help="Spark master for a checkpoint (default local[*])")
 
     a = sub.add_parser("spark-archive", help="build (or show, or remove) the class-data "
                        "archive that makes Spark's driver JVM start faster")
@@ -559,8 +564,21 @@ def cmd_workload(args) -> int:
 
 def cmd_cleanup(args) -> int:
     """``adaptcq cleanup DIR --output OUT``: the results a spilling run held back on disk
-    (state-spill.txt §4), written to OUT; the folder is emptied."""
+    (state-spill.txt §4), written to OUT; the folder is emptied. ``adaptcq cleanup
+    CHECKPOINT``: the same for a Spark run, as a Spark job over its checkpoint
+    (``runtime.spark_cli.cleanup_cli``)."""
+    from adaptcq.runtime.spark import FINGERPRINT
     from adaptcq.runtime.spill import cleanup_folder
+    if (Path(args.folder) / FINGERPRINT).exists():
+        from rich.console import Console
+
+        from adaptcq.runtime.spark_cli import cleanup_cli
+        return cleanup_cli(args, Console())
+    if args.master is not None:
+        raise AdaptcqError(f"--master is for a Spark run's checkpoint; {args.folder} is not "
+                           "one (it has no adaptcq.json)")
+    if args.output is None:
+        raise AdaptcqError("adaptcq cleanup DIR needs --output: where the late results go")
     done = cleanup_folder(args.folder, args.output, args.format)
     print(f"wrote {done['late_results']:,} late results to {args.output} "
           f"(clean-up {done['cleanup_cpu_seconds']:.3f} CPU-s); {args.folder} is empty")

@@ -65,7 +65,7 @@ import pyarrow.compute as pc
 
 from adaptcq.engine import eq3_batch as eq3
 from adaptcq.engine.codegen import compile_source, projection_source
-from adaptcq.errors import OptionError
+from adaptcq.errors import AdaptcqError, OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.state.spill_store import BLOCKS, SpillError, block_of
 from adaptcq.stats.partitions import PartitionStatistics, partition_ids, partition_of
@@ -722,6 +722,17 @@ class SpillTree:
 
     def pending(self) -> bool:
         return self.counters.first_pending is not None
+
+    def drop_memory(self) -> None:
+        """The end of the input with nothing pending on disk: the state in memory can join
+        no later row (none will come), so it goes (a Spark group then keeps no rows for a
+        rebuild: ``runtime.spark_group``)."""
+        if self.pending():
+            raise AdaptcqError("internal: the memory generations of a tree with spills "
+                               "pending are needed by its clean-up")
+        for op in self.ops:
+            for pid in list(op.parts):
+                self._evict(op, pid)
 
     def pending_ended_bytes(self, now) -> float:
         """Model bytes on disk whose inputs are all past their window at ``now``: what a

@@ -62,7 +62,9 @@ from adaptcq.runtime.output import overlaps
 from adaptcq.runtime.spark_group import GroupProcessor, _ipc, read_part
 from adaptcq.runtime.spark_split import (
     _NOFILE,
+    CLEANUP,
     END,
+    TICK,
     ColumnarSplit,
     SplitPlan,
     SplitWarning,
@@ -79,12 +81,16 @@ __all__ = [
     "FileJob",
     "SparkRun",
     "SplitPlan",
+    "cleanup_checkpoint",
     "continuous_query",
     "make_policies",
     "plan_split",
+    "prepare_cleanup",
     "prepare_files",
     "run_files",
+    "signal_cleanup",
     "signal_end",
+    "signal_tick",
     "write_batch",
 ]
 
@@ -260,7 +266,8 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     used (CSV: the row's position in its file block), and otherwise the row's position in
     its Spark partition. ``end_of_input`` is a folder watched for end-of-input marker files
     (``signal_end``): after one, every buffered row is processed as at the end of the local
-    runtime's input. ``side_outputs=True`` returns the raw operator output (results, rejected
+    runtime's input; and for clean-up markers (``signal_cleanup``): spilling groups produce
+    what their spills hold back. ``side_outputs=True`` returns the raw operator output (results, rejected
     rows, group statistics, ``_ts`` in int64 nanoseconds; see ``write_batch``).
 
     ``spill`` runs the operator tree in every group under a memory budget (the options of
@@ -358,6 +365,11 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     if spill is not None:
         from adaptcq.runtime.spill import spark_spill_spec
         spill = spark_spill_spec(spill, P)
+        if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
+            raise OptionError("spilling is refused with spark.speculation=true: two attempts "
+                              "of one micro-batch running at once would write and remove "
+                              "each other's spill files (their names do not carry the "
+                              "attempt); turn speculation off for this query's session")
     if options.get("shed") is not None:
         from adaptcq.runtime.shed import spark_shed_spec
         options["shed"] = spark_shed_spec(options["shed"], P,
@@ -375,7 +387,12 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         parts.append(part)
     if end_of_input is not None:
         ctl = spark.readStream.schema("value string").text(str(end_of_input))
-        parts.append(ctl.select(F.lit(END).cast("int").alias("_s"),
+        # A marker file says "end" (``signal_end``), "cleanup" (``signal_cleanup``) or
+        # "tick" (``signal_tick``).
+        value = F.trim(F.col("value"))
+        kind = F.when(value == "cleanup", F.lit(CLEANUP)).when(value == "tick", F.lit(TICK)) \
+            .otherwise(F.lit(END))
+        parts.append(ctl.select(kind.cast("int").alias("_s"),
                                 F.lit(0).cast("int").alias("_g"),
                                 F.lit(None).cast("long").alias("_ti"),
                                 F.lit(None).cast("double").alias("_td"),
@@ -868,11 +885,31 @@ def _arrow_schema(struct):
 
 def signal_end(folder: str | os.PathLike) -> Path:
     """Drop an end-of-input marker into the ``end_of_input`` folder of a running query."""
+    return _marker(folder, "end")
+
+
+def signal_cleanup(folder: str | os.PathLike) -> Path:
+    """Drop a clean-up marker into the ``end_of_input`` folder of a running query: at its
+    micro-batch every spilling partition group produces the results its spills hold back
+    (state-spill.txt §4; docs/spill.md, "Clean-up on demand"); a no-op for groups with
+    nothing on disk."""
+    return _marker(folder, "cleanup")
+
+
+def signal_tick(folder: str | os.PathLike) -> Path:
+    """Drop a tick marker into the ``end_of_input`` folder of a running query: a micro-batch
+    in which every partition group runs without rows. A spilling group then removes the
+    spill files the committed micro-batch's clean-ups merged (they stay until a later
+    micro-batch commits, so that a retried one still finds them), without a rebuild."""
+    return _marker(folder, "tick")
+
+
+def _marker(folder: str | os.PathLike, kind: str) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    p = folder / f"end-{time.time_ns()}.txt"
+    p = folder / f"{kind}-{time.time_ns()}.txt"
     tmp = folder / f".{p.name}.tmp"
-    tmp.write_text("end\n")
+    tmp.write_text(f"{kind}\n")
     tmp.rename(p)  # atomic: the file source never sees a partial file
     return p
 
@@ -1272,8 +1309,9 @@ class FileJob:
             for state in ("query", "spill"):
                 with contextlib.suppress(OSError):
                     shutil.rmtree(ck / state)
-            for f in (ck / "end_of_input").glob("end-*.txt"):
-                f.unlink()
+            for pattern in ("end-*.txt", "cleanup-*.txt", "tick-*.txt"):
+                for f in (ck / "end_of_input").glob(pattern):
+                    f.unlink()
             _write_text(ck / FINGERPRINT, json.dumps(self.fingerprint, indent=1) + "\n")
         run = self._run_record()
         if self.output and self.output_state != "append":
@@ -1308,10 +1346,12 @@ class FileJob:
                                   self.fingerprint["groups"])
 
     def run(self, spark, finish: bool = True, max_files_per_trigger: int | None = None,
-            trigger: float | None = None) -> SparkRun:
+            trigger: float | None = None, cleanup: bool = False) -> SparkRun:
         """Run the query on ``spark`` over every file present; with ``finish``, signal the
         end of input so that buffered rows are processed as the local runtime would.
-        ``trigger``: seconds between micro-batch starts (default: back to back)."""
+        ``trigger``: seconds between micro-batch starts (default: back to back).
+        ``cleanup``: then signal a clean-up (``signal_cleanup``): the results the spills
+        hold back are produced (``adaptcq cleanup CHECKPOINT``)."""
         if max_files_per_trigger is not None and (
                 not isinstance(max_files_per_trigger, int) or max_files_per_trigger < 1):
             raise OptionError(f"--max-files-per-trigger must be a whole number >= 1, got "
@@ -1369,6 +1409,13 @@ class FileJob:
             q.processAllAvailable()
             if finish:
                 signal_end(ctl)
+                q.processAllAvailable()
+            if cleanup:
+                signal_cleanup(ctl)
+                q.processAllAvailable()
+            if options.get("spill") is not None and (finish or cleanup):
+                # The files the last micro-batch's clean-ups merged go once it is committed.
+                signal_tick(ctl)
                 q.processAllAvailable()
         except Exception as e:  # noqa: BLE001 - reported below, in one line
             failure = e
@@ -1649,6 +1696,45 @@ def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, outp
                         P, allowed_lateness, sign, timestamp_unit, adaptivity=adaptivity,
                         shares=shares, **options)
     return job.run(spark, finish, max_files_per_trigger, trigger)
+
+
+def prepare_cleanup(checkpoint: str | os.PathLike) -> FileJob:
+    """``adaptcq cleanup CHECKPOINT`` before Spark starts: the run over files that wrote
+    ``checkpoint`` (its query, inputs, options and output, from the checkpoint's
+    fingerprint), checked as a restart; refused, with the reason, when the query does not
+    spill or no micro-batch of it was completed."""
+    ck = Path(os.path.expanduser(str(checkpoint)))
+    try:
+        fp = json.loads((ck / FINGERPRINT).read_text())
+    except (OSError, ValueError) as e:
+        raise AdaptcqError(f"{checkpoint} is not the checkpoint of a Spark run (no readable "
+                           f"{FINGERPRINT}: {e}); `adaptcq cleanup` takes the --checkpoint "
+                           "of `adaptcq run --engine spark --spill ...`, or the --spill-dir "
+                           "of a local run with --cleanup off") from None
+    options = dict(fp.get("options") or {})
+    if options.get("spill") is None:
+        raise AdaptcqError(f"checkpoint {checkpoint}: its query does not spill (no --spill), "
+                           "so no results are held back on disk")
+    if not any((ck / "query" / "commits").glob("[0-9]*")):
+        raise AdaptcqError(f"checkpoint {checkpoint}: no micro-batch of its run was "
+                           "completed, so nothing was spilled; run the query")
+    if fp.get("order") is not None:
+        options["order"] = fp["order"]
+    return prepare_files(
+        fp["sql"], fp["inputs"], str(checkpoint), fp.get("output"), fp.get("rejected"),
+        fp["timestamp"], fp["executor"], fp["mode"], fp["groups"],
+        fp["allowed_lateness_ns"] / 1e9, fp.get("sign"), fp.get("timestamp_unit"),
+        shares=fp.get("shares_given"), **options)
+
+
+def cleanup_checkpoint(spark, checkpoint: str | os.PathLike) -> SparkRun:
+    """The results a spilling Spark run holds back (``--cleanup off``, or a run stopped
+    before the end of its input), produced now (``adaptcq cleanup CHECKPOINT``;
+    state-spill.txt §4; docs/spill.md, "Clean-up on demand"): the query restarts from its
+    checkpoint, processes any new input files, and every partition group cleans up in the
+    micro-batch of a clean-up marker (``signal_cleanup``), its late results appended to the
+    run's own output folder, exactly once with the checkpoint."""
+    return prepare_cleanup(checkpoint).run(spark, finish=False, cleanup=True)
 
 
 # ---------------------------------------------------------------------------------------------

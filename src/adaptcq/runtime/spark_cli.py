@@ -9,6 +9,7 @@ policies decided (docs/spark.md, "Adaptivity"). The Spark runtime itself
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -22,7 +23,7 @@ from adaptcq.cliargs import adaptivity_spec, run_defaults
 from adaptcq.errors import AdaptcqError
 from adaptcq.runtime.spark import SparkRun, SplitWarning, prepare_files
 
-__all__ = ["refuse_unsupported", "run_cli", "summary"]
+__all__ = ["cleanup_cli", "refuse_unsupported", "run_cli", "summary"]
 
 _REFUSED = {
     "max_results": ("the Spark runtime writes results a micro-batch at a time from P "
@@ -86,6 +87,10 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
                                      "spill"})
     if unknown:  # the CLI builds no others for Spark: a programming error if it does
         raise AdaptcqError(f"engine option {unknown[0]} is not supported with --engine spark")
+    if (options.get("spill") or {}).get("cleanup") == "off" and not args.checkpoint:
+        raise AdaptcqError("--cleanup off on Spark leaves the held-back results in the "
+                           "checkpoint for `adaptcq cleanup CHECKPOINT`: give --checkpoint "
+                           "(without it the checkpoint is a temporary folder)")
     shed = options.get("shed")
     if shed is not None:  # refused here, before Spark starts (the run checks them again)
         from adaptcq.runtime.shed import spark_shed_spec
@@ -155,10 +160,49 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
         console.print(f"wrote {run.rejected:,} rejected rows to {rejected}/ (Parquet)",
                       highlight=False)
     console.print(summary_table(run, args, master))
+    if run.spill is not None and run.spill["complete_until"] is not None and args.checkpoint:
+        console.print(f"results the spills hold back are on disk: `adaptcq cleanup "
+                      f"{args.checkpoint}` produces them", highlight=False)
     if run.adaptivity is not None:
         console.print(decisions_table(run))
     if getattr(args, "summary_json", None):
         _write_summary_json(args.summary_json, run, args.executor, args.mode, master)
+    return 0
+
+
+def cleanup_cli(args, console) -> int:
+    """``adaptcq cleanup CHECKPOINT``: the results a spilling Spark run holds back
+    (``--cleanup off``, or a run stopped before the end of its input), produced by the query
+    restarted from its checkpoint (``runtime.spark.cleanup_checkpoint``) and appended to
+    its own output folder."""
+    from adaptcq.runtime.spark import prepare_cleanup
+    from adaptcq.runtime.spark_session import check_master, get_spark
+
+    if args.format not in (None, "parquet"):
+        raise AdaptcqError(f"--format {args.format}: a Spark run's output is a folder of "
+                           "Parquet files, and its late results join them there")
+    job = prepare_cleanup(args.folder)
+    if args.output is not None and (
+            job.output is None or os.path.realpath(args.output) != os.path.realpath(job.output)):
+        raise AdaptcqError(f"--output {args.output}: the late results of checkpoint "
+                           f"{args.folder} go to its run's own output folder "
+                           f"({job.output or 'none: the run wrote no output'}), where a "
+                           "restart appends; leave --output out, or give that folder")
+    master = args.master or "local[*]"
+    check_master(master)
+    spark = get_spark(master, "adaptcq cleanup")
+    spark.sparkContext.setLogLevel("OFF")  # failures are reported in one line
+    try:
+        run = job.run(spark, finish=False, cleanup=True)
+    finally:
+        spark.sparkContext.setLogLevel("ERROR")
+    where = f" to {job.output}/ (Parquet)" if job.output else ""
+    console.print(f"wrote {run.results:,} result rows{where}: the late results the "
+                  "checkpoint's spills held back (and the results of any new input)",
+                  highlight=False)
+    shown = argparse.Namespace(executor=job.executor, mode=job.mode,
+                               checkpoint=args.folder)
+    console.print(summary_table(run, shown, master))
     return 0
 
 

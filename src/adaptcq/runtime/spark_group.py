@@ -255,6 +255,9 @@ class PartitionGroup:
     folded: dict | None = None  # the markers of journal events no row replayed follows
     edge: float = -math.inf  # rows whose window ended before this are not replayed
     trash: list = field(default_factory=list)
+    # The order key of the last row processed: where a clean-up on demand in a micro-batch
+    # without rows of this group places the spill event of the groups it wrote back.
+    last_key: tuple | None = None
 
     # ----- creation ----------------------------------------------------------------------
     @classmethod
@@ -305,7 +308,7 @@ class PartitionGroup:
             rows = batch.streams
             _take_scalars(cq, info)
         elif cfg.spill is not None:
-            cq, rows = _replay_spilling(cfg, gkey, go, info, pc)
+            cq, rows, last = _replay_spilling(cfg, gkey, go, info, pc)
         else:
             streams, signs, tss, rows, _ = _ordered(cfg, go, pc)
             cq = ContinuousQuery.rebuild(
@@ -328,6 +331,8 @@ class PartitionGroup:
             g.journal, g.folded, g.trash = list(sp["journal"]), sp.get("folded"), \
                 list(sp["trash"])
             g.edge = sp.get("edge", -math.inf)
+            # (A checkpoint older than clean-ups on demand: the last row replayed.)
+            g.last_key = sp.get("last_key", last)
         g._carry(cfg, info.get("adapt"), store.get_adapt())
         return g
 
@@ -378,7 +383,8 @@ class PartitionGroup:
         self.rebuilt_rows = loaded
 
     # ----- one micro-batch ---------------------------------------------------------------
-    def step(self, cfg: _Config, parts: dict, maxima: list, end: bool, store: MemoryStore
+    def step(self, cfg: _Config, parts: dict, maxima: list, end: bool, store: MemoryStore,
+             cleanup: bool = False
              ) -> tuple[list, list, int, int]:
         """One micro-batch: lateness, stored changes, ordering, release, expiry. ``parts``
         maps a stream to the Arrow tables the split sent this group. Returns (results,
@@ -441,10 +447,15 @@ class PartitionGroup:
             out.extend(cq.drain())
         if spilling:
             self._note_spills(ex, base, keys[0], n0, c0)
-            if self.closed and ex.pending():  # the end of input: what the spills held back
-                ex.cleanup(final=True)
+            if keys[0]:
+                self.last_key = keys[0][-1]
+            if ex.pending() and (cleanup or self.closed and cfg.spill["cleanup"] == "end"):
+                # The end of input (``cleanup="off"``: only when asked), or on demand: what
+                # the spills held back, as a barrier after this micro-batch's rows.
+                self._cleanup(cfg, ex)
                 out.extend(cq.drain())
-                self.journal, self.folded = [], None
+            if self.closed and ex.state_tuples():
+                self._close_memory(cfg, ex)
             self.trash += ex.store.trash
             ex.store.trash = []
         if cfg.executor == "shed":
@@ -499,6 +510,22 @@ class PartitionGroup:
         out = pa.concat_tables(outs) if len(outs) > 1 else outs[0]
         return out, rejected, rows_in, received
 
+    def _cleanup(self, cfg: _Config, ex) -> None:
+        """The spills' held-back results (state-spill.txt §4) after this micro-batch's rows:
+        at the end of the input everything is merged and nothing stays in memory; before
+        it, merged groups come back into memory up to what a spill leaves free ((1 − f)
+        of the group's budget, as a clean-up while running does) and the rest is written
+        back to disk (``SpillTree.cleanup(keep=)``), its spill event in the journal."""
+        if self.closed:
+            ex.cleanup(final=True)
+            self.journal, self.folded = [], None
+            return
+        ex.cleanup(keep=(1 - cfg.spill["fraction"]) * cfg.spill["budget"])
+        # The journal restarts; the clean-up came after the last row processed (the tree's
+        # own last row id may be earlier: rows its selections drop are not inserted).
+        self.journal, self.folded = [(self.last_key, ts, groups)
+                                     for _, ts, groups in ex.journal], None
+
     def _note_spills(self, ex, base: int, keys: list, n0: int, c0: int) -> None:
         """This micro-batch's spill events into the journal, each placed by the order key
         of the row at which it happened (row ids ``base + 1 ...`` are this batch's rows, in
@@ -545,6 +572,9 @@ class PartitionGroup:
         rows are, and a rebuild would read them only to drop them), and the entries none
         of whose rows can matter removed (module docstring)."""
         import pyarrow as pa
+        if cfg.spill is not None and self.closed and not self.cq.executor.state_tuples():
+            self._finished(store)
+            return
         edge = self.edge = self._edge(cfg)
         for key, t in new:
             ts = t.column("_t").to_numpy()
@@ -561,6 +591,32 @@ class PartitionGroup:
         self._forget(cfg, store, edge)
         if cfg.spill is not None:
             self._fold_journal(cfg, edge)
+
+    def _close_memory(self, cfg: _Config, ex) -> None:
+        """The end of the input: the memory generations are of no more use to joins, so
+        the store need keep no rows for them (``_store_changes``). With ``cleanup="off"``
+        every group still in memory goes to disk as a last spill event, as the local
+        runtime's does, for the clean-up to come; otherwise nothing is pending (the end's
+        clean-up ran) and they are dropped."""
+        if cfg.spill["cleanup"] == "off":
+            n0 = len(ex.journal)
+            ex.spill([(op.id, pid) for op in ex.ops for pid in op.parts])
+            self.journal += [(self.last_key, ts, groups) for _, ts, groups in ex.journal[n0:]]
+        else:
+            ex.drop_memory()
+
+    def _finished(self, store: MemoryStore) -> None:
+        """A spilling group at the end of its input with nothing in memory (cleaned up, or
+        everything spilled): no row can matter to it again, not even to a rebuild, which
+        then replays none, only the spill events' markers (``spill_tree.fold``). Its rows
+        leave the store: a restart, or ``adaptcq cleanup``, rebuilds it at once."""
+        from adaptcq.engine.spill_tree import fold
+        for key, (_, n, _, _) in self.entries.items():
+            for k in range(n):
+                store.remove((*key, k))
+        self.entries = {}
+        if self.journal:
+            self.folded, self.journal = fold(self.folded, self.journal), []
 
     def _edge(self, cfg: _Config) -> float:
         """Rows whose ``[RANGE w]`` window ended before this can never matter again: the
@@ -654,7 +710,7 @@ class PartitionGroup:
         import dataclasses
         ex = self.cq.executor
         return {"events": [dict(ev) for ev in ex.store.events], "journal": self.journal,
-                "folded": self.folded, "edge": self.edge,
+                "folded": self.folded, "edge": self.edge, "last_key": self.last_key,
                 "counters": dataclasses.asdict(ex.counters), "trash": self.trash}
 
     # ----- adaptivity --------------------------------------------------------------------
@@ -768,9 +824,8 @@ def _spill_engine(cfg: _Config, gkey: int, events: list):
     from adaptcq.state.spill_store import MANIFEST, SpillStore
     sp = cfg.spill
     q = _logical(cfg)
-    root = Path(sp["directory"])
-    _claim(root, cfg)
-    folder = root / f"group-{gkey:05d}"
+    _claim(Path(sp["directory"]), cfg)
+    folder = group_folder(cfg, gkey)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / MANIFEST).unlink(missing_ok=True)  # the checkpoint's events are the truth
     store = SpillStore(folder, q.columns, cfg.inputs, time_type=pa.int64(), deferred=True)
@@ -783,6 +838,12 @@ def _spill_engine(cfg: _Config, gkey: int, events: list):
                            store=store, spill=policy, late_column=True,
                            sample=sp["sample"], seed=sp["seed"] + gkey,
                            **_engine_options(cfg))
+
+
+def group_folder(cfg: _Config, gkey: int):
+    """Where partition group ``gkey`` spills: ``<directory>/group-NNNNN``."""
+    from pathlib import Path
+    return Path(cfg.spill["directory"]) / f"group-{gkey:05d}"
 
 
 def _claim(root, cfg: _Config) -> None:
@@ -817,7 +878,7 @@ def _replay_spilling(cfg: _Config, gkey: int, go: list, info: dict, pc):
     over its spill folder as ``info`` recorded it, the rows processed again without output
     and the journal's spill events replayed where they happened (``spill_tree.replay``),
     then the expiries of the last micro-batch, the counters and the clock. Returns (engine,
-    rows replayed)."""
+    rows replayed, the last one's order key or None)."""
     from adaptcq.engine.continuous import Counters
     from adaptcq.engine.spill_tree import SpillCounters, replay
     sp = info["spill"]
@@ -845,7 +906,7 @@ def _replay_spilling(cfg: _Config, gkey: int, go: list, info: dict, pc):
     cq.stats = Counters(**info["stats"])
     cq._next_sample = cq.stats.updates + cq.sample_every
     cq.executor.counters = SpillCounters(**sp["counters"])
-    return cq, rows
+    return cq, rows, keys[-1] if keys else None
 
 
 def _concat(tables: list):
@@ -1048,20 +1109,22 @@ def _load_policies(cfg: _Config, blob: bytes) -> tuple:
 _LIVE: dict[tuple[str, int], tuple[tuple[int, int], PartitionGroup]] = {}
 
 
-def decode(packets) -> tuple[dict, list, bool]:
+def decode(packets) -> tuple[dict, list, bool, bool]:
     """A group's packets of one micro-batch, (stream, bytes) pairs from ``ColumnarSplit``:
-    (stream -> its Arrow tables, [(stream, max time, rows)], end of input seen)."""
+    (stream -> its Arrow tables, [(stream, max time, rows)], end of input seen, clean-up
+    asked for)."""
     parts: dict[int, list] = {}
     maxima: list = []
-    end = False
+    end = cleanup = False
     for s, p in packets:
         if s == PUNCT:
             pu = json.loads(p)
             end |= pu["end"]
+            cleanup |= pu.get("cleanup", False)
             maxima.extend(pu["maxima"])
         else:
             parts.setdefault(s, []).append(read_part(p))
-    return parts, maxima, end
+    return parts, maxima, end, cleanup
 
 
 def _group_index(cfg: _Config, gkey: int | None) -> int | None:
@@ -1098,13 +1161,22 @@ def can_catch_up(cfg: _Config) -> bool:
 
 
 def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
-                  ) -> tuple[PartitionGroup, list, list, float, dict]:
+                  ) -> tuple[PartitionGroup, list, list, float, dict] | None:
     """One micro-batch of group ``gkey``: the live group if the store's token matches,
     else one rebuilt from the store; its step; its changes and meta written to ``store``.
-    Returns (group, results, rejected rows, engine CPU seconds, statistics)."""
-    parts, maxima, end = decode(packets)
+    Returns (group, results, rejected rows, engine CPU seconds, statistics); None for a
+    spilling group's tick, which changes nothing."""
+    parts, maxima, end, cleanup = decode(packets)
     meta = store.get_meta()
     live = _LIVE.get((cfg.qid, gkey))
+    if cfg.spill is not None and meta is not None and not (parts or maxima or end or cleanup):
+        # A tick (``spark.signal_tick``): nothing to process, no state to change; the spill
+        # files the committed version's clean-ups merged go, without a rebuild.
+        from adaptcq.state.spill_store import purge_files
+        purge_files(group_folder(cfg, gkey), pickle.loads(meta[2])["spill"]["trash"])
+        if live is not None and live[0] == (meta[0], meta[1]):
+            live[1].trash = []
+        return None
     t0 = time.process_time()
     caught_up = False
     if meta is None:
@@ -1129,7 +1201,7 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
     # failure half-way can never leave a cached engine that disagrees with the store.
     _LIVE.pop((cfg.qid, gkey), None)
     t0 = time.process_time()
-    out, rejected, rows_in, received = eng.step(cfg, parts, maxima, end, store)
+    out, rejected, rows_in, received = eng.step(cfg, parts, maxima, end, store, cleanup)
     cpu = time.process_time() - t0
     token = int.from_bytes(os.urandom(7), "little")
     eng.history = [*eng.history, (version + 1, token)][-_HISTORY:]
@@ -1174,9 +1246,10 @@ class GroupProcessor(StatefulProcessor):
         packets = ((s, p) for pdf in rows
                    for s, p in zip(pdf.iloc[:, -2].tolist(), pdf.iloc[:, -1].tolist(),
                                    strict=True))
-        eng, out, rejected, cpu, extra = advance_group(cfg, gkey, self.store, packets)
-        from adaptcq.runtime.spark import _frames
-        yield from _frames(cfg, gkey, eng, out, rejected, cpu, extra)
+        done = advance_group(cfg, gkey, self.store, packets)
+        if done is not None:
+            from adaptcq.runtime.spark import _frames
+            yield from _frames(cfg, gkey, *done)
         freeze_imports()  # the worker's imports are done (spark_daemon.freeze_imports)
 
     def close(self) -> None:

@@ -42,9 +42,11 @@ from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.spark_daemon import freeze_imports
 from adaptcq.stream import eventtime as et
 
-__all__ = ["END", "PUNCT", "ColumnarSplit", "SplitPlan", "SplitWarning", "plan_split"]
+__all__ = ["CLEANUP", "END", "PUNCT", "TICK", "ColumnarSplit", "SplitPlan", "SplitWarning", "plan_split"]
 
 END = -1  # stream index of an end-of-input control row
+CLEANUP = -3  # stream index of a clean-up control row (``spark.signal_cleanup``)
+TICK = -4  # stream index of a control row that only makes every group run (``signal_tick``)
 PUNCT = -2  # ``_s`` of a punctuation packet (a group's frontier update)
 _SEP = "\x01"  # replaces "/" in a file path's order key: paths sort as the local runtime's
 _NOFILE = "\x00"  # prefix of the order key of a row that comes from no file
@@ -415,7 +417,8 @@ class ColumnarSplit(_Split):
         strides = plan.strides
         for batch, s, end, o1, o2, t, maxima in self._prepared(batches):
             out_g, out_s, out_p = [], [], []
-            punct = json.dumps({"end": end, "maxima": maxima}).encode()
+            punct = json.dumps({"end": end, "maxima": maxima,
+                                "cleanup": bool((s == CLEANUP).any())}).encode()
             for g in range(cfg.groups):
                 out_g.append(keys[g])
                 out_s.append(PUNCT)

@@ -52,6 +52,20 @@ def _checked(spill: dict | None) -> dict:
     return spill
 
 
+def _cleanup_mode(spill: dict) -> tuple[str, bool]:
+    """(cleanup, when_free), checked: "end" (clean up at the end of the input, and by
+    default while running when memory frees up) or "off" (leave the held-back results for
+    `adaptcq cleanup`, so no clean-up while running either)."""
+    cleanup = spill.get("cleanup", "end")
+    if cleanup not in ("end", "off"):
+        raise OptionError(f"--cleanup {cleanup!r}: choose end or off")
+    when_free = bool(spill.get("when_free", cleanup == "end"))
+    if when_free and cleanup == "off":
+        raise OptionError("--cleanup off leaves every held-back result for `adaptcq "
+                          "cleanup`: it cannot also clean up while running")
+    return cleanup, when_free
+
+
 def spill_executor(executor: str) -> str:
     """The executor a spilling run uses: the operator tree ("auto" chooses it, as
     ``runtime.local.choose_executor`` does); any other is refused with the reason."""
@@ -80,17 +94,14 @@ def spark_spill_spec(spill: dict, groups: int) -> dict:
     budget is the query's, split evenly over the ``groups`` (each group's engine keeps its
     state under ``memory / groups``); ``directory`` is where the groups' folders go (under
     the checkpoint: ``run_files`` puts it there). Refused, with the reason: a missing
-    strategy, budget or folder, and ``cleanup="off"`` (a group's memory generation lives in
-    Spark's state store, not in a folder ``adaptcq cleanup`` could read)."""
+    strategy, budget or folder; ``cleanup="off"`` with clean-ups while running. With
+    ``cleanup="off"`` the groups keep what their spills hold back past the end of the
+    input, for ``adaptcq cleanup CHECKPOINT`` (``spark.signal_cleanup``)."""
     from adaptcq.adapt.spilling import SpillPolicy, parse_bytes
     spill = _checked(spill)
     if spill.get("strategy") is None:
         raise OptionError("spilling needs --spill STRATEGY and --memory BUDGET")
-    if spill.get("cleanup", "end") != "end":
-        raise OptionError("--cleanup off is for the local engine: on Spark a group's "
-                          "memory generation is in Spark's state store, which `adaptcq "
-                          "cleanup` cannot read; the held-back results are produced at the "
-                          "end of the input (and while running when memory frees up)")
+    cleanup, when_free = _cleanup_mode(spill)
     if spill.get("directory") is None:
         raise OptionError("spilling on Spark needs a folder for the spilled generations "
                           "(spill={'directory': ...}), next to the query's checkpoint and "
@@ -109,7 +120,7 @@ def spark_spill_spec(spill: dict, groups: int) -> dict:
            "fraction": spill.get("fraction", 0.2), "every": spill.get("every", 1000),
            "partitions": partitions, "sample": float(spill.get("sample", 0.1)),
            "seed": int(spill.get("seed", 0)),
-           "when_free": bool(spill.get("when_free", True)),
+           "when_free": when_free, "cleanup": cleanup,
            "directory": str(spill["directory"])}
     SpillPolicy(out["strategy"], budget, fraction=out["fraction"], every=out["every"])
     return out
@@ -129,9 +140,7 @@ class SpillSetup:
         self.query = query
         self.strategy = spill.get("strategy")
         memory = spill.get("memory")
-        self.cleanup = spill.get("cleanup", "end")
-        if self.cleanup not in ("end", "off"):
-            raise OptionError(f"--cleanup {self.cleanup!r}: choose end or off")
+        self.cleanup, when_free = _cleanup_mode(spill)
         directory = spill.get("directory")
         if self.cleanup == "off" and directory is None:
             raise OptionError("--cleanup off leaves the spilled state on disk for "
@@ -148,10 +157,6 @@ class SpillSetup:
         if self.strategy is not None:
             from adaptcq.adapt.spilling import SpillPolicy
             from adaptcq.state.spill_store import SpillStore
-            when_free = spill.get("when_free", self.cleanup == "end")
-            if when_free and self.cleanup == "off":
-                raise OptionError("--cleanup off leaves every held-back result for `adaptcq "
-                                  "cleanup`: it cannot also clean up while running")
             self.policy = SpillPolicy(self.strategy, memory,
                                       fraction=spill.get("fraction", 0.2),
                                       every=spill.get("every", 1000), seed=self.seed,

@@ -79,6 +79,16 @@ def _write_file(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def purge_files(directory: Path, files) -> None:
+    """Remove these files of a spill folder; those already gone are no error (a purge
+    repeated after a restart)."""
+    for name in files:
+        try:
+            (Path(directory) / name).unlink()
+        except OSError:
+            pass
+
+
 class SpillStore:
     """The spilled generations of one query's operator tree, in ``directory``.
 
@@ -459,11 +469,7 @@ class SpillStore:
     def purge(self, files) -> None:
         """Remove these spill files (a deferred store's ``trash``, once no checkpoint
         names them)."""
-        for name in files:
-            try:
-                (self.directory / name).unlink()
-            except OSError:
-                pass
+        purge_files(self.directory, files)
 
     def restore(self, events: list[dict]) -> None:
         """Make ``events`` (the manifest entries a checkpoint recorded) the store's events,
