@@ -235,8 +235,11 @@ def test_a_tree_rebuilt_by_replaying_its_spills_stays_exact(data, seed, superset
             replayed.append(len(events))
             cq2 = fresh()
             cq2.next_rid = cq.next_rid  # fresh row ids: the spilled rows keep theirs
-            spill_tree.replay(cq2, [streams[j] for j in keep], [ts[j] for j in keep],
-                              [tup[j] for j in keep], keep, events)
+            rows = [streams[j] for j in keep], [ts[j] for j in keep], \
+                [tup[j] for j in keep], keep
+            size = rnd.choice([1, 2, 5, len(keep) or 1])  # chunks of any size
+            spill_tree.replay(cq2, [tuple(c[a:a + size] for c in rows)
+                                    for a in range(0, len(keep), size)], events)
             pos.update({cq.next_rid + 1 + n: j for n, j in enumerate(keep)})
             cq = cq2
         if k == len(tup):

@@ -194,6 +194,19 @@ def test_the_spark_benchmark_runs_small(tmp_path, capsys):
     assert "outputs equal in every round" in capsys.readouterr().out
 
 
+def test_the_rebuild_benchmark_runs_small(tmp_path, capsys):
+    """``bench.spill rebuild``: a spilling group rebuilt in a fresh process replays every
+    stored row (those released), the CSV written."""
+    import csv
+
+    from adaptcq.bench.spill import main as bench
+    assert bench(["rebuild", "--rows", "3000", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "rebuild.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert int(row["rows"]) == 9000 and 8990 <= int(row["rebuilt_rows"]) <= 9000
+    assert "rebuild CPU median" in capsys.readouterr().out
+
+
 def test_a_failed_run_leaves_no_half_spill_folder(files, capsys):
     """A run that stops with an error cannot clean up what it spilled (its memory is
     gone): the folder is emptied, so a new run or `adaptcq cleanup` is not misled."""

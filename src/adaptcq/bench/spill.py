@@ -25,6 +25,7 @@ with the run).
     python -m adaptcq.bench.spill formats [--arrivals 100000]
     python -m adaptcq.bench.spill spark [--arrivals 100000] [--memory 64MB] [--partitions 2]
         [--repeats 3] [--master local[2]]
+    python -m adaptcq.bench.spill rebuild [--rows 200000] [--repeats 3]
 
 ``spark`` measures spilling on Spark (docs/spill.md, "On Spark"): §6.1's workload with
 unbounded state (Figure 16's ratios), each round three jobs in fresh processes, `adaptcq
@@ -33,9 +34,12 @@ partition groups, and on Spark without spilling; whole-process wall seconds (JVM
 included), the spills, late results and clean-up CPU of each, and the outputs compared as
 multisets (they must be equal).
 
+``rebuild`` measures a spilling Spark group's rebuild from its stored rows (no JVM: the
+group driven as Spark drives it), its CPU and the peak memory it adds.
+
 Writes ``summary.csv``, ``results_over_time.csv``, ``memory.csv``, ``fig16.png`` ...
-``fig20.png`` (figures), ``perf.csv`` (perf) and ``spark.csv``, ``spark.png`` (spark) under
-OUT.
+``fig20.png`` (figures), ``perf.csv`` (perf), ``spark.csv``, ``spark.png`` (spark) and
+``rebuild.csv`` (rebuild) under OUT.
 """
 
 from __future__ import annotations
@@ -462,8 +466,107 @@ def spark(args) -> int:
     return 0
 
 
+# ----- rebuild: a spilling Spark group rebuilt from its store ----------------------------
+def single_rebuild(rows: int, folder: str) -> dict:
+    """One spilling partition group driven as Spark drives it (``advance_group`` over an
+    in-memory store, no JVM): ``rows`` rows a stream over three unbounded streams, 20,000
+    a micro-batch, a 4 MB budget (global-penalty), then its live copy dropped and one
+    micro-batch that only moves the frontier: a rebuild (the stored rows replayed with the
+    journal's spill events). CPU of the rebuild, and the peak RSS during it above the RSS
+    before it (VmHWM reset through /proc/self/clear_refs)."""
+    import random
+    import uuid
+
+    import pyarrow as pa
+
+    from adaptcq.query.cql import parse_query
+    from adaptcq.runtime import spark_group as sg
+    from adaptcq.runtime.local import current_rss
+    from adaptcq.runtime.spark_split import PUNCT, _Config, _ipc, plan_split
+    from adaptcq.runtime.spill import spark_spill_spec
+    sql = ("SELECT A.id AS a, B.id AS b, C.id AS c FROM A, B, C "
+           "WHERE A.x = B.x AND B.y = C.y AND A.id < 0")  # the joins run, no output
+    kinds = {s: {c: "number" for c in ("id", "x", "y", "ts")} for s in "ABC"}
+    q = parse_query(sql, kinds)
+    cfg = _Config(
+        qid=uuid.uuid4().hex, sql=q.sql, schemas=kinds, executor="tree", mode="append",
+        options={"tree": (("A", "B"), "C")}, adaptivity=None, groups=1, keys=[0],
+        lateness=0.0, lateness_ns=0, signed=False, n_streams=3,
+        stream_columns=[[f"c{i}_{k}" for k in range(len(q.columns[a]))]
+                        for i, a in enumerate("ABC")],
+        reported=[True] * 3, sources=list("ABC"), names=["a", "b", "c"],
+        plan=plan_split(q, 1), aliases=list("ABC"),
+        inputs={a: pa.schema([(c, pa.int64()) for c in q.columns[a]]) for a in "ABC"},
+        spill=spark_spill_spec({"strategy": "global-penalty", "memory": "4MB",
+                                "directory": folder}, 1))
+    store, rng, per = sg.MemoryStore(), random.Random(1), 20_000
+
+    def punct(maxima) -> tuple:
+        return (PUNCT, json.dumps({"end": False, "maxima": maxima, "cleanup": False}).encode())
+
+    for b in range(0, rows, per):
+        n = min(per, rows - b)
+        ts = [(b + k) * 10**6 for k in range(n)]  # one row a millisecond
+        packets = [punct([(i, ts[-1], n) for i in range(3)])]
+        for i, a in enumerate("ABC"):
+            cols = {"_t": pa.array(ts, pa.int64()),
+                    "_o1": pa.array([""] * n).dictionary_encode(),
+                    "_o2": pa.array(range(b, b + n), pa.int64())}
+            for k, c in enumerate(q.columns[a]):  # ids, and join keys in 5,000 values
+                cols[f"c{i}_{k}"] = pa.array(range(b, b + n) if c == "id" else
+                                             [rng.randrange(5000) for _ in range(n)],
+                                             pa.int64())
+            cols["_pr"] = pa.array([True] * n)
+            packets.append((i, _ipc(pa.table(cols))))
+        sg.advance_group(cfg, 0, store, packets)
+    sg._LIVE.clear()  # a restart: no live copy
+    import gc
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM from here: the rebuild's peak alone
+    before = current_rss()
+    stats = sg.advance_group(cfg, 0, store, [punct([(0, 0, 0)])])[4]
+    with open("/proc/self/status") as f:
+        hwm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
+    return {"rows": 3 * rows, "rebuilt_rows": stats["rebuilt_rows"],
+            "rebuild_cpu_s": round(stats["rebuild_cpu_seconds"], 3),
+            "rss_before_mib": round(before / 2**20, 1),
+            "peak_above_mib": round((hwm - before) / 2**20, 1),
+            "replay_rows": getattr(sg, "REPLAY_ROWS", "all")}  # (older trees: all at once)
+
+
+def rebuild(args) -> int:
+    """``rebuild``: ``single_rebuild`` in fresh processes, ``--repeats`` times."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="adaptcq-rebuild-bench-") as tmp:
+        for r in range(args.repeats):
+            cmd = [sys.executable, "-m", "adaptcq.bench.spill", "--single-rebuild",
+                   str(args.rows), str(Path(tmp) / f"run{r}")]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if done.returncode:
+                raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+            rows.append({"repeat": r, **json.loads(done.stdout.strip().splitlines()[-1])})
+    write_csv(rows, out / "rebuild.csv")
+    import statistics
+    print(f"rebuild of one spilling group, {3 * args.rows:,} stored rows (3 unbounded "
+          f"streams, 4 MB budget), {args.repeats} fresh processes:")
+    print(f"  rebuild CPU median {statistics.median(r['rebuild_cpu_s'] for r in rows):.2f} s,"
+          f" peak RSS above the RSS before it median "
+          f"{statistics.median(r['peak_above_mib'] for r in rows):.0f} MiB "
+          f"(rows turned into Python rows {rows[0]['replay_rows']:,} at a time)"
+          if isinstance(rows[0]["replay_rows"], int) else "(rows turned into Python rows "
+          "all at once)")
+    print(f"  wrote {out / 'rebuild.csv'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--single-rebuild"]:
+        print(json.dumps(single_rebuild(int(argv[1]), argv[2])))
+        return 0
     if argv[:1] == ["--single"]:
         spill = argv[argv.index("--spill") + 1] if "--spill" in argv else None
         print(json.dumps(single(argv[1], spill)))
@@ -492,7 +595,10 @@ def main(argv: list[str] | None = None) -> int:
     sk.add_argument("--partitions", type=int, default=2)
     sk.add_argument("--repeats", type=int, default=3)
     sk.add_argument("--master", default="local[2]")
-    for sp in (f, q, fm, sk):
+    rb = sub.add_parser("rebuild", help="a spilling Spark group's rebuild: CPU and memory")
+    rb.add_argument("--rows", type=int, default=200_000, help="rows per stream")
+    rb.add_argument("--repeats", type=int, default=3)
+    for sp in (f, q, fm, sk, rb):
         sp.add_argument("--seed", type=int, default=0)
         sp.add_argument("--out", default="results/spill")
     args = p.parse_args(argv)
@@ -500,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--figures: choose from {', '.join(map(str, FIGURES))}")
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     return {"figures": figures, "perf": perf, "formats": formats,
-            "spark": spark}[args.what](args)
+            "spark": spark, "rebuild": rebuild}[args.what](args)
 
 
 if __name__ == "__main__":

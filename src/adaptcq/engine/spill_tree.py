@@ -1759,14 +1759,16 @@ def _discard(_row) -> None:
     pass
 
 
-def replay(cq, streams: Sequence[int], timestamps: Sequence, rows: Sequence[tuple],
-           positions: Sequence, events: Iterable[tuple], folded: dict | None = None) -> None:
+def replay(cq, chunks: Iterable[tuple], events: Iterable[tuple],
+           folded: dict | None = None) -> None:
     """Rebuild a tree: process into ``cq`` (a fresh ContinuousQuery running a
     :class:`SpillTree` over the same spill folder) rows of the tree it replaces, in that
     tree's order, with that tree's spill events (its ``journal``: (position, event time,
     groups)) replayed where they happened, and no output (every result was produced
-    before). ``positions`` place the rows among the events (the replaced tree's row ids,
-    or any increasing key in the same order as the journal's).
+    before). ``chunks`` gives the rows in order, a chunk at a time (so that a caller need
+    not hold them all as Python rows): (streams, timestamps, rows, positions), where
+    ``positions`` place the rows among the events (the replaced tree's row ids, or any
+    increasing key in the same order as the journal's).
 
     The rows must include every row that can still matter: those whose window has not
     ended, and, while a spill is pending, those whose window ended after the oldest
@@ -1787,19 +1789,22 @@ def replay(cq, streams: Sequence[int], timestamps: Sequence, rows: Sequence[tupl
     for (oid, pid), (top, ts) in (folded or {}).items():
         ex._mark(oid, pid, top, ts)
     try:
-        start = 0
-        for k in range(len(rows) + 1):
-            last = k == len(rows)
-            if pending and (last or pending[0][0] < positions[k]):
-                if k > start:
-                    cq.process(streams[start:k], None, timestamps[start:k], rows[start:k])
-                    start = k
-                while pending and (last or pending[0][0] < positions[k]):
-                    _, ts, groups = pending.popleft()
-                    ex.replay_spill(ts, groups)
-        if start < len(rows):
-            cq.process(streams[start:], None, timestamps[start:], rows[start:])
-        cq.drain()
+        for streams, timestamps, rows, positions in chunks:
+            start = 0
+            for k in range(len(rows)):
+                if pending and pending[0][0] < positions[k]:
+                    if k > start:
+                        cq.process(streams[start:k], None, timestamps[start:k], rows[start:k])
+                        start = k
+                    while pending and pending[0][0] < positions[k]:
+                        _, ts, groups = pending.popleft()
+                        ex.replay_spill(ts, groups)
+            if start < len(rows):
+                cq.process(streams[start:], None, timestamps[start:], rows[start:])
+            cq.drain()
+        while pending:  # events after the last row
+            _, ts, groups = pending.popleft()
+            ex.replay_spill(ts, groups)
     finally:
         ex.controller, ex._emit = controller, emit
         ex._until_check = every

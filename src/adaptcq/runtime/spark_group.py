@@ -305,12 +305,13 @@ class PartitionGroup:
                                {**cfg.options, **info["plan"]})
             batch, _ = _batch(cfg, go, pc)
             cq.load(batch, info["expired"])
-            rows = batch.streams
+            loaded = len(batch.streams)
             _take_scalars(cq, info)
         elif cfg.spill is not None:
-            cq, rows, last = _replay_spilling(cfg, gkey, go, info, pc)
+            cq, loaded, last = _replay_spilling(cfg, gkey, go, info, pc)
         else:
             streams, signs, tss, rows, _ = _ordered(cfg, go, pc)
+            loaded = len(rows)
             cq = ContinuousQuery.rebuild(
                 _logical(cfg), cfg.executor, cfg.mode, streams, signs, tss, rows,
                 expired_before=info["expired"], now=info["now"], stats=info["stats"],
@@ -321,7 +322,7 @@ class PartitionGroup:
         g = cls(cq, info["frontier"], pending, info["seq"], info["closed"], info["late"],
                 info["peak"][0], info["peak"][1], tuple(info["bound"]), info["expired"],
                 dict(info["entries"]), info["next_entry"], list(info["released"]))
-        g.rebuilt_rows = len(rows)
+        g.rebuilt_rows = loaded
         g.history = list(info["history"])
         g.shed_now, g.shed_expired = info.get("shed", (-math.inf, -math.inf))
         if cfg.spill is not None:
@@ -877,8 +878,10 @@ def _replay_spilling(cfg: _Config, gkey: int, go: list, info: dict, pc):
     """A spilling group's engine rebuilt from its stored rows (``go``, released): the tree
     over its spill folder as ``info`` recorded it, the rows processed again without output
     and the journal's spill events replayed where they happened (``spill_tree.replay``),
-    then the expiries of the last micro-batch, the counters and the clock. Returns (engine,
-    rows replayed, the last one's order key or None)."""
+    then the expiries of the last micro-batch, the counters and the clock. The rows become
+    Python rows ``REPLAY_ROWS`` at a time: a rebuild holds the group's stored rows as Arrow
+    and one chunk of them as Python rows, besides the tree it rebuilds. Returns (engine,
+    the number of rows replayed, the last one's order key or None)."""
     from adaptcq.engine.continuous import Counters
     from adaptcq.engine.spill_tree import SpillCounters, replay
     sp = info["spill"]
@@ -896,9 +899,9 @@ def _replay_spilling(cfg: _Config, gkey: int, go: list, info: dict, pc):
                 win, t.column("_t").to_numpy(), edge)))
         if t.num_rows:
             kept.append((i, t))
-    streams, _, tss, rows, _, keys = _ordered(cfg, kept, pc, True)
     cq.next_rid = info["next_rid"]  # fresh row ids: the spilled rows keep theirs
-    replay(cq, streams, tss, rows, keys, sp["journal"], sp.get("folded"))
+    chunks = _OrderedChunks(cfg, kept, pc)
+    replay(cq, chunks, sp["journal"], sp.get("folded"))
     if info["expired"] > -math.inf:
         cq.advance_to(info["expired"])
         cq.drain()
@@ -906,7 +909,10 @@ def _replay_spilling(cfg: _Config, gkey: int, go: list, info: dict, pc):
     cq.stats = Counters(**info["stats"])
     cq._next_sample = cq.stats.updates + cq.sample_every
     cq.executor.counters = SpillCounters(**sp["counters"])
-    return cq, rows, keys[-1] if keys else None
+    return cq, chunks.rows, chunks.last
+
+
+REPLAY_ROWS = 65_536  # rows a rebuild turns into Python rows at a time
 
 
 def _concat(tables: list):
@@ -968,17 +974,65 @@ def _ordered(cfg: _Config, go: list, pc, keys: bool = False) -> tuple:
         sg = np.asarray(signs)
         secondary = {id(rows[j]) for j in np.flatnonzero((sg < 0) & ~pr).tolist()}
     if keys:
-        # (A user's order column need not be unique: rows of equal key are told apart by
-        # their rank among them, the same in a rebuild: the sort is stable.)
+        return streams, signs, tss, rows, secondary, _Ranks().keys(k, tss, streams)
+    return streams, signs, tss, rows, secondary
+
+
+class _Ranks:
+    """Rows' order keys as tuples (time, stream, micro-batch, file, row, rank), from their
+    sorted order-key table, a slice at a time. A user's order column need not be unique:
+    rows of equal key are told apart by their rank among them, the same in a rebuild (the
+    sort is stable), across slices too."""
+
+    def __init__(self):
+        self.last, self.n = None, 0
+
+    def keys(self, k, tss: list, streams: list) -> list:
         files = [f or "" for f in k.column("_o1").to_pylist()]
-        out, last, n = [], None, 0
+        out, last, n = [], self.last, self.n
         for key in zip(tss, streams, k.column("_q").to_pylist(), files,
                        k.column("_o2").to_pylist(), strict=True):
             n = n + 1 if key == last else 0
             last = key
             out.append((*key, n))
-        return streams, signs, tss, rows, secondary, out
-    return streams, signs, tss, rows, secondary
+        self.last, self.n = last, n
+        return out
+
+
+class _OrderedChunks:
+    """``_ordered``'s rows (no signs: the spilling tree runs in append mode) and order keys
+    in slices of ``REPLAY_ROWS``: (streams, times, rows, keys) per slice, the rows becoming
+    Python tuples only for their slice. Counts the rows (``rows``) and keeps the last
+    key (``last``)."""
+
+    def __init__(self, cfg: _Config, go: list, pc):
+        self.cfg, self.tables = cfg, dict(go)
+        self.order = _order_keys(cfg, go, pc) if go else None
+        self.rows, self.last = 0, None
+
+    def __iter__(self):
+        import pyarrow as pa
+        if self.order is None:
+            return
+        ranks = _Ranks()
+        for a in range(0, self.order.num_rows, REPLAY_ROWS):
+            k = self.order.slice(a, REPLAY_ROWS)
+            streams = k.column("_s").to_pylist()
+            s = np.asarray(streams)
+            idx = k.column("_k").to_numpy()
+            rows: list = [None] * len(streams)
+            for i in np.unique(s).tolist():
+                at = np.flatnonzero(s == i)
+                part = self.tables[i].take(pa.array(idx[at]))
+                cols = [part.column(c).to_pylist() for c in self.cfg.stream_columns[i]]
+                for j, row in zip(at.tolist(), zip(*cols, strict=True) if cols
+                                  else [()] * len(at), strict=True):
+                    rows[j] = row
+            tss = k.column("_t").to_pylist()
+            keys = ranks.keys(k, tss, streams)
+            self.rows += len(rows)
+            self.last = keys[-1]
+            yield streams, tss, rows, keys
 
 
 def vector_engine(query: LogicalQuery, mode: str, inputs: dict, signed: bool, options: dict):
