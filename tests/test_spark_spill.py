@@ -460,14 +460,17 @@ def test_cleanups_on_demand_on_spark_with_cleanup_off_equal_local(spark, tmp_pat
     half-way produces what was held back so far (a clean-up while running, its merged
     groups back in memory or written back); the run then goes on to the end of its input,
     and a second clean-up produces the rest. Together: the local runtime's results, each
-    once; a third clean-up finds nothing."""
+    once; a third clean-up finds nothing. The query text has a comment and a final
+    semicolon: the clean-up runs it as given, not as the fingerprint compares it (with
+    white space collapsed, the comment would swallow the WHERE clause)."""
     from adaptcq.runtime.spark import cleanup_checkpoint, run_files
+    sql = SQL.replace(" WHERE", " -- the joins\nWHERE") + ";"
     srcs = _files(tmp_path / "in", 800, 4)
     _hold_back(tmp_path / "in")
     ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
     spill = {"strategy": "global-penalty", "memory": "80kB", "every": 10, "partitions": 16,
              "cleanup": "off"}
-    run1 = run_files(spark, SQL, srcs, ck, out, partitions=2, max_files_per_trigger=1,
+    run1 = run_files(spark, sql, srcs, ck, out, partitions=2, max_files_per_trigger=1,
                      finish=False, spill=spill)
     assert run1.spill["spills"] > 0 and run1.spill["late_results"] == 0
     held = run1.spill["complete_until"]
@@ -477,14 +480,14 @@ def test_cleanups_on_demand_on_spark_with_cleanup_off_equal_local(spark, tmp_pat
     assert mid.spill["late_results"] == mid.results
     assert mid.spill["complete_until"] is None or mid.spill["complete_until"] > held
     _bring_back(tmp_path / "in")
-    run2 = run_files(spark, SQL, srcs, ck, out, partitions=2, max_files_per_trigger=1,
+    run2 = run_files(spark, sql, srcs, ck, out, partitions=2, max_files_per_trigger=1,
                      spill=spill)
     assert run2.spill["cleanups"] == mid.spill["cleanups"]  # none at the end of input
     assert run2.spill["complete_until"] is not None
     end = cleanup_checkpoint(spark, ck)
     assert end.results > 0 and end.spill["complete_until"] is None
     got = ds.dataset(out).to_table()
-    local = adaptcq.run(SQL, srcs)
+    local = adaptcq.run(sql, srcs)
     assert _multiset(got) == _multiset(local.table)
     assert sum(got.column("_late").to_pylist()) == mid.results + end.results
     for manifest in Path(ck, "spill").glob("group-*/manifest.json"):
@@ -507,6 +510,9 @@ def test_cleanup_of_a_checkpoint_refuses_what_holds_nothing_back(tmp_path):
     (ck / FINGERPRINT).write_text(json.dumps({"options": {"spill": {"strategy": "x"}}}))
     with pytest.raises(AdaptcqError, match="no micro-batch of its run was completed"):
         prepare_cleanup(ck)
+    (ck / "query" / "commits" / "0").write_text("v1\n")
+    with pytest.raises(AdaptcqError, match="does not record its query text as given"):
+        prepare_cleanup(ck)  # (a checkpoint of an earlier version)
     assert main(["cleanup", str(tmp_path)]) == 1  # a spill folder needs --output
     assert main(["cleanup", str(tmp_path), "--output", "x.parquet", "--master",
                  "local[1]"]) == 1

@@ -569,7 +569,7 @@ def cmd_cleanup(args) -> int:
     (``runtime.spark_cli.cleanup_cli``)."""
     from adaptcq.runtime.spark import FINGERPRINT
     from adaptcq.runtime.spill import cleanup_folder
-    if (Path(args.folder) / FINGERPRINT).exists():
+    if (Path(os.path.expanduser(args.folder)) / FINGERPRINT).exists():
         from rich.console import Console
 
         from adaptcq.runtime.spark_cli import cleanup_cli

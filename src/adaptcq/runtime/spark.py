@@ -1607,7 +1607,9 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     ck = Path(os.path.expanduser(ck_label))
     _check_places(inputs, output, rejected, str(ck))
     fp = {
-        "version": FINGERPRINT_VERSION, "sql": normalize_sql(sql), "timestamp": timestamp,
+        "version": FINGERPRINT_VERSION, "sql": normalize_sql(sql),
+        "sql_text": sql,  # as given: what `adaptcq cleanup CHECKPOINT` runs again
+        "timestamp": timestamp,
         "timestamp_unit": timestamp_unit, "executor": executor, "mode": mode,
         "groups": groups, "shares_given": _canonical(shares or None),
         "allowed_lateness_ns": late, "sign": sign,
@@ -1718,10 +1720,16 @@ def prepare_cleanup(checkpoint: str | os.PathLike) -> FileJob:
     if not any((ck / "query" / "commits").glob("[0-9]*")):
         raise AdaptcqError(f"checkpoint {checkpoint}: no micro-batch of its run was "
                            "completed, so nothing was spilled; run the query")
+    if fp.get("sql_text") is None:
+        # (``sql`` is normalized for comparison only: a comment or a final semicolon
+        # would make it another query, or one the spill folder does not recognize.)
+        raise AdaptcqError(f"checkpoint {checkpoint} was written before `adaptcq cleanup` "
+                           "worked on Spark and does not record its query text as given; "
+                           "run the query to the end of its input (its clean-up runs there)")
     if fp.get("order") is not None:
         options["order"] = fp["order"]
     return prepare_files(
-        fp["sql"], fp["inputs"], str(checkpoint), fp.get("output"), fp.get("rejected"),
+        fp["sql_text"], fp["inputs"], str(checkpoint), fp.get("output"), fp.get("rejected"),
         fp["timestamp"], fp["executor"], fp["mode"], fp["groups"],
         fp["allowed_lateness_ns"] / 1e9, fp.get("sign"), fp.get("timestamp_unit"),
         shares=fp.get("shares_given"), **options)
