@@ -496,6 +496,49 @@ def test_cleanups_on_demand_on_spark_with_cleanup_off_equal_local(spark, tmp_pat
     assert cleanup_checkpoint(spark, ck).results == 0
 
 
+def test_a_running_query_cleans_up_when_signalled(spark, tmp_path):
+    """``continuous_query(..., end_of_input=F)`` spilling with ``cleanup="off"``: nothing
+    is cleaned up until ``signal_cleanup(F)``; the micro-batch of the marker produces what
+    was held back so far (half the input), more input is held back again, and after the
+    end of input a second marker produces the rest. Together: the local runtime's
+    results, each once."""
+    from adaptcq.runtime.spark import continuous_query, signal_cleanup, signal_end
+    srcs = _files(tmp_path / "in", 800, 4)
+    _hold_back(tmp_path / "in")
+    streams = {n: spark.readStream.schema(spark.read.parquet(p).schema)
+               .option("pathGlobFilter", "*.parquet").parquet(p) for n, p in srcs.items()}
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    res = continuous_query(spark, SQL, streams, partitions=2, end_of_input=str(ctl),
+                           spill={"strategy": "global-penalty", "memory": "60kB",
+                                  "every": 10, "partitions": 16, "cleanup": "off",
+                                  "directory": str(tmp_path / "spill")})
+    name = "adaptcq_spill_signalled"
+    q = res.writeStream.format("memory").queryName(name).start()
+
+    def late() -> int:
+        q.processAllAvailable()
+        return spark.table(name).where("_late").count()
+
+    try:
+        before = late()
+        signal_cleanup(ctl)
+        first = late()
+        _bring_back(tmp_path / "in")
+        held = late()
+        signal_end(ctl)
+        ended = late()
+        signal_cleanup(ctl)
+        last = late()
+    finally:
+        q.stop()
+    assert before == 0 and first > 0  # held back until the first marker
+    assert held == ended == first and last > ended  # the rest at the second
+    got = spark.table(name).toArrow()
+    assert _multiset(got.select(["a", "b", "c"])) == _multiset(
+        adaptcq.run(SQL, srcs).table.select(["a", "b", "c"]))
+
+
 def test_cleanup_of_a_checkpoint_refuses_what_holds_nothing_back(tmp_path):
     """``adaptcq cleanup CHECKPOINT`` names why it cannot run, before Spark starts."""
     from adaptcq.cli import main

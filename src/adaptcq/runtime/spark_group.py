@@ -450,13 +450,19 @@ class PartitionGroup:
             self._note_spills(ex, base, keys[0], n0, c0)
             if keys[0]:
                 self.last_key = keys[0][-1]
-            if ex.pending() and (cleanup or self.closed and cfg.spill["cleanup"] == "end"):
+            off = cfg.spill["cleanup"] == "off"
+            if self.closed and off and ex.state_tuples():
+                self._spill_memory(ex)
+            if ex.pending() and (cleanup or self.closed and not off):
                 # The end of input (``cleanup="off"``: only when asked), or on demand: what
                 # the spills held back, as a barrier after this micro-batch's rows.
                 self._cleanup(cfg, ex)
                 out.extend(cq.drain())
             if self.closed and ex.state_tuples():
-                self._close_memory(cfg, ex)
+                # Nothing pending (the end's clean-up ran): no row will join the memory
+                # generations again, and the store need keep no rows for them
+                # (``_store_changes``).
+                ex.drop_memory()
             self.trash += ex.store.trash
             ex.store.trash = []
         if cfg.executor == "shed":
@@ -593,18 +599,14 @@ class PartitionGroup:
         if cfg.spill is not None:
             self._fold_journal(cfg, edge)
 
-    def _close_memory(self, cfg: _Config, ex) -> None:
-        """The end of the input: the memory generations are of no more use to joins, so
-        the store need keep no rows for them (``_store_changes``). With ``cleanup="off"``
-        every group still in memory goes to disk as a last spill event, as the local
-        runtime's does, for the clean-up to come; otherwise nothing is pending (the end's
-        clean-up ran) and they are dropped."""
-        if cfg.spill["cleanup"] == "off":
-            n0 = len(ex.journal)
-            ex.spill([(op.id, pid) for op in ex.ops for pid in op.parts])
-            self.journal += [(self.last_key, ts, groups) for _, ts, groups in ex.journal[n0:]]
-        else:
-            ex.drop_memory()
+    def _spill_memory(self, ex) -> None:
+        """``cleanup="off"`` at the end of the input: every partition group still in memory
+        goes to disk as a last spill event, as the local runtime's does, for the clean-up
+        to come (a clean-up asked for in the same micro-batch then merges it at once); the
+        store need keep no rows for them (``_store_changes``)."""
+        n0 = len(ex.journal)
+        ex.spill([(op.id, pid) for op in ex.ops for pid in op.parts])
+        self.journal += [(self.last_key, ts, groups) for _, ts, groups in ex.journal[n0:]]
 
     def _finished(self, store: MemoryStore) -> None:
         """A spilling group at the end of its input with nothing in memory (cleaned up, or
