@@ -267,8 +267,9 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     its Spark partition. ``end_of_input`` is a folder watched for end-of-input marker files
     (``signal_end``): after one, every buffered row is processed as at the end of the local
     runtime's input; and for clean-up markers (``signal_cleanup``): spilling groups produce
-    what their spills hold back. ``side_outputs=True`` returns the raw operator output (results, rejected
-    rows, group statistics, ``_ts`` in int64 nanoseconds; see ``write_batch``).
+    what their spills hold back. ``side_outputs=True`` returns the raw operator output
+    (results, rejected rows, group statistics, ``_ts`` in int64 nanoseconds; see
+    ``write_batch``).
 
     ``spill`` runs the operator tree in every group under a memory budget (the options of
     the local runtime's ``spill``, ``directory`` required: docs/spill.md, "On Spark"); the
