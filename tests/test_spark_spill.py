@@ -111,6 +111,8 @@ def test_a_spilling_group_rebuilt_or_retried_equals_the_oracle(data, seed, strat
     for a, b in itertools.pairwise(cuts):
         if rnd.random() < 0.2:  # a clean-up asked for in a micro-batch without rows
             batches.append((a, a, True))
+        if rnd.random() < 0.15:
+            batches.append((a, "tick", False))  # signal_tick: nothing to process
         batches.append((a, b, rnd.random() < 0.2))
     batches.append((len(tup), None, rnd.random() < 0.2))
     if rnd.random() < 0.3:
