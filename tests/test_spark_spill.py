@@ -541,6 +541,31 @@ def test_a_running_query_cleans_up_when_signalled(spark, tmp_path):
         adaptcq.run(SQL, srcs).table.select(["a", "b", "c"]))
 
 
+@pytest.mark.parametrize("spill", [None, {"strategy": "bottom-up", "memory": "50kB"}])
+def test_a_run_with_no_result_writes_an_empty_output(spark, tmp_path, spill):
+    """Inputs whose keys never meet: the run succeeds with no result and leaves an empty
+    Parquet file with the results' columns (it used to fail looking them up in the side
+    outputs' frame: found by a helper's fuzzing)."""
+    from adaptcq.runtime.spark import run_files
+    srcs = {}
+    for name, base in (("A", 0), ("B", 1000)):  # disjoint join keys
+        d = tmp_path / "in" / name
+        d.mkdir(parents=True)
+        pq.write_table(pa.table({"ts": [k * 0.5 for k in range(40)], "id": list(range(40)),
+                                 "x": [base + k % 5 for k in range(40)]}), d / "part-0.parquet")
+        srcs[name] = str(d)
+    sql = ("SELECT A.id AS a, B.id AS b FROM A [RANGE 10 SECONDS], B [RANGE 10 SECONDS] "
+           "WHERE A.x = B.x")
+    out = tmp_path / "out"
+    run = run_files(spark, sql, srcs, str(tmp_path / "ck"), str(out), partitions=2,
+                    **({"spill": spill} if spill else {}))
+    assert run.results == 0
+    got = ds.dataset(str(out)).to_table()
+    assert got.num_rows == 0
+    assert got.column_names == ["a", "b", "_sign", "_ts", *(["_late"] if spill else [])]
+    assert got.schema.field("_ts").type == pa.float64()  # as the input's times
+
+
 def test_cleanup_of_a_checkpoint_refuses_what_holds_nothing_back(tmp_path):
     """``adaptcq cleanup CHECKPOINT`` names why it cannot run, before Spark starts."""
     from adaptcq.cli import main

@@ -1434,18 +1434,18 @@ class FileJob:
         run.wall_seconds = time.perf_counter() - t0
         if output and not any(Path(output).glob("*.parquet")):
             schema = getattr(run, "_schema", None) or _result_schema(
-                spark, raw, names, info["ts_type"], info["spill"] is not None)
+                info["config"].results, info["ts_type"])
             _write_parquet(schema.empty_table(), Path(output), "part-empty.parquet")
         return run
 
 
-def _result_schema(spark, raw, names, ts_type, late: bool = False):
+def _result_schema(results, ts_type):
+    """The output files' schema when no micro-batch wrote a result: the operator's result
+    schema (``_Config.results``) with ``_ts`` as ``write_batch`` writes it."""
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_type
-    tz = spark.conf.get("spark.sql.session.timeZone")
-    return pa.schema([pa.field(n, to_arrow_type(raw.schema[n].dataType, timezone=tz))
-                      for n in names] + [pa.field("_sign", pa.int8()), pa.field("_ts", ts_type)]
-                     + ([pa.field("_late", pa.bool_())] if late else []))
+    if ts_type is None:
+        return results
+    return results.set(results.get_field_index("_ts"), pa.field("_ts", ts_type))
 
 
 def _check_places(inputs: dict, output: str | None, rejected: str | None,
