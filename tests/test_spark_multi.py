@@ -343,6 +343,12 @@ def test_restart_from_checkpoint_continues_the_query_set(spark, tmp_path):
     assert run1.pending > 0 and run1.queries["after"]["state"] == "pending"
     assert max(pa.concat_tables(v[:2]).column("ts").to_pylist()[-1]
                for v in pieces.values()) < 6.5
+    # A clean-up marker (for spilling queries: runtime.spark.signal_cleanup) in the
+    # end-of-input folder is no end of input for a query set: a restart that reads it alone
+    # would have closed the input, and the rest of the files would have been rejected.
+    from adaptcq.runtime.spark import signal_cleanup
+    signal_cleanup(ck / "end_of_input")
+    assert run_query_files(spark, srcs, None, control, finish=False, **kw).rejected == 0
     _write(tmp_path / "in", {k: v[2:] for k, v in pieces.items()}, start=2)
     with pytest.raises(AdaptcqError, match="different query set"):
         run_query_files(spark, srcs, None, control[:-1], **kw)

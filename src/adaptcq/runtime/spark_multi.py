@@ -823,6 +823,9 @@ def query_set_stream(spark, sources: Mapping[str, object], controls: Sequence = 
         parts.append(_control_part(ctl, len(names) + k, timestamp_unit, canonical))
     if end_of_input is not None:
         eoi = spark.readStream.schema("value string").text(str(end_of_input))
+        # (Clean-up and tick markers are for spilling queries, ``runtime.spark``: a query
+        # set neither spills nor ends on them.)
+        eoi = eoi.where(~F.trim(F.col("value")).isin("cleanup", "tick"))
         parts.append(eoi.select(F.lit(END).cast("int").alias("_s"),
                                 F.lit(0).cast("int").alias("_g"),
                                 F.lit(None).cast("long").alias("_ti"),
