@@ -1062,7 +1062,7 @@ class SpillTree:
             traced = t if self.sample >= 1 else t.filter(
                 np.random.default_rng(self._rng.getrandbits(63)).random(n) < self.sample)
             names = [f"{streams[i]}.{columns[streams[i]][c]}" for _, i, c in op.trace_slots]
-            keys = [traced[n] if n in traced.column_names else None for n in names]
+            keys = [traced[name] if name in traced.column_names else None for name in names]
             if op.parent is None:
                 st.trace_batch("output", op.trace_slots, keys, self.partitions,
                                1 / self.sample)
@@ -1313,7 +1313,8 @@ class _WriteBack:
                 counts += n
         keep, write = [], []
         # In block order, as the group-by-group clean-up places them.
-        for pid in sorted(np.flatnonzero(counts).tolist(), key=lambda p: (block_of(p, BLOCKS), p)):
+        for pid in sorted(np.flatnonzero(counts).tolist(),
+                          key=lambda p: (block_of(p, BLOCKS), p)):
             size = float(sizes[pid])
             if size <= self.room or self.failed is not None:
                 self.room -= size

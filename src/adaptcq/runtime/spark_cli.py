@@ -135,21 +135,10 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
                             args.sign, unit, adaptivity=adaptivity, shares=shares or None,
                             **options)
         spark = get_spark(master, "adaptcq run")
-        # Failures are reported as one line (AdaptcqError); Spark's own log of them would
-        # be hundreds of lines of JVM and Python stack traces.
-        # (py4j logs a failed foreachBatch call with its traceback, too.)
-        spark.sparkContext.setLogLevel("OFF")
-        py4j_log = logging.getLogger("py4j")
-        level = py4j_log.level
-        py4j_log.setLevel(logging.CRITICAL + 1)
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", SplitWarning)
-                run = job.run(spark, max_files_per_trigger=args.max_files_per_trigger,
-                              trigger=args.trigger)
-        finally:
-            spark.sparkContext.setLogLevel("ERROR")
-            py4j_log.setLevel(level)
+        with _quiet(spark), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SplitWarning)
+            run = job.run(spark, max_files_per_trigger=args.max_files_per_trigger,
+                          trigger=args.trigger)
         for w in caught:
             if issubclass(w.category, SplitWarning):
                 console.print(f"[yellow]warning:[/] {w.message}")
@@ -191,11 +180,8 @@ def cleanup_cli(args, console) -> int:
     master = args.master or "local[*]"
     check_master(master)
     spark = get_spark(master, "adaptcq cleanup")
-    spark.sparkContext.setLogLevel("OFF")  # failures are reported in one line
-    try:
+    with _quiet(spark):
         run = job.run(spark, finish=False, cleanup=True)
-    finally:
-        spark.sparkContext.setLogLevel("ERROR")
     where = f" to {job.output}/ (Parquet)" if job.output else ""
     console.print(f"wrote {run.results:,} result rows{where}: the late results the "
                   "checkpoint's spills held back (and the results of any new input)",
@@ -204,6 +190,22 @@ def cleanup_cli(args, console) -> int:
                                checkpoint=args.folder)
     console.print(summary_table(run, shown, master))
     return 0
+
+
+@contextlib.contextmanager
+def _quiet(spark):
+    """Spark's and py4j's logs off while a job runs: failures are reported as one line
+    (AdaptcqError); Spark's own log of them would be hundreds of lines of JVM and Python
+    stack traces (py4j logs a failed foreachBatch call with its traceback, too)."""
+    spark.sparkContext.setLogLevel("OFF")
+    py4j_log = logging.getLogger("py4j")
+    level = py4j_log.level
+    py4j_log.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        spark.sparkContext.setLogLevel("ERROR")
+        py4j_log.setLevel(level)
 
 
 def summary_table(run: SparkRun, args, master: str):

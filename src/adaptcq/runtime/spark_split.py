@@ -42,7 +42,8 @@ from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.spark_daemon import freeze_imports
 from adaptcq.stream import eventtime as et
 
-__all__ = ["CLEANUP", "END", "PUNCT", "TICK", "ColumnarSplit", "SplitPlan", "SplitWarning", "plan_split"]
+__all__ = ["CLEANUP", "END", "PUNCT", "TICK", "ColumnarSplit", "SplitPlan", "SplitWarning",
+           "plan_split"]
 
 END = -1  # stream index of an end-of-input control row
 CLEANUP = -3  # stream index of a clean-up control row (``spark.signal_cleanup``)
