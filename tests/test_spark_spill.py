@@ -496,6 +496,8 @@ def test_cleanups_on_demand_on_spark_with_cleanup_off_equal_local(spark, tmp_pat
         assert json.loads(manifest.read_text())["events"] == []
     assert list(Path(ck, "spill").glob("group-*/*.arrow")) == []
     assert cleanup_checkpoint(spark, ck).results == 0
+    from adaptcq.cli import main  # late results go to the run's own output, nowhere else
+    assert main(["cleanup", ck, "--output", str(tmp_path / "elsewhere")]) == 1
 
 
 def test_a_running_query_cleans_up_when_signalled(spark, tmp_path):
@@ -583,6 +585,7 @@ def test_cleanup_of_a_checkpoint_refuses_what_holds_nothing_back(tmp_path):
     (ck / "query" / "commits" / "0").write_text("v1\n")
     with pytest.raises(AdaptcqError, match="does not record its query text as given"):
         prepare_cleanup(ck)  # (a checkpoint of an earlier version)
+    assert main(["cleanup", str(ck), "--format", "csv"]) == 1  # a Spark output is Parquet
     assert main(["cleanup", str(tmp_path)]) == 1  # a spill folder needs --output
     assert main(["cleanup", str(tmp_path), "--output", "x.parquet", "--master",
                  "local[1]"]) == 1
