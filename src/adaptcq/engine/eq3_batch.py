@@ -286,26 +286,58 @@ def combine(sources: Sequence[pa.Table | None], shape: Shape, compare: dict
     newest component is no later than any component's end and that passes the checks,
     with ``pid``, ``_exp`` (the earliest end), ``_t`` (the newest time) and the
     components' columns; yielded for ``SLICE_ROWS`` rows of the smallest input at a time,
-    so that memory holds a slice's combinations, not the term's."""
+    so that memory holds a slice's combinations, not the term's.
+
+    The joins run over narrow tables (key, end, newest time, row number and the checked
+    columns); a combination's other columns are taken from the inputs only once it has
+    passed every test. Most combinations of equal keys fail the window test, and the
+    hash join would otherwise copy every column of each of them."""
     if any(s is None or s.num_rows == 0 for s in sources):
         return
     order = sorted(range(shape.m), key=lambda k: sources[k].num_rows)
-    first = sources[order[0]]
+    narrow = [_narrow(t, k, shape) for k, t in enumerate(sources)]
+    first = narrow[order[0]]
     first = first.filter(pc.less_equal(first["_t"], first["_exp"]))
     for at in range(0, first.num_rows, SLICE_ROWS):
-        got = _combine_from(first.slice(at, SLICE_ROWS), order, sources, shape, compare)
+        got = _combine_from(first.slice(at, SLICE_ROWS), order, narrow, shape, compare)
         if got is not None:
-            yield got
+            yield _materialize(got, order, sources)
+
+
+def _narrow(t: pa.Table, k: int, shape: Shape) -> pa.Table:
+    """What a join of child k's inputs ``t`` needs: ``_key``, ``_exp``, ``_t``, the row
+    number ``_r{k}`` and the columns of the checks that involve child k."""
+    checked = {x for kx, x, ky, y in shape.checks for c, x in ((kx, x), (ky, y)) if c == k}
+    cols = ["_key", "_exp", "_t", *sorted(c for c in checked if c in t.column_names)]
+    return t.select(cols).append_column(f"_r{k}", pa.array(np.arange(t.num_rows)))
+
+
+def _materialize(part: pa.Table, order: list[int], sources: Sequence[pa.Table]) -> pa.Table:
+    """The combinations ``part`` (row numbers per child) with their components' columns:
+    the first child's (``pid``, its streams', ``_key``) with the combinations' ``_exp``
+    and ``_t``, then each other child's streams' columns, in join order."""
+    head = sources[order[0]].take(part[f"_r{order[0]}"])
+    cols, names = [], []
+    for name in head.column_names:
+        cols.append(part[name] if name in ("_exp", "_t") else head[name])
+        names.append(name)
+    for k in order[1:]:
+        other = sources[k]
+        rest = [n for n in other.column_names if n not in ("pid", "_key", "_exp", "_t")]
+        taken = other.select(rest).take(part[f"_r{k}"])
+        cols.extend(taken.columns)
+        names.extend(rest)
+    return pa.table(cols, names=names)
 
 
 def _combine_from(part: pa.Table, order: list[int], sources: Sequence[pa.Table],
                   shape: Shape, compare: dict) -> pa.Table | None:
-    """``combine`` for some of the first source's rows (``part``); None when empty."""
+    """``combine`` over the narrow inputs (``_narrow``) for some of the first source's
+    rows (``part``); None when empty."""
     bound = {order[0]}
     for k in order[1:]:
-        right = sources[k].drop_columns(["pid"])
-        right = right.rename_columns(
-            [{"_exp": "_exp_r", "_t": "_t_r"}.get(n, n) for n in right.column_names])
+        right = sources[k].rename_columns(
+            [{"_exp": "_exp_r", "_t": "_t_r"}.get(n, n) for n in sources[k].column_names])
         part = part.join(right, "_key", join_type="inner", use_threads=False)
         if not part.num_rows:
             return None
