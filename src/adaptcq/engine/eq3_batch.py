@@ -91,7 +91,8 @@ def child_inputs(rows: pa.Table, k: int, shape: Shape) -> pa.Table | None:
     columns), with ``_key``, ``_exp`` and ``_t``; None when there are none. Raises
     ``_Unfit`` when their times cannot give window ends exactly in Arrow (integer times
     with a window that is not whole, or an end past int64)."""
-    names = [n for n in shape.names(k) if n in rows.column_names]
+    have = set(rows.column_names)
+    names = [n for n in shape.names(k) if n in have]
     if shape.keys[k] not in names:
         return None  # NULL partition values never join (nor are they ever stored)
     # The child's rows with a partition value, filtered once: its columns only.

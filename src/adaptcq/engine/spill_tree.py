@@ -400,6 +400,7 @@ class SpillTree:
         self._row_bytes = {a: _RowSize() for a in query.aliases}
         self._refresh_units()
         self.stems = [_Rows(a) for a in query.aliases]
+        self._stem_of = dict(zip(query.aliases, self.stems, strict=True))  # alias -> _Rows
         self.inserts = [self._inserter(i, a) for i, a in enumerate(query.aliases)]
         self.deletes = [self._deleter(i, a) for i, a in enumerate(query.aliases)]
         # Pending spills (for retirement and "complete until"): per operator, the earliest
@@ -415,6 +416,12 @@ class SpillTree:
         self._project = self._compile_projection()
         self._shapes: dict = {}  # operator id -> its eq3_batch.Shape
         self._late = None        # (late projection by column, its columns), on first use
+        # Where a batch clean-up's late results may leave as Arrow tables (the SELECT
+        # columns, ``_sign``, ``_ts`` and ``_late`` when ``late_column``), set by a runtime
+        # that writes Arrow (``runtime.local``); None: as output rows through the emit
+        # function, like every other result. Only for a SELECT of plain columns.
+        self.emit_table = None
+        self._late_columns = self._plain_outputs()
 
     # ----- construction ------------------------------------------------------------------
     def _compile_projection(self):
@@ -452,6 +459,33 @@ class SpillTree:
             "def project_late(cols, times, emit):", head,
             f"        emit(({values}1, ts{late}))", ""]), {}).fn
         return fn, names
+
+    def _plain_outputs(self) -> list[tuple[str, str]] | None:
+        """(output name, spill-format column) per SELECT item when every item is a
+        column; None when one is an expression (late results then go through the
+        compiled projection)."""
+        import sqlglot.expressions as exp
+        out = []
+        for o in self.query.outputs:
+            if not isinstance(o.expr, exp.Column):
+                return None
+            out.append((o.name, f"{o.expr.table}.{o.expr.name}"))
+        return out
+
+    def _late_table(self, part: pa.Table) -> pa.Table:
+        """Late results (rows of a batch clean-up's root term) as an output table: the
+        SELECT columns as stored (NULL when absent from every input), ``_sign`` 1,
+        ``_ts`` their newest component's time, ``_late`` true."""
+        n = part.num_rows
+        have = set(part.column_names)
+        cols = [part[c] if c in have else pa.nulls(n) for _, c in self._late_columns]
+        names = [name for name, _ in self._late_columns]
+        cols += [pa.array(np.ones(n, np.int8)), part["_t"]]
+        names += ["_sign", "_ts"]
+        if self.late_column:
+            cols.append(pa.array(np.ones(n, np.bool_)))
+            names.append("_late")
+        return pa.table(cols, names=names)
 
     def set_emit(self, emit) -> None:
         self._emit = emit
@@ -572,7 +606,7 @@ class SpillTree:
             op = ops[oid - 1]
             child = op.children[k]
             if isinstance(child, str):  # a base row a clean-up put back (``_store``)
-                self.stems[self.query.aliases.index(child)].rows.pop(eid, None)
+                self._stem_of[child].rows.pop(eid, None)
             self._expire(op, pid, k, key, eid)
 
     def _expire(self, op: Operator, pid: int, k: int, key, eid: int) -> None:
@@ -698,7 +732,7 @@ class SpillTree:
             for child, held in zip(op.children, g.held(), strict=True):
                 n += len(held)
                 if isinstance(child, str):
-                    rows = self.stems[self.query.aliases.index(child)].rows
+                    rows = self._stem_of[child].rows
                     for _, comp in held:
                         rows.pop(comp[0][0], None)
         return n
@@ -1070,6 +1104,12 @@ class SpillTree:
                 unit = sum(self._unit_of(s) for s in op.streams)
                 st.trace_batch("inter", op.trace_slots, keys, self.partitions,
                                unit / self.sample)
+        if op.parent is None and self.emit_table is not None and \
+                self._late_columns is not None:
+            for at in range(0, n, OUTPUT_ROWS):  # a slice at a time, as Arrow
+                self.emit_table(self._late_table(t.slice(at, OUTPUT_ROWS)))
+                yield
+            return n
         if op.parent is None:
             if self._late is None:
                 self._late = self._compile_late_projection()
@@ -1192,7 +1232,7 @@ class SpillTree:
     def _store(self, op: Operator, g: Group, pid: int, k: int, key, exp, comp) -> None:
         if len(comp) == 1:  # a base row: its stream's row map again
             rid = comp[0][0]
-            self.stems[self.query.aliases.index(op.children[k])].rows[rid] = comp[0][2]
+            self._stem_of[op.children[k]].rows[rid] = comp[0][2]
             self._put(op, g, pid, k, key, rid, exp, comp)
             if exp != INF:
                 # Its expiry, here too: after a rebuild (``replay``) the query's window
