@@ -140,6 +140,9 @@ def run_with_spills(q, streams, ts, tup, rnd, tmp, p_spill=0.3, p_clean=0.05,
     ex = cq.executor
     if rnd.random() < 0.5:  # every missing subresult handed over through disk (_SentUp)
         ex._handover_limit = lambda: 0.0
+    if rnd.random() < 0.5:  # late results of a batch clean-up as Arrow (emit_table)
+        ex.emit_table = lambda t: cq.out.extend(zip(*(c.to_pylist() for c in t.columns),
+                                                    strict=True))
     out = []
     for k in range(len(tup)):
         out += cq.process([streams[k]], None, [ts[k]], [tup[k]])

@@ -126,6 +126,42 @@ def test_the_python_api(files):
                     spill={"strategy": "global-output", "memory": 5000})
 
 
+@pytest.mark.parametrize("case", ["columns", "expression", "other types"])
+def test_late_results_of_a_batch_cleanup_leave_as_arrow_or_as_rows(files, monkeypatch, case):
+    """A SELECT of plain columns: a batch clean-up's late results leave as Arrow tables
+    (``SpillTree.emit_table``); with an expression, or columns whose type is not the
+    output's, as rows. The results are the same either way."""
+    from adaptcq.engine.spill_tree import SpillTree
+    from adaptcq.runtime import local
+    sql = SQL if case != "expression" else SQL.replace("D.id AS d", "D.id + 1 AS d")
+    if case == "other types":  # the late tables' id columns as int32: not the output's
+        plain = SpillTree._late_table
+
+        def narrowed(self, part):
+            t = plain(self, part)
+            return t.set_column(0, t.column_names[0], t.column(0).cast(pa.int32()))
+        monkeypatch.setattr(SpillTree, "_late_table", narrowed)
+    tables = []
+    emit_table = local.LocalRun._emit_table
+
+    def counted(self, t):
+        tables.append(t.num_rows)
+        return emit_table(self, t)
+    monkeypatch.setattr(local.LocalRun, "_emit_table", counted)
+    sources = {s: str(files / f"{s}.parquet") for s in "ABCD"}
+    got = adaptcq.run(sql, sources, spill={"strategy": "global-penalty", "memory": 100_000,
+                                           "partitions": 30, "every": 40})
+    assert got.stats["late_results"] > 0 and got.stats["cleanup_batch_runs"] > 0
+    assert (sum(tables) == got.stats["late_results"]) == (case == "columns")
+    assert tables if case == "columns" else not tables
+    want = adaptcq.run(sql, sources, executor="mjoin").table
+    key = ("a", "b", "c", "d", "_ts")
+    assert got.stats["results"] == got.table.num_rows == want.num_rows
+    assert got.table.schema.field("a").type == want.schema.field("a").type
+    assert Counter(zip(*(got.table.column(c).to_pylist() for c in key))) == \
+        Counter(zip(*(want.column(c).to_pylist() for c in key)))
+
+
 def test_late_results_leave_an_iterator_while_the_cleanup_runs(files, monkeypatch):
     """The end-of-input clean-up pauses after each partition group, and the late results
     emitted so far leave `adaptcq.stream`'s iterator then: they do not wait, all in memory,

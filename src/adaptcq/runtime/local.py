@@ -173,6 +173,8 @@ class LocalRun:
                 raise OptionError("spill options (--spill, --memory) need the operator "
                                   f"tree (--executor tree); this run uses {self.executor_name}")
             self.cq = self._engine(self.executor_name, mode, options)
+            if self.executor_name == "tree":  # a batch clean-up's late results as Arrow
+                self.cq.executor.emit_table = self._emit_late_table
         self.merger = ArrivalMerger(query, self.sources, timestamp, timestamp_unit,
                                     self.lateness, self.sign, columnar=self.vector)
         self.on_rejected = on_rejected
@@ -508,6 +510,22 @@ class LocalRun:
             self._buf = []
         if self.stopped:
             raise _ResultBound
+
+    def _emit_late_table(self, t: pa.Table) -> None:
+        """Late results of a batch clean-up as Arrow (``SpillTree.emit_table``): after the
+        results produced before them, as one table when its columns have the output's
+        types (``_ts`` as int64 nanoseconds), else as rows, the way every result goes."""
+        self._buffer(self.cq.drain())  # the results before the clean-up leave first
+        if self._buf:
+            self._emit_batch(self._buf)
+            self._buf = []
+        same = all(c.type == (pa.int64() if f.name == "_ts" else f.type)
+                   for f, c in zip(self.schema, t.columns, strict=True))
+        self.cq.stats.results += t.num_rows
+        if same:
+            self._emit_table(t)
+        else:
+            self._buffer(list(zip(*(c.to_pylist() for c in t.columns), strict=True)))
 
     def _emit_batch(self, rows: list) -> None:
         batch = rows_to_batch(rows, self.schema, self.unit)

@@ -85,6 +85,7 @@ def spill_figures(ex) -> dict:
             "late_results": c.late_results, "cleanup_handovers": c.handover_flushes,
             "cleanup_writebacks": c.writebacks,
             "cleanup_writeback_bytes_model": c.writeback_bytes,
+            "cleanup_batch_runs": c.batch_runs, "cleanup_python_runs": c.python_runs,
             "memory_model_now": int(ex.memory_usage())}
 
 
