@@ -95,9 +95,17 @@ def child_inputs(rows: pa.Table, k: int, shape: Shape) -> pa.Table | None:
     names = [n for n in shape.names(k) if n in have]
     if shape.keys[k] not in names:
         return None  # NULL partition values never join (nor are they ever stored)
-    # The child's rows with a partition value, filtered once: its columns only.
-    keep = pc.and_(pc.equal(rows["child"], k), joinable(rows[shape.keys[k]]))
-    t = rows.select(["pid", *names]).filter(keep)
+    # The child's rows with a partition value, filtered once (its columns only), and not
+    # at all when every row is one (a hand-over holds one child's).
+    keep = rows["child"].to_numpy() == k
+    if not keep.any():
+        return None
+    key = rows[shape.keys[k]]
+    if key.null_count or pa.types.is_floating(key.type):
+        keep &= pc.fill_null(joinable(key), False).to_numpy(zero_copy_only=False)
+    t = rows.select(["pid", *names])
+    if not keep.all():
+        t = t.filter(pa.array(keep))
     if not t.num_rows:
         return None
     key = t[shape.keys[k]]
