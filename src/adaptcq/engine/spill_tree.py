@@ -1066,8 +1066,8 @@ class SpillTree:
 
     def _spill_rows(self, op: Operator, live: list, pids: list[int]) -> pa.Table:
         """The inputs of groups ``pids`` among ``live`` (per child, Arrow) in the spill
-        format (``pid``, ``child``, every stream's columns, NULL where absent), in pid
-        order: what a write-back writes."""
+        format (``pid``, ``child``, every stream's columns, NULL where absent): what a
+        write-back writes."""
         keep = pa.array(pids, pa.int32())
         parts = []
         for k, t in enumerate(live):
@@ -1525,7 +1525,7 @@ class _SentUp:
                     continue
                 self.items[oid] = {}
         for oid, tables in self.tables.items():
-            for t in tables:  # in pid order (``_spill_format``)
+            for t in tables:
                 parts += _block_parts(oid, t, lambda _pid, _n: (0.0, INF))
             self.tables[oid] = []
         if parts:
@@ -1593,23 +1593,25 @@ class _Handed:
 
 def _spill_format(t: pa.Table, columns: dict) -> pa.Table:
     """``t`` (``pid``, ``child`` and some streams' columns) with every stream's columns
-    in the spill format's order, NULL where absent, in pid order."""
+    in the spill format's order, NULL where absent (rows in their order: ``_block_parts``
+    sorts what goes to disk)."""
     n = t.num_rows
     names = ["pid", "child"] + [f for a, cols in columns.items()
                                 for f in (f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in cols))]
     have = set(t.column_names)
-    return pa.table([t[f] if f in have else pa.nulls(n) for f in names], names=names) \
-        .sort_by([("pid", "ascending"), ("child", "ascending")])
+    return pa.table([t[f] if f in have else pa.nulls(n) for f in names], names=names)
 
 
 def _block_parts(oid: int, rows: pa.Table, sized) -> list[tuple]:
-    """``rows`` (spill format, in pid order) as ``SpillStore.write_batches`` parts: a
-    record batch per block of pids, with an index row per pid; ``sized(pid, inputs)``
+    """``rows`` (spill format, in any order) as ``SpillStore.write_batches`` parts: a
+    record batch per block of pids, its rows in pid order, with an index row per pid;
+    ``sized(pid, inputs)``
     gives its (model bytes, latest window end)."""
-    block = rows["pid"].to_numpy() % BLOCKS
-    # The rows block by block with one take (pid order kept within a block), then a
-    # slice per block, rather than a filter of every column per block.
-    order = np.argsort(block, kind="stable")
+    pid = rows["pid"].to_numpy()
+    block = pid % BLOCKS
+    # The rows in (block, pid) order with one take, then a slice per block, rather than
+    # a filter of every column per block (and a sort before it).
+    order = np.lexsort((pid, block))
     rows, block = rows.take(pa.array(order)), block[order]
     cut = np.flatnonzero(np.diff(block)) + 1
     parts = []
