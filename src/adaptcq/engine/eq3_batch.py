@@ -421,15 +421,25 @@ def still_valid(t: pa.Table | None, now) -> pa.Table | None:
     """The inputs whose window has not ended at ``now`` (exp ≥ now, compared exactly)."""
     if t is None or not t.num_rows:
         return None
-    exp = t["_exp"]
-    if pa.types.is_integer(exp.type):
-        if now == -INF:
-            return t
-        if now == INF:
-            return None
+    return where(t, valid_rows(t, now))
+
+
+def valid_rows(t: pa.Table, now) -> np.ndarray:
+    """Which inputs of ``t`` have a window not ended at ``now`` (exp ≥ now, compared
+    exactly: with integer ends, against ⌈now⌉)."""
+    exp = t["_exp"].to_numpy()
+    if exp.dtype.kind in "iu":
+        if now == -INF or now == INF:
+            return np.full(len(exp), now == -INF)
         now = math.ceil(now)  # exp ≥ now ⟺ exp ≥ ⌈now⌉ for integers
-    t = t.filter(pc.greater_equal(exp, pa.scalar(now, exp.type)))
-    return t if t.num_rows else None
+    return exp >= now
+
+
+def where(t: pa.Table | None, keep: np.ndarray | None) -> pa.Table | None:
+    """The rows of ``t`` where ``keep``; None when there are none."""
+    if t is None or keep is None or not keep.any():
+        return None
+    return t if keep.all() else t.filter(pa.array(keep))
 
 
 def composites(t: pa.Table, streams: Sequence[str], columns: dict) -> list[tuple]:

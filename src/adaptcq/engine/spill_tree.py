@@ -1029,11 +1029,11 @@ class SpillTree:
                 back.release(op, pid, g)
             self._evict(op, pid)
         if not final:
-            live = [eq3.still_valid(t, now) for t in eq3.merged_inputs(gens, deltas, m)]
+            merged = eq3.merged_inputs(gens, deltas, m)
             if back is None:
-                self._restore_rows(op, live)
+                self._restore_rows(op, [eq3.still_valid(t, now) for t in merged])
             else:
-                back.place_rows(op, live)
+                back.place_rows(op, merged)
         return late
 
     def _shape(self, op: Operator):
@@ -1042,17 +1042,14 @@ class SpillTree:
             got = self._shapes[op.id] = eq3.shape_of(op, self.query, self.w)
         return got
 
-    def _restore_rows(self, op: Operator, live: list, only=None) -> None:
+    def _restore_rows(self, op: Operator, live: list) -> None:
         """Merged groups given as Arrow (per child, the inputs of many pids, ``pid``
-        and ``_exp`` columns) become memory generations (``_restore``); ``only``: just
-        these pids."""
+        and ``_exp`` columns) become memory generations (``_restore``)."""
         shape = self._shape(op)
         per_pid: dict[int, list] = {}
         for k, t in enumerate(live):
             if t is None:
                 continue
-            if only is not None:
-                t = t.filter(pc.is_in(t["pid"], pa.array(sorted(only), t["pid"].type)))
             ci, cc = op.key_slots[k]
             comps = eq3.composites(t, shape.layouts[k], shape.columns)
             for pid, exp, comp in zip(t["pid"].to_pylist(), eq3.ends(t), comps,
@@ -1064,17 +1061,14 @@ class SpillTree:
         for pid in sorted(per_pid):
             self._restore(op, pid, per_pid[pid])
 
-    def _spill_rows(self, op: Operator, live: list, pids: list[int]) -> pa.Table:
-        """The inputs of groups ``pids`` among ``live`` (per child, Arrow) in the spill
-        format (``pid``, ``child``, every stream's columns, NULL where absent): what a
-        write-back writes."""
-        keep = pa.array(pids, pa.int32())
+    def _spill_rows(self, op: Operator, live: list) -> pa.Table:
+        """The inputs ``live`` (per child, Arrow) in the spill format (``pid``, ``child``,
+        every stream's columns, NULL where absent): what a write-back writes."""
         parts = []
         for k, t in enumerate(live):
             if t is None:
                 continue
             t = t.set_column(t.column_names.index("pid"), "pid", t["pid"].cast(pa.int32()))
-            t = t.filter(pc.is_in(t["pid"], keep))
             parts.append(t.drop_columns(["_key", "_exp", "_t"])
                          .append_column("child", pa.array(np.full(t.num_rows, k, np.int16))))
         return _spill_format(pa.concat_tables(parts, promote_options="default"),
@@ -1337,18 +1331,20 @@ class _WriteBack:
         if self.bytes >= self.limit:
             self.flush()
 
-    def place_rows(self, op: Operator, live: list) -> None:
+    def place_rows(self, op: Operator, merged: list) -> None:
         """``place`` for the groups of a batch clean-up (per child, the merged inputs of
-        many pids still in their window, as Arrow): pid by pid, in memory while they fit
-        in the room left, the others written back as they are, without becoming Python
-        objects."""
+        many pids, as Arrow; those past their window now are dropped): pid by pid, in
+        memory while they fit in the room left, the others written back as they are,
+        without becoming Python objects."""
         tree = self.tree
         P = tree.partitions
+        pids = [None if t is None else t["pid"].to_numpy() for t in merged]
+        valid = [None if t is None else eq3.valid_rows(t, self.now) for t in merged]
         sizes = np.zeros(P)
         counts = np.zeros(P, dtype=np.int64)
-        for u, t in zip(op.unit, live, strict=True):
-            if t is not None:
-                n = np.bincount(t["pid"].to_numpy(), minlength=P)
+        for u, p, v in zip(op.unit, pids, valid, strict=True):
+            if p is not None:
+                n = np.bincount(p[v], minlength=P)
                 sizes += u * n
                 counts += n
         keep, write = [], []
@@ -1361,12 +1357,17 @@ class _WriteBack:
                 keep.append(pid)
             else:
                 write.append(pid)
+        kept = np.zeros(P, dtype=bool)
+        kept[keep] = True
         if keep:
-            tree._restore_rows(op, live, only=keep)
+            tree._restore_rows(op, [eq3.where(t, None if p is None else v & kept[p])
+                                    for t, p, v in zip(merged, pids, valid, strict=True)])
         if not write:
             return
+        live = [eq3.where(t, None if p is None else v & ~kept[p])
+                for t, p, v in zip(merged, pids, valid, strict=True)]
         tops = _tops(live, P)
-        self.parts += _block_parts(op.id, tree._spill_rows(op, live, write),
+        self.parts += _block_parts(op.id, tree._spill_rows(op, live),
                                    lambda pid, _: (float(sizes[pid]), tops[pid]))
         self.bytes += float(sizes[write].sum())
         if self.bytes >= self.limit:
