@@ -638,7 +638,7 @@ def test_over_its_budget_the_policy_counts_intervals_less_often():
         pol._ready = lambda: False                # candidates stay profiled throughout
         outs = outputs_without_and_with(p, pol)
         assert outs[0] == outs[1]
-        rows[thrifty] = pol.op_costs.n
+        rows[thrifty] = pol.rows_counted
     assert 0 < rows[True] <= pol._ticks // COUNT_SPAN + 1
     assert rows[True] < rows[False]
 
@@ -647,11 +647,14 @@ def test_the_policy_measures_its_own_share_of_the_cpu():
     """``_thrifty``: the policy's own CPU at its latest ticks against the CPU between
     them."""
     pol = ACaching()
+    pol.rows_counted = 1  # (never before an interval has been counted)
     assert not pol._thrifty()
     pol._own.extend([(0.001, 1.0)] * 5)
     assert not pol._thrifty()
     pol._own.extend([(0.5, 1.0)] * 5)
     assert pol._thrifty()
+    pol.rows_counted = 0
+    assert not pol._thrifty()
 
 
 def test_trial_resolution_from_the_intervals_before():
