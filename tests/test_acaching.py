@@ -558,3 +558,109 @@ def test_interval_counts_follow_the_engine(mode):
     assert (sum(g["probe"] for g in cached) / sum(g["insert"] for g in cached)
             < sum(g["probe"] for g in plain) / sum(g["insert"] for g in plain))
     assert pol.op_costs.get() is not None and pol.costs().clock == "seconds"
+
+
+def test_a_new_cache_must_beat_the_model_error_and_a_trial_resolution():
+    """After trials, a cache not in use is chosen only when its predicted saving exceeds
+    the model's mean error plus the mean noise band of the trials (the smallest change a
+    trial can tell from noise); before any trial, the band a trial would have is
+    predicted from the spread of the intervals before it. With --no-cache-verify, the
+    paper's policy: every candidate may be chosen."""
+    from adaptcq.adapt.caching import Estimate
+    pol = ACaching()
+    pol.units_rate = lambda: 100.0
+    assert pol._credible(Estimate(1.0, 0.5))     # nothing known: as in the paper
+    pol._before.extend([1.0, 1.2, 0.8, 1.1, 0.9, 1.0])  # a spread of about 14%
+    band = pol._resolution()
+    assert 0.05 < band < 0.2
+    assert not pol._credible(Estimate(band * 50, 0.0))  # predicts half the band
+    assert pol._credible(Estimate(band * 200, 0.0))
+    pol.model_error.update(0.1)
+    pol.trial_band.update(0.05)
+    assert pol._resolution() == 0.05
+    assert not pol._credible(Estimate(13.0, 0.0))  # 13% < 10% + 5%
+    assert pol._credible(Estimate(16.0, 0.0))
+    paper = ACaching(verify=False)
+    paper._before.extend([1.0, 1.2, 0.8, 1.1, 0.9, 1.0])
+    assert paper._resolution() == 0.0
+
+
+def test_candidates_that_cannot_clear_the_bar_are_not_profiled():
+    """A candidate's net benefit is at most its segment's operator cost (every probe a
+    hit, caching free); once the bar of ``_credible`` is above that share of the plan's
+    cost, the candidate gets no Bloom observer (its pipeline is not recompiled) and is not
+    profiled; when every candidate is left out, the selection still runs (nothing
+    chosen) and the policy goes quiet. Output unchanged."""
+    wl = three_way(n_updates=6_000, r=5, seed=0)
+    p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
+    pol = ACaching(W=5, p=0.2, interval=50, reopt_interval=1000, W_d=20)
+    pol.model_error.update(2.0)  # the model overestimated by 200%: no cache can clear it
+    profiled, profile = [], pol._profile
+
+    def watched(ex, st_):
+        profiled.append(pol._arrivals)
+        return profile(ex, st_)
+    pol._profile = watched
+    outs = outputs_without_and_with(p, pol)
+    assert outs[0] == outs[1]
+    # The first candidates come before any operator is profiled (the bound unknown); the
+    # re-profilings every I = 1,000 arrivals after the first selection profile none.
+    first = min(h["arrival"] for h in pol.history if h["event"] == "select")
+    assert profiled and max(profiled) < first < 2_000
+    assert all(st.state == "unused" for st in pol.states.values()) and not pol._watching
+    assert not any(h["event"] == "use" for h in pol.history)
+    # the bound itself: a segment costing 2% of the plan cannot clear a bar of 3%
+    st_ = next(iter(pol.states.values()))
+    pol.model_error = type(pol.model_error)(5)
+    pol.trial_band.update(0.03)
+    pol.units_rate = lambda: 100.0
+    pol._operator_cost = lambda a, j: 2.0 / (st_.candidate.end - st_.candidate.start + 1)
+    assert not pol._may_pay(st_)
+    pol._operator_cost = lambda a, j: 4.0 / (st_.candidate.end - st_.candidate.start + 1)
+    assert pol._may_pay(st_)
+    pol._operator_cost = lambda a, j: None  # not profiled yet: unknown, profiled
+    assert pol._may_pay(st_)
+
+
+def test_over_its_budget_the_policy_counts_intervals_less_often():
+    """While the policy's own CPU at its ticks is above TICK_BUDGET of the query's, an
+    interval counted for the per-operation cost fit spans COUNT_SPAN ticks even while
+    candidates are profiled or a change is tried (fewer rows, same decisions' inputs);
+    the output is unchanged either way."""
+    from adaptcq.adapt.acaching import COUNT_SPAN
+    wl = three_way(n_updates=6_000, r=5, seed=0)
+    p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
+    rows = {}
+    for thrifty in (False, True):
+        pol = ACaching(W=5, p=0.2, interval=50, reopt_interval=100_000, W_d=20)
+        pol._thrifty = lambda thrifty=thrifty: thrifty
+        pol._quiet = lambda ex, arrivals: False  # every tick decides something
+        pol._ready = lambda: False                # candidates stay profiled throughout
+        outs = outputs_without_and_with(p, pol)
+        assert outs[0] == outs[1]
+        rows[thrifty] = pol.rows_counted
+    assert 0 < rows[True] <= pol._ticks // COUNT_SPAN + 1
+    assert rows[True] < rows[False]
+
+
+def test_the_policy_measures_its_own_share_of_the_cpu():
+    """``_thrifty``: the policy's own CPU at its latest ticks against the CPU between
+    them."""
+    pol = ACaching()
+    pol.rows_counted = 1  # (never before an interval has been counted)
+    assert not pol._thrifty()
+    pol._own.extend([(0.001, 1.0)] * 5)
+    assert not pol._thrifty()
+    pol._own.extend([(0.5, 1.0)] * 5)
+    assert pol._thrifty()
+    pol.rows_counted = 0
+    assert not pol._thrifty()
+
+
+def test_trial_resolution_from_the_intervals_before():
+    from adaptcq.adapt.caching.verify import resolution
+    assert resolution([1.0, 1.0], 20) is None            # too few intervals
+    assert resolution([1.0] * 8, 20) == 0.0               # no spread
+    wide, narrow = resolution([1, 2, 1, 2, 1, 2, 1, 2], 20), resolution([1, 1.1] * 4, 20)
+    assert wide > narrow > 0
+    assert resolution([1, 2] * 4, 80) < wide              # a longer trial resolves more

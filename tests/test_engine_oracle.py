@@ -437,3 +437,58 @@ def test_xjoin_refuses_bad_trees(tree, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         ContinuousQuery(q, "xjoin", tree=tree)
     assert ContinuousQuery(q, "xjoin", tree=["R", ["S", "T"]]).executor.tree == ("R", ("S", "T"))
+
+
+def test_a_replan_keeps_the_pipelines_it_does_not_change():
+    """``MJoin._compile`` keeps the plan object and compiled function of a pipeline whose
+    plan, bound objects and bucket counts are unchanged (observers added to one pipeline,
+    one pipeline re-ordered), and so its profiled pipeline; changed ones are recompiled.
+    Profiled and plain insertions interleaved with such re-plans, caches placed and
+    dropped, give the output of an executor left alone."""
+    from adaptcq.engine.mjoin import MJoin
+    q = parse_query("SELECT R.id AS r, S.id AS s, T.id AS t FROM R, S, T "
+                    "WHERE R.a = S.a AND S.b = T.b",
+                    {x: {"a": "number", "b": "number", "id": "number"} for x in "RST"})
+    orders = {"R": ["S", "T"], "S": ["T", "R"], "T": ["S", "R"]}
+    ex, plain = MJoin(q, orders=orders), MJoin(q, orders=orders)
+    before = dict(ex.compiled)
+    from adaptcq.engine.rules import cache_key
+
+    def watch(a):  # (A-Caching watches no empty key: a cartesian step)
+        key = cache_key(q, [a], (ex.orders[a][0],))
+        return [(a, 1, key, [].append)] if key else []
+    ex.observe_probes(watch("R"))
+    assert ex.compiled[("R", "insert")] is not before[("R", "insert")]
+    assert all(ex.compiled[k] is c for k, c in before.items() if k != ("R", "insert"))
+    ex.clear_observers()
+    kept = ex.plans[("S", "insert")]
+    ex.set_order("R", ["T", "S"])
+    assert ex.plans[("S", "insert")] is kept
+    rnd = random.Random(3)
+    rid = 0
+    for step in range(400):
+        i = rnd.randrange(3)
+        row = {"R": (rnd.randint(0, 4), rid), "S": (rnd.randint(0, 4), rnd.randint(0, 4), rid),
+               "T": (rnd.randint(0, 4), rid)}["RST"[i]]
+        rid += 1
+        if rnd.random() < 0.3:
+            ex.profile_insert(i, rid, row, step)
+        else:
+            ex.insert(i, rid, row, step)
+        plain.insert(i, rid, row, step)
+        move = rnd.random()
+        if move < 0.05:
+            ex.observe_probes(watch(rnd.choice("RST")))
+        elif move < 0.1:
+            ex.clear_observers()
+        elif move < 0.13:
+            a = rnd.choice("RST")
+            ex.set_order(a, list(reversed(ex.orders[a])))
+        elif move < 0.18:
+            try:
+                cache = ex.place_cache("R", 1, 2, buckets=rnd.choice([1, 7]))
+            except ValueError:
+                continue
+            if rnd.random() < 0.5:
+                ex.drop_cache("R", cache)
+    assert sorted(ex.out) == sorted(plain.out)

@@ -188,6 +188,12 @@ class MJoin:
         # pipeline); before that, (plan, profiled tuples interpreted on it)
         self._profiled: dict[tuple[int, bool], tuple] = {}
         self._profile_uses: dict[tuple[int, bool], tuple] = {}
+        # (stream, kind) -> (bucket counts, the objects its compiled function was bound
+        # to): what ``_compile`` compares before keeping a pipeline; and the streams whose
+        # insertion plan changed since the stale state was last forgotten.
+        self._bound: dict[tuple[str, str], tuple[dict, dict]] = {}
+        self._replanned: set[str] = set()
+        self._scan_indexes: dict[tuple, ScanIndex] = {}
         self.compile_after = COMPILE_AFTER
         # Caches (a-caching.txt §3.2): placements per pipeline, the shared cache objects,
         # and for each stream the caches holding its rows (evicted on its deletions).
@@ -294,14 +300,31 @@ class MJoin:
                 stem.make_rows_distinct()
         self._distinct = bool(self.caches)
         self._projections.clear()
-        self._fanout_fns.clear()  # they hold indexes a new plan may drop
-        self._profiled.clear()
-        self._programs.clear()
         for i, a in enumerate(self.query.aliases):
             self._compile(a, "insert")
             self._compile(a, self._delete_kind)
             self._wire(i)
-        self._drop_unused_indexes()
+        self._forget_stale(self._drop_unused_indexes())
+
+    def _forget_stale(self, dropped: bool) -> None:
+        """After a re-plan: the interpreter's programs and the profiled pipelines are kept
+        per plan object (``_compile`` keeps the object of a plan that did not change), so
+        only those of changed plans are stale; the fan-out functions hold the indexes of
+        their stream's order. An index dropped may be held by any of them: all go."""
+        if dropped:
+            self._fanout_fns.clear()
+            self._profiled.clear()
+            self._programs.clear()
+            self._replanned = set()
+            return
+        for key in [k for k, got in self._profiled.items()
+                    if got[0] is not self.plans.get((self._aliases[k[0]], "insert"))]:
+            del self._profiled[key]
+        for key in [k for k, got in self._programs.items() if got[0] is not self.plans.get(k)]:
+            del self._programs[key]
+        for stream in [a for a in self._fanout_fns if a in self._replanned]:
+            del self._fanout_fns[stream]
+        self._replanned = set()
 
     def _spec(self, c: JoinCache) -> CacheSpec:
         return CacheSpec(self._cache_names[id(c)], c.members, c.extra, c.key,
@@ -326,14 +349,34 @@ class MJoin:
         return "delete" if self.retract else "maintain"
 
     def _compile(self, stream: str, kind: str) -> None:
+        """(Re)compile a pipeline for the current orders, caches and observers. A plan
+        equal to the one compiled, over the same objects (indexes, caches, observers) and
+        bucket counts, keeps its plan object and compiled function: a re-plan (a cache
+        placed or dropped, observers added, one pipeline re-ordered) changes a few
+        pipelines, and a kept plan also keeps its profiled pipeline and its interpreter
+        program (``_forget_stale``)."""
+        key = (stream, kind)
         plan = self.plan(stream, kind)
-        self.plans[(stream, kind)] = plan
-        if plan.empty:
-            self.compiled.pop((stream, kind), None)
-            return
         buckets = {name: c.buckets for name, c in self._by_name.items()}
-        self.compiled[(stream, kind)] = compile_plan(
-            self.query, plan, lambda name, what: self._bind(plan, name, what), buckets)
+        old, bound = self.plans.get(key), self._bound.get(key)
+        if old is not None and old == plan and (
+                plan.empty or (bound is not None and bound[0] == buckets and all(
+                    self._bind(old, name, what) is obj for (name, what), obj in bound[1].items()))):
+            return  # the same code over the same objects: nothing to do
+        self.plans[key] = plan
+        if kind == "insert":
+            self._replanned.add(stream)
+        if plan.empty:
+            self.compiled.pop(key, None)
+            self._bound.pop(key, None)
+            return
+        objects: dict = {}
+
+        def bind(name, what):
+            obj = objects[(name, what)] = self._bind(plan, name, what)
+            return obj
+        self.compiled[key] = compile_plan(self.query, plan, bind, buckets)
+        self._bound[key] = (buckets, objects)
 
     def _fn(self, stream: str, kind: str):
         """The compiled function of a current pipeline (None when there is none)."""
@@ -374,7 +417,14 @@ class MJoin:
         stem = self._stem[op.stream]
         if not op.positions:
             return stem.rows
-        return ScanIndex(stem, op.positions) if op.scan else stem.index(op.positions)
+        if not op.scan:
+            return stem.index(op.positions)
+        # One per (stream, positions): it holds no state of its own (it scans the SteM's
+        # rows as they are), and the same object lets ``_compile`` keep a pipeline.
+        got = self._scan_indexes.get((op.stream, op.positions))
+        if got is None:
+            got = self._scan_indexes[(op.stream, op.positions)] = ScanIndex(stem, op.positions)
+        return got
 
     def cache(self, name: str) -> JoinCache:
         return self._by_name[name]
@@ -410,7 +460,7 @@ class MJoin:
         return stream in self.nested_loop or any(
             f"{stream}.{cols[p]}" in self.nested_loop for p in positions)
 
-    def _drop_unused_indexes(self) -> None:
+    def _drop_unused_indexes(self) -> bool:
         used: dict[str, set] = {a: set() for a in self.query.aliases}
         for start, order in self.orders.items():
             prefix = [start]
@@ -422,10 +472,13 @@ class MJoin:
         for c in self.caches.values():
             if c.guard:
                 used[c.guard[0]].add(c.guard[1])
+        dropped = False
         for stem in self.stems:
             for positions in stem.indexed:
                 if positions not in used[stem.name]:
                     stem.drop_index(positions)
+                    dropped = True
+        return dropped
 
     # ----- caches (the mechanism; choosing them is adapt/caching's job) -------------------
     def place_cache(self, pipeline: str, start: int, end: int,
@@ -508,6 +561,7 @@ class MJoin:
         for a in pipelines:
             self._compile(a, "insert")
             self._wire(self._aliases.index(a))
+        self._forget_stale(False)
 
     def resize_cache(self, cache: JoinCache, buckets: int) -> None:
         """Change a cache's bucket count (§3.3: chosen from its estimated size; §5)."""

@@ -66,6 +66,22 @@ def keep_change(after: Sequence[float], control: Sequence[float],
     return ratio <= (1.0 if strict else 1.0 + band), ratio, band
 
 
+def resolution(samples: Sequence[float], intervals: int) -> float | None:
+    """The band a trial of ``intervals`` intervals with the change and as many without
+    it would have (two standard errors of the difference of the means, relative to the
+    mean, over the ``trimmed`` samples, as ``keep_change`` computes it), predicted from the
+    spread of ``samples``, CPU seconds per arrival of intervals run before it. None with
+    fewer than ``MIN_BEFORE`` samples."""
+    xs = trimmed(samples)
+    if len(xs) < MIN_BEFORE or intervals < 1:
+        return None
+    m, v = _mean_var(xs)
+    if m <= 0:
+        return None
+    n = max(1, round(intervals * (1 - TRIM)))
+    return 2.0 * math.sqrt(2 * v / n) / m
+
+
 def clear(after: Sequence[float], control: Sequence[float], k: float = CLEAR) -> bool | None:
     """An early verdict: True when the change is faster than the control by more than
     ``k`` bands, False when slower by more than ``k``/2 bands, None when not yet clear.
