@@ -61,7 +61,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from adaptcq.engine import eq3_batch as eq3
 from adaptcq.engine.codegen import compile_source, projection_source
@@ -1087,10 +1086,13 @@ class SpillTree:
         for pid in np.flatnonzero(counts).tolist():
             st.local_output(op.id, pid, int(counts[pid]))
         if self.sample > 0:  # the late results count for the global statistics too
-            traced = t if self.sample >= 1 else t.filter(
+            # the sample's traced columns only (the results hold every component's)
+            chosen = None if self.sample >= 1 else pa.array(
                 np.random.default_rng(self._rng.getrandbits(63)).random(n) < self.sample)
             names = [f"{streams[i]}.{columns[streams[i]][c]}" for _, i, c in op.trace_slots]
-            keys = [traced[name] if name in traced.column_names else None for name in names]
+            have = set(t.column_names)
+            keys = [None if name not in have else t[name] if chosen is None
+                    else t[name].filter(chosen) for name in names]
             if op.parent is None:
                 st.trace_batch("output", op.trace_slots, keys, self.partitions,
                                1 / self.sample)
@@ -1573,12 +1575,11 @@ class _Handed:
         """The Arrow rows of these pids, in memory and on disk, as tables (each of one
         schema; not concatenated, so that a column typed differently in two of them stays
         as it was)."""
-        keep = pa.array(pids, pa.int32())
         out = []
-        for t in self.mem:
-            t = t.filter(pc.is_in(t["pid"], keep))
-            if t.num_rows:
-                out.append(t)
+        for t in self.mem:  # (a run of every pid takes each table as it is)
+            got = eq3.where(t, np.isin(t["pid"].to_numpy(), pids))
+            if got is not None:
+                out.append(got)
         want = set(pids)
         for ref in sorted({ref for pid in pids for ref in self.flushed.get(pid, ())}):
             batch = self.store.batch(ref)
