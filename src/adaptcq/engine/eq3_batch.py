@@ -316,7 +316,8 @@ def combine(sources: Sequence[pa.Table | None], shape: Shape, compare: dict
 def _narrow(t: pa.Table, k: int, shape: Shape) -> pa.Table:
     """What a join of child k's inputs ``t`` needs: ``_key``, ``_exp``, ``_t``, the row
     number ``_r{k}`` and the columns of the checks that involve child k."""
-    checked = {x for kx, x, ky, y in shape.checks for c, x in ((kx, x), (ky, y)) if c == k}
+    checked = {name for kx, x, ky, y in shape.checks
+               for c, name in ((kx, x), (ky, y)) if c == k}
     cols = ["_key", "_exp", "_t", *sorted(c for c in checked if c in t.column_names)]
     return t.select(cols).append_column(f"_r{k}", pa.array(np.arange(t.num_rows)))
 
