@@ -162,6 +162,23 @@ def test_late_results_of_a_batch_cleanup_leave_as_arrow_or_as_rows(files, monkey
         Counter(zip(*(want.column(c).to_pylist() for c in key)))
 
 
+@pytest.mark.parametrize("arrow", [True, False])
+def test_late_results_are_counted_when_a_result_bound_stops_the_cleanup(files, arrow):
+    """--max-results reached inside the end of input's clean-up: the summary counts the
+    late results produced so far (it said 0: the count was added when a clean-up ended);
+    with a SELECT of plain columns they leave as Arrow, with an expression as rows."""
+    sql = SQL if arrow else SQL.replace("D.id AS d", "D.id + 1 AS d")
+    sources = {s: str(files / f"{s}.parquet") for s in "ABCD"}
+    spill = {"strategy": "global-penalty", "memory": 100_000, "partitions": 30,
+             "every": 40, "when_free": False}
+    whole = adaptcq.run(sql, sources, spill=spill)
+    bound = whole.table.num_rows - whole.stats["late_results"] // 2  # inside the clean-up
+    got = adaptcq.run(sql, sources, spill=spill, max_results=bound)
+    late = sum(got.table.column("_late").to_pylist())
+    assert got.table.num_rows == bound and 0 < late < whole.stats["late_results"]
+    assert late <= got.stats["late_results"] <= whole.stats["late_results"]
+
+
 def test_late_results_leave_an_iterator_while_the_cleanup_runs(files, monkeypatch):
     """The end-of-input clean-up pauses after each partition group, and the late results
     emitted so far leave `adaptcq.stream`'s iterator then: they do not wait, all in memory,

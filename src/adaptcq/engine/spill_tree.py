@@ -858,7 +858,6 @@ class SpillTree:
         c = self.counters
         c.cleanups += 1
         c.handover_flushes += sent.flushes
-        c.late_results += late
         c.first_pending = None
         c.retired = 0
         self._disk_exp.clear()
@@ -1103,7 +1102,9 @@ class SpillTree:
         if op.parent is None and self.emit_table is not None and \
                 self._late_columns is not None:
             for at in range(0, n, OUTPUT_ROWS):  # a slice at a time, as Arrow
-                self.emit_table(self._late_table(t.slice(at, OUTPUT_ROWS)))
+                part = t.slice(at, OUTPUT_ROWS)
+                self.counters.late_results += part.num_rows  # (counted as they leave)
+                self.emit_table(self._late_table(part))
                 yield
             return n
         if op.parent is None:
@@ -1113,6 +1114,7 @@ class SpillTree:
             have = set(t.column_names)
             for at in range(0, n, OUTPUT_ROWS):  # Python rows for a slice at a time
                 part = t.slice(at, OUTPUT_ROWS)
+                self.counters.late_results += part.num_rows
                 project([part[c].to_pylist() if c in have else [None] * part.num_rows
                          for c in names], part["_t"].to_pylist(), self._emit)
                 yield
@@ -1183,6 +1185,7 @@ class SpillTree:
                         st.trace_inter(op.trace_slots, comp, self.partitions,
                                        unit / self.sample)
         if op.parent is None:
+            self.counters.late_results += len(missing)
             for _, t, comp in missing:
                 self._project([comp], t, self._emit, True)
             return len(missing)
