@@ -103,10 +103,8 @@ def child_inputs(rows: pa.Table, k: int, shape: Shape) -> pa.Table | None:
     key = rows[shape.keys[k]]
     if key.null_count or pa.types.is_floating(key.type):
         keep &= pc.fill_null(joinable(key), False).to_numpy(zero_copy_only=False)
-    t = compact(rows.select(["pid", *names]))
-    if not keep.all():
-        t = t.filter(pa.array(keep))
-    if not t.num_rows:
+    t = where(compact(rows.select(["pid", *names])), keep)
+    if t is None:
         return None
     key = t[shape.keys[k]]
     if pa.types.is_floating(key.type):

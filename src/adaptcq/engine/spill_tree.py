@@ -1610,8 +1610,7 @@ def _spill_format(t: pa.Table, columns: dict) -> pa.Table:
 def _block_parts(oid: int, rows: pa.Table, sized) -> list[tuple]:
     """``rows`` (spill format, in any order) as ``SpillStore.write_batches`` parts: a
     record batch per block of pids, its rows in pid order, with an index row per pid;
-    ``sized(pid, inputs)``
-    gives its (model bytes, latest window end)."""
+    ``sized(pid, inputs)`` gives its (model bytes, latest window end)."""
     pid = rows["pid"].to_numpy()
     block = pid % BLOCKS
     # The rows in (block, pid) order with one take, then a slice per block, rather than
