@@ -62,9 +62,10 @@ from adaptcq.runtime.output import overlaps
 from adaptcq.runtime.spark_group import GroupProcessor, _ipc, read_part
 from adaptcq.runtime.spark_split import (
     _NOFILE,
-    CLEANUP,
     END,
-    TICK,
+    MARKER_CLEANUP,
+    MARKER_TICK,
+    MARKERS,
     ColumnarSplit,
     SplitPlan,
     SplitWarning,
@@ -391,8 +392,9 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         # A marker file says "end" (``signal_end``), "cleanup" (``signal_cleanup``) or
         # "tick" (``signal_tick``).
         value = F.trim(F.col("value"))
-        kind = F.when(value == "cleanup", F.lit(CLEANUP)).when(value == "tick", F.lit(TICK)) \
-            .otherwise(F.lit(END))
+        kind = F.lit(END)
+        for text, code in MARKERS.items():
+            kind = F.when(value == text, F.lit(code)).otherwise(kind)
         parts.append(ctl.select(kind.cast("int").alias("_s"),
                                 F.lit(0).cast("int").alias("_g"),
                                 F.lit(None).cast("long").alias("_ti"),
@@ -894,7 +896,7 @@ def signal_cleanup(folder: str | os.PathLike) -> Path:
     micro-batch every spilling partition group produces the results its spills hold back
     (state-spill.txt §4; docs/spill.md, "Clean-up on demand"); a no-op for groups with
     nothing on disk."""
-    return _marker(folder, "cleanup")
+    return _marker(folder, MARKER_CLEANUP)
 
 
 def signal_tick(folder: str | os.PathLike) -> Path:
@@ -902,7 +904,7 @@ def signal_tick(folder: str | os.PathLike) -> Path:
     in which every partition group runs without rows. A spilling group then removes the
     spill files the committed micro-batch's clean-ups merged (they stay until a later
     micro-batch commits, so that a retried one still finds them), without a rebuild."""
-    return _marker(folder, "tick")
+    return _marker(folder, MARKER_TICK)
 
 
 def _marker(folder: str | os.PathLike, kind: str) -> Path:

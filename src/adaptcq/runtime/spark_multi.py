@@ -90,7 +90,14 @@ from adaptcq.runtime.spark import (
     spark_error,
 )
 from adaptcq.runtime.spark_group import _group_index, check_group, release
-from adaptcq.runtime.spark_split import END, SplitPlan, SplitWarning, _file_of, _Split
+from adaptcq.runtime.spark_split import (
+    END,
+    MARKERS,
+    SplitPlan,
+    SplitWarning,
+    _file_of,
+    _Split,
+)
 from adaptcq.stream import eventtime as et
 from adaptcq.stream.eventtime import lateness_ns
 
@@ -825,7 +832,7 @@ def query_set_stream(spark, sources: Mapping[str, object], controls: Sequence = 
         eoi = spark.readStream.schema("value string").text(str(end_of_input))
         # (Clean-up and tick markers are for spilling queries, ``runtime.spark``: a query
         # set neither spills nor ends on them.)
-        eoi = eoi.where(~F.trim(F.col("value")).isin("cleanup", "tick"))
+        eoi = eoi.where(~F.trim(F.col("value")).isin(*MARKERS))
         parts.append(eoi.select(F.lit(END).cast("int").alias("_s"),
                                 F.lit(0).cast("int").alias("_g"),
                                 F.lit(None).cast("long").alias("_ti"),

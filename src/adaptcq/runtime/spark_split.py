@@ -42,13 +42,17 @@ from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.spark_daemon import freeze_imports
 from adaptcq.stream import eventtime as et
 
-__all__ = ["CLEANUP", "END", "PUNCT", "TICK", "ColumnarSplit", "SplitPlan", "SplitWarning",
-           "plan_split"]
+__all__ = ["CLEANUP", "END", "MARKERS", "MARKER_CLEANUP", "MARKER_TICK", "PUNCT", "TICK",
+           "ColumnarSplit", "SplitPlan", "SplitWarning", "plan_split"]
 
 END = -1  # stream index of an end-of-input control row
 CLEANUP = -3  # stream index of a clean-up control row (``spark.signal_cleanup``)
 TICK = -4  # stream index of a control row that only makes every group run (``signal_tick``)
 PUNCT = -2  # ``_s`` of a punctuation packet (a group's frontier update)
+# What an end-of-input folder's marker files say (``spark._marker``): the kind of control
+# row each becomes (any other text is an end of input).
+MARKER_CLEANUP, MARKER_TICK = "cleanup", "tick"
+MARKERS = {MARKER_CLEANUP: CLEANUP, MARKER_TICK: TICK}
 _SEP = "\x01"  # replaces "/" in a file path's order key: paths sort as the local runtime's
 _NOFILE = "\x00"  # prefix of the order key of a row that comes from no file
 
