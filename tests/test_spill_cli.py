@@ -273,6 +273,34 @@ def test_a_failed_run_leaves_no_half_spill_folder(files, capsys):
                "--output", files / "s.parquet") == 0
 
 
+def test_a_temporary_spill_folder_goes_with_its_run(files):
+    """Without --spill-dir the spilled state goes to a temporary folder. It is removed
+    when the run ends, when it stops early, and when the run is dropped before it was
+    iterated (nothing calls its ``close`` then): one folder per query would otherwise be
+    left behind by a process that runs queries for days."""
+    import gc
+    sources = {s: str(files / f"{s}.parquet") for s in "ABCD"}
+    spill = {"strategy": "global-penalty", "memory": 100_000, "partitions": 30, "every": 40}
+
+    def folder(run):
+        return run.cq.executor.store.directory
+
+    whole = adaptcq.stream(SQL, sources, spill=spill)
+    d1 = folder(whole)
+    assert d1.is_dir() and sum(b.num_rows for b in whole) > 0
+    stopped = adaptcq.stream(SQL, sources, spill=spill)
+    d2 = folder(stopped)
+    it = iter(stopped)
+    next(it)
+    it.close()  # the consumer stops early
+    dropped = adaptcq.stream(SQL, sources, spill=spill)
+    d3 = folder(dropped)
+    assert d3.is_dir()
+    del dropped
+    gc.collect()
+    assert not d1.exists() and not d2.exists() and not d3.exists()
+
+
 def test_the_perf_benchmark_runs_small(tmp_path, capsys):
     """``bench.spill perf`` at its smallest size: the unlimited run, the penalty run under
     a tenth of its peak and the fifth-as-long run for the fixed overhead, each in a fresh

@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -142,6 +143,11 @@ class SpillStore:
         self._all_total = 0.0  # every spilled group's model bytes, ended or not
         self._next = 1
         self.directory.mkdir(parents=True, exist_ok=True)
+        # A temporary folder goes with its store even when ``close`` is never called (a
+        # run that failed while it was set up, or that nobody iterated): a process that
+        # runs for days must not leave a folder behind per query.
+        self._remove = weakref.finalize(self, shutil.rmtree, str(self.directory), True) \
+            if self.temporary else None
         manifest = self.directory / MANIFEST
         if manifest.exists():
             self._open(manifest)
@@ -447,6 +453,9 @@ class SpillStore:
         self._readers.clear()
         if not self.events:
             return
+        if self._remove is not None and not self._remove.alive:
+            self.events = []  # the temporary folder is gone (the process exits): no files
+            return
         merged = {ev["file"] for ev in (self.events if events is None else events)}
         gone = [ev for ev in self.events if ev["file"] in merged]
         if not gone:
@@ -512,8 +521,8 @@ class SpillStore:
 
     def close(self) -> None:
         self._readers.clear()
-        if self.temporary:
-            shutil.rmtree(self.directory, ignore_errors=True)
+        if self._remove is not None:
+            self._remove()  # the temporary folder, once
 
 
 def _next_number(events: list[dict]) -> int:
