@@ -5,6 +5,7 @@ the §6.1 workload generator; the benchmark's smoke run."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 
 import numpy as np
@@ -299,6 +300,28 @@ def test_a_temporary_spill_folder_goes_with_its_run(files):
     del dropped
     gc.collect()
     assert not d1.exists() and not d2.exists() and not d3.exists()
+
+
+def test_a_process_that_exits_mid_run_leaves_no_spill_folder_or_error(files):
+    """A process that exits while a spilling run is half-iterated: the temporary folder
+    goes at exit, and the run's own clean-up after it (the generator closed last) does not
+    fail on the missing folder."""
+    import subprocess
+    import sys
+    script = (
+        "import sys, adaptcq\n"
+        f"sources = {{s: {str(files)!r} + f'/{{s}}.parquet' for s in 'ABCD'}}\n"
+        f"run = adaptcq.stream({SQL!r}, sources, spill={{'strategy': 'global-penalty', "
+        "'memory': 100_000, 'partitions': 30, 'every': 40, 'when_free': False})\n"
+        "it = iter(run)\n"
+        "while not run.cq.executor.counters.spills:\n"
+        "    next(it)\n"
+        "print(run.cq.executor.store.directory)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    folder = done.stdout.strip().splitlines()[-1]
+    assert "Exception ignored" not in done.stderr and "Error" not in done.stderr
+    assert folder and not os.path.exists(folder)
 
 
 def test_the_perf_benchmark_runs_small(tmp_path, capsys):
