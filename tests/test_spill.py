@@ -833,3 +833,32 @@ def test_a_cleanup_with_write_back_keeps_what_fits_and_writes_back_the_rest(tmp_
     ex.cleanup(final=True)
     out += cq.drain()
     assert Counter(r[:-1] for r in out) == oracle_total(q, streams, list(range(400)), rows)
+
+
+def test_a_hand_over_is_read_back_as_one_table_per_batch():
+    """A clean-up's hand-over read back for a run of pids: one table per spill batch
+    holding exactly the rows of the wanted pids, whether they are one stretch of the
+    batch (a slice) or not (a take)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from adaptcq.state.spill_store import BLOCKS
+    store = SpillStore(None, {"A": ("x",)}, durable=False)
+    try:
+        pid = np.array([0, 0, BLOCKS, 2 * BLOCKS, 2 * BLOCKS, 2 * BLOCKS], np.int32)
+        rows = pa.table({"pid": pid, "child": pa.array(np.zeros(6, np.int16)),
+                         "A#rid": pa.array(np.arange(6), pa.int64()),
+                         "A#t": pa.array(np.arange(6) * 10, pa.int64()),
+                         "A.x": pa.array(np.arange(6) * 100, pa.int64())})
+        parts = spill_tree._block_parts(1, spill_tree._spill_format(rows, store.columns),
+                                        lambda _pid, _n: (0.0, math.inf))
+        store.write_batches(parts, 0)
+        handed = spill_tree._Handed([], {}, store, 1)
+        for want, rids in (([0, BLOCKS], [0, 1, 2]), ([0, 2 * BLOCKS], [0, 1, 3, 4, 5]),
+                           ([BLOCKS], [2])):
+            got = handed.tables(want)
+            assert len(got) == 1
+            assert got[0]["A#rid"].to_pylist() == rids
+            assert got[0]["pid"].to_pylist() == pid[rids].tolist()
+    finally:
+        store.close()
