@@ -163,6 +163,35 @@ def test_late_results_of_a_batch_cleanup_leave_as_arrow_or_as_rows(files, monkey
         Counter(zip(*(want.column(c).to_pylist() for c in key)))
 
 
+@pytest.mark.parametrize("case", ["columns", "expression"])
+def test_adaptcq_cleanup_writes_late_results_as_arrow_or_as_rows(files, monkeypatch, case):
+    """`adaptcq cleanup FOLDER`: with a SELECT of plain columns the batch clean-up's late
+    results are written as Arrow tables, with an expression as rows; the output is the
+    same multiset as MJoin's either way."""
+    from adaptcq.runtime import local
+    sql = SQL if case == "columns" else SQL.replace("D.id AS d", "D.id + 1 AS d")
+    inputs = [f"--input={s}={files / f'{s}.parquet'}" for s in "ABCD"]
+    assert main(["run", "--sql", sql, *inputs, "--no-progress", "--executor", "mjoin",
+                 "--output", str(files / "m.parquet")]) == 0
+    folder = files / "spilled"
+    assert main(["run", "--sql", sql, *inputs, "--no-progress", "--spill", "global-penalty",
+                 "--memory", "100kB", "--spill-partitions", "30", "--spill-check", "40",
+                 "--cleanup", "off", "--spill-dir", str(folder),
+                 "--output", str(files / "s.parquet")]) == 0
+    tables = []
+    to_schema = local.table_to_schema
+
+    def counted(t, schema, unit):
+        tables.append(t.num_rows)
+        return to_schema(t, schema, unit)
+    monkeypatch.setattr(local, "table_to_schema", counted)
+    assert main(["cleanup", str(folder), "--output", str(files / "late.parquet")]) == 0
+    late = pq.read_table(files / "late.parquet")
+    assert late.num_rows > 0 and all(late.column("_late").to_pylist())
+    assert (sum(tables) == late.num_rows) if case == "columns" else not tables
+    assert results(files / "s.parquet", files / "late.parquet") == results(files / "m.parquet")
+
+
 @pytest.mark.parametrize("arrow", [True, False])
 def test_late_results_are_counted_when_a_result_bound_stops_the_cleanup(files, arrow):
     """--max-results reached inside the end of input's clean-up: the summary counts the

@@ -461,14 +461,7 @@ class LocalRun:
             out = out.slice(0, limit - self._results)
             self.stopped = f"--max-results {limit:,} reached"
         self._results += out.num_rows
-        arrays = []
-        for f, col in zip(self.schema, out.columns):
-            if f.name == "_ts":
-                arrays.append(from_nanoseconds(to_numpy(col), f.type, self.unit))
-            else:
-                col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-                arrays.append(col if col.type == f.type else col.cast(f.type))
-        table = pa.Table.from_arrays(arrays, schema=self.schema)
+        table = table_to_schema(out, self.schema, self.unit)
         for b in table.to_batches(max_chunksize=OUT_CHUNK):
             if self.sink is not None:
                 self.sink.write(b)
@@ -519,10 +512,8 @@ class LocalRun:
         if self._buf:
             self._emit_batch(self._buf)
             self._buf = []
-        same = all(c.type == (pa.int64() if f.name == "_ts" else f.type)
-                   for f, c in zip(self.schema, t.columns, strict=True))
         self.cq.stats.results += t.num_rows
-        if same:
+        if late_table_fits(t, self.schema):
             self._emit_table(t)
         else:
             self._buffer(list(zip(*(c.to_pylist() for c in t.columns), strict=True)))
@@ -717,6 +708,28 @@ def output_schema(query: LogicalQuery, schemas: Mapping[str, pa.Schema], timesta
 
 def _engine_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, value_type(f.type)) for f in schema])
+
+
+def table_to_schema(out: pa.Table, schema: pa.Schema, unit: str | None) -> pa.Table:
+    """Engine output as Arrow (SELECT columns, ``_sign``, ``_ts`` in ns[, ``_late``]) as a
+    table of ``schema``: ``_ts`` in the output's time type, other columns cast to it."""
+    arrays = []
+    for f, col in zip(schema, out.columns):
+        if f.name == "_ts":
+            arrays.append(from_nanoseconds(to_numpy(col), f.type, unit))
+        else:
+            col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def late_table_fits(t: pa.Table, schema: pa.Schema) -> bool:
+    """A batch clean-up's late results (``SpillTree.emit_table``) can leave as Arrow: each
+    column has the output's type (``_ts`` as int64 ns). Otherwise (a column typed apart
+    from its values, as an expression's is) they leave as rows, the way every result goes,
+    so that the output's conversion and its errors are the same."""
+    return all(c.type == (pa.int64() if f.name == "_ts" else f.type)
+               for f, c in zip(schema, t.columns, strict=True))
 
 
 def rows_to_batch(out: list, schema: pa.Schema, unit: str | None) -> pa.RecordBatch:

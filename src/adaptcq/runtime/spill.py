@@ -232,7 +232,7 @@ def cleanup_folder(directory: str, output: str, fmt: str | None = None) -> dict:
     §4.2's order), write them to OUT (late rows: ``_late`` true), and empty the folder."""
     from adaptcq.engine.spill_tree import SpillTree, parse_plan
     from adaptcq.query.cql import parse_query
-    from adaptcq.runtime.local import rows_to_batch
+    from adaptcq.runtime.local import late_table_fits, rows_to_batch, table_to_schema
     from adaptcq.runtime.output import FileSink, format_of
     from adaptcq.state.spill_store import MANIFEST, SpillError, SpillStore
 
@@ -264,7 +264,19 @@ def cleanup_folder(directory: str, output: str, fmt: str | None = None) -> dict:
             written += len(rows)
             rows.clear()
 
+    def emit_table(t: pa.Table) -> None:  # a batch clean-up's late results, as Arrow
+        nonlocal written
+        if not late_table_fits(t, schema):
+            for row in zip(*(c.to_pylist() for c in t.columns), strict=True):
+                emit(row)
+            return
+        for b in table_to_schema(t, schema, meta.get("timestamp_unit")).to_batches(
+                max_chunksize=CHUNK):
+            sink.write(b)
+        written += t.num_rows
+
     ex.set_emit(emit)
+    ex.emit_table = emit_table
     try:
         ex.cleanup(final=True)
         if rows:
