@@ -45,7 +45,10 @@ def _config(q, tree, spill: dict, directory: Path):
                         for i, a in enumerate(q.aliases)],
         reported=[True] * len(q.streams), sources=[s.source for s in q.streams],
         names=[o.name for o in q.outputs], plan=plan_split(q, 1), aliases=list(q.aliases),
-        inputs=inputs, spill=spark_spill_spec({**spill, "directory": str(directory)}, 1))
+        inputs=inputs, spill=spark_spill_spec({**spill, "directory": str(directory)}, 1),
+        # the output as Spark types it (every column here is an int64 one)
+        results=pa.schema([(o.name, pa.int64()) for o in q.outputs]
+                          + [("_sign", pa.int8()), ("_ts", pa.int64()), ("_late", pa.bool_())]))
 
 
 def _packets(cfg, streams, ts, rows, first: int, end: bool = False,
@@ -69,6 +72,15 @@ def _packets(cfg, streams, ts, rows, first: int, end: bool = False,
         cols["_pr"] = pa.array([True] * len(idx))
         out.append((i, _ipc(pa.table(cols))))
     return out
+
+
+def _results(eng, res) -> list:
+    """A step's results as rows: its rows, then the late results a batch clean-up left
+    as Arrow (``PartitionGroup.take_late_tables``; Spark takes them in ``_frames``)."""
+    rows = list(res)
+    for t in eng.take_late_tables():
+        rows += zip(*(c.to_pylist() for c in t.columns), strict=True)
+    return rows
 
 
 @settings(max_examples=examples(40), deadline=None,
@@ -147,7 +159,7 @@ def test_a_spilling_group_rebuilt_or_retried_equals_the_oracle(data, seed, strat
                 assert b == "tick"
                 continue
             eng, res, _, _, _ = done
-            out += res
+            out += _results(eng, res)
             if cleanup and b == a:
                 asked_wb += eng.cq.executor.counters.writebacks > wb
             wb = eng.cq.executor.counters.writebacks
@@ -234,12 +246,13 @@ def test_the_store_stays_bounded_while_spills_stay_pending(tmp_path):
                     sg._LIVE.pop((cfg.qid, 0), None)
                 eng, res, *_ = sg.advance_group(cfg, 0, store, _packets(
                     cfg, streams[a:z], ts[a:z], rows[a:z], a))
-                out += res
+                out += _results(eng, res)
                 kept.append((sum(e[3] for e in eng.entries.values()), len(eng.journal)))
             eng, res, *_ = sg.advance_group(cfg, 0, store, _packets(cfg, [], [], [], n, True))
         finally:
             sg._LIVE.pop((cfg.qid, 0), None)
-        return Counter(r[:-1] for r in out + res), eng, kept  # (late or not may differ)
+        out += _results(eng, res)
+        return Counter(r[:-1] for r in out), eng, kept  # (late or not may differ)
 
     plain, eng, kept = run(False, tmp_path / "a")
     assert eng.cq.executor.counters.spills > 100 and eng.cq.executor.counters.late_results
@@ -275,14 +288,15 @@ def test_groups_written_back_by_a_cleanup_survive_rebuilds_and_retries(tmp_path)
                 if b in lose:
                     sg._LIVE.pop((cfg.qid, 0), None)
                 eng, res, *_ = sg.advance_group(cfg, 0, store, packets)
-                out += res
+                out += _results(eng, res)
                 c = eng.cq.executor.counters
                 written = max(written, c.writebacks)
                 files.append(len(eng.cq.executor.store.events))
             eng, res, *_ = sg.advance_group(cfg, 0, store, _packets(cfg, [], [], [], n, True))
         finally:
             sg._LIVE.pop((cfg.qid, 0), None)
-        return Counter(r[:-3] + (r[-3], r[-2] / NS) for r in out + res), written, files
+        out += _results(eng, res)
+        return Counter(r[:-3] + (r[-3], r[-2] / NS) for r in out), written, files
 
     plain, written, files = run(set(), set(), tmp_path / "a")
     assert written > 0
@@ -344,7 +358,7 @@ def test_rows_a_cleanup_puts_back_after_a_rebuild_still_expire(tmp_path, monkeyp
                 eng, res, *_ = sg.advance_group(cfg, 0, store, _packets(
                     cfg, [t % 2 for t in rng], [t * NS for t in rng],
                     [((t // 2) % 2, t) for t in rng], rng[0]))
-                out += res
+                out += _results(eng, res)
             ex = eng.cq.executor
             stale = [exp for op in ex.ops for g in op.parts.values() for k in range(2)
                      for exp, _ in g.entries(k) if exp < eng.expired]

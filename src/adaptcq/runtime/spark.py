@@ -807,14 +807,19 @@ def _frames(cfg: _Config, gkey: int, eng, out: list, rejected: list, cpu: float,
     import pyarrow as pa
     kinds, blobs = [], []
     schema = cfg.results
-    if isinstance(out, pa.Table):  # the vectorized executor's output: Arrow already
+    # The vectorized executor's output, and a spilling group's late results of a batch
+    # clean-up (``PartitionGroup.take_late_tables``): Arrow already.
+    tables = [out] if isinstance(out, pa.Table) else []
+    if isinstance(out, pa.Table):
+        out = ()
+    tables += eng.take_late_tables()
+    for t in tables:
         table = pa.Table.from_arrays([c if c.type == f.type else c.cast(f.type)
-                                      for c, f in zip(out.columns, schema, strict=True)],
+                                      for c, f in zip(t.columns, schema, strict=True)],
                                      schema=schema)
-        for a in range(0, out.num_rows, RESULTS_PER_BLOB):
+        for a in range(0, t.num_rows, RESULTS_PER_BLOB):
             kinds.append(KIND_RESULT)
             blobs.append(_ipc(table.slice(a, RESULTS_PER_BLOB)))
-        out = ()
     for a in range(0, len(out), RESULTS_PER_BLOB):
         cols = list(zip(*out[a:a + RESULTS_PER_BLOB], strict=True))
         table = pa.Table.from_arrays([pa.array(c, f.type) for c, f in

@@ -258,6 +258,9 @@ class PartitionGroup:
     # The order key of the last row processed: where a clean-up on demand in a micro-batch
     # without rows of this group places the spill event of the groups it wrote back.
     last_key: tuple | None = None
+    # A batch clean-up's late results of the last step, as Arrow tables of the output's
+    # types (``_cleanup``): they leave with the step's results (``take_late_tables``).
+    late_tables: list = field(default_factory=list)
 
     # ----- creation ----------------------------------------------------------------------
     @classmethod
@@ -337,6 +340,11 @@ class PartitionGroup:
         g._carry(cfg, info.get("adapt"), store.get_adapt())
         return g
 
+    def take_late_tables(self) -> list:
+        """The last step's late results as Arrow tables (``_cleanup``), handed over once."""
+        tables, self.late_tables = self.late_tables, []
+        return tables
+
     def rows_since(self, info: dict) -> int:
         """Rows a catch-up to ``info`` would read and load: those pending here and those
         of the entries written since (a rebuild reads every entry's)."""
@@ -393,6 +401,7 @@ class PartitionGroup:
         import pyarrow as pa
         import pyarrow.compute as pc
         t0 = time.thread_time()  # the batch's CPU time, for shedding per micro-batch
+        self.late_tables = []  # (the last step's left with its output, or were dropped)
         L = cfg.lateness_ns
         seq = self.seq
         self.seq += 1
@@ -456,7 +465,8 @@ class PartitionGroup:
             if ex.pending() and (cleanup or self.closed and not off):
                 # The end of input (``cleanup="off"``: only when asked), or on demand: what
                 # the spills held back, as a barrier after this micro-batch's rows.
-                self._cleanup(cfg, ex)
+                out.extend(cq.drain())
+                out.extend(self._cleanup(cfg, ex))
                 out.extend(cq.drain())
             if self.closed and ex.state_tuples():
                 # Nothing pending (the end's clean-up ran): no row will join the memory
@@ -517,21 +527,38 @@ class PartitionGroup:
         out = pa.concat_tables(outs) if len(outs) > 1 else outs[0]
         return out, rejected, rows_in, received
 
-    def _cleanup(self, cfg: _Config, ex) -> None:
+    def _cleanup(self, cfg: _Config, ex) -> list:
         """The spills' held-back results (state-spill.txt §4) after this micro-batch's rows:
         at the end of the input everything is merged and nothing stays in memory; before
         it, merged groups come back into memory up to what a spill leaves free ((1 − f)
         of the group's budget, as a clean-up while running does) and the rest is written
-        back to disk (``SpillTree.cleanup(keep=)``), its spill event in the journal."""
-        if self.closed:
-            ex.cleanup(final=True)
-            self.journal, self.folded = [], None
-            return
-        ex.cleanup(keep=(1 - cfg.spill["fraction"]) * cfg.spill["budget"])
+        back to disk (``SpillTree.cleanup(keep=)``), its spill event in the journal.
+
+        A batch clean-up's late results whose columns have the output's types go to
+        ``late_tables`` as Arrow (``SpillTree.emit_table``); others are returned as
+        rows, the way every result goes."""
+        from adaptcq.runtime.local import late_table_fits
+        rows: list = []
+
+        def emit_table(t) -> None:
+            if late_table_fits(t, cfg.results):
+                self.late_tables.append(t)
+            else:
+                rows.extend(zip(*(c.to_pylist() for c in t.columns), strict=True))
+        ex.emit_table = emit_table
+        try:
+            if self.closed:
+                ex.cleanup(final=True)
+                self.journal, self.folded = [], None
+                return rows
+            ex.cleanup(keep=(1 - cfg.spill["fraction"]) * cfg.spill["budget"])
+        finally:
+            ex.emit_table = None
         # The journal restarts; the clean-up came after the last row processed (the tree's
         # own last row id may be earlier: rows its selections drop are not inserted).
         self.journal, self.folded = [(self.last_key, ts, groups)
                                      for _, ts, groups in ex.journal], None
+        return rows
 
     def _note_spills(self, ex, base: int, keys: list, n0: int, c0: int) -> None:
         """This micro-batch's spill events into the journal, each placed by the order key
