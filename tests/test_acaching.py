@@ -243,6 +243,40 @@ def test_memory_budget_is_kept_and_can_change():
     assert pol.peak_bytes > 3_000
 
 
+def test_no_cache_memory_leaves_the_mjoin_alone_until_memory_comes():
+    """A budget of 0 bytes holds no cache: A-Caching profiles nothing, makes no candidate
+    and selects nothing (the query runs as its MJoin, Figure 13's leftmost point). When
+    the budget falls to 0 with a cache in use, the cache goes and profiling stops; when
+    memory comes back, candidates are profiled again. The output is MJoin's throughout."""
+    wl = three_way(n_updates=12_000, r=5, seed=1)
+    p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
+    pol = eager(W=5, p=0.2, interval=50, reopt_interval=2000, W_d=20, memory=0, verify=False)
+    pol.probe_cost = pol.update_cost = 0.0
+    cq = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
+    cq.attach(pol)
+    third = len(p.rows) // 3
+    out = []
+
+    def feed(lo, hi):
+        out.extend(cq.process(p.streams[lo:hi].tolist(), None, p.timestamps[lo:hi].tolist(),
+                              p.rows[lo:hi]))
+    feed(0, third)
+    assert cq.profile_cpu == 0 and not pol.states and pol.selections == 0
+    assert not cq.executor.caches and not cq.executor.observers
+    pol.set_memory(None)  # memory comes: candidates, profiling, a cache
+    feed(third, 2 * third)
+    assert cq.profile_cpu > 0 and pol.states and cq.executor.caches
+    pol.set_memory(0)  # and goes: the cache is dropped, profiling stops
+    feed(2 * third, 2 * third + 500)
+    assert not cq.executor.caches and not cq.executor.observers
+    profiled = cq.profile_cpu
+    feed(2 * third + 500, len(p.rows))
+    assert cq.profile_cpu == profiled and not cq.executor.caches
+    plain = ContinuousQuery(p.query, "mjoin", "retract", time_unit=p.time_unit)
+    want = plain.process(p.streams.tolist(), None, p.timestamps.tolist(), p.rows)
+    assert sorted(out) == sorted(want)
+
+
 @pytest.mark.parametrize("r", [1, 2, 5, 10])
 def test_bloom_miss_estimate_matches_observed_miss_rate(r):
     """App. A: each key repeated r times in a row misses once per r probes; the Bloom

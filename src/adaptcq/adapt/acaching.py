@@ -200,13 +200,25 @@ class ACaching(PolicyBase):
     # ----- policy hooks ------------------------------------------------------------------
     @property
     def sample_probability(self) -> float:
+        if self._idle():
+            return 0.0
         return min(1.0, max([self.p, *self._p_i.values()]) * self.p_scale)
+
+    def _idle(self) -> bool:
+        """Beyond the paper: with a cache memory budget of 0 bytes no cache can hold a tuple,
+        so nothing is profiled, estimated or selected and the query runs as the MJoin it
+        is (Figure 13's leftmost point). A trial or a cache in use first ends the usual
+        way (the budget drops the cache); ``set_memory`` with room wakes the policy."""
+        return self.memory == 0 and self.trial is None and not any(
+            st.state == "used" for st in self.states.values())
 
     def stream_probability(self, i: int) -> float:
         """p_i (App. A): at least p, and high enough that a pipeline whose stream brings a
         small share of the arrivals still collects 2W profiled tuples per re-optimization
         interval I (§4.5 step 2 needs W observations of each statistic); times
-        ``p_scale`` while the estimates are stable (cheap profiling)."""
+        ``p_scale`` while the estimates are stable (cheap profiling); 0 while idle."""
+        if self._idle():
+            return 0.0
         return min(1.0, self._p_i.get(i, self.p) * self.p_scale)
 
     def _set_p_i(self, per_stream) -> None:
@@ -220,6 +232,14 @@ class ACaching(PolicyBase):
         now = self._tick_start = time.process_time()
         ex = self._ex = cq.executor
         arrivals = cq.next_rid
+        if self._idle():  # no cache memory: nothing to watch, profile or decide
+            if any(st.state == "profiled" for st in self.states.values()):
+                ex.clear_observers()  # (the budget fell to 0 while they were profiled)
+                for st in self.states.values():
+                    st.state, st.bloom = "unused", None
+            self._snap, self._clock = None, None
+            self._before.clear()
+            return
         if self._quiet(ex, arrivals):  # (most ticks, once the caches are decided)
             self._snap = None  # quiet stretches are not counted (nothing to decide)
             self._before.clear()  # a change's "before" is the intervals just before it
