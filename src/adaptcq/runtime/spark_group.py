@@ -38,6 +38,7 @@ keeps its logic apart from its state backend.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -443,9 +444,11 @@ class PartitionGroup:
                                      new)
         spilling = cfg.spill is not None
         streams, signs, tss, rows, secondary, *keys = _ordered(cfg, go, pc, spilling)
+        late_rows: list = []
         if spilling:
             ex = cq.executor
             base, n0, c0 = cq.next_rid, len(ex.journal), ex.counters.cleanups
+            ex.emit_table = functools.partial(self._emit_late, cfg.results, late_rows)
         out = []
         n_rej = len(cq.rejected_rows)
         if rows:
@@ -465,9 +468,9 @@ class PartitionGroup:
             if ex.pending() and (cleanup or self.closed and not off):
                 # The end of input (``cleanup="off"``: only when asked), or on demand: what
                 # the spills held back, as a barrier after this micro-batch's rows.
+                self._cleanup(cfg, ex)
                 out.extend(cq.drain())
-                out.extend(self._cleanup(cfg, ex))
-                out.extend(cq.drain())
+            out.extend(late_rows)
             if self.closed and ex.state_tuples():
                 # Nothing pending (the end's clean-up ran): no row will join the memory
                 # generations again, and the store need keep no rows for them
@@ -527,38 +530,32 @@ class PartitionGroup:
         out = pa.concat_tables(outs) if len(outs) > 1 else outs[0]
         return out, rejected, rows_in, received
 
-    def _cleanup(self, cfg: _Config, ex) -> list:
+    def _emit_late(self, schema, rows: list, t) -> None:
+        """``SpillTree.emit_table`` of the engine during a step: a batch clean-up's late
+        results (at the end of input, on demand or while running) go to ``late_tables``
+        as Arrow when their columns have the output's types (``late_table_fits``), else
+        to ``rows``, which leave with the step's results the way every result goes."""
+        from adaptcq.runtime.local import late_table_fits
+        if late_table_fits(t, schema):
+            self.late_tables.append(t)
+        else:
+            rows.extend(zip(*(c.to_pylist() for c in t.columns), strict=True))
+
+    def _cleanup(self, cfg: _Config, ex) -> None:
         """The spills' held-back results (state-spill.txt §4) after this micro-batch's rows:
         at the end of the input everything is merged and nothing stays in memory; before
         it, merged groups come back into memory up to what a spill leaves free ((1 − f)
         of the group's budget, as a clean-up while running does) and the rest is written
-        back to disk (``SpillTree.cleanup(keep=)``), its spill event in the journal.
-
-        A batch clean-up's late results whose columns have the output's types go to
-        ``late_tables`` as Arrow (``SpillTree.emit_table``); others are returned as
-        rows, the way every result goes."""
-        from adaptcq.runtime.local import late_table_fits
-        rows: list = []
-
-        def emit_table(t) -> None:
-            if late_table_fits(t, cfg.results):
-                self.late_tables.append(t)
-            else:
-                rows.extend(zip(*(c.to_pylist() for c in t.columns), strict=True))
-        ex.emit_table = emit_table
-        try:
-            if self.closed:
-                ex.cleanup(final=True)
-                self.journal, self.folded = [], None
-                return rows
-            ex.cleanup(keep=(1 - cfg.spill["fraction"]) * cfg.spill["budget"])
-        finally:
-            ex.emit_table = None
+        back to disk (``SpillTree.cleanup(keep=)``), its spill event in the journal."""
+        if self.closed:
+            ex.cleanup(final=True)
+            self.journal, self.folded = [], None
+            return
+        ex.cleanup(keep=(1 - cfg.spill["fraction"]) * cfg.spill["budget"])
         # The journal restarts; the clean-up came after the last row processed (the tree's
         # own last row id may be earlier: rows its selections drop are not inserted).
         self.journal, self.folded = [(self.last_key, ts, groups)
                                      for _, ts, groups in ex.journal], None
-        return rows
 
     def _note_spills(self, ex, base: int, keys: list, n0: int, c0: int) -> None:
         """This micro-batch's spill events into the journal, each placed by the order key
