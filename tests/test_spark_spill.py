@@ -628,3 +628,22 @@ def test_spilling_on_spark_refuses_what_it_cannot_do(spark, tmp_path, monkeypatc
     with pytest.raises(AdaptcqError, match="append mode only"):
         run_files(spark, SQL, srcs, str(tmp_path / "ck2"), str(tmp_path / "out2"),
                   mode="retract", spill={"strategy": "bottom-up", "memory": "1MB"})
+
+
+def test_a_groups_late_results_leave_as_arrow_when_typed_as_the_output():
+    """A spilling group's late results of a batch clean-up: a table whose columns have the
+    output's types leaves as Arrow (``late_tables``), another as rows with the step's
+    results (``PartitionGroup._emit_late``)."""
+    import types
+
+    from adaptcq.runtime.spark_group import PartitionGroup
+    schema = pa.schema([("x", pa.int64()), ("_sign", pa.int8()), ("_ts", pa.int64()),
+                        ("_late", pa.bool_())])
+    group, rows = types.SimpleNamespace(late_tables=[]), []
+    typed = pa.table([pa.array([1, 2]), pa.array([1, 1], pa.int8()), pa.array([5, 6]),
+                      pa.array([True, True])], names=schema.names)
+    PartitionGroup._emit_late(group, schema, rows, typed)
+    assert group.late_tables == [typed] and rows == []
+    other = typed.set_column(0, "x", typed.column(0).cast(pa.int32()))
+    PartitionGroup._emit_late(group, schema, rows, other)
+    assert group.late_tables == [typed] and rows == [(1, 1, 5, True), (2, 1, 6, True)]
