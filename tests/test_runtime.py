@@ -255,3 +255,32 @@ def test_cli_writes_workloads(tmp_path, capsys):
     assert main(["workload", "three-way", "--out", str(tmp_path), "--n-updates", "700"]) == 0
     assert {p.name for p in tmp_path.iterdir()} >= {"R.parquet", "S.parquet", "T.parquet",
                                                     "query.sql"}
+
+
+def test_the_collector_is_paused_per_batch_and_left_as_it_was():
+    """The cyclic garbage collector is off while the engine works a batch
+    (``adaptcq.collector``) and on again after it, also when the batch fails; a caller
+    that turned it off keeps it off. The results are MJoin's either way."""
+    import gc
+
+    from adaptcq import collector
+    seen = []
+    with collector.paused():
+        seen.append(gc.isenabled())
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(RuntimeError), collector.paused():
+        raise RuntimeError("a batch failed")
+    assert gc.isenabled()
+    from adaptcq.stream.workloads import three_way
+    wl = three_way(n_updates=2_000, r=2, seed=3)
+    want = adaptcq.run(wl.sql, wl.tables, executor="mjoin").table
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector.paused():
+            assert not gc.isenabled()
+        got = adaptcq.run(wl.sql, wl.tables, executor="mjoin").table
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert got.equals(want)

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from adaptcq import collector
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
@@ -537,8 +538,10 @@ class LocalRun:
             yield self._ready.pop(0)
 
     def _process(self, arr: Arrivals, lo: int, hi: int) -> list:
-        ((_, _, out, cpu),) = self.cq.run_batches(arr.streams, arr.signs, arr.timestamps,
-                                                   arr.rows, [hi], start=lo)
+        with collector.paused():  # one collection a batch, not hundreds (adaptcq.collector)
+            ((_, _, out, cpu),) = self.cq.run_batches(arr.streams, arr.signs,
+                                                       arr.timestamps, arr.rows, [hi],
+                                                       start=lo)
         self.engine_cpu += cpu
         self.last_ts = arr.timestamps[hi - 1]
         return out

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pyspark.sql.streaming import StatefulProcessor
 
+from adaptcq import collector
 from adaptcq.errors import AdaptcqError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.shed import engine_options
@@ -1281,7 +1282,8 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
     # failure half-way can never leave a cached engine that disagrees with the store.
     _LIVE.pop((cfg.qid, gkey), None)
     t0 = time.process_time()
-    out, rejected, rows_in, received = eng.step(cfg, parts, maxima, end, store, cleanup)
+    with collector.paused():  # one collection a micro-batch (adaptcq.collector)
+        out, rejected, rows_in, received = eng.step(cfg, parts, maxima, end, store, cleanup)
     cpu = time.process_time() - t0
     token = int.from_bytes(os.urandom(7), "little")
     eng.history = [*eng.history, (version + 1, token)][-_HISTORY:]
