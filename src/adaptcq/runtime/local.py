@@ -517,7 +517,7 @@ class LocalRun:
         if late_table_fits(t, self.schema):
             self._emit_table(t)
         else:
-            self._buffer(list(zip(*(c.to_pylist() for c in t.columns), strict=True)))
+            self._buffer(table_rows(t))
 
     def _emit_batch(self, rows: list) -> None:
         batch = rows_to_batch(rows, self.schema, self.unit)
@@ -733,6 +733,12 @@ def late_table_fits(t: pa.Table, schema: pa.Schema) -> bool:
     so that the output's conversion and its errors are the same."""
     return all(c.type == (pa.int64() if f.name == "_ts" else f.type)
                for f, c in zip(schema, t.columns, strict=True))
+
+
+def table_rows(t: pa.Table) -> list[tuple]:
+    """``t``'s rows as tuples, the engine's output rows (late results that do not
+    ``late_table_fits``)."""
+    return list(zip(*(c.to_pylist() for c in t.columns), strict=True))
 
 
 def rows_to_batch(out: list, schema: pa.Schema, unit: str | None) -> pa.RecordBatch:

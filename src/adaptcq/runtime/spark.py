@@ -809,10 +809,9 @@ def _frames(cfg: _Config, gkey: int, eng, out: list, rejected: list, cpu: float,
     schema = cfg.results
     # The vectorized executor's output, and a spilling group's late results of a batch
     # clean-up (``PartitionGroup.take_late_tables``): Arrow already.
-    tables = [out] if isinstance(out, pa.Table) else []
+    tables = eng.take_late_tables()
     if isinstance(out, pa.Table):
-        out = ()
-    tables += eng.take_late_tables()
+        tables, out = [out, *tables], ()
     for t in tables:
         table = pa.Table.from_arrays([c if c.type == f.type else c.cast(f.type)
                                       for c, f in zip(t.columns, schema, strict=True)],

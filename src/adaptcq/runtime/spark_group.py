@@ -536,11 +536,11 @@ class PartitionGroup:
         results (at the end of input, on demand or while running) go to ``late_tables``
         as Arrow when their columns have the output's types (``late_table_fits``), else
         to ``rows``, which leave with the step's results the way every result goes."""
-        from adaptcq.runtime.local import late_table_fits
+        from adaptcq.runtime.local import late_table_fits, table_rows
         if late_table_fits(t, schema):
             self.late_tables.append(t)
         else:
-            rows.extend(zip(*(c.to_pylist() for c in t.columns), strict=True))
+            rows.extend(table_rows(t))
 
     def _cleanup(self, cfg: _Config, ex) -> None:
         """The spills' held-back results (state-spill.txt §4) after this micro-batch's rows:

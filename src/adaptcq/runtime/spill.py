@@ -232,7 +232,12 @@ def cleanup_folder(directory: str, output: str, fmt: str | None = None) -> dict:
     §4.2's order), write them to OUT (late rows: ``_late`` true), and empty the folder."""
     from adaptcq.engine.spill_tree import SpillTree, parse_plan
     from adaptcq.query.cql import parse_query
-    from adaptcq.runtime.local import late_table_fits, rows_to_batch, table_to_schema
+    from adaptcq.runtime.local import (
+        late_table_fits,
+        rows_to_batch,
+        table_rows,
+        table_to_schema,
+    )
     from adaptcq.runtime.output import FileSink, format_of
     from adaptcq.state.spill_store import MANIFEST, SpillError, SpillStore
 
@@ -267,7 +272,7 @@ def cleanup_folder(directory: str, output: str, fmt: str | None = None) -> dict:
     def emit_table(t: pa.Table) -> None:  # a batch clean-up's late results, as Arrow
         nonlocal written
         if not late_table_fits(t, schema):
-            for row in zip(*(c.to_pylist() for c in t.columns), strict=True):
+            for row in table_rows(t):
                 emit(row)
             return
         for b in table_to_schema(t, schema, meta.get("timestamp_unit")).to_batches(
