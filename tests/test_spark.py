@@ -66,6 +66,14 @@ def test_bad_master_and_worker_errors_are_one_line():
     err = spark_error(RuntimeError(worker))
     assert type(err).__name__ == "InputError"
     assert str(err) == "stream R: row 3 has timestamp nan in 'ts'; a time must be a finite number"
+    # A whole traceback (no simplified traceback: spark_session.default_conf) prints the
+    # error a raise replaced before the one raised: the raised one is reported.
+    chained = worker.replace("\n\n===", (
+        "\n\nDuring handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n  File \"x.py\", line 2, in f\n"
+        "adaptcq.errors.InputError: stream R (file r.parquet): row 3 has timestamp nan in "
+        "'ts'; a time must be a finite number\n\n==="))
+    assert str(spark_error(RuntimeError(chained))).startswith("stream R (file r.parquet): ")
     other = spark_error(RuntimeError("[STREAM_FAILED] Query x terminated with exception: "
                                      "[PATH_NOT_FOUND] Path does not exist: x.\n\tat a.b"))
     assert str(other) == "the Spark query failed: [PATH_NOT_FOUND] Path does not exist: x."

@@ -1764,7 +1764,9 @@ def spark_error(exc: BaseException) -> AdaptcqError:
     """A Spark or py4j failure as one-line AdaptcqError: an adaptcq error raised in a Python
     worker keeps its class and message; anything else keeps its first line."""
     text = str(getattr(exc, "desc", None) or exc)
-    m = _ADAPTCQ_RAISED.search(text)
+    # The last one: a traceback prints an exception's context or cause before it (a row's
+    # error raised again with its file named: docs/spark.md).
+    m = next(reversed(list(_ADAPTCQ_RAISED.finditer(text))), None)
     if m:
         cls = getattr(_errors, m.group(1), None)
         if not (isinstance(cls, type) and issubclass(cls, AdaptcqError)):

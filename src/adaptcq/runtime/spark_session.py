@@ -133,6 +133,13 @@ def default_conf(master: str) -> dict[str, str]:
         # The workers' daemon imports pyspark from its installed package (compiled
         # bytecode), not from Spark's zip, when the versions agree (runtime.spark_daemon).
         "spark.python.daemon.module": "adaptcq.runtime.spark_daemon",
+        # One daemon, one pool of Python workers for the split and the groups. Spark keeps a
+        # daemon per worker environment, and its SQL UDF runner (the split's mapInArrow)
+        # adds SPARK_SIMPLIFIED_TRACEBACK=1 where transformWithStateInPandas' runner does
+        # not: two daemons, and the groups' first tasks forked workers that imported
+        # pyarrow and adaptcq again (docs/spark.md, "Start-up"). Python errors keep their
+        # whole traceback; ``spark.spark_error`` reads the raised error from it either way.
+        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         "spark.driver.memory": "4g",
     }
