@@ -268,6 +268,24 @@ def test_parquet_output_gathers_small_batches_into_row_groups(files, monkeypatch
     assert many.read().to_pylist() == ref.to_pylist()
 
 
+def test_parquet_output_dictionary_encodes_strings_only(tmp_path):
+    """A results file dictionary-encodes its string, binary and dictionary columns, and
+    writes numbers plainly (output.parquet_dictionary), with every value kept."""
+    from adaptcq.runtime import output
+    t = pa.table({"id": pa.array([1, 2, 2], pa.int64()), "x": [0.5, 0.5, 1.0],
+                  "s": ["a", "b", "a"], "d": pa.array(["u", "u", "v"]).dictionary_encode(),
+                  "_sign": pa.array([1, 1, -1], pa.int8())})
+    sink = output.FileSink(str(tmp_path / "o.parquet"), t.schema, "parquet")
+    for b in t.to_batches(max_chunksize=2):
+        sink.write(b)
+    sink.close()
+    f = pq.ParquetFile(tmp_path / "o.parquet")
+    enc = {f.schema_arrow.names[c]: f.metadata.row_group(0).column(c).encodings
+           for c in range(f.metadata.num_columns)}
+    assert {n for n, e in enc.items() if any("DICTIONARY" in x for x in e)} == {"s", "d"}
+    assert f.read().to_pylist() == t.to_pylist()
+
+
 def test_cli_writes_parquet_csv_and_json_lines(files, capsys):
     assert cli(files, "--output", files / "o.parquet") == 0
     want = pq.read_table(files / "o.parquet")

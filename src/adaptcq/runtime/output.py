@@ -74,6 +74,19 @@ def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output")
 ROW_GROUP = 1 << 16  # rows per Parquet row group a FileSink writes (at most one pending)
 
 
+def parquet_dictionary(schema: pa.Schema) -> list[str]:
+    """The columns a results file dictionary-encodes: strings, binaries and Arrow
+    dictionaries only. A join's numeric outputs (ids, keys, times) are mostly distinct, so
+    a dictionary for them is built and then dropped for plain encoding: writing one of
+    ``bench.spark_vs_native`` case b's micro-batches (214,285 rows of three ids, ``_sign``,
+    ``_ts``) took 39 ms with dictionaries on every column and 16 ms with none, in a file
+    25% smaller."""
+    return [f.name for f in schema
+            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+            or pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)
+            or pa.types.is_dictionary(f.type)]
+
+
 class Sink:
     """Receives result (or rejected-row) batches of a fixed schema as they are produced."""
 
@@ -142,7 +155,8 @@ class FileSink(Sink):
     def _open_writer(self) -> None:
         if self.fmt == "parquet":
             import pyarrow.parquet as pq
-            self._writer = pq.ParquetWriter(self._file, self.schema)
+            self._writer = pq.ParquetWriter(
+                self._file, self.schema, use_dictionary=parquet_dictionary(self.schema))
         elif self.fmt == "csv":
             import pyarrow.csv as pacsv
             self._writer = pacsv.CSVWriter(self._file, self.schema)

@@ -58,7 +58,7 @@ import numpy as np
 from adaptcq import errors as _errors
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery, require_equi_joins
-from adaptcq.runtime.output import overlaps
+from adaptcq.runtime.output import overlaps, parquet_dictionary
 from adaptcq.runtime.spark_group import GroupProcessor, _ipc, read_part
 from adaptcq.runtime.spark_split import (
     _NOFILE,
@@ -1045,7 +1045,7 @@ def _write_parquet(table, folder: Path, name: str) -> None:
     import pyarrow.parquet as pq
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{name}.tmp"
-    pq.write_table(table, tmp)
+    pq.write_table(table, tmp, use_dictionary=parquet_dictionary(table.schema))
     os.replace(tmp, folder / name)
 
 
