@@ -862,3 +862,35 @@ def test_a_hand_over_is_read_back_as_one_table_per_batch():
             assert got[0]["pid"].to_pylist() == pid[rids].tolist()
     finally:
         store.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 15)),
+                         min_size=1, max_size=12), min_size=2, max_size=3))
+def test_a_batch_join_term_is_every_valid_combination(children):
+    """``eq3_batch.combine`` against brute force: every combination of one input per child
+    with equal keys whose newest time is at most each component's end (``_exp``), however
+    the inputs' times and windows overlap."""
+    import pyarrow as pa
+
+    names = "ABC"[:len(children)]
+    shape = eq3_batch.Shape(layouts=tuple((a,) for a in names), keys=("",) * len(names),
+                            checks=(), windows={a: 1 for a in names},
+                            columns={a: () for a in names})
+    sources = [pa.table({"pid": pa.array([0] * len(rows), pa.int32()),
+                         f"{a}#rid": pa.array(range(len(rows)), pa.int64()),
+                         f"{a}#t": pa.array([t for _, t, _ in rows], pa.int64()),
+                         "_key": pa.array([k for k, _, _ in rows], pa.int64()),
+                         "_exp": pa.array([t + w for _, t, w in rows], pa.int64()),
+                         "_t": pa.array([t for _, t, _ in rows], pa.int64())})
+               for a, rows in zip(names, children, strict=True)]
+    got = Counter()
+    for part in eq3_batch.combine(sources, shape, {}):
+        got.update(zip(*(part[f"{a}#rid"].to_pylist() for a in names), strict=True))
+    want = Counter()
+    for combo in itertools.product(*(list(enumerate(rows)) for rows in children)):
+        keys = {k for _, (k, _, _) in combo}
+        newest = max(t for _, (_, t, _) in combo)
+        if len(keys) == 1 and all(newest <= t + w for _, (_, t, w) in combo):
+            want[tuple(i for i, _ in combo)] += 1
+    assert got == want
