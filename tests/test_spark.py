@@ -339,6 +339,20 @@ def test_partitioned_query_equals_local(spark, tmp_path, mode, seed):
     assert run.rejected == 0 and run.pending == 0
 
 
+def test_computed_outputs_are_typed_by_spark_and_equal_local(spark, tmp_path):
+    """SELECT expressions that are not plain columns are typed by Spark's analysis
+    (``spark._output_types``) and give the local runtime's values."""
+    sql = ("SELECT R.id AS rid, R.x + S.b * 2 AS v, R.x > 1 AS big, S.id AS sid "
+           "FROM R [RANGE 2 SECONDS], S [RANGE 2 SECONDS] WHERE R.a = S.a")
+    srcs = _write(tmp_path / "in", {k: v for k, v in _workload(4, n=80).items() if k != "T"})
+    local = adaptcq.run(sql, srcs, mode="append")
+    run_files(spark, sql, srcs, str(tmp_path / "ck"), str(tmp_path / "out"), mode="append",
+              partitions=2)
+    _assert_same(local.table, tmp_path / "out", min_rows=20)
+    got = pq.read_table(tmp_path / "out").schema
+    assert got.field("v").type == pa.int64() and got.field("big").type == pa.bool_()
+
+
 def test_chain_runs_in_shares_and_equals_local(spark, tmp_path):
     """R(a) ⋈ S(a,b) ⋈ T(b) has no key common to all streams: with shares (a: 2, b: 2) it
     runs in four groups, R replicated over b's two and T over a's two."""

@@ -771,12 +771,7 @@ def _output_types(spark, query: LogicalQuery, col_types: dict[str, list]):
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    rels = None
-    for a in query.aliases:
-        schema = T.StructType([T.StructField(c, t) for c, t in
-                               zip(query.columns[a], col_types[a], strict=True)])
-        d = spark.createDataFrame([], schema).alias(a)
-        rels = d if rels is None else rels.crossJoin(d)
+    rels = None  # built for the first output that is not a plain column (0.2 s)
     out = []
     for o in query.outputs:
         e = o.expr.unalias() if isinstance(o.expr, exp.Alias) else o.expr
@@ -784,6 +779,12 @@ def _output_types(spark, query: LogicalQuery, col_types: dict[str, list]):
             a, c = e.table, e.name
             out.append(col_types[a][query.columns[a].index(c)])
             continue
+        if rels is None:
+            for a in query.aliases:
+                schema = T.StructType([T.StructField(c, t) for c, t in
+                                       zip(query.columns[a], col_types[a], strict=True)])
+                d = spark.createDataFrame([], schema).alias(a)
+                rels = d if rels is None else rels.crossJoin(d)
         try:
             out.append(rels.select(F.expr(e.sql(dialect="spark"))).schema.fields[0].dataType)
         except Exception as err:  # noqa: BLE001 - report as a query error with the expression
