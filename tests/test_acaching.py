@@ -318,6 +318,52 @@ def test_bloom_observe_queues_keys_as_if_each_were_hashed_at_once(keys, step, W_
                 assert bloom.get() == pytest.approx(sum(ref[-3:]) / len(ref[-3:]))
 
 
+@settings(max_examples=examples(60), deadline=None)
+@given(ops=st.lists(st.one_of(st.floats(-1e6, 1e6), st.none()), max_size=60),
+       W=st.integers(1, 6))
+def test_estimates_kept_between_updates_equal_a_fresh_computation(ops, W):
+    """``WindowAverage`` and ``Rate`` keep their last estimate until the next update (a
+    policy reads them many times per tick): read after any sequence of updates, they equal
+    the average recomputed from the W latest observations."""
+    import math
+
+    from adaptcq.stats.estimators import Rate, WindowAverage
+    avg, rate = WindowAverage(W), Rate(W)
+    seen, count, ts, marks = [], 0.0, 0.0, []
+    for x in ops:
+        if x is None:  # a read between updates
+            last = seen[-W:]
+            assert avg.get() == (math.fsum(last) / len(last) if last else 0.0)
+            obs = list(zip(marks[1:], marks, strict=False))[-W:]
+            el = sum(b[1] - a[1] for b, a in obs)
+            assert rate.get() == pytest.approx(
+                sum(b[0] - a[0] for b, a in obs) / el if el > 0 else 0.0)
+            continue
+        avg.update(x)
+        seen.append(x)
+        count += abs(x)
+        ts += 1.0
+        rate.update(count, ts)
+        marks.append((count, ts))
+
+
+def test_estimates_pickled_before_the_kept_value_existed_still_read():
+    """A Spark checkpoint pickled a profiler before estimators kept their last value: the
+    unpickled objects lack that slot and still give their estimates."""
+    import pickle
+
+    from adaptcq.stats.estimators import Rate, WindowAverage
+    avg, rate = WindowAverage(2), Rate(2)
+    for x in (5.0, 1.0, 3.0):
+        avg.update(x)
+    for count, ts in ((0.0, 0.0), (10.0, 1.0), (40.0, 2.0)):
+        rate.update(count, ts)
+    del avg._mean, rate._rate  # the state an older version pickled
+    avg, rate = pickle.loads(pickle.dumps((avg, rate)))
+    assert avg.get() == 2.0
+    assert rate.get() == 20.0
+
+
 def test_cli_acaching(tmp_path, capsys):
     wl = three_way(n_updates=3_000, seed=2)
     from adaptcq.stream.workloads import write_workload

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from operator import itemgetter
 
 from adaptcq.engine.rules import is_null_key
 from adaptcq.query.logical import ColumnRef
@@ -150,12 +151,13 @@ class JoinCache:
     @property
     def entries(self) -> int:
         """Keys cached now (counted on demand: O(buckets))."""
-        return sum(e is not None for e in self.table)
+        return len(self.table) - self.table.count(None)
 
     @property
     def tuples(self) -> int:
-        """Segment tuples cached now (counted on demand: O(buckets))."""
-        return sum(len(e[1]) for e in self.table if e is not None)
+        """Segment tuples cached now (counted on demand: O(buckets), in C: an entry is
+        a (key, dict) pair, never None)."""
+        return sum(map(len, map(itemgetter(1), filter(None, self.table))))
 
     @property
     def probes(self) -> int:

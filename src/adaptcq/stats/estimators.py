@@ -16,7 +16,7 @@ W_DEFAULT = 10  # a-caching.txt §7.1: default window W for statistics
 class WindowAverage:
     """The average of the W most recent observations (a-caching.txt Table 1)."""
 
-    __slots__ = ("W", "_values", "n")
+    __slots__ = ("W", "_mean", "_values", "n")
 
     def __init__(self, W: int = W_DEFAULT):
         if W < 1:
@@ -24,17 +24,24 @@ class WindowAverage:
         self.W = W
         self._values: deque[float] = deque(maxlen=W)
         self.n = 0  # observations ever seen
+        self._mean: float | None = 0.0  # get()'s value until the next update
 
     def update(self, x: float) -> WindowAverage:
         self._values.append(x)
         self.n += 1
+        self._mean = None
         return self
 
     def get(self) -> float:
-        # fsum over at most W values: exact enough, and no drift over a long run.
-        if not self._values:
-            return 0.0
-        return math.fsum(self._values) / len(self._values)
+        # fsum over at most W values: exact enough, and no drift over a long run. Kept
+        # until the next update: a policy reads the same estimate many times per tick.
+        try:
+            mean = self._mean
+        except AttributeError:  # pickled before the slot existed (a Spark checkpoint)
+            mean = None
+        if mean is None:
+            mean = self._mean = math.fsum(self._values) / len(self._values)
+        return mean
 
     def sum(self) -> float:
         return math.fsum(self._values)
@@ -77,24 +84,32 @@ class Rate:
     """Tuples per unit time of one stream: the average of the W most recent
     (count, elapsed) measurements, as count / elapsed over them (Appendix A's rate(R_i))."""
 
-    __slots__ = ("W", "_last", "_obs")
+    __slots__ = ("W", "_last", "_obs", "_rate")
 
     def __init__(self, W: int = W_DEFAULT):
         self.W = W
         self._obs: deque[tuple[float, float]] = deque(maxlen=W)
         self._last: tuple[float, float] | None = None
+        self._rate: float | None = 0.0  # get()'s value until the next measurement
 
     def update(self, count: float, ts: float) -> Rate:
         """``count``: tuples of the stream processed so far (cumulative); ``ts``: now."""
         if self._last is not None and ts > self._last[1]:
             self._obs.append((count - self._last[0], ts - self._last[1]))
+            self._rate = None
         if self._last is None or ts > self._last[1]:
             self._last = (count, ts)
         return self
 
     def get(self) -> float:
-        elapsed = sum(e for _, e in self._obs)
-        return sum(c for c, _ in self._obs) / elapsed if elapsed > 0 else 0.0
+        try:
+            rate = self._rate
+        except AttributeError:  # pickled before the slot existed (a Spark checkpoint)
+            rate = None
+        if rate is None:  # (kept until the next measurement: read many times per tick)
+            elapsed = sum(e for _, e in self._obs)
+            rate = self._rate = sum(c for c, _ in self._obs) / elapsed if elapsed > 0 else 0.0
+        return rate
 
     @property
     def ready(self) -> bool:
@@ -115,16 +130,17 @@ class BloomMissRate:
     came.
     """
 
-    __slots__ = ("W_d", "_avg", "_filter", "_pending", "_seen", "_set", "bits", "observe")
+    __slots__ = ("W_d", "_avg", "_open", "_pending", "_seen", "bits", "observe")
 
     def __init__(self, W_d: int = 100, alpha: float = 4.0, W: int = W_DEFAULT):
         if alpha < 1:
             raise ValueError("alpha must be at least 1 (App. A: alpha * W_d bits, alpha >= 1)")
         self.W_d = W_d
         self.bits = max(1, int(alpha * W_d))
-        self._filter = bytearray(self.bits)
+        # The open window's filter, as the set of its bit positions that are set: the bits
+        # set at a window's end are the distinct positions its keys hashed to.
+        self._open: set[int] = set()
         self._seen = 0
-        self._set = 0
         self._avg = WindowAverage(W)
         self._pending: list = []
         self.observe = self._pending.append
@@ -141,22 +157,27 @@ class BloomMissRate:
 
     def flush(self) -> None:
         """Hash the queued keys into their windows (the owner calls it now and then, so
-        that the queue stays short when no estimate is read for a while)."""
-        if not self._pending:
+        that the queue stays short when no estimate is read for a while). A window's
+        bits are a set of positions filled a slice at a time (no Python step per key:
+        this ran at every tick of A-Caching while candidates were profiled)."""
+        pending = self._pending
+        if not pending:
             return
         bits, W_d, avg = self.bits, self.W_d, self._avg
-        f, seen, n_set = self._filter, self._seen, self._set
-        for h in [hash(k) % bits for k in self._pending]:
-            if not f[h]:
-                f[h] = 1
-                n_set += 1
-            seen += 1
+        hashed = [hash(k) % bits for k in pending]
+        pending.clear()  # (cleared, not replaced: ``observe`` appends to this list)
+        i, n = 0, len(hashed)
+        window, seen = self._open, self._seen
+        while i < n:
+            take = min(W_d - seen, n - i)
+            window.update(hashed[i:i + take])
+            seen += take
+            i += take
             if seen == W_d:
-                avg.update(n_set / W_d)
-                f = bytearray(bits)
-                seen = n_set = 0
-        self._pending.clear()  # (cleared, not replaced: ``observe`` appends to this list)
-        self._filter, self._seen, self._set = f, seen, n_set
+                avg.update(len(window) / W_d)
+                window = set()
+                seen = 0
+        self._open, self._seen = window, seen
 
     def distinct(self) -> float:
         """Estimated distinct keys per window of W_d probes (for cache memory needs)."""
