@@ -507,6 +507,38 @@ def test_quiet_ticks_come_less_often_and_wake_for_reprofiling():
     assert 50 in seen[top:]  # woken by a re-profiling, then quiet again
 
 
+def test_ticks_that_only_watch_a_paying_cache_stretch_and_a_loss_still_drops_it():
+    """While the only work of a tick is §4.5 a's watch of used caches and each keeps a net
+    benefit of at least WATCH_MARGIN of its benefit, ticks stretch to WATCH_STRETCH
+    intervals; a cache whose net benefit turns negative is still dropped at the next
+    tick, and the ticks come back to the base interval. Output unchanged."""
+    from adaptcq.adapt.acaching import WATCH_STRETCH
+    from adaptcq.adapt.caching import Estimate
+    wl = three_way(n_updates=40_000, r=5, seed=0)
+    p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
+    # the paper's policy on the work clock chooses §7.2's R⋈S cache in ΔT's pipeline
+    pol = ACaching(W=5, interval=50, reopt_interval=2000, W_d=20, verify=False)
+    seen = []
+    on_interval, estimate = pol.on_interval, pol.estimate
+
+    def tick(cq, ts):
+        used = [st for st in pol.states.values() if st.state == "used"]
+        if seen and seen[-1][0] == 50 * WATCH_STRETCH and used:
+            pol.estimate = lambda st: Estimate(1.0, 2.0)  # the watch sees a loss
+        on_interval(cq, ts)
+        pol.estimate = estimate
+        seen.append((pol.interval, len(used), len(pol.history)))
+    pol.on_interval = tick
+    outs = outputs_without_and_with(p, pol)
+    assert outs[0] == outs[1]
+    top = [k for k, (interval, used, _) in enumerate(seen) if interval == 50 * WATCH_STRETCH]
+    assert top and seen[top[0]][1] >= 1  # stretched while a cache was watched
+    drops = [h for h in pol.history if h["event"] == "drop" and "< 0" in h["what"]]
+    assert drops  # the loss was acted on at the very next tick
+    k = top[0] + 1
+    assert seen[k][0] == 50 and seen[k][2] > seen[top[0]][2]
+
+
 def test_the_model_must_predict_more_than_it_has_overestimated():
     """After trials, a new cache is chosen only if its predicted saving (net benefit over
     the plan's work units) exceeds the mean amount by which the model's predicted CPU
