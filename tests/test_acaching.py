@@ -732,6 +732,40 @@ def test_candidates_that_cannot_clear_the_bar_are_not_profiled():
     assert pol._may_pay(st_)
     pol._operator_cost = lambda a, j: None  # not profiled yet: unknown, profiled
     assert pol._may_pay(st_)
+    # with every term but the miss probability known, the bound is §4.1's net benefit at
+    # the better of a miss probability of 0 and 1 (it is linear in it)
+    pol._operator_cost = lambda a, j: 4.0 / (st_.candidate.end - st_.candidate.start + 1)
+    pol._best_net = lambda st: 2.0  # the segment costs 4% of the plan, but at most 2% saved
+    assert not pol._may_pay(st_)
+    pol._best_net = lambda st: 3.5
+    assert pol._may_pay(st_)
+
+
+def test_the_best_case_net_benefit_bounds_every_estimate():
+    """``_best_net``, the bound ``_may_pay`` uses, is at least the net benefit estimated
+    for each candidate at its measured miss probability, and at any other."""
+    from adaptcq.adapt.caching.model import cache_estimate
+    wl = three_way(n_updates=6_000, r=5, seed=1)
+    p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
+    for mode_retract in (True, False):
+        pol = ACaching(W=5, p=0.2, interval=50, reopt_interval=1000, W_d=20, caches="global")
+        cq = ContinuousQuery(p.query, "mjoin", "retract" if mode_retract else "append",
+                             time_unit=p.time_unit)
+        cq.attach(pol)
+        cq.process(p.streams.tolist(), None, p.timestamps.tolist(), p.rows)
+        checked = 0
+        for st_ in pol.states.values():
+            best, terms = pol._best_net(st_), pol._terms(st_)
+            if best is None:
+                continue
+            for miss in (0.0, 0.1, 0.5, 0.9, 1.0):
+                e = cache_estimate(*terms[:3], miss, *terms[3:])
+                assert e.benefit - e.cost <= best + 1e-12 * max(1.0, abs(best))
+            e = pol.estimate(st_)
+            if e is not None:
+                assert e.benefit - e.cost <= best + 1e-12 * max(1.0, abs(best))
+            checked += 1
+        assert checked
 
 
 def test_over_its_budget_the_policy_counts_intervals_less_often():

@@ -632,20 +632,37 @@ class ACaching(PolicyBase):
         return (self.model_error.get() if self.model_error.n else 0.0) + self._resolution()
 
     def _may_pay(self, st: CandidateState) -> bool:
-        """Beyond the paper: whether profiling a candidate can lead to choosing it. Its net
-        benefit is at most the cost of its segment's operators (§4.1 with every probe a
-        hit and caching free: ``model.cache_estimate`` only subtracts from it), so when
-        that cost over the plan's predicted CPU does not exceed the bar of ``_credible``,
-        no Bloom filter, miss estimate or selection can make it credible: it is not
-        profiled (no observer compiled into its pipeline). Profiled as in the paper while
-        the bound is unknown (its operators not yet profiled) or the bar is 0."""
+        """Beyond the paper: whether profiling a candidate can lead to choosing it. The
+        Bloom filter's miss probability is the only statistic profiling it adds; §4.1's
+        net benefit is linear in it (``model.cache_estimate``), so with the other terms
+        known (the segment's operators, the tuples reaching and leaving it, the CacheUpdates'
+        tuples) the net benefit is at most its value at a miss probability of 0 or of 1
+        (``_best_net``). When that over the plan's predicted CPU does not exceed the bar
+        of ``_credible``, no Bloom filter, miss estimate or selection can make the
+        candidate credible: it is not profiled (no observer compiled into its pipeline).
+        With only its operators known, the bound is their cost (every probe a hit and
+        caching free). Profiled as in the paper while its operators are not yet profiled
+        or the bar is 0."""
         bar = self._bar()
         if bar <= 0:
             return True
         c = st.candidate
         ops = [self._operator_cost(c.pipeline, j) for j in range(c.start, c.end + 1)]
         units = self.units_rate()
-        return None in ops or units <= 0 or math.fsum(ops) / units > bar
+        if None in ops or units <= 0:
+            return True
+        best = self._best_net(st)
+        return (math.fsum(ops) if best is None else best) / units > bar
+
+    def _best_net(self, st: CandidateState) -> float | None:
+        """The largest net benefit §4.1 can give the candidate over miss probabilities in
+        [0, 1] (the estimate at 0 or at 1: it is linear in the miss probability); None
+        while a term other than the miss probability is unknown."""
+        terms = self._terms(st)
+        if terms is None:
+            return None
+        return max(e.benefit - e.cost for e in (
+            cache_estimate(*terms[:3], miss, *terms[3:]) for miss in (0.0, 1.0)))
 
     def _resolution(self) -> float:
         """The smallest change of the CPU per arrival a trial can tell from noise: the
@@ -952,20 +969,30 @@ class ACaching(PolicyBase):
         per-operation costs, or work units on the work clock (``costs``). None until every
         statistic has W observations (§4.5 step 2)."""
         c = st.candidate
-        ops = [self._operator_cost(c.pipeline, j) for j in range(c.start, c.end + 1)]
-        d_in = self._d(c.pipeline, c.start - 1)
-        d_out = self._d(c.pipeline, c.end)
         if st.state == "used" and st.observed_miss.ready:
             miss = st.observed_miss.get()  # observed once W intervals have been seen
         elif st.state == "used":           # until then: the estimate it was chosen on
             miss = st.bloom.get() if st.bloom is not None and st.bloom.ready else 1.0
         else:
             miss = st.bloom.get() if st.bloom is not None and st.bloom.ready else None
-        if miss is None and d_in == 0:  # no tuple reaches the segment: nothing to probe
-            miss = 1.0
+        if miss is None and self._d(c.pipeline, c.start - 1) == 0:
+            miss = 1.0  # no tuple reaches the segment: nothing to probe
+        terms = None if miss is None else self._terms(st)
+        if terms is None:
+            return None
+        return cache_estimate(*terms[:3], miss, *terms[3:])
+
+    def _terms(self, st: CandidateState) -> tuple | None:
+        """The arguments of ``model.cache_estimate`` besides the miss probability: Σ
+        d_il·c_il over the segment, d_ij, d_{i,k+1}, the CacheUpdates' d_{l,|Z|-1}, the
+        costs and the append-mode maintenance joins; None while one is unknown."""
+        c = st.candidate
+        ops = [self._operator_cost(c.pipeline, j) for j in range(c.start, c.end + 1)]
+        d_in = self._d(c.pipeline, c.start - 1)
+        d_out = self._d(c.pipeline, c.end)
         z = set(c.segment) | set(c.extra)
         ups = [self._d(lp, len(z) - 1) for lp in z]
-        if None in ops or None in ups or d_in is None or d_out is None or miss is None:
+        if None in ops or None in ups or d_in is None or d_out is None:
             return None
         costs = self.costs()
         maintain = 0.0
@@ -976,7 +1003,7 @@ class ACaching(PolicyBase):
             if None in joins:
                 return None
             maintain = math.fsum(joins)
-        return cache_estimate(math.fsum(ops), d_in, d_out, miss, ups, costs, maintain)
+        return math.fsum(ops), d_in, d_out, ups, costs, maintain
 
     def _ready(self) -> bool:
         """Every profiled candidate has W observations of each statistic."""
