@@ -507,6 +507,37 @@ def test_quiet_ticks_come_less_often_and_wake_for_reprofiling():
     assert 50 in seen[top:]  # woken by a re-profiling, then quiet again
 
 
+def test_a_quiet_stretch_keeps_the_bar_and_candidates_that_cannot_pay_stay_unprofiled():
+    """Quiet ticks count no interval, so the band a trial would have is the last one
+    predicted before them: at the re-profilings after a quiet stretch the bar stays above
+    0, candidates whose best case cannot clear it are not profiled again, and each such
+    re-profiling doubles the wait for the next (as one that changed no cache). Output
+    unchanged."""
+    from adaptcq.adapt.acaching import REPROFILE_MAX
+    wl = three_way(n_updates=40_000, r=5, seed=0)
+    p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
+    pol = ACaching(W=5, interval=50, reopt_interval=2000, W_d=20)
+    pol.probe_cost = 1e9  # a cache probe costs more than any segment saves: none can pay
+    profiled, bars, profile = [], [], pol._profile
+    on_interval = pol.on_interval
+
+    def watched(ex, st_):
+        profiled.append(pol._arrivals)
+        return profile(ex, st_)
+
+    def tick(cq, ts):
+        on_interval(cq, ts)
+        if pol.selections:
+            bars.append(pol._bar())
+    pol._profile, pol.on_interval = watched, tick
+    outs = outputs_without_and_with(p, pol)
+    assert outs[0] == outs[1]
+    first = min(h["arrival"] for h in pol.history if h["event"] == "select")
+    assert profiled and max(profiled) < first  # never profiled again after the selection
+    assert bars and min(bars) > 0
+    assert pol.reprofile_scale == REPROFILE_MAX  # every re-profiling found none to profile
+
+
 def test_ticks_that_only_watch_a_paying_cache_stretch_and_a_loss_still_drops_it():
     """While the only work of a tick is §4.5 a's watch of used caches and each keeps a net
     benefit of at least WATCH_MARGIN of its benefit, ticks stretch to WATCH_STRETCH

@@ -177,6 +177,7 @@ class ACaching(PolicyBase):
         # difference of the means, no floor), over the W most recent: the smallest
         # difference a trial can tell from noise (``_credible``).
         self.trial_band = WindowAverage(W)
+        self._band_predicted = 0.0  # the latest band predicted before any trial (_resolution)
         self._window: dict | None = None  # pipeline -> its [RANGE w] window, seconds
         self._pending_orders: tuple | None = None  # (orders, re-orderings) seen last,
         self._pending_since = 0                     # and since when (``_unsettled``)
@@ -297,8 +298,11 @@ class ACaching(PolicyBase):
             self._watch_used(ex, arrivals, ts)
             if arrivals >= self.next_reopt:       # §4.5 step 4: profile the unused again
                 self.next_reopt = arrivals + self.reopt_interval * self.reprofile_scale
-                ex.observe_probes([w for st in self.states.values() if st.state == "unused"
-                                   and self._may_pay(st) for w in self._profile(ex, st)])
+                again = [st for st in self.states.values()
+                         if st.state == "unused" and self._may_pay(st)]
+                ex.observe_probes([w for st in again for w in self._profile(ex, st)])
+                if not again:  # none may pay: as a re-profiling that changed no cache
+                    self.reprofile_scale = min(REPROFILE_MAX, self.reprofile_scale * 2)
             # §4.5 step 2 waits for W observations of every statistic; a candidate whose
             # probe position is rarely reached would hold up the others for ever, so after
             # one interval I the selection runs over the candidates that are ready (ours).
@@ -668,13 +672,19 @@ class ACaching(PolicyBase):
         """The smallest change of the CPU per arrival a trial can tell from noise: the
         mean band of the trials run against a control so far (``trial_band``), before any
         the band a trial would have, predicted from the spread of the intervals just
-        before (``verify.resolution``); 0 when neither is known (or with
-        ``--no-cache-verify``: the paper's policy)."""
+        before (``verify.resolution``), or, while too few intervals are (after a quiet
+        stretch, or another plan), the last band so predicted; 0 when none is known (or
+        with ``--no-cache-verify``: the paper's policy). (Quiet ticks count no interval, so
+        at a re-profiling after one the bar used to fall to 0, and every candidate was
+        profiled again however far below the bar its best case was: ``_may_pay``.)"""
         if not self.verify:
             return 0.0
         if self.trial_band.n:
             return self.trial_band.get()
-        return resolution(list(self._before), self.trial_intervals) or 0.0
+        band = resolution(list(self._before), self.trial_intervals)
+        if band is not None:
+            self._band_predicted = band
+        return self._band_predicted
 
     def _measure_rates(self, now: float, arrivals: int, ts: float) -> None:
         """At a tick without a trial: the CPU seconds per second of event time since the
@@ -718,7 +728,7 @@ class ACaching(PolicyBase):
         candidate being profiled, no re-profiling or memory check due, the orders as they
         were. (A tick then costs two clock reads.)"""
         return (self.trial is None and self.selections > 0 and arrivals < self.next_reopt
-                and self.memory is None and not self._watching
+                and not self._watching
                 and getattr(ex, "reorders", 0) == self._reorders_seen
                 and all(tuple(ex.orders[a]) == o for a, o in self.orders.items()))
 
