@@ -864,33 +864,47 @@ def test_a_hand_over_is_read_back_as_one_table_per_batch():
         store.close()
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 15)),
-                         min_size=1, max_size=12), min_size=2, max_size=3))
-def test_a_batch_join_term_is_every_valid_combination(children):
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 15),
+                                   st.integers(0, 1)),
+                         min_size=1, max_size=12), min_size=2, max_size=3),
+       st.sampled_from(["int", "float", "str"]), st.booleans())
+def test_a_batch_join_term_is_every_valid_combination(children, key_type, checked):
     """``eq3_batch.combine`` against brute force: every combination of one input per child
     with equal keys whose newest time is at most each component's end (``_exp``), however
-    the inputs' times and windows overlap."""
+    the inputs' times and windows overlap; with integer, float (-0.0 equal to 0.0, as in
+    Python) and string keys (numeric keys are joined with numpy, others with Acero), and
+    with an equality between the first two children's columns (``Shape.checks``)."""
     import pyarrow as pa
 
+    def key(k, i):
+        if key_type == "int":
+            return k
+        if key_type == "float":
+            return -0.0 if k == 0 and i % 2 else float(k)
+        return f"k{k}"
     names = "ABC"[:len(children)]
+    checks = ((0, "A.v", 1, "B.v"),) if checked else ()
     shape = eq3_batch.Shape(layouts=tuple((a,) for a in names), keys=("",) * len(names),
-                            checks=(), windows={a: 1 for a in names},
-                            columns={a: () for a in names})
+                            checks=checks, windows={a: 1 for a in names},
+                            columns={a: ("v",) for a in names})
     sources = [pa.table({"pid": pa.array([0] * len(rows), pa.int32()),
                          f"{a}#rid": pa.array(range(len(rows)), pa.int64()),
-                         f"{a}#t": pa.array([t for _, t, _ in rows], pa.int64()),
-                         "_key": pa.array([k for k, _, _ in rows], pa.int64()),
-                         "_exp": pa.array([t + w for _, t, w in rows], pa.int64()),
-                         "_t": pa.array([t for _, t, _ in rows], pa.int64())})
+                         f"{a}#t": pa.array([t for _, t, _, _ in rows], pa.int64()),
+                         f"{a}.v": pa.array([v for _, _, _, v in rows], pa.int64()),
+                         "_key": pa.array([key(k, i) for i, (k, _, _, _) in enumerate(rows)]),
+                         "_exp": pa.array([t + w for _, t, w, _ in rows], pa.int64()),
+                         "_t": pa.array([t for _, t, _, _ in rows], pa.int64())})
                for a, rows in zip(names, children, strict=True)]
+    compare = {checks[0]: pa.int64()} if checked else {}
     got = Counter()
-    for part in eq3_batch.combine(sources, shape, {}):
+    for part in eq3_batch.combine(sources, shape, compare):
         got.update(zip(*(part[f"{a}#rid"].to_pylist() for a in names), strict=True))
     want = Counter()
     for combo in itertools.product(*(list(enumerate(rows)) for rows in children)):
-        keys = {k for _, (k, _, _) in combo}
-        newest = max(t for _, (_, t, _) in combo)
-        if len(keys) == 1 and all(newest <= t + w for _, (_, t, w) in combo):
+        keys = {key(k, i) for i, (k, _, _, _) in combo}
+        newest = max(t for _, (_, t, _, _) in combo)
+        if (len(keys) == 1 and all(newest <= t + w for _, (_, t, w, _) in combo)
+                and (not checked or combo[0][1][3] == combo[1][1][3])):
             want[tuple(i for i, _ in combo)] += 1
     assert got == want
