@@ -321,21 +321,23 @@ class ACaching(PolicyBase):
                 self._before.clear()
         if self._enforce_memory(ex, arrivals, ts):
             self._end_trial(arrivals, ts, "memory budget")  # the budget decides now
-        if self._watch_only(arrivals, logged):
-            self.interval = min(self.base_interval * WATCH_STRETCH, stretch * 2)
+        longer = min(self.base_interval * WATCH_STRETCH, stretch * 2)
+        if self._watch_only(arrivals, logged, longer):
+            self.interval = longer
         self._adapt_profiling(cq, now)
         self._end_tick(cq, ex, ts)
 
-    def _watch_only(self, arrivals, logged: int) -> bool:
+    def _watch_only(self, arrivals, logged: int, longer: int) -> bool:
         """Beyond the paper: this tick only watched the caches in use (§4.5 a), and every
         one of them keeps a net benefit of at least ``WATCH_MARGIN`` of its benefit, so
         the next ticks may come up to ``WATCH_STRETCH`` times less often (each costs about
         a hundred microseconds: on Figure 10 every 500 arrivals were 4% of the cached
         plan's CPU). §4.5 a still reacts at the next tick, up to 2,000 arrivals later by
         default; anything else to decide (a trial, a change, profiled candidates, a
-        re-profiling due, a memory budget) brings the ticks back to every ``interval``."""
+        re-profiling due before the ``longer`` interval ends, a memory budget) brings the
+        ticks back to every ``interval``."""
         if (self.trial is not None or len(self.history) != logged or self.memory is not None
-                or arrivals + self.interval >= self.next_reopt
+                or arrivals + longer >= self.next_reopt
                 or any(st.state == "profiled" for st in self.states.values())):
             return False
         used = [st for st in self.states.values() if st.state == "used"]
