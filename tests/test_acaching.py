@@ -485,14 +485,16 @@ def test_run_refuses_bad_cache_options_before_reading():
                     cache_options={"reopt_interval": 0})
 
 
-def test_quiet_ticks_come_less_often_and_wake_for_reprofiling():
+@pytest.mark.parametrize("memory", [None, 1_000_000])
+def test_quiet_ticks_come_less_often_and_wake_for_reprofiling(memory):
     """Once the caches are decided and nothing is watched, ticks stretch to
-    QUIET_STRETCH intervals (they cost the profiler's rates too); the re-profiling of
-    §4.5 step 4 brings them back to the base interval. Output unchanged."""
+    QUIET_STRETCH intervals (they cost the profiler's rates too), under a memory budget
+    too (with no cache in use it has nothing to check); the re-profiling of §4.5 step 4
+    brings them back to the base interval. Output unchanged."""
     from adaptcq.adapt.acaching import QUIET_STRETCH
     wl = three_way(n_updates=40_000, r=5, seed=0)
     p = adaptcq.runtime.local.prepare(wl.sql, wl.tables, "ts")
-    pol = ACaching(W=5, interval=50, reopt_interval=2000, W_d=20)
+    pol = ACaching(W=5, interval=50, reopt_interval=2000, W_d=20, memory=memory)
     pol.probe_cost = 1e9  # no cache ever pays: the policy goes quiet after its selection
     seen = []
     on_interval = pol.on_interval

@@ -247,7 +247,7 @@ class ACaching(PolicyBase):
             self._snap = None  # quiet stretches are not counted (nothing to decide)
             self._before.clear()  # a change's "before" is the intervals just before it
             # Ticks cost the profiler's rates too: while nothing can happen, they come
-            # less often (the re-profiling, a re-ordering or a budget wakes the policy
+            # less often (the re-profiling, a re-ordering or a budget of 0 wakes the policy
             # within QUIET_STRETCH intervals).
             self.interval = min(self.base_interval * QUIET_STRETCH, self.interval * 2)
             self._shares.append((cq.profile_cpu, now, self._profiled()))
@@ -727,8 +727,12 @@ class ACaching(PolicyBase):
 
     def _quiet(self, ex, arrivals) -> bool:
         """Nothing can happen at this tick: no trial, no cache in use to watch, no
-        candidate being profiled, no re-profiling or memory check due, the orders as they
-        were. (A tick then costs two clock reads.)"""
+        candidate being profiled, no re-profiling due, the orders as they were. (A tick
+        then costs two clock reads.) A memory budget does not keep ticks busy: §5 allocates
+        memory to the caches in use, and with none in use it has nothing to check (a budget
+        of 0 makes the policy idle, ``_idle``, which every tick checks first). Quiet ticks
+        under a budget need the band the bar keeps across them (``_resolution``): without
+        it each re-profiling profiled every candidate again at the full p."""
         return (self.trial is None and self.selections > 0 and arrivals < self.next_reopt
                 and not self._watching
                 and getattr(ex, "reorders", 0) == self._reorders_seen
