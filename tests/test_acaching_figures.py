@@ -16,3 +16,21 @@ def test_fig6_quick_writes_csv(tmp_path, capsys):
     trends = list(csv.DictReader((tmp_path / "fig6_trends.csv").open()))
     assert trends and all(t["verdict"] in ("CONFIRMED", "NOT CONFIRMED") for t in trends)
     assert "outputs identical" in capsys.readouterr().out
+
+
+def test_fig13_quick_prints_issue_14s_check(tmp_path, capsys):
+    """Figure 13 compares A-Caching at each budget with the best static plan that fits it
+    (MJoin, or the best XJoin where its join subresults fit) and says whether issue 14's
+    0.9x holds at every budget."""
+    assert main(["fig13", "--quick", "--out", str(tmp_path), "--runs", "1"]) == 0
+    rows = list(csv.DictReader((tmp_path / "fig13.csv").open()))
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.strip().startswith("issue 14:"))
+    shares = []
+    for r in rows:
+        fits = float(r["xjoin_subresult_bytes"]) <= float(r["memory_bytes"])
+        best = max(float(r["mjoin"]), float(r["xjoin"]) if fits else 0.0)
+        shares.append(float(r["caching"]) / best)
+        assert f"{int(r['memory_bytes']):,} B {shares[-1]:.2f}" in line
+    assert line.rstrip().endswith("a run)")
+    assert ("-> MET" in line) == (min(shares) >= 0.9)
