@@ -339,15 +339,19 @@ def _materialize(part: pa.Table, order: list[int], sources: Sequence[pa.Table]) 
 
 
 def _key_matches(left: pa.ChunkedArray, right: pa.ChunkedArray
-                 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """The row pairs (left row, right row) whose ``_key`` values are equal, for numeric
-    keys (NULL and NaN already dropped: ``child_inputs``): the right keys sorted once,
-    each left key's run of equal keys found by binary search, so equality is the
-    engine's (Python's: -0.0 = 0.0). Pairs come by left row, then in the right side's key
-    order. None for other key types (Acero's hash join takes them)."""
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The row pairs (left row, right row) whose ``_key`` values are equal (NULL and NaN
+    already dropped: ``child_inputs``). Numeric keys with numpy: the right keys sorted
+    once, each left key's run of equal keys found by binary search, so equality is the
+    engine's (Python's: -0.0 = 0.0); pairs come by left row, then in the right side's key
+    order. Other key types with Acero's hash join of the keys and their row numbers."""
     if (left.type != right.type or left.null_count or right.null_count
             or not (pa.types.is_integer(left.type) or pa.types.is_floating(left.type))):
-        return None
+        joined = pa.table({"_key": left, "_li": pa.array(np.arange(len(left)))}).join(
+            pa.table({"_key": right, "_ri": pa.array(np.arange(len(right)))}), "_key",
+            join_type="inner", use_threads=False)
+        return (joined["_li"].to_numpy().astype(np.int64, copy=False),
+                joined["_ri"].to_numpy().astype(np.int64, copy=False))
     lv, rv = left.to_numpy(), right.to_numpy()
     order = np.argsort(rv, kind="stable")
     ranked = rv[order]
@@ -362,39 +366,30 @@ def _key_matches(left: pa.ChunkedArray, right: pa.ChunkedArray
 def _combine_from(part: pa.Table, order: list[int], sources: Sequence[pa.Table],
                   shape: Shape, compare: dict) -> pa.Table | None:
     """``combine`` over the narrow inputs (``_narrow``) for some of the first source's
-    rows (``part``); None when empty. Each step joins the next child on ``_key`` and keeps
-    the combinations whose newest time is at most their earliest end (the window test,
-    on the row pairs before any column is copied: a clean-up joins thousands of small
-    tables, most of whose pairs fail it, and Acero's hash join cost about a third of a
-    millisecond to set up for each), then those passing the operator's other equalities."""
+    rows (``part``); None when empty. Each step matches the next child on ``_key``
+    (``_key_matches``) and keeps the combinations whose newest time is at most their
+    earliest end (the window test, on the row pairs before any column is copied: a
+    clean-up joins thousands of small tables, most of whose pairs fail it, and a hash join
+    of the whole narrow tables cost Acero about a third of a millisecond to set up for
+    each), then those passing the operator's other equalities."""
     bound = {order[0]}
     for k in order[1:]:
         right = sources[k]
-        pairs = _key_matches(part["_key"], right["_key"])
-        if pairs is None:  # a key type numpy does not compare as the engine does
-            joined = part.join(right.rename_columns(
-                [{"_exp": "_exp_r", "_t": "_t_r"}.get(n, n) for n in right.column_names]),
-                "_key", join_type="inner", use_threads=False)
-            end = pc.min_element_wise(joined["_exp"], joined["_exp_r"])
-            newest = pc.max_element_wise(joined["_t"], joined["_t_r"])
-            valid = pc.less_equal(newest, end)
-            joined = joined.drop_columns(["_exp_r", "_t_r"]).filter(valid)
-            end, newest = end.filter(valid), newest.filter(valid)
-        else:
-            li, ri = pairs
-            end = np.minimum(part["_exp"].to_numpy()[li], right["_exp"].to_numpy()[ri])
-            newest = np.maximum(part["_t"].to_numpy()[li], right["_t"].to_numpy()[ri])
-            valid = newest <= end
-            li, ri = li[valid], ri[valid]
-            end, newest = pa.array(end[valid]), pa.array(newest[valid])
-            joined = part.take(li)
-            rest = right.drop_columns(["_key", "_exp", "_t"]).take(ri)
-            for name, col in zip(rest.column_names, rest.columns, strict=True):
-                joined = joined.append_column(name, col)
-        if not joined.num_rows:
+        li, ri = _key_matches(part["_key"], right["_key"])
+        end = np.minimum(part["_exp"].to_numpy()[li], right["_exp"].to_numpy()[ri])
+        newest = np.maximum(part["_t"].to_numpy()[li], right["_t"].to_numpy()[ri])
+        valid = newest <= end
+        li, ri = li[valid], ri[valid]
+        if not len(li):
             return None
-        joined = joined.set_column(joined.column_names.index("_exp"), "_exp", end)
-        joined = joined.set_column(joined.column_names.index("_t"), "_t", newest)
+        joined = part.take(li)
+        rest = right.drop_columns(["_key", "_exp", "_t"]).take(ri)
+        for name, col in zip(rest.column_names, rest.columns, strict=True):
+            joined = joined.append_column(name, col)
+        joined = joined.set_column(joined.column_names.index("_exp"), "_exp",
+                                   pa.array(end[valid]))
+        joined = joined.set_column(joined.column_names.index("_t"), "_t",
+                                   pa.array(newest[valid]))
         keep = None
         for kx, x, ky, y in shape.checks:
             if (kx == k and ky in bound) or (ky == k and kx in bound):
