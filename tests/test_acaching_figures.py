@@ -34,3 +34,21 @@ def test_fig13_quick_prints_issue_14s_check(tmp_path, capsys):
         assert f"{int(r['memory_bytes']):,} B {shares[-1]:.2f}" in line
     assert line.rstrip().endswith("a run)")
     assert ("-> MET" in line) == (min(shares) >= 0.9)
+
+
+def test_fig10_quick_prints_issue_14s_check(tmp_path, capsys):
+    """Figure 10 states issue 14's check from its own rows: A-Caching against the forced
+    R⋈S cache at every point (whole run) and against MJoin at the largest |S|, and prints
+    the second-half ratios beside it."""
+    assert main(["fig10", "--quick", "--out", str(tmp_path), "--runs", "1"]) == 0
+    rows = list(csv.DictReader((tmp_path / "fig10.csv").open()))
+    out = capsys.readouterr().out.splitlines()
+    line = next(x for x in out if x.strip().startswith("issue 14:"))
+    whole = [float(r["acaching_vs_cache"]) for r in rows]
+    vs_mjoin = 1 / float(rows[-1]["acaching_relative"])
+    assert ", ".join(f"{x:.2f}" for x in whole) in line
+    assert f"at the largest |S| {vs_mjoin:.2f}" in line
+    assert ("-> MET" in line) == (min(whole) >= 0.9 and vs_mjoin >= 1.5)
+    half = next(x for x in out if x.strip().startswith("second half of each run"))
+    assert half.endswith(", ".join(f"{float(r['acaching_vs_cache_second_half']):.2f}"
+                                   for r in rows))

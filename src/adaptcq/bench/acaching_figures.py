@@ -644,8 +644,7 @@ def fig10(out: Path, quick: bool, runs: int) -> list[dict]:
                      "relative": best_m / med["caching"],
                      "acaching_relative": best_m / med["acaching"], "acaching_caches": used,
                      "acaching_vs_cache": med["acaching"] / med["caching"],
-                     "acaching_vs_cache_second_half": med_late["acaching"] / med_late["caching"],
-                     "acaching_vs_mjoin": med["acaching"] / best_m})
+                     "acaching_vs_cache_second_half": med_late["acaching"] / med_late["caching"]})
         print(f"  window {w:g} s (|S| ≈ {size_s:,}): MJoin {best_m:,.0f}, R⋈S cache "
               f"{med['caching']:,.0f}, A-Caching {med['acaching']:,.0f} updates/CPU-s; "
               f"MJoin/cache {best_m / med['caching']:.2f}; A-Caching/cache "
@@ -669,10 +668,11 @@ def fig10(out: Path, quick: bool, runs: int) -> list[dict]:
           f"at the largest |S|: {rows[-1]['acaching_caches']}")
     t.emit(out)
     whole = [r["acaching_vs_cache"] for r in rows]
-    ok = min(whole) >= FIG10_VS_CACHE and rows[-1]["acaching_vs_mjoin"] >= FIG10_VS_MJOIN
+    vs_mjoin = 1 / rows[-1]["acaching_relative"]  # at the largest |S|
+    ok = min(whole) >= FIG10_VS_CACHE and vs_mjoin >= FIG10_VS_MJOIN
     print("  issue 14: A-Caching / forced R⋈S cache (whole run) "
           + ", ".join(f"{x:.2f}" for x in whole) + f", at least {FIG10_VS_CACHE} at every "
-          f"point; A-Caching / MJoin at the largest |S| {rows[-1]['acaching_vs_mjoin']:.2f}, "
+          f"point; A-Caching / MJoin at the largest |S| {vs_mjoin:.2f}, "
           f"at least {FIG10_VS_MJOIN} -> {'MET' if ok else 'NOT MET'}")
     print("  second half of each run (after the first selection; the nearest to the paper's "
           "'maximum load the system can handle', §7.1): A-Caching / cache "
