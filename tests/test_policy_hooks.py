@@ -68,6 +68,42 @@ def test_ticks_every_interval_and_no_profiling_at_p_zero():
     assert cq.profiler.ticks == len(pol.ticks)
 
 
+def _burn(seconds: float) -> None:
+    import time
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_the_query_clock_counts_its_own_work_only():
+    """``cq.cpu()``, the clock the policies measure intervals on, runs inside ``process``
+    and ``advance_to`` (a tick sees it running) and stands still between them, however much
+    CPU the driver spends there (other plans side by side, input, output)."""
+    seen = []
+
+    class Clocked(Counting):
+        def on_interval(self, cq, ts):
+            seen.append(cq.cpu())
+            _burn(0.002)  # a policy's own work is the query's
+            seen.append(cq.cpu())
+
+    q = parse_query("SELECT R.id AS r, S.id AS s FROM R [RANGE 1 SECONDS], S [RANGE 1 "
+                    "SECONDS] WHERE R.a = S.a", {"R": SCHEMA, "S": SCHEMA})
+    cq = ContinuousQuery(q, "mjoin", "append")
+    cq.attach(Clocked(0.0, 500))
+    assert cq.cpu() == 0.0
+    n = 2000
+    cq.process([k % 2 for k in range(n)], None, [k / 100 for k in range(n)],
+               [(k % 7, k) for k in range(n)])
+    after = cq.cpu()
+    assert len(seen) == 8 and all(b - a >= 0.002 for a, b in zip(seen[::2], seen[1::2]))
+    assert after >= seen[-1]
+    _burn(0.05)  # the driver's work between batches
+    assert cq.cpu() == after
+    cq.advance_to(1e9)  # every window deletion, on the query's clock too
+    assert cq.cpu() > after and cq.stats.deletions == n
+
+
 def test_xjoin_refuses_policies():
     q = parse_query("SELECT R.id FROM R, S WHERE R.a = S.a", {"R": SCHEMA, "S": SCHEMA})
     with pytest.raises(ValueError, match="need --executor mjoin"):

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -232,7 +231,7 @@ class ACaching(PolicyBase):
                          for i, c in enumerate(per_stream)}
 
     def on_interval(self, cq, ts) -> None:
-        now = self._tick_start = time.process_time()
+        now = self._tick_start = cq.cpu()  # the query's own clock, not the process's
         ex = self._ex = cq.executor
         arrivals = cq.next_rid
         if self._idle():  # no cache memory: nothing to watch, profile or decide
@@ -254,7 +253,7 @@ class ACaching(PolicyBase):
             if share_ready(self._shares, self.W):
                 self._set_p_i(cq.per_stream)
                 self._adapt_profiling(cq, now)
-            self._clock = (self._tick_done(), arrivals, ts)
+            self._clock = (self._tick_done(cq), arrivals, ts)
             return
         stretch, self.interval = self.interval, self.base_interval
         logged = len(self.history)
@@ -353,15 +352,15 @@ class ACaching(PolicyBase):
         fresh = self.verify and (self._snap is None or self._snap["plan"] != self._plan_key(ex))
         if fresh:
             self._snap = self._snapshot(cq, ex)
-        end = self._tick_done()
+        end = self._tick_done(cq)
         if fresh:  # the interval starts after this tick's own work
             self._snap["cpu"], self._snap["own"] = end, self._own_total
         self._clock = (end, cq.next_rid, ts)
 
-    def _tick_done(self) -> float:
+    def _tick_done(self, cq) -> float:
         """The end of a tick: its own CPU (from ``on_interval``'s start) and the CPU since
-        the previous tick's end, for ``_thrifty``. Returns the clock."""
-        end = time.process_time()
+        the previous tick's end, for ``_thrifty``. Returns the clock (``cq.cpu``)."""
+        end = cq.cpu()
         own = end - self._tick_start
         if self._clock is not None:
             self._own.append((own, end - self._clock[0]))
@@ -422,7 +421,7 @@ class ACaching(PolicyBase):
         return {"ins": list(cq.per_stream), "size": [len(st) for st in ex.stems],
                 "obs": {a: p.observations for a, p in self.profiler.pipelines.items()},
                 "cache": {id(st.cache): tuple(st.cache.counts) for st in self._used()},
-                "cpu": time.process_time(), "profile_cpu": cq.profile_cpu,
+                "cpu": cq.cpu(), "profile_cpu": cq.profile_cpu,
                 "own": self._own_total, "plan": self._plan_key(ex)}
 
     def _used(self) -> list[CandidateState]:

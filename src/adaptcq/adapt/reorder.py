@@ -42,7 +42,6 @@ What we filled in (ours, not the papers'):
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -176,7 +175,7 @@ class AGreedy(PolicyBase):
         if self.wait_for is not None and not getattr(self.wait_for, "done", True):
             self._shares.clear()  # the initial plan's profiling is not ours to scale
             return
-        tick = (cq.profile_cpu, time.process_time(), self._profiled())
+        tick = (cq.profile_cpu, cq.cpu(), self._profiled())  # the query's own clock
         if self.reorderings != self._stable_since:  # measure the new plan from here
             self._stable_since = self.reorderings
             self._shares.clear()
