@@ -123,6 +123,34 @@ def test_agreedy_converges_to_the_greedy_order():
 
 
 
+def test_drift_benchmark_runs_its_plans_side_by_side_with_the_same_results():
+    """``bench.adaptive_ordering.run_plans``: every plan advances one chunk in turn, so a
+    policy's plan runs interleaved with static ones. Outputs are the same multiset; each
+    chunk's CPU is the plan's own; and the query clock the policies measure on
+    (``cq.cpu``) holds only the plan's own chunks, not the others' run in between."""
+    from adaptcq.bench.adaptive_ordering import BEFORE, drift_workload, phase_graph, run_plans
+    from adaptcq.runtime.local import prepare
+
+    wl = drift_workload(seconds_per_phase=6.0, phases=(BEFORE,), seed=3)
+    prepared = prepare(wl.sql, wl.tables, wl.timestamp)
+    best = plan(phase_graph(wl, 0), "dmjoin")
+
+    def agreedy():
+        return AGreedy(p=0.05, W=10, alpha=1.25, seed=1)
+
+    alone = run_plans(prepared, "retract", 4000, {"agreedy": (None, [agreedy()])})
+    side = run_plans(prepared, "retract", 4000,
+                     {"static": (best, []), "agreedy": (None, [agreedy()])})
+    assert side["static"][1] == side["agreedy"][1] == alone["agreedy"][1]
+    n = len(prepared.rows)
+    for rows, _, cq in side.values():
+        assert [x["arrivals"] for x in rows] == [*range(4000, n, 4000), n]
+        assert sum(x["updates"] for x in rows) == cq.stats.updates
+        assert all(x["cpu_s"] > 0 for x in rows)
+        assert 0 < cq.cpu() <= sum(x["cpu_s"] for x in rows)
+    assert side["agreedy"][2].policies[0].reorderings > 0
+
+
 def test_cheap_profiling_scales_p_down_while_stable_and_back_on_a_reordering():
     """A-Greedy's cheap profiling: on a stable workload, once its plan is found, p is
     scaled down (profiling is far above 2% of the CPU at p = 0.5); a re-ordering restores
