@@ -57,12 +57,14 @@ KINDS = ("probe", "entry", "scan_row", "cache_probe", "cache_update", "entry_bui
 * ``cache_probe``: a CacheLookup (hit or miss);
 * ``cache_update``: a tuple passing a CacheUpdate;
 * ``entry_build``: a cache entry created after a miss;
-* ``insert``, ``expiry``: an arrival, a tuple leaving its window (the SteM's work, the
-  call into the pipeline, the output rows: what every plan pays alike);
+* ``insert``, ``expiry``: an arrival, a tuple leaving its window (the update loop, the
+  window clock, the SteM's work, the call into the pipeline, the output rows: what every
+  plan pays alike);
 * ``observe``: a probe key handed to a candidate's Bloom filter (App. A's observer)."""
 
 PRIOR = {"probe": 1.0, "entry": 0.5, "scan_row": 0.25, "cache_probe": 2.0,
-         "cache_update": 1.5, "entry_build": 2.0, "insert": 3.0, "expiry": 3.0, "observe": 4.0}
+         "cache_update": 1.5, "entry_build": 2.0, "insert": 12.0, "expiry": 12.0,
+         "observe": 4.0}
 """Relative costs before the intervals determine them, in hash probes: the Python
 operations of each kind's generated code (``engine.codegen``), counted once from the
 source and not fitted to any result. A hash probe is a method call and a bucket test
@@ -70,9 +72,26 @@ source and not fitted to any result. A hash probe is a method call and a bucket 
 one comparison in ``ScanIndex.get``; a cache probe computes its key, hashes it, takes a
 modulo, indexes the table, compares twice and counts (about twice a probe); a CacheUpdate
 the same without the count, and on a hit one dict store of two built tuples; an entry
-built after a miss a dict, a slot store and a count; an insertion or expiry the SteM's
-Python ``insert``/``delete`` (a dict and a deque per index) and the pipeline call; an
-observed key a Python call that hashes it into a ``bytearray`` and counts."""
+built after a miss a dict, a slot store and a count; an observed key a Python call that
+hashes it into a ``bytearray`` and counts.
+
+An insertion or an expiry is everything an arrival costs besides its joins, counted the
+same way (thirteenth session, after a measured mismatch, below; it was 3, the SteM's body
+and the pipeline call alone):
+
+* insertion, about 12: the update loop's steps (the arrival's stream, time and row, the
+  window clock's test, the selection, count-window and trace tests, the counters: about
+  20 simple steps, 5 probes), the window clock's ``heappush`` of a 4-tuple (1.5), two
+  Python calls (the pipeline, the SteM's ``insert``: 2 each) and the SteM's body (two
+  dict stores, and per index a key, a ``get`` and a store: 2.5);
+* expiry, about 12: the clock's test and ``heappop`` (a sift-down: 2.5), the loop's steps
+  (1.5), three Python calls (the executor's ``delete``, the SteM's, the delete pipeline:
+  6) and the SteM's body (two pops, and per index a lookup, a delete and a test: 2).
+
+The intervals seldom separate these from the probes (a steady stream does both in one
+proportion), so the prior's split is what the fit keeps; at 3 it priced a probe at 2–3×
+what it costs, and every cache's saved probes with it (docs/adaptive-ordering.md: a cache
+predicted to save 5–9% of the CPU measured 0.96–1.10×)."""
 
 MIN_INTERVALS = 4   # fewer: one scale on the prior (step 1 only)
 RESOLVE = 0.9       # a kind is "measured" when the data set at least 90% of its estimate
