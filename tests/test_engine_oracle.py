@@ -23,9 +23,10 @@ SCHEMA = {"a": "number", "b": "number", "c": "number", "id": "number", "ts": "nu
 
 
 @st.composite
-def queries(draw, max_streams=6):
+def queries(draw, max_streams=6, window=None):
     """Random CQL text over a random connected join graph (trees, cycles, complete
-    graphs, several predicates per pair), random windows and selections."""
+    graphs, several predicates per pair), random windows (``window``: this one for every
+    stream) and selections."""
     n = draw(st.integers(2, max_streams))
     names = [f"S{i}" for i in range(n)]
     edges = []
@@ -51,6 +52,9 @@ def queries(draw, max_streams=6):
             sels.append(sel.format(s=nm))
     windows = []
     for _ in names:
+        if window is not None:
+            windows.append(f" {window}")
+            continue
         kind = draw(st.sampled_from(["range", "rows", "none"]))
         if kind == "range":
             windows.append(f" [RANGE {draw(st.sampled_from([0, 1, 2.5, 4]))} SECONDS]")
@@ -190,6 +194,60 @@ def test_snapshot_and_restore_continue_exactly(data, mode, executor, seed):
     assert sorted(map(repr, out)) == sorted(map(repr, whole))
     assert second.stats.updates == uninterrupted.stats.updates
     assert second.stats.arrivals == uninterrupted.stats.arrivals
+
+
+@common
+@given(steps=st.lists(st.tuples(st.booleans(), st.integers(-3, 6)), max_size=60))
+def test_expiry_clock_queue_keeps_the_heaps_order(steps):
+    """stream.windows.ExpiryClock with its deque (one window length) pops exactly what the
+    heap alone pops, in the same order, also when entries come out of order (late
+    arrivals, which go to the heap) and when ``due`` drains part of them; ``pending`` is
+    the sorted rest; a clock pickled before the deque existed loads."""
+    import pickle
+
+    from adaptcq.stream.windows import ExpiryClock
+    fast, ref = ExpiryClock(fifo=True), ExpiryClock()
+    t, rid = 0.0, 0
+    for push, step in steps:
+        if push:  # mostly forward in time; a negative step is a late arrival
+            t = max(0.0, t + step)
+            rid += 1
+            for clock in (fast, ref):
+                clock.push((t + 2.5, rid, rid % 3, rid))
+        else:
+            now = t + step
+            assert list(fast.due(now)) == list(ref.due(now))
+    assert fast.pending() == sorted(ref.heap) and len(fast) == len(ref)
+    assert list(fast.due(float("inf"))) == sorted(ref.heap)
+    old = ExpiryClock.__new__(ExpiryClock)
+    old.__setstate__((None, {"heap": [(1.0, 1, 0, 1)]}))
+    assert old.fifo is None and list(old.due(2.0)) == [(1.0, 1, 0, 1)]
+    assert pickle.loads(pickle.dumps(fast)).pending() == fast.pending()
+
+
+@common
+@given(data=st.data(), mode=st.sampled_from(["append", "retract"]),
+       executor=st.sampled_from(["mjoin", "xjoin"]))
+def test_one_window_length_queues_expiries_in_arrival_order(data, mode, executor):
+    """When every windowed stream has one window length the clock's deque holds the
+    deletions (ExpiryClock): the output, in order, is the heap-only clock's, also with
+    arrivals out of timestamp order."""
+    w = data.draw(st.sampled_from([0, 1, 2.5]))
+    q = data.draw(queries(max_streams=4, window=f"[RANGE {w} SECONDS]"))
+    streams, ts, rows = data.draw(arrivals(len(q.aliases)))
+    if data.draw(st.booleans()) and len(ts) > 2:  # some late arrivals
+        k = data.draw(st.integers(1, len(ts) - 1))
+        ts = ts[:k] + [max(0.0, x - 2.0) for x in ts[k:k + 2]] + ts[k + 2:]
+    rows = as_tuples(q, streams, rows)
+    fast, ref = ContinuousQuery(q, executor, mode), ContinuousQuery(q, executor, mode)
+    ref.clock.fifo = None
+    assert fast.clock.fifo is not None
+    out_fast = fast.process(streams, None, ts, rows)
+    out_ref = ref.process(streams, None, ts, rows)
+    fast.advance_to(float("inf"))
+    ref.advance_to(float("inf"))
+    assert out_fast == out_ref and fast.drain() == ref.drain()
+    assert fast.stats.deletions == ref.stats.deletions
 
 
 def random_cache_moves(cq, rnd: random.Random, tries: int = 6) -> None:

@@ -196,7 +196,9 @@ class ContinuousQuery:
                        for s in query.streams]
         if executor == "shed":  # its rows expire inside it, at the time each is processed
             self.ranges = [None] * len(query.streams)
-        self.clock = ExpiryClock()
+        # One window length among the windowed streams: deletions fall due in arrival
+        # order and queue in a deque (stream.windows.ExpiryClock).
+        self.clock = ExpiryClock(fifo=len({w for w in self.ranges if w is not None}) == 1)
         # Explicit deletions: per unbounded stream, row_key(row) -> row ids of the equal
         # rows still there, oldest first (None for one that failed the selection).
         self.explicit_deletions = bool(explicit_deletions)
@@ -386,15 +388,21 @@ class ContinuousQuery:
         ranges, counts, sels, values = self.ranges, self.counts, self.selections, self.values
         trace, per_stream = self.trace, self.per_stream
         heap, heappush, heappop = self.clock.heap, heapq.heappush, heapq.heappop
+        fifo = self.clock.fifo
         rid = self.next_rid
         n_ins = n_del = n_filtered = 0
         next_sample = self._next_sample - st.updates
         for k in range(len(rows)):
             i, ts, row = streams[k], timestamps[k], rows[k]
             # Time-window deletions due before this arrival (stream.windows), inlined: this
-            # loop is the hot path of every executor.
-            while heap and heap[0][0] < ts:
-                expires_at, _, j, old = heappop(heap)
+            # loop is the hot path of every executor. (ExpiryClock.due, merged by hand.)
+            while True:
+                if fifo and fifo[0][0] < ts and (not heap or fifo[0] < heap[0]):
+                    expires_at, _, j, old = fifo.popleft()
+                elif heap and heap[0][0] < ts:
+                    expires_at, _, j, old = heappop(heap)
+                else:
+                    break
                 n_del += 1
                 if trace is not None:
                     trace.append((j, -1, expires_at, ex.stems[j].rows[old], self.emitted()))
@@ -427,7 +435,11 @@ class ContinuousQuery:
                 inserts[i](rid, row, ts)
             w = ranges[i]
             if w is not None:
-                heappush(heap, (ts + w, rid, i, rid))
+                due = ts + w
+                if fifo is not None and (not fifo or fifo[-1][0] <= due):
+                    fifo.append((due, rid, i, rid))  # (ExpiryClock.push, inlined)
+                else:
+                    heappush(heap, (due, rid, i, rid))
             elif values[i] is not None:
                 values[i].setdefault(row_key(row), []).append(rid)
             if n_ins + n_del >= next_sample:
@@ -549,7 +561,7 @@ class ContinuousQuery:
             "plan": self.executor.plan_state(),
             "rows": [stem.rows for stem in self.executor.stems],
             "times": [stem.times for stem in self.executor.stems],
-            "heap": self.clock.heap,
+            "heap": self.clock.pending(),
             "counts": [None if c is None else list(c.rids) for c in self.counts],
             "values": self.values,
             "explicit_deletions": self.explicit_deletions,

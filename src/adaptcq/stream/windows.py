@@ -23,22 +23,57 @@ from collections import deque
 
 class ExpiryClock:
     """Pending time-window deletions of all streams, ordered by (t + w, arrival order).
-    ``ContinuousQuery.process`` pushes (t + w, arrival, stream, row id) onto ``heap``
-    itself: that push is on the hot path."""
 
-    __slots__ = ("heap",)
+    Arrivals come in event-time order, so when every windowed stream has the same length w
+    (``fifo=True``), their deletions fall due in arrival order: they wait in ``fifo``, a
+    deque (an append and a popleft), not in ``heap`` (a push, and a pop of about log₂ n
+    tuple comparisons: 0.6 µs an arrival with 4,000 rows in the windows, 10–12% of an
+    MJoin's CPU on a 4-way star). ``heap`` holds the rest: every deletion when window
+    lengths differ, an arrival older than the newest queued (allowed lateness), and
+    deletions loaded from a snapshot or by ``ContinuousQuery.load_arrivals``. ``due``
+    merges the two in (t + w, arrival) order, so deletions happen exactly as with the heap
+    alone. ``ContinuousQuery.process`` pushes and pops inline: that is the hot path."""
 
-    def __init__(self):
+    __slots__ = ("fifo", "heap")
+
+    def __init__(self, fifo: bool = False):
         self.heap: list[tuple[float, int, int, int]] = []
+        self.fifo: deque | None = deque() if fifo else None
+
+    def push(self, entry: tuple[float, int, int, int]) -> None:
+        """Queue (t + w, arrival, stream, row id) (what ``process`` does inline)."""
+        fifo = self.fifo
+        if fifo is not None and (not fifo or fifo[-1][0] <= entry[0]):
+            fifo.append(entry)
+        else:
+            heapq.heappush(self.heap, entry)
 
     def due(self, now: float):
         """Pop, in order, every pending deletion with ``t + w < now``."""
-        heap = self.heap
-        while heap and heap[0][0] < now:
-            yield heapq.heappop(heap)
+        heap, fifo = self.heap, self.fifo
+        while True:
+            if fifo and fifo[0][0] < now and (not heap or fifo[0] < heap[0]):
+                yield fifo.popleft()
+            elif heap and heap[0][0] < now:
+                yield heapq.heappop(heap)
+            else:
+                return
+
+    def pending(self) -> list[tuple[float, int, int, int]]:
+        """Every pending deletion, in order (a list that is also a valid heap)."""
+        return sorted([*self.heap, *(self.fifo or ())])
 
     def __len__(self) -> int:
-        return len(self.heap)
+        return len(self.heap) + len(self.fifo or ())
+
+    def __getstate__(self):
+        return {"heap": self.heap, "fifo": self.fifo}
+
+    def __setstate__(self, state) -> None:
+        if isinstance(state, tuple):  # (None, slots): the default form, before ``fifo``
+            state = state[1]
+        self.heap = state["heap"]
+        self.fifo = state.get("fifo")
 
 
 class CountWindow:
