@@ -81,10 +81,12 @@ and the pipeline call alone):
 
 * insertion, about 12: the update loop's steps (the arrival's stream, time and row, the
   window clock's test, the selection, count-window and trace tests, the counters: about
-  20 simple steps, 5 probes), the window clock's ``heappush`` of a 4-tuple (1.5), two
+  20 simple steps, 5 probes), the window clock's push of a 4-tuple (a ``heappush``, 1.5;
+  a deque's append where one window length is in force, 0.5), two
   Python calls (the pipeline, the SteM's ``insert``: 2 each) and the SteM's body (two
   dict stores, and per index a key, a ``get`` and a store: 2.5);
-* expiry, about 12: the clock's test and ``heappop`` (a sift-down: 2.5), the loop's steps
+* expiry, about 12: the clock's test and ``heappop`` (a sift-down: 2.5; a deque's
+  ``popleft`` with one window length, 1), the loop's steps
   (1.5), three Python calls (the executor's ``delete``, the SteM's, the delete pipeline:
   6) and the SteM's body (two pops, and per index a lookup, a delete and a test: 2).
 
