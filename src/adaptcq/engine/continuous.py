@@ -646,7 +646,7 @@ class ContinuousQuery:
         n_streams = len(self.query.streams)
         live: list[dict] = [{} for _ in range(n_streams)]
         times: list[dict] = [{} for _ in range(n_streams)]
-        heap = []
+        clock = self.clock
         rid = self.next_rid
 
         def gone_row(i: int, r: int, ts: float) -> None:
@@ -682,7 +682,7 @@ class ContinuousQuery:
             if w is not None:
                 if ts + w < expired_before:
                     continue
-                heap.append((ts + w, rid, i, rid))
+                clock.push((ts + w, rid, i, rid))
             elif values[i] is not None:
                 values[i].setdefault(row_key(row), []).append(rid)
             live[i][rid] = row
@@ -690,14 +690,8 @@ class ContinuousQuery:
         for i in range(n_streams):
             if live[i]:
                 ex.load(i, live[i], times[i])
-        if self.clock.heap:
-            self.clock.heap.extend(heap)
-            heapq.heapify(self.clock.heap)
-        else:
-            heapq.heapify(heap)
-            self.clock.heap = heap
         self.next_rid = rid
-        for expires_at, _, i, r in self.clock.due(expired_before):
+        for expires_at, _, i, r in clock.due(expired_before):
             ex.delete(i, r, expires_at)
         self.out.clear()
 

@@ -30,7 +30,7 @@ class ExpiryClock:
     tuple comparisons: 0.6 µs an arrival with 4,000 rows in the windows, 10–12% of an
     MJoin's CPU on a 4-way star). ``heap`` holds the rest: every deletion when window
     lengths differ, an arrival older than the newest queued (allowed lateness), and
-    deletions loaded from a snapshot or by ``ContinuousQuery.load_arrivals``. ``due``
+    deletions loaded from a snapshot. ``due``
     merges the two in (t + w, arrival) order, so deletions happen exactly as with the heap
     alone. ``ContinuousQuery.process`` pushes and pops inline: that is the hot path."""
 
@@ -41,7 +41,8 @@ class ExpiryClock:
         self.fifo: deque | None = deque() if fifo else None
 
     def push(self, entry: tuple[float, int, int, int]) -> None:
-        """Queue (t + w, arrival, stream, row id) (what ``process`` does inline)."""
+        """Queue (t + w, arrival, stream, row id) (``ContinuousQuery.load_arrivals``;
+        ``process`` does the same inline)."""
         fifo = self.fifo
         if fifo is not None and (not fifo or fifo[-1][0] <= entry[0]):
             fifo.append(entry)
