@@ -35,11 +35,14 @@ slices the front; explicit deletions mark rows dead and compact now and then. In
 log-structured runs of sorted rows (one run per batch, merged when one is no larger than
 twice the next), built on first use for the key columns a pipeline probes.
 
-**Keys** (:class:`KeyCoding`, per attribute class): integers, booleans and times as int64;
-floats (and classes mixing integers and floats) as the bits of the float64 value, -0.0 as
-0.0 and NaN never joining, as in the per-tuple engine; anything else (strings, decimals…)
-as a 64-bit hash whose matches are then checked on the values. A NULL never joins. A key of
-several columns is a mix of their codes, its matches checked column by column.
+**Keys** (:class:`KeyCoding`, per attribute class): keys meet exactly when the per-tuple
+engine's values are equal (Python's ``==``) whatever their Arrow types. Integers,
+booleans and one time type as int64; timestamps of several units in the finest one, dates
+as days; floats (and classes mixing integers and floats) as the bits of the float64 value,
+-0.0 as 0.0 and NaN never joining, as in the per-tuple engine (with integers, matches
+checked on the values); anything else (strings, decimals…) as a 64-bit hash whose matches
+are then checked on the values. A NULL never joins. A key of several columns is a mix of
+their codes, its matches checked column by column.
 
 The orders of the pipelines may change between batches (``orders``, or a policy such as
 ``adapt.batch_order``); each batch runs with the orders current when it starts.
@@ -57,7 +60,7 @@ import pyarrow as pa
 
 from adaptcq.engine.continuous import Counters, row_key
 from adaptcq.engine.rules import check_order, connected_order
-from adaptcq.errors import OptionError
+from adaptcq.errors import InputError, OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.estimators import Ratio
 from adaptcq.stream.arrays import from_numpy, null_mask, numpy_dtype, storage_type, to_numpy
@@ -129,9 +132,25 @@ class Values:
         return from_numpy(values, self.type, mask)
 
 
+_TIME_UNITS = {"s": 1, "ms": 1000, "us": 1_000_000, "ns": 1_000_000_000}
+_MS_PER_DAY = 86_400_000
+_INT64_MAX = np.iinfo(np.int64).max
+
+
 class KeyCoding:
-    """The codes of one attribute class (module docstring, "Keys"): ``kind`` is "int"
-    (exact), "float" (exact, as float64 values) or "hash" (matches checked on values)."""
+    """The codes of one attribute class (module docstring, "Keys"). Equal codes for values
+    the per-tuple engine finds equal (Python's ``==``), whatever the columns' types:
+
+    * "int": integers and booleans, or one time type (exact, as int64);
+    * "time": timestamps of several units, as int64 counts of the finest unit; "date":
+      date32 and date64, as days (a date64's time of day is not part of its date);
+    * "float": floats, or floats and integers, as the bits of the float64 value (-0.0 as
+      0.0, NaN never joins); with integers too, matches are checked on the values
+      exactly (``check``: an integer beyond 2**53 rounds to a float it does not equal);
+    * "hash": anything else, as a 64-bit hash whose matches are checked on the values:
+      pandas' hash of the values for one type, Python's own ``hash`` for several
+      (decimals with integers, floats or decimals of another scale: Python's hash is equal
+      for numbers that compare equal, and pandas' is not)."""
 
     def __init__(self, types: Sequence[pa.DataType]):
         ints = all(pa.types.is_integer(t) or pa.types.is_boolean(t) for t in types)
@@ -139,28 +158,75 @@ class KeyCoding:
         numbers = all(pa.types.is_integer(t) or pa.types.is_floating(t)
                       or pa.types.is_boolean(t) for t in types)
         same_time = len(set(types)) == 1 and storage_type(types[0]) is not None
+        self.check = False      # matches are checked on the values
+        self.pyhash = False     # codes from Python's hash (several types)
+        self.finest = 1         # "time": the finest unit's counts per second
         if (ints and not big) or same_time:
             self.kind = "int"
+        elif all(pa.types.is_timestamp(t) for t in types):
+            self.kind = "time"
+            self.finest = max(_TIME_UNITS[t.unit] for t in types)
+        elif all(pa.types.is_date(t) for t in types):
+            self.kind = "date"
         elif numbers and not big:
             self.kind = "float"
+            self.check = not all(pa.types.is_floating(t) for t in types)
         else:
             self.kind = "hash"
+            self.check = True
+            self.pyhash = len(set(types)) > 1
 
-    def encode(self, values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 codes, NULL mask: rows whose value never joins)."""
+    def encode(self, values: np.ndarray, mask: np.ndarray,
+               t: pa.DataType | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 codes, NULL mask: rows whose value never joins) of a column of type
+        ``t`` (needed by "time" and "date")."""
         if self.kind == "int":
             return values.astype(np.int64, copy=False), mask
+        if self.kind == "time":
+            factor = self.finest // _TIME_UNITS[t.unit]
+            v = values.astype(np.int64, copy=False)
+            if factor > 1:
+                if len(v) and np.abs(v[~mask]).max(initial=0) > _INT64_MAX // factor:
+                    raise InputError(f"a {t} join key is too far from 1970 to compare with "
+                                     f"the other join columns' finer timestamps; use "
+                                     "--executor mjoin")
+                v = v * factor
+            return v, mask
+        if self.kind == "date":
+            v = values.astype(np.int64, copy=False)
+            return (v // _MS_PER_DAY if pa.types.is_date64(t) else v), mask
         if self.kind == "float":
             f = values.astype(np.float64) + 0.0  # -0.0 + 0.0 is 0.0: one code for zero
             return f.view(np.int64), mask | np.isnan(f)
-        import pandas as pd
         obj = values if values.dtype == object else values.astype(object)
+        if self.pyhash:
+            # (one Python call per value: only classes mixing types come here)
+            codes = np.fromiter((hash(x) for x in obj), np.int64, len(obj))
+            return codes, mask
+        import pandas as pd
         try:
             codes = pd.util.hash_array(obj, categorize=False).view(np.int64)
         except TypeError as e:
             raise OptionError(f"the vectorized executor cannot key a join on these values "
                               f"({e}); use --executor mjoin") from None
         return codes, mask
+
+
+def unsupported_keys(query: LogicalQuery, types: Mapping[tuple[str, str], pa.DataType]
+                     ) -> str | None:
+    """Why the vectorized executor cannot join on ``query``'s attribute classes with these
+    column types (None: it can): a date and a timestamp are never equal to the per-tuple
+    engine (Python's ``==``), and their integer storage would make them equal here."""
+    for cls in query.classes:
+        ts = [c for c in cls if pa.types.is_timestamp(types.get((c.stream, c.column),
+                                                                 pa.null()))]
+        dates = [c for c in cls if pa.types.is_date(types.get((c.stream, c.column),
+                                                               pa.null()))]
+        if ts and dates:
+            return (f"the join of {ts[0]} (a timestamp) with {dates[0]} (a date) never "
+                    "matches (a date is not equal to any timestamp); the per-tuple engine "
+                    "runs it")
+    return None
 
 
 def _combine(codes: Sequence[np.ndarray]) -> np.ndarray:
@@ -257,7 +323,7 @@ class ColumnWindow:
                 v, m = cols["v:" + c], cols["m:" + c]
             else:  # a key column the output does not need: codes only
                 v, m = Values(table.schema.field(c).type).to_numpy(table.column(c))
-            cols["c:" + c], cols["n:" + c] = coding.encode(v, m)
+            cols["c:" + c], cols["n:" + c] = coding.encode(v, m, table.schema.field(c).type)
         self.cols.append(cols, n)
 
     def lo_hi(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -870,6 +936,9 @@ class VectorJoin:
                                       for a in aliases]
         types = {(a, c): _value_type(schemas[a].field(c).type)
                  for a in aliases for c in query.columns[a]}
+        reason = unsupported_keys(query, types)
+        if reason:
+            raise OptionError(f"the vectorized executor cannot run this query: {reason}")
         self.codings: dict[ColumnRef, KeyCoding] = {}
         for cls in query.classes:
             coding = KeyCoding([types[(r.stream, r.column)] for r in sorted(
@@ -882,7 +951,7 @@ class VectorJoin:
             a = s.alias
             mine = {r.column: c for r, c in self.codings.items() if r.stream == a}
             needed = [c for c in query.columns[a]
-                      if ColumnRef(a, c) in outputs or (c in mine and mine[c].kind == "hash")]
+                      if ColumnRef(a, c) in outputs or (c in mine and mine[c].check)]
             size = s.window.size
             if s.window.kind == "range":
                 size = size if time_unit == 1.0 else round(size / time_unit)
@@ -946,8 +1015,7 @@ class VectorJoin:
             pairs = q.join_key(s, frozenset(prefix))
             key = tuple(c for c, _ in pairs)
             refs = tuple(r for _, r in pairs)
-            check = len(key) > 1 or any(self.codings[ColumnRef(s, c)].kind == "hash"
-                                        for c in key)
+            check = len(key) > 1 or any(self.codings[ColumnRef(s, c)].check for c in key)
             out.append(_Step(s, key, refs, check))
             prefix.append(s)
         return out
@@ -1119,7 +1187,9 @@ class VectorJoin:
         for i, w in enumerate(self.windows):
             if w.kind != "range" or not len(w):
                 continue
-            e = w.col("ts") + w.size
+            # (saturating: a time too close to the end of int64 for its window never
+            # expires, rather than wrapping to a time long past)
+            e = np.minimum(w.col("ts"), _INT64_MAX - w.size) + w.size
             m = int(np.searchsorted(e, last, "left"))
             if not m:
                 continue
@@ -1417,8 +1487,11 @@ class VectorJoin:
             zl = cur[z][j] - zw.base
             yl = ysid - w.base
             ok &= w.col("c:" + c)[yl] == zw.col("c:" + ref.column)[zl]
-            if self.codings[ref].kind == "hash":
-                ok &= w.col("v:" + c)[yl] == zw.col("v:" + ref.column)[zl]
+            if self.codings[ref].check:  # (as Python objects: exact across types)
+                mine, theirs = w.col("v:" + c)[yl], zw.col("v:" + ref.column)[zl]
+                if mine.dtype != theirs.dtype:
+                    mine, theirs = mine.astype(object), theirs.astype(object)
+                ok &= mine == theirs
         return ok
 
     def _output(self, parts) -> pa.Table:
@@ -1483,4 +1556,9 @@ def unsupported(query: LogicalQuery) -> str | None:
         if not isinstance(o.expr, exp.Column):
             return (f"the SELECT item {o.name!r} is an expression ({o.expr.sql()}); the "
                     "vectorized executor outputs columns only")
+    for s in query.streams:
+        if s.window.kind == "range" and s.window.size * 1e9 >= _INT64_MAX / 2:
+            return (f"{s.alias}'s [RANGE {s.window.size:g} SECONDS] window is longer than "
+                    "the vectorized executor's 64-bit nanosecond times can hold beside a "
+                    "timestamp (about 146 years)")
     return None

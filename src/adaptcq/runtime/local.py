@@ -128,7 +128,8 @@ class LocalRun:
         _check_join_types(query)
         self._check_columns()
         self.sign = self._check_sign(sign)
-        self.executor_name, self.executor_reason = choose_executor(executor, query, options)
+        self.executor_name, self.executor_reason = choose_executor(
+            executor, query, options, {n: s.schema for n, s in self.sources.items()})
         self.schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
                                     timestamp, timestamp_unit,
                                     late=self.executor_name == "tree")
@@ -636,11 +637,13 @@ _PER_TUPLE = {
 }
 
 
-def choose_executor(executor: str, query: LogicalQuery, options: Mapping) -> tuple[str, str]:
+def choose_executor(executor: str, query: LogicalQuery, options: Mapping,
+                    schemas: Mapping[str, pa.Schema] | None = None) -> tuple[str, str]:
     """(the executor to run, why). ``auto`` runs the vectorized executor whenever the
-    query and the options allow it, else MJoin (naming what prevented it); ``vector``
-    refuses what it cannot honour, with the reason."""
-    from adaptcq.engine.vector import unsupported
+    query, the options and the inputs' column types (``schemas``, by source) allow it,
+    else MJoin (naming what prevented it); ``vector`` refuses what it cannot honour, with
+    the reason."""
+    from adaptcq.engine.vector import unsupported, unsupported_keys
     if executor not in EXECUTOR_CHOICES:
         raise OptionError(f"unknown executor {executor!r}; choose one of "
                           f"{', '.join(EXECUTOR_CHOICES)}")
@@ -658,6 +661,10 @@ def choose_executor(executor: str, query: LogicalQuery, options: Mapping) -> tup
     if executor not in ("auto", "vector"):
         return executor, f"--executor {executor} was asked for"
     why = unsupported(query)
+    if why is None and schemas is not None:
+        types = {(st.alias, f.name): value_type(f.type) for st in query.streams
+                 if st.source in schemas for f in schemas[st.source]}
+        why = unsupported_keys(query, types)
     if why is None:
         given = [k for k in _PER_TUPLE if options.get(k)]
         if given:

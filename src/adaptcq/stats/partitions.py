@@ -17,6 +17,8 @@ P_size is not kept here: it is the group's current memory size, which the execut
 
 from __future__ import annotations
 
+import datetime
+import numbers
 import zlib
 
 import numpy as np
@@ -26,7 +28,11 @@ import pyarrow.compute as pc
 
 def partition_of(value, n: int) -> int:
     """The partition id of a join value (state-spill.txt §2.1's split function): a stable
-    hash — the same in every process, unlike ``hash`` of a string — modulo ``n``."""
+    hash — the same in every process, unlike ``hash`` of a string — modulo ``n``. Values
+    that compare equal get one partition whatever their types (a join matches them):
+    numbers, dates and times by Python's own hash (equal for 1, 1.0 and Decimal("1.00");
+    not randomized per process, as the hash of a string is), strings and bytes by CRC-32,
+    anything else by the CRC-32 of its repr."""
     t = type(value)
     if t is int or t is float or t is bool:
         return hash(value) % n
@@ -34,7 +40,12 @@ def partition_of(value, n: int) -> int:
         return zlib.crc32(value.encode("utf-8", "surrogatepass")) % n
     if t is bytes:
         return zlib.crc32(value) % n
+    if isinstance(value, _HASHED):
+        return hash(value) % n
     return zlib.crc32(repr(value).encode()) % n
+
+
+_HASHED = (numbers.Number, datetime.date, datetime.time, datetime.timedelta)
 
 
 class PartitionStatistics:

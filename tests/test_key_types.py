@@ -1,0 +1,99 @@
+"""Join keys of different Arrow types: every executor matches them as the per-tuple engine
+does (Python's ``==``), or is refused with the reason (``engine.vector.KeyCoding``,
+``stats.partitions.partition_of``)."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import adaptcq
+from adaptcq.errors import OptionError
+from conftest import examples
+
+SQL = "SELECT R.id AS rid, S.id AS sid FROM R, S WHERE R.k = S.k"
+D = decimal.Decimal
+EPOCH = datetime.datetime(1970, 1, 1)
+
+
+def pairs(executor: str, kr: pa.Array, ks: pa.Array) -> list:
+    n, m = len(kr), len(ks)
+    R = pa.table({"ts": pa.array(range(n)), "k": kr, "id": [f"r{i}" for i in range(n)]})
+    S = pa.table({"ts": pa.array(range(n, n + m)), "k": ks, "id": [f"s{i}" for i in range(m)]})
+    res = adaptcq.run(SQL, {"R": R, "S": S}, executor=executor)
+    return sorted((r["rid"], r["sid"]) for r in res.table.to_pylist())
+
+
+# Each family: Arrow types whose values stand for the same small numbers (``conv``), so
+# that keys of two types of a family compare equal exactly where Python says they do.
+NUMBERS = [(pa.int64(), int), (pa.int32(), int), (pa.float64(), float),
+           (pa.decimal128(9, 2), lambda v: D(v) / 2), (pa.decimal128(9, 1), lambda v: D(v) / 2),
+           (pa.float64(), lambda v: v / 2)]
+TIMES = [(pa.timestamp(u), lambda v, u=u: EPOCH + datetime.timedelta(seconds=v))
+         for u in ("s", "ms", "us", "ns")]
+DATES = [(pa.date32(), lambda v: datetime.date(2000, 1, 1) + datetime.timedelta(days=v)),
+         (pa.date64(), lambda v: datetime.date(2000, 1, 1) + datetime.timedelta(days=v))]
+
+
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from([NUMBERS, TIMES, DATES]), data=st.data())
+def test_executors_match_keys_of_different_types_as_python_does(family, data):
+    (tr, fr), (ts_, fs) = (data.draw(st.sampled_from(family)) for _ in range(2))
+    vr = data.draw(st.lists(st.one_of(st.none(), st.integers(-6, 6)), min_size=1, max_size=8))
+    vs = data.draw(st.lists(st.one_of(st.none(), st.integers(-6, 6)), min_size=1, max_size=8))
+    kr = pa.array([None if v is None else fr(v) for v in vr], tr)
+    ks = pa.array([None if v is None else fs(v) for v in vs], ts_)
+    want = pairs("mjoin", kr, ks)
+    # the reference: Python's == on the values the per-tuple engine sees
+    expect = sorted((f"r{i}", f"s{j}") for i, x in enumerate(kr.to_pylist())
+                    for j, y in enumerate(ks.to_pylist())
+                    if x is not None and y is not None and x == y)
+    assert want == expect
+    for executor in ("vector", "tree", "xjoin"):
+        assert pairs(executor, kr, ks) == want, executor
+
+
+def test_wide_integers_do_not_meet_the_floats_they_round_to():
+    kr, ks = pa.array([2**53 + 1, 1, 2]), pa.array([2.0**53, 1.0, 2.5])
+    for executor in ("vector", "mjoin", "tree"):
+        assert pairs(executor, kr, ks) == [("r1", "s1")], executor
+
+
+def test_a_date_never_meets_a_timestamp_and_vector_says_why():
+    kr, ks = pa.array([0, 1], pa.timestamp("ms")), pa.array([0, 1], pa.date32())
+    assert pairs("mjoin", kr, ks) == pairs("auto", kr, ks) == pairs("tree", kr, ks) == []
+    with pytest.raises(OptionError, match="a timestamp.*a date"):
+        pairs("vector", kr, ks)
+
+
+def test_windows_beyond_int64_nanoseconds_run_per_tuple_and_never_lose_results():
+    """A [RANGE w] window too long for int64 nanoseconds beside a timestamp: ``auto`` runs
+    MJoin, ``vector`` refuses naming the window; a long window with present-day times
+    expires nothing it should keep (the expiry time saturates, never wraps)."""
+    R = pa.table({"ts": pa.array([datetime.datetime(2024, 1, 1)]), "a": [1], "id": ["r0"]})
+    S = pa.table({"ts": pa.array([datetime.datetime(2024, 1, 1, 0, 0, 1)]), "a": [1],
+                  "id": ["s0"]})
+    for w in ("90000 DAYS", "1e30 SECONDS"):
+        sql = (f"SELECT R.id AS rid, S.id AS sid FROM R [RANGE {w}], S [RANGE {w}] "
+               "WHERE R.a = S.a")
+        res = adaptcq.run(sql, {"R": R, "S": S})
+        assert res.stats["executor"] == "mjoin"
+        assert [(r["rid"], r["sid"]) for r in res.table.to_pylist()] == [("r0", "s0")]
+        with pytest.raises(OptionError, match=r"RANGE .* window is longer"):
+            adaptcq.run(sql, {"R": R, "S": S}, executor="vector")
+    # 100 years fits; times near the end of int64 saturate instead of wrapping
+    sql = ("SELECT R.id AS rid, S.id AS sid FROM R [RANGE 36500 DAYS], S [RANGE 36500 DAYS] "
+           "WHERE R.a = S.a")
+    late = {"R": pa.table({"ts": pa.array([datetime.datetime(2250, 1, 1)], pa.timestamp("ns")),
+                           "a": [1], "id": ["r0"]}),
+            "S": pa.table({"ts": pa.array([datetime.datetime(2250, 1, 2)], pa.timestamp("ns")),
+                           "a": [1], "id": ["s0"]})}
+    for executor in ("vector", "mjoin"):
+        res = adaptcq.run(sql, late, executor=executor)
+        assert [(r["rid"], r["sid"]) for r in res.table.to_pylist()] == [("r0", "s0")]
