@@ -824,7 +824,10 @@ class _Parser:
         meta = node.meta
         if "start" in meta:
             return meta["start"]
-        starts = [s for s in (self.start(c) for c in node.iter_expressions()) if s is not None]
+        # A cast's type has no position of its own (searching for its word would find the
+        # first "date" of the text): ``DATE '...'`` starts from its literal, leftwards.
+        children = [c for c in node.iter_expressions() if not isinstance(c, exp.DataType)]
+        starts = [s for s in (self.start(c) for c in children) if s is not None]
         if not starts:
             return self.search(node)
         return self.extend_left(node, min(starts))

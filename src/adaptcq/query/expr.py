@@ -489,17 +489,48 @@ class _Compiler:
         return None
 
     def _check_comparable(self, node: exp.Expression, operands: list[exp.Expression]) -> None:
-        """Reject comparing a list/struct value, and a number with a string, where the kinds
-        are known."""
+        """Reject comparing a list/struct value, and values of different kinds, where the
+        kinds are known: Python would raise at run time (``int > datetime``), or quietly
+        find nothing equal (``'x' = TIMESTAMP '...'``), on the first row."""
         for o in operands:
             kind = self._kind(o)
             if kind is not None and kind not in SCALAR_KINDS:
                 raise ExprError(f"cannot compare {_strip(o).sql()}: it is "
                                 f"{describe_kind(kind)}; comparisons need scalar values "
                                 "(numbers, strings, timestamps, booleans)", o)
+        self._check_kinds(node, operands)
         kinds = {self._kind(o) for o in operands} & {"number", "string"}
         if len(kinds) == 2:
             raise ExprError(f"cannot compare a number with a string in '{node.sql()}'", node)
+
+    def _check_kinds(self, node: exp.Expression, operands: list[exp.Expression]) -> None:
+        """Each value compared (both sides of a comparison; BETWEEN's and IN's operand with
+        each bound or item) must be of the other's kind. A string literal beside a
+        timestamp is a timestamp literal, exactly where the compiler reads it so (either
+        side of a comparison, BETWEEN's and IN's operand); a boolean compares with a number
+        as 1/0 (Python's and Spark SQL's reading). A number with a string is left to the
+        caller's message. The error points at the literal when one side is a literal."""
+        both = type(node) in _COMPARISONS
+        temporal = (any(self._temporal(o) for o in operands) if both
+                    else self._temporal(operands[0]))
+        kinds = [self._kind(o) for o in operands]
+        if temporal:
+            kinds = [("timestamp" if _is_string_literal(o) else k)
+                     for o, k in zip(operands, kinds, strict=True)]
+        first, kind0 = operands[0], kinds[0]
+        for other, kind in zip(operands[1:], kinds[1:], strict=True):
+            pair = {kind0, kind}
+            if (None in pair or len(pair) == 1 or pair == {"number", "bool"}
+                    or pair == {"number", "string"}):
+                continue
+            if _is_constant(other):
+                raise ExprError(f"cannot compare {describe_kind(kind0)} with "
+                                f"{_describe_constant(other)}", other)
+            if _is_constant(first):
+                raise ExprError(f"cannot compare {describe_kind(kind)} with "
+                                f"{_describe_constant(first)}", first)
+            raise ExprError(f"cannot compare {describe_kind(kind0)} with "
+                            f"{describe_kind(kind)} in '{node.sql()}'", node)
 
     def _check_number(self, operand: exp.Expression, op: str, node: exp.Expression) -> None:
         """Arithmetic takes numbers: refuse a string, timestamp, boolean or list operand."""
@@ -546,6 +577,34 @@ class _Compiler:
         name = f"_k{len(self.consts)}"
         self.consts[name] = value
         return name
+
+
+def _is_string_literal(node: exp.Expression) -> bool:
+    node = _strip(node)
+    return isinstance(node, exp.Literal) and node.is_string
+
+
+def _is_constant(node: exp.Expression) -> bool:
+    """A literal as written: a number (signed), a string, TRUE/FALSE, a timestamp or date."""
+    inner = _strip(node)
+    while isinstance(inner, exp.Neg):
+        inner = _strip(inner.this)
+    if inner is not _strip(node):
+        return isinstance(inner, exp.Literal) and not inner.is_string
+    return isinstance(inner, (exp.Literal, exp.Boolean)) or is_temporal_cast(inner)
+
+
+def _describe_constant(node: exp.Expression) -> str:
+    """``the number -5``, ``the string 'x'``, ``the timestamp '2024-01-01'``, ``TRUE``."""
+    inner = _strip(node)
+    if isinstance(inner, exp.Neg) or (isinstance(inner, exp.Literal) and not inner.is_string):
+        return f"the number {inner.sql()}"
+    if isinstance(inner, exp.Literal):
+        return f"the string {inner.sql()}"
+    if is_temporal_cast(inner):  # sqlglot writes it back as CAST(...): say what was meant
+        what = "date" if inner.to.this == exp.DataType.Type.DATE else "timestamp"
+        return f"the {what} {inner.this.sql()}"
+    return inner.sql()
 
 
 def _literal_of(node: exp.Expression) -> exp.Literal:
