@@ -177,8 +177,18 @@ class LocalRun:
             self.cq = self._engine(self.executor_name, mode, options)
             if self.executor_name == "tree":  # a batch clean-up's late results as Arrow
                 self.cq.executor.emit_table = self._emit_late_table
-        self.merger = ArrivalMerger(query, self.sources, timestamp, timestamp_unit,
-                                    self.lateness, self.sign, columnar=self.vector)
+        # With a sign column the engine can reject a row (an unmatched deletion): the
+        # merger then also numbers the arrivals, so that it is reported by its input row.
+        merger = ArrivalMerger if self.sign is None else _NumberedMerger
+        self.merger = merger(query, self.sources, timestamp, timestamp_unit,
+                             self.lateness, self.sign, columnar=self.vector)
+        self._numbers: np.ndarray | None = None  # row numbers of the arrivals in process
+        # An input row reaches every alias of its source, and each alias rejects it alike
+        # (one sign column, unbounded windows): it is reported by the source's first alias.
+        first: dict[str, int] = {}
+        for i, s in enumerate(query.streams):
+            first.setdefault(s.source, i)
+        self._reporting = frozenset(first.values())
         self.on_rejected = on_rejected
         self.rejected: list[pa.RecordBatch] = []
         self.rejected_count = 0
@@ -200,6 +210,7 @@ class LocalRun:
         self._ready: list[pa.RecordBatch] = []
         self._left: dict[str, int] = {}  # rows read but not processed, at a stop
         self._at: tuple | None = None     # (arrivals, end of the last slice processed)
+        self._lo = 0                      # and its start
         self.batches = 0  # batches the vectorized executor processed
 
     # ----- set-up checks -----------------------------------------------------------------
@@ -307,6 +318,7 @@ class LocalRun:
         try:
             for arr in merger:
                 self._flush_rejected()
+                self._numbers = getattr(merger, "row_numbers", None)
                 n, lo = len(arr), 0
                 while lo < n:
                     if self._stop:
@@ -314,7 +326,7 @@ class LocalRun:
                         self._unprocessed(arr, lo)
                         break
                     hi = min(n, lo + batch)
-                    self._at = (arr, hi)
+                    self._at, self._lo = (arr, hi), lo
                     out = self._process(arr, lo, hi)
                     lo = hi
                     if len(out) > OUT_CHUNK:
@@ -427,9 +439,11 @@ class LocalRun:
     def iter_batches(self):
         """(batch, the arrivals from its start on) for each batch: ``batch_rows`` arrivals,
         cut earlier when ``batch_seconds`` of event time have passed; the last one may be
-        shorter. Arrivals wait in ``buf`` (at most one batch plus one released chunk)."""
+        shorter. Arrivals wait in ``buf`` (at most one batch plus one released chunk), their
+        row numbers (with a sign column) in ``nums``: ``_numbers`` is the batch's."""
         from adaptcq.stream.merge import ArrivalBatch
-        buf = None
+        buf = nums = None
+        numbered = isinstance(self.merger, _NumberedMerger)
         span = None if self.batch_seconds is None else round(self.batch_seconds / TIME_UNIT)
         # Sources of unknown length (iterators, generators: possibly live) close a batch at
         # every release, so their results leave as soon as the per-tuple executors' would.
@@ -437,9 +451,13 @@ class LocalRun:
         for arr in self.merger:
             self._flush_rejected()
             buf = arr if buf is None else ArrivalBatch.concat([buf, arr])
+            if numbered:
+                got = self.merger.row_numbers
+                nums = got if nums is None else np.concatenate([nums, got])
             if live and len(buf) < self.batch_rows and span is None:
+                self._numbers = nums
                 yield buf, buf
-                buf = None
+                buf = nums = None
                 continue
             while buf is not None:
                 cut = min(len(buf), self.batch_rows)
@@ -448,11 +466,14 @@ class LocalRun:
                         buf.timestamps, buf.timestamps[0] + span, "left"))))
                 if cut == len(buf) < self.batch_rows:
                     break  # not a whole batch yet: wait for more arrivals
+                self._numbers = None if nums is None else nums[:cut]
                 yield buf.slice(0, cut), buf
                 buf = buf.slice(cut, len(buf)) if cut < len(buf) else None
+                nums = None if nums is None or buf is None else nums[cut:]
                 if self.stopped or self._stop:
                     break
         if buf is not None and len(buf) and not self.stopped:
+            self._numbers = nums
             yield buf, buf
 
     def _emit_table(self, out: pa.Table) -> None:
@@ -554,13 +575,27 @@ class LocalRun:
             rows.clear()
 
     def _engine_rejected(self) -> None:
-        rows = self.cq.rejected_rows
-        if rows:
-            q = self.query
-            self._reject(pa.RecordBatch.from_pylist(
-                [{"stream": q.aliases[i], "row": -1, "ts": ts * TIME_UNIT, "reason": why}
-                 for i, ts, _, why in rows], schema=REJECTED_SCHEMA))
-            rows.clear()
+        """The engine's rejected rows (unmatched deletions) out, as late rows are: named by
+        source and input row number, once per input row (not once per alias)."""
+        cq = self.cq
+        rows = cq.rejected_rows
+        if not rows:
+            return
+        if self.vector:  # each one's arrival in the batch processed
+            at = cq.rejected_at
+        else:
+            arr, hi = self._at
+            at = _arrivals_of(rows, arr, self._lo, hi)
+        numbers = self._numbers
+        q = self.query
+        self._reject(pa.RecordBatch.from_pylist(
+            [{"stream": q.streams[i].source, "row": int(numbers[k]), "ts": ts * TIME_UNIT,
+              "reason": why}
+             for (i, ts, _, why), k in zip(rows, at, strict=True) if i in self._reporting],
+            schema=REJECTED_SCHEMA))
+        rows.clear()
+        if self.vector:
+            at.clear()
 
     def _reject(self, batch: pa.RecordBatch) -> None:
         self.rejected_count += batch.num_rows
@@ -619,6 +654,60 @@ class LocalRun:
 
 class _ResultBound(Exception):
     """``max_results`` reached: the run stops (raised through the engine's emit)."""
+
+
+# ----- input row numbers of rejected deletions ----------------------------------------------
+class _NoColumns(tuple):
+    """The row of an alias that reads no column: an object of its own per arrival (``()``
+    is one shared object), so that a rejected deletion is found by identity."""
+
+    __slots__ = ()
+
+
+class _NumberedMerger(ArrivalMerger):
+    """The merger, also keeping each released arrival's row number in its source's input
+    (``row_numbers``, parallel to the last arrivals yielded): a rejected deletion is
+    reported by its input row, as a late row is. Used with a sign column only, the one
+    way the engine rejects a row, so that other runs carry no numbers."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.row_numbers = np.empty(0, np.int64)
+        self._released: dict[int, np.ndarray] = {}
+        for f in self.feeds:  # a feed's release has the numbers; the merged order drops them
+            f.release = self._numbered(f.release)
+
+    def _numbered(self, release):
+        def numbered(frontier, columnar=False):
+            parts = release(frontier, columnar)
+            if not parts:
+                return parts
+            out = []
+            for i, ts, pos, signs, rows in parts:
+                self._released[i] = pos
+                if not columnar and rows and len(rows[0]) == 0:
+                    rows = [_NoColumns() for _ in rows]
+                out.append((i, ts, pos, signs, rows))
+            return out
+        return numbered
+
+    def _release(self, frontier):
+        self._released = {}
+        merged = super()._release(frontier)
+        if merged is not None:
+            streams = np.asarray(merged.streams)
+            numbers = np.empty(len(streams), np.int64)
+            for i, pos in self._released.items():  # an alias's arrivals keep their order
+                numbers[streams == i] = pos
+            self.row_numbers = numbers
+        return merged
+
+
+def _arrivals_of(rejected: list, arr: Arrivals, lo: int, hi: int) -> list[int]:
+    """The arrivals (indices into ``arr``, in [lo, hi)) of the per-tuple engine's rejected
+    rows: a rejected row is its arrival's row object, and every arrival has its own."""
+    where = {id(arr.rows[k]): k for k in range(lo, hi) if arr.signs[k] < 0}
+    return [where[id(row)] for _, _, row, _ in rejected]
 
 
 # ----- output rows to Arrow --------------------------------------------------------------
