@@ -139,6 +139,8 @@ class Engine:
         self._order = 0
         self._ran = False
         self.stats: dict = {}
+        # Running queries that self-join a source over [ROWS n] windows, by source (``_tie``)
+        self._watch: dict[str, list[str]] = {}
 
     # ----- the control stream ------------------------------------------------------------
     def register(self, sql: str, at=None, *, start: str = "now", output=None,
@@ -255,12 +257,18 @@ class Engine:
                         hi = min(n, bisect.bisect_left(ts_list, control[ci].ts, lo))
                     else:
                         hi = n
+                    tie = self._tie(arr, names, lo, hi) if self._watch else None
+                    if tie is not None:
+                        hi = tie
                     process = ex.process
                     streams, rows = arr.streams, arr.rows
                     for k in range(lo, hi):
                         process(names[streams[k]], ts_list[k], rows[k])
                     arrivals += hi - lo
                     lo = hi
+                    if tie is not None:
+                        self._fail_ties(names[streams[tie]], ts_list[tie])
+                        continue
                     if lo < n:
                         ci = self._apply(ci, ts_list[lo])
                     self._flush(False)
@@ -302,7 +310,56 @@ class Engine:
                 h.state = "removed"
             self._failures()
         self._failures()
+        self._update_watch()
         return ci
+
+    # ----- a self-join over [ROWS n] windows and equal times ---------------------------------
+    def _update_watch(self) -> None:
+        """The running queries that join a source with itself where one of its aliases
+        has a [ROWS n] window, by source."""
+        watch: dict[str, list[str]] = {}
+        for h in self.handles.values():
+            if h.state != "running":
+                continue
+            by_source: dict[str, list] = {}
+            for st in h.query.streams:
+                by_source.setdefault(st.source, []).append(st)
+            for src, aliases in by_source.items():
+                if len(aliases) > 1 and any(a.window.kind == "rows" for a in aliases):
+                    watch.setdefault(src, []).append(h.id)
+        self._watch = watch
+
+    def _tie(self, arr, names, lo: int, hi: int) -> int | None:
+        """The first arrival in [lo, hi) of a watched source whose time another arrival of
+        that source shares (in this release: the merger releases all rows of one time
+        together), or None. docs/semantics.md orders rows of equal time by FROM position
+        first: a self-join's first alias receives all of them before its second does, and
+        a [ROWS n] window's contents depend on it. The shared engines receive a source's
+        row once, for all its aliases, so they cannot follow that order: the queries
+        concerned stop before the first such row (``_fail_ties``), their results so far
+        exact. Rows of distinct times are not affected."""
+        streams, ts_list, watch = arr.streams, arr.timestamps, self._watch
+        seen: dict[tuple[str, object], int] = {}
+        first = None
+        for k in range(lo, len(ts_list)):
+            src = names[streams[k]]
+            if src in watch:
+                at = seen.setdefault((src, ts_list[k]), k)
+                if at != k and (first is None or at < first):
+                    first = at
+        return first if first is not None and first < hi else None
+
+    def _fail_ties(self, src: str, ts) -> None:
+        for qid in self._watch.get(src, ()):
+            self.ex.remove_query(qid)
+            h = self.handles[qid]
+            h.state, h.error = "failed", (
+                f"two rows of source {src} have the same time ({ts * TIME_UNIT:g} s of event "
+                f"time); the "
+                f"query joins {src} with itself over a [ROWS n] window, whose contents then "
+                "depend on the order of its aliases (docs/semantics.md), which a shared "
+                "engine cannot follow: run it alone with adaptcq run")
+        self._update_watch()
 
     def _failures(self) -> None:
         for qid, err in getattr(self.ex, "failures", ()):
