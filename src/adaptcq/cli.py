@@ -9,12 +9,16 @@ from pathlib import Path
 
 from adaptcq.cliargs import (
     QUERYSET_EXECUTORS,
+    QUERYSET_ROUTING,
     Parser,
     adaptivity_spec,
     add_run_arguments,
+    given_flags,
     parse_inputs,
     parse_orders,
+    queryset_misfits,
     routing_options,
+    seed_refusal,
     shed_options,
     spill_options,
     sql_arg,
@@ -128,12 +132,13 @@ def cmd_run(args) -> int:
     if args.sql is not None and len(args.sql) > 1:
         raise AdaptcqError(f"{len(args.sql)} --sql options: several queries run on one engine "
                            f"with --executor {' | '.join(QUERYSET_EXECUTORS)}")
-    for flag, value in (("--routing", args.routing), ("--queries", args.queries),
-                        ("--routing-epoch", args.routing_epoch),
-                        ("--routing-option", args.routing_option)):
-        if value:
-            raise AdaptcqError(f"{flag} is for --executor eddy and its baselines "
-                               f"({', '.join(QUERYSET_EXECUTORS[1:])})")
+    # (given_flags: --routing-epoch 0 is given too)
+    baselines = ", ".join(QUERYSET_EXECUTORS[1:])
+    users = {"--queries": f"eddy and its baselines ({baselines})"}
+    routing = "eddy or eddies (the eddy's routing; NiagaraCQ's plans are static)"
+    flags = given_flags(args, (QUERYSET_ROUTING - {"seed"}) | {"queries"})  # seed: below
+    if flags:
+        raise AdaptcqError(f"{flags[0]} is for --executor {users.get(flags[0], routing)}")
     if args.sql is not None:
         args.sql = args.sql[0]
     options = _run_options(args)
@@ -169,23 +174,24 @@ def _run_queryset(args, console) -> int:
     if args.routing_epoch is not None and args.routing_epoch < 0:
         raise AdaptcqError(f"--routing-epoch must be 0 or a positive number of arrivals, "
                            f"got {args.routing_epoch}")
-    if args.engine == "spark":
+    if args.seed is not None and args.routing == "fixed" and \
+            args.executor in ("eddy", "eddies"):
+        raise AdaptcqError(f"--seed {args.seed}: --routing fixed routes in a priority order "
+                           "and draws nothing at random; give --routing tickets, lottery or "
+                           "random to seed")
+    if args.engine == "spark":  # (run_cli_multi refuses what the Spark query set ignores)
         from adaptcq.runtime.spark_multi import run_cli_multi
+        args.seed = args.seed or 0
         return run_cli_multi(args, console)
-    misfits = [flag for flag, v in (("--order", args.order), ("--tree", args.tree),
-                                    ("--nested-loop", args.nested_loop),
-                                    ("--optimizer", args.optimizer), ("--sign", args.sign),
-                                    ("--checkpoint", args.checkpoint),
-                                    ("--partitions", args.partitions),
-                                    ("--shares", args.shares),
-                                    ("--max-results", args.max_results),
-                                    ("--format", args.format), ("--rejected", args.rejected))
-               if v]
-    if args.reorder != "off":
-        misfits.append("--reorder")
+    # Every option the executor does not use is refused (cliargs.QUERYSET_OPTIONS).
+    misfits = queryset_misfits(args)
     if misfits:
+        static = args.executor in ("pushdown", "pullup") and \
+            given_flags(args, QUERYSET_ROUTING)
         raise AdaptcqError(f"{', '.join(misfits)}: not for --executor {args.executor} (a query "
-                           "set; see docs/cacq.md for its options)")
+                           "set" + ("; NiagaraCQ's plans are static: nothing is routed"
+                                    if static else "")
+                           + "; see docs/cacq.md for its options)")
     if not args.sql and not args.queries:
         raise AdaptcqError(f"--executor {args.executor} needs queries: --sql (repeat it) "
                            "and/or --queries FILE")
@@ -208,7 +214,8 @@ def _run_queryset(args, console) -> int:
                            "writes a folder with one sub-folder per query")
     engine = Engine(sources, args.timestamp, mode=args.mode, executor=args.executor,
                     routing=args.routing or "tickets",
-                    routing_options=routing_options(args.routing_option), seed=args.seed,
+                    routing_options=routing_options(args.routing_option),
+                    seed=args.seed or 0,
                     timestamp_unit=args.timestamp_unit,
                     allowed_lateness=args.allowed_lateness,
                     routing_epoch=ROUTING_EPOCH if args.routing_epoch is None
@@ -297,8 +304,9 @@ def _run_options(args) -> dict:
             options["cache_options"] = spec["caching"]
         if spec["optimizer"] or spec["reorder"] != "off":
             from adaptcq.adapt import make_policies
-            options["policies"] = make_policies(optimizer=spec["optimizer"],
-                                                reorder=spec["reorder"])
+            options["policies"] = make_policies(
+                optimizer=spec["optimizer"], reorder=spec["reorder"],
+                **({} if args.seed is None else {"seed": args.seed}))  # profiling samples
     shed = shed_options(args)
     if shed is not None:
         options["shed"] = shed
@@ -318,6 +326,9 @@ def _run_options(args) -> dict:
             raise AdaptcqError(str(e)) from None
     if args.max_results is not None and args.max_results < 1:
         raise AdaptcqError(f"--max-results must be a positive number, got {args.max_results}")
+    refusal = seed_refusal(args)  # after the other checks: they name the root cause
+    if refusal is not None:
+        raise AdaptcqError(refusal)
     return options
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from adaptcq.errors import AdaptcqError
 
-__all__ = ["Parser", "adaptivity_spec", "add_run_arguments", "parse_inputs", "parse_orders",
-           "run_defaults", "shed_options", "spill_options", "sql_arg"]
+__all__ = ["Parser", "adaptivity_spec", "add_run_arguments", "given_flags", "parse_inputs",
+           "parse_orders", "queryset_misfits", "run_defaults", "seed_refusal", "shed_options",
+           "spill_options", "sql_arg"]
 
 
 def sql_arg(text: str) -> str:
@@ -76,6 +77,8 @@ def routing_options(items: list[str]) -> dict[str, object]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise AdaptcqError(f"--routing-option {item!r}: expected KEY=VALUE")
+        if key == "seed":  # make_routing takes the seed once, from --seed
+            raise AdaptcqError(f"--routing-option {item!r}: give the seed with --seed")
         low = value.lower()
         if low in ("true", "false"):
             out[key] = low == "true"
@@ -133,7 +136,11 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    help="a control stream (Parquet or CSV; columns ts, action, query_id, "
                    "sql; action register or deregister) for --executor eddy and its "
                    "baselines")
-    r.add_argument("--seed", type=int, default=0, help="seed of a randomized routing policy")
+    # No default: a --seed that nothing random uses is refused (seed_refusal), even 0.
+    r.add_argument("--seed", type=int, default=None,
+                   help="seed of what is random in the run (default 0): a randomized eddy "
+                   "routing policy, the adaptive policies' profiling samples, --shed random, "
+                   "partial and selective, --spill bottom-up and the global strategies")
     r.add_argument("--caches", choices=["prefix", "global"],
                    help="A-Caching candidates: prefix-invariant only, or also the "
                    "globally-consistent ones (a-caching.txt §6)")
@@ -253,6 +260,39 @@ def run_defaults() -> dict[str, tuple[str, object]]:
             for a in p._actions}
 
 
+def given_flags(args, dests) -> list[str]:
+    """The flags of ``adaptcq run`` among ``dests`` that the command line gave (a value
+    other than the default; 0 and "" count as given), in ``--help`` order."""
+    return [flag for dest, (flag, default) in run_defaults().items()
+            if dest in dests and _given(getattr(args, dest, default), default)]
+
+
+def _given(value, default) -> bool:
+    # ``is`` for False: 0 == False, and --routing-epoch 0 is a value.
+    return not (value is None or value is False or value == [] or value == default)
+
+
+# What each query-set executor uses of ``adaptcq run``'s options on the local engine
+# (argparse dests); _run_queryset refuses every other one given, so none is ignored.
+# --no-progress: a query set shows no progress bar, so there is nothing to turn off.
+_QUERYSET_COMMON = frozenset({
+    "command", "help", "sql", "input", "timestamp", "timestamp_unit", "executor", "queries",
+    "mode", "output", "allowed_lateness", "no_progress", "summary_json", "engine"})
+# The eddy's routing; NiagaraCQ's plans (pushdown, pullup) are static and route nothing.
+QUERYSET_ROUTING = frozenset({"routing", "routing_option", "routing_epoch", "seed"})
+QUERYSET_OPTIONS = {"eddy": _QUERYSET_COMMON | QUERYSET_ROUTING,
+                    "eddies": _QUERYSET_COMMON | QUERYSET_ROUTING,
+                    "pushdown": _QUERYSET_COMMON,
+                    "pullup": _QUERYSET_COMMON}
+
+
+def queryset_misfits(args) -> list[str]:
+    """The flags given that ``--executor eddy|eddies|pushdown|pullup`` does not use on the
+    local engine (``QUERYSET_OPTIONS``)."""
+    used = QUERYSET_OPTIONS[args.executor]
+    return given_flags(args, set(run_defaults()) - used)
+
+
 def cache_options(args) -> dict | None:
     """A-Caching's options from ``--executor acaching --caches --cache-memory
     --reopt-interval`` (the keyword arguments of ``adapt.acaching.ACaching``, which checks
@@ -261,7 +301,9 @@ def cache_options(args) -> dict | None:
     if args.executor == "acaching":
         return {"caches": args.caches or "prefix", "memory": args.cache_memory,
                 "reopt_interval": 10_000 if args.reopt_interval is None
-                else args.reopt_interval, "verify": not args.no_cache_verify}
+                else args.reopt_interval, "verify": not args.no_cache_verify,
+                # the profiling samples (and the LP selection's rounding)
+                **({} if getattr(args, "seed", None) is None else {"seed": args.seed})}
     if args.cache_memory is not None or args.caches is not None or \
             args.reopt_interval is not None or args.no_cache_verify:
         raise AdaptcqError("--caches, --cache-memory, --reopt-interval and --no-cache-verify "
@@ -300,6 +342,13 @@ def parse_shares(items: list[str]) -> dict[str, int]:
     return out
 
 
+# ``spill_options``' keys (``runtime.spill``'s) -> the ``adaptcq run`` flag that sets each:
+# messages name the flag typed, not the key (--spill-partitions is not Spark's --partitions).
+SPILL_FLAGS = {"strategy": "--spill", "memory": "--memory", "partitions": "--spill-partitions",
+               "fraction": "--spill-fraction", "every": "--spill-check",
+               "directory": "--spill-dir", "sample": "--spill-sample", "cleanup": "--cleanup"}
+
+
 def spill_options(args) -> dict | None:
     """``--spill --memory --spill-*`` and ``--cleanup`` as the ``spill`` option of a local
     run (``runtime.spill``); None when none is given. They need the operator tree."""
@@ -315,9 +364,12 @@ def spill_options(args) -> dict | None:
     if not spill:
         return None
     if args.executor not in ("auto", "tree"):
-        flags = ", ".join(f"--{k.replace('_', '-')}" for k in given if given[k] is not None)
-        raise AdaptcqError(f"{flags or '--cleanup'}: spilling is done by the operator tree "
+        flags = ", ".join(SPILL_FLAGS[k] for k in SPILL_FLAGS
+                          if (args.cleanup if k == "cleanup" else given[k]) is not None)
+        raise AdaptcqError(f"{flags}: spilling is done by the operator tree "
                            f"(--executor tree), not by --executor {args.executor}")
+    if getattr(args, "seed", None) is not None:
+        spill["seed"] = args.seed  # bottom-up's random choice, the global strategies' sample
     return spill
 
 
@@ -330,6 +382,47 @@ def shed_options(args) -> dict | None:
     shed = {k: v for k, v in given.items() if v is not None}
     if args.no_join_direction:
         shed["direction"] = False
-    if shed and getattr(args, "seed", None):
+    if shed and getattr(args, "seed", None) is not None:
         shed["seed"] = args.seed  # the sampling and random drops
     return shed or None
+
+
+_SHED_DESTS = ("shed", "capacity", "basic_window", "index", "buffer", "utility",
+               "no_join_direction")
+_SPILL_DESTS = ("spill", "memory", "spill_partitions", "spill_fraction", "spill_check",
+                "spill_dir", "spill_sample", "cleanup")
+
+
+def seed_refusal(args) -> str | None:
+    """Why ``--seed`` would seed nothing in this single-query run (the message refusing
+    it), or None when it is not given or something random uses it: the load-shedding
+    join's drops and samples (--shed random, partial, selective; --index inverted-id's
+    random identifiers), the spill policy's random choice and lineage sample (--spill
+    bottom-up, global-output, global-penalty), the adaptive policies' profiling samples
+    (--executor acaching, --reorder agreedy, --optimizer with --executor mjoin). The
+    vectorized executor's per-batch ordering counts exactly and samples nothing."""
+    if getattr(args, "seed", None) is None:
+        return None
+    ex = args.executor
+    if ex == "shed" or given_flags(args, _SHED_DESTS):
+        mode = args.shed or "none"
+        if mode in ("random", "partial", "selective") or args.index == "inverted-id":
+            return None
+        why = f"--shed {mode} drops and samples no tuple at random"
+    elif ex == "tree" or given_flags(args, _SPILL_DESTS):
+        if args.spill in ("bottom-up", "global-output", "global-penalty"):
+            return None
+        why = ("--spill local-output ranks partition groups deterministically" if args.spill
+               else "the operator tree without --spill chooses nothing at random")
+    elif ex == "acaching" or args.reorder == "agreedy" or (args.optimizer and ex == "mjoin"):
+        return None
+    elif args.optimizer:
+        why = (f"--optimizer with --executor {ex} orders the vectorized executor's batches "
+               "from exact counts; --executor mjoin profiles a seeded sample")
+    elif ex == "xjoin":
+        why = "--executor xjoin computes exact results over a fixed tree"
+    else:
+        why = f"--executor {ex} without adaptive policies computes exact results"
+    return (f"--seed {args.seed}: nothing random in this run uses it ({why}); it seeds "
+            "eddy routing, the adaptive policies' profiling samples, --shed random, partial "
+            "and selective, and --spill bottom-up, global-output and global-penalty")
