@@ -319,3 +319,59 @@ def test_bad_engine_option_reaches_the_engine(spark, tmp_path, capsys):
     with pytest.raises(AdaptcqError):
         run_files(spark, PQ, srcs, str(tmp_path / "ck"), None, executor="xjoin",
                   tree=("nonsense",))
+
+
+def test_column_names_spark_cannot_tell_apart_are_refused_before_it_starts(spark, tmp_path):
+    """A dotted name (a struct field to Spark) and names equal but for case (Spark
+    resolves names case-insensitively) are refused naming the stream and the columns;
+    the local runtime reads both."""
+    from adaptcq.runtime.spark import _check_column_names
+    _check_column_names("R", ["ts", "id", "a"])
+    with pytest.raises(InputError, match=r"stream R: column 'p\.q' has a dot"):
+        _check_column_names("R", ["ts", "p.q"])
+    with pytest.raises(InputError, match="columns 'a' and 'A' differ only in case"):
+        _check_column_names("R", ["ts", "a", "A"])
+    pq.write_table(pa.table({"ts": [1.0], "id": [1], "a": [1], "A": [7]}), tmp_path / "r.parquet")
+    pq.write_table(pa.table({"ts": [1.5], "id": [1], "a": [1]}), tmp_path / "s.parquet")
+    srcs = {"R": str(tmp_path / "r.parquet"), "S": str(tmp_path / "s.parquet")}
+    assert adaptcq.run(PAIR, srcs).table.num_rows == 1
+    with pytest.raises(InputError, match="differ only in case"):
+        run_files(spark, PAIR, srcs, str(tmp_path / "ck"), str(tmp_path / "out"))
+
+
+def test_signs_times_and_key_types_spark_read_otherwise_match_local(spark, tmp_path):
+    """Found by fuzzing Spark against the local runtime: a sign of 1.5 (truncated to 1 by
+    a cast) is refused naming the row; a Parquet uint64 time (Spark's DECIMAL(20, 0),
+    which went through a double) is exact to the nanosecond; a timestamp joined with a
+    date runs as locally under ``auto`` (MJoin: no result) instead of the vectorized
+    executor refusing it in the groups."""
+    b = 1_700_000_000_000_000_000
+    for name, off in (("r", 1), ("s", 2)):
+        pq.write_table(pa.table({"ts": pa.array([b + off, b + off + 1000], pa.uint64()),
+                                 "id": [1, 2], "a": [1, 1]}), tmp_path / f"{name}.parquet")
+    srcs = {"R": str(tmp_path / "r.parquet"), "S": str(tmp_path / "s.parquet")}
+    sql0 = PAIR.replace("1 SECONDS", "0 SECONDS")
+    local = adaptcq.run(sql0, srcs, mode="retract", timestamp_unit="ns")
+    got = run_files(spark, sql0, srcs, str(tmp_path / "ck"), str(tmp_path / "out"),
+                    mode="retract", timestamp_unit="ns")
+    assert local.table.num_rows == 0 and got.results == 0  # (as a double: 3 rows)
+
+    pq.write_table(pa.table({"ts": [1.0, 2.0], "id": [1, 2], "a": [1, 2], "sg": [1.0, 1.5]}),
+                   tmp_path / "rs.parquet")
+    pq.write_table(pa.table({"ts": [1.5, 2.5], "id": [1, 2], "a": [1, 2], "sg": [1.0, 1.0]}),
+                   tmp_path / "ss.parquet")
+    signed = {"R": str(tmp_path / "rs.parquet"), "S": str(tmp_path / "ss.parquet")}
+    plain = "SELECT R.id AS rid, S.id AS sid FROM R, S WHERE R.a = S.a"
+    with pytest.raises(InputError, match="row 1 has a sign other than"):
+        run_files(spark, plain, signed, str(tmp_path / "ck2"), str(tmp_path / "out2"),
+                  mode="retract", sign="sg")
+
+    import datetime as dt
+    day = dt.datetime(2024, 1, 1)
+    pq.write_table(pa.table({"ts": [1.0, 2.0], "id": [1, 2], "a": pa.array(
+        [day, day + dt.timedelta(days=1)], pa.timestamp("us"))}), tmp_path / "rt.parquet")
+    pq.write_table(pa.table({"ts": [1.5, 2.5], "id": [1, 2], "a": pa.array(
+        [dt.date(2024, 1, 1), dt.date(2024, 1, 2)], pa.date32())}), tmp_path / "sd.parquet")
+    mixed = {"R": str(tmp_path / "rt.parquet"), "S": str(tmp_path / "sd.parquet")}
+    got = run_files(spark, PAIR, mixed, str(tmp_path / "ck3"), str(tmp_path / "out3"))
+    assert got.results == adaptcq.run(PAIR, mixed).table.num_rows == 0

@@ -198,6 +198,36 @@ def _spark_kind(dt) -> str:
         return "other"
 
 
+def _check_column_names(name: str, columns) -> None:
+    """Column names Spark cannot tell apart in this runtime's column references are
+    refused before the query starts, naming them (the local runtime reads them): a dot
+    (Spark reads ``p.q`` as field q of a struct p) and names equal but for case (Spark
+    resolves names case-insensitively)."""
+    dotted = [c for c in columns if "." in c]
+    if dotted:
+        raise InputError(f"stream {name}: column {dotted[0]!r} has a dot, which Spark reads "
+                         "as a struct field; rename it (the local runtime reads it)")
+    seen: dict[str, str] = {}
+    for c in columns:
+        other = seen.setdefault(c.lower(), c)
+        if other != c:
+            raise InputError(f"stream {name}: columns {other!r} and {c!r} differ only in "
+                             "case, which Spark does not tell apart; rename one (the local "
+                             "runtime reads them)")
+
+
+def _sign_column(F, sign: str | None):
+    """The ``_sg`` byte of each row: +1 or -1 when the sign column holds exactly that, 0
+    for anything else (a fraction, another number, NULL), which the split refuses naming
+    the row (``ColumnarSplit._check_signs``). A plain cast to byte truncated 1.5 to 1, and
+    stopped the query at 300 with Spark's cast overflow, naming no row."""
+    if not sign:
+        return F.lit(1).cast("byte")
+    value = F.col(f"`{sign}`").cast("double")
+    return F.when(value == 1.0, F.lit(1)).when(value == -1.0, F.lit(-1)) \
+        .otherwise(F.lit(0)).cast("byte")
+
+
 def _time_kind(dt) -> str | None:
     """How a timestamp column travels to the split: ``us`` (a Spark timestamp, as epoch
     microseconds), ``date`` (days), ``int`` or ``float`` (numbers in the time unit)."""
@@ -207,6 +237,10 @@ def _time_kind(dt) -> str | None:
     if isinstance(dt, T.DateType):
         return "date"
     if isinstance(dt, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
+        return "int"
+    if isinstance(dt, T.DecimalType) and dt.scale == 0:
+        # (Spark reads a Parquet uint64 as DECIMAL(20, 0): as a double it kept about 256 ns
+        # near today's epoch nanoseconds, so rows 1 ns apart joined in a 0 s window)
         return "int"
     if isinstance(dt, T.FloatType | T.DoubleType | T.DecimalType):
         return "float"
@@ -287,6 +321,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     with the local runtime's message (stream, row, value; ``run_files`` raises it as an
     ``InputError``).
     """
+    import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -305,6 +340,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         if timestamp not in df.columns:
             raise InputError(f"stream {name}: no timestamp column {timestamp!r} "
                              f"(its columns: {', '.join(df.columns)})")
+        _check_column_names(name, df.columns)
         tdt = df.schema[timestamp].dataType
         time_types[name] = _arrow_time_type(tdt, tz)
         et.check_time_type(name, timestamp, time_types[name], timestamp_unit)
@@ -323,7 +359,9 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     if spill is not None:
         from adaptcq.runtime.spill import spill_executor
         executor = spill_executor(executor)
-    executor, options = _vector_choice(executor, query, spec, options)
+    arrow = {name: pa.schema([pa.field(f.name, _arrow_time_type(f.dataType, tz))
+                              for f in df.schema.fields]) for name, df in streams.items()}
+    executor, options = _vector_choice(executor, query, spec, options, arrow)
     if options.get("shed") is not None and executor != "shed":
         raise OptionError(f"the load-shedding options are for the load-shedding join "
                           f"(executor 'shed'), not {executor}")
@@ -451,9 +489,10 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
 
 
 def _vector_choice(executor: str, query: LogicalQuery, spec: dict | None,
-                   options: Mapping) -> tuple[str, dict]:
+                   options: Mapping, schemas: Mapping | None = None) -> tuple[str, dict]:
     """The groups' executor for ``executor`` "auto" or "vector" (the local runtime's rule,
-    ``runtime.local.choose_executor``; policies are per tuple), and the options it takes."""
+    ``runtime.local.choose_executor``, over the streams' column types as Arrow types,
+    ``schemas``; policies are per tuple), and the options it takes."""
     from adaptcq.runtime.local import choose_executor
     options = dict(options)
     if executor not in ("auto", "vector"):
@@ -463,7 +502,7 @@ def _vector_choice(executor: str, query: LogicalQuery, spec: dict | None,
         options.pop("ordering", None)
         return executor, options
     given = {**options, "policies": spec is not None}
-    chosen, _ = choose_executor(executor, query, given)
+    chosen, _ = choose_executor(executor, query, given, schemas)
     if chosen != "vector":
         options.pop("ordering", None)
     return chosen, options
@@ -630,7 +669,7 @@ def _project(df, i: int, alias: str, query: LogicalQuery, plan: SplitPlan, P: in
             o2, oc = F.lit(0).cast("long"), F.lit(True)
     cols = [F.lit(i).cast("int").alias("_s"), g.cast("int").alias("_g"),
             ti.cast("long").alias("_ti"), td.cast("double").alias("_td"),
-            (F.col(sign).cast("byte") if sign else F.lit(1).cast("byte")).alias("_sg"),
+            _sign_column(F, sign).alias("_sg"),
             o1.alias("_o1"), o2.cast("long").alias("_o2"), oc.alias("_oc"), *hashes]
     types = []
     for k, c in enumerate(query.columns[alias]):

@@ -380,8 +380,9 @@ class _Split:
             r = int(bad[0])
             f = _file_of(o1[r])
             raise InputError(f"stream {cfg.sources[s[r]]}{f' (file {f})' if f else ''}: row "
-                             f"{int(o2[r])} has sign {sg[r].item()!r}; the sign column "
-                             f"{cfg.sign!r} holds +1 or -1")
+                             f"{int(o2[r])} has a sign other than +1 or -1 (NULL, a fraction "
+                             f"or another number); the sign column {cfg.sign!r} holds +1 "
+                             "or -1")
 
     def _packet(self, batch, s, t, idx, end, maxima, o1, o2):
         import pyarrow as pa
