@@ -355,7 +355,8 @@ def _route(cfg, batch) -> dict[int, list]:
     return packets
 
 
-def test_replicated_late_rows_and_unmatched_deletions_are_reported_once():
+@pytest.mark.parametrize("executor", ["mjoin", "vector"])
+def test_replicated_late_rows_and_unmatched_deletions_are_reported_once(executor):
     """Replicas never show twice: a late row of a replicated stream, and an explicit
     deletion of a row that is not there, are each reported by one group; explicit deletions
     in replicated streams delete in every replica."""
@@ -365,7 +366,7 @@ def test_replicated_late_rows_and_unmatched_deletions_are_reported_once():
                     "WHERE R.a = S.a AND S.b = T.b", schemas)
     plan = plan_split(q, 4)
     assert plan.shares == (2, 2)
-    cfg = _config(q, plan, "retract", signed=True)
+    cfg = _config(q, plan, "retract", signed=True, executor=executor)
     stores = {g: sg.MemoryStore() for g in cfg.keys}
     # (stream, ts, row, sign): R(a, id), S(a, b, id), T(b, id)
     batches = [
@@ -388,12 +389,17 @@ def test_replicated_late_rows_and_unmatched_deletions_are_reported_once():
         packets = _route(cfg, batch)
         for g in cfg.keys:
             _, res, rej, _, _ = sg.advance_group(cfg, g, stores[g], packets[g])
+            if isinstance(res, pa.Table):  # the vectorized executor's output
+                res = [tuple(r.values()) for r in res.to_pylist()]
             out.update(res)
             rejected += rej
     reasons = sorted(r[4] for r in rejected)
     assert len(rejected) == 2, rejected
     assert reasons[0].startswith("deletion of a row not in R")
     assert reasons[1].startswith("late by more than the allowed lateness")
+    # both by source and by their row in the input, as the local runtime reports them
+    where = {r[4].split(" ")[0]: (r[0], r[1]) for r in rejected}
+    assert where == {"deletion": ("R", 102), "late": ("R", 100)}, rejected
     cq = ContinuousQuery(q, "mjoin", "retract", time_unit=1e-9, explicit_deletions=True)
     rows = [r for b in batches for r in b if not (r[0] == 0 and r[1] == 0.5)]
     rows.sort(key=lambda r: (r[1], r[0]))

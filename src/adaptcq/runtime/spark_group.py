@@ -308,7 +308,7 @@ class PartitionGroup:
         if cfg.executor == "vector":
             cq = vector_engine(_logical(cfg), cfg.mode, cfg.inputs, cfg.signed,
                                {**cfg.options, **info["plan"]})
-            batch, _ = _batch(cfg, go, pc)
+            batch, _, _ = _batch(cfg, go, pc)
             cq.load(batch, info["expired"])
             loaded = len(batch.streams)
             _take_scalars(cq, info)
@@ -482,8 +482,9 @@ class PartitionGroup:
         if cfg.executor == "shed":
             self._shed_step(cq, tss[-1] if rows else None, out, t0)
         for i, ts, row, why in cq.rejected_rows[n_rej:]:
-            if id(row) not in secondary:  # an unmatched deletion, reported by one replica
-                rejected.append((cfg.sources[i], -1, None, ts, why))
+            primary, f1, r = secondary.get(id(row), (True, None, -1))
+            if primary and cfg.reported[i]:  # an unmatched deletion, reported once
+                rejected.append(_rejected_row(cfg, i, f1, r, ts, why))
         del cq.rejected_rows[:]
         self._store_changes(cfg, store, new)
         tup, byt = cq.executor.state_tuples(), cq.executor.state_bytes()
@@ -511,7 +512,7 @@ class PartitionGroup:
         column batch, their output and the expiries' as Arrow (no row tuples)."""
         import pyarrow as pa
         cq = self.cq
-        batch, primary = _batch(cfg, go, pc)
+        batch, primary, origin = _batch(cfg, go, pc)
         n_rej = len(cq.rejected_rows)
         outs = [cq.process_batch(batch)]  # (an empty batch: an empty table)
         if len(batch):
@@ -521,8 +522,8 @@ class PartitionGroup:
             self.expired = max(self.expired, advance)
         for (i, ts, _, why), k in zip(cq.rejected_rows[n_rej:], cq.rejected_at[n_rej:],
                                       strict=True):
-            if primary[k]:  # an unmatched deletion, reported by one replica
-                rejected.append((cfg.sources[i], -1, None, ts, why))
+            if primary[k] and cfg.reported[i]:  # an unmatched deletion, reported once
+                rejected.append(_rejected_row(cfg, i, origin[0][k], origin[1][k], ts, why))
         del cq.rejected_rows[:], cq.rejected_at[:]
         self._store_changes(cfg, store, new)
         pt, pb = cq.peak_state()
@@ -977,6 +978,14 @@ def _released(tables: list, bound: tuple) -> tuple[list, list]:
     return go, pending
 
 
+def _rejected_row(cfg: _Config, i: int, f1, r, ts, why) -> tuple:
+    """A rejected deletion as the rejected output has it: its source, its row in its file
+    and the file (as ``_reject_late`` reports a late row; -1 and no file when the input
+    is not a file)."""
+    f = _file_of(f1)
+    return (cfg.sources[i], r if f is not None or not (f1 or "") else -1, f, ts, why)
+
+
 def _ordered(cfg: _Config, go: list, pc, keys: bool = False) -> tuple:
     """The released rows of every stream, merged in the local runtime's order: (streams,
     signs or None, times, rows, ids of rows that are not primary replicas of a deletion),
@@ -994,12 +1003,18 @@ def _ordered(cfg: _Config, go: list, pc, keys: bool = False) -> tuple:
     rows = [per_rows[s][j] for s, j in zip(streams, idx, strict=True)]
     tss = k.column("_t").to_pylist()
     signs = None
-    secondary: set = set()
+    secondary: dict = {}
     if cfg.signed:
         signs = k.column("_sg").to_pylist()
         pr = k.column("_pr").to_numpy(zero_copy_only=False)
         sg = np.asarray(signs)
-        secondary = {id(rows[j]) for j in np.flatnonzero((sg < 0) & ~pr).tolist()}
+        # every deletion's row object -> (primary replica?, file key, row): an unmatched one
+        # is reported by its primary replica, by file and row as a late row is
+        neg = np.flatnonzero(sg < 0)
+        o1 = k.column("_o1").take(neg).to_pylist()
+        o2 = k.column("_o2").take(neg).to_pylist()
+        secondary = {id(rows[j]): (bool(pr[j]), f1, r)
+                     for j, f1, r in zip(neg.tolist(), o1, o2, strict=True)}
     if keys:
         return streams, signs, tss, rows, secondary, _Ranks().keys(k, tss, streams)
     return streams, signs, tss, rows, secondary
@@ -1091,7 +1106,7 @@ def _batch(cfg: _Config, go: list, pc):
     n = cfg.n_streams
     if not go:
         return ArrivalBatch(np.empty(0, np.int64), np.empty(0, np.int64),
-                            None, [None] * n), np.empty(0, bool)
+                            None, [None] * n), np.empty(0, bool), ([], [])
     k = _order_keys(cfg, go, pc)
     st = k.column("_s").to_numpy().astype(np.int64)
     idx = k.column("_k").to_numpy()
@@ -1109,7 +1124,10 @@ def _batch(cfg: _Config, go: list, pc):
         tables[i] = part
     signs = k.column("_sg").to_numpy().astype(np.int64) if cfg.signed else None
     primary = k.column("_pr").to_numpy(zero_copy_only=False)
-    return ArrivalBatch(st, k.column("_t").to_numpy(), signs, tables), primary
+    # (file key, row) per arrival, for reporting a rejected deletion (signed inputs only)
+    origin = ((k.column("_o1").to_pylist(), k.column("_o2").to_pylist()) if cfg.signed
+              else ([], []))
+    return ArrivalBatch(st, k.column("_t").to_numpy(), signs, tables), primary, origin
 
 
 def _order_keys(cfg: _Config, go: list, pc):
