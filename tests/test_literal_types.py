@@ -160,3 +160,19 @@ def test_the_command_line_prints_the_error_with_a_caret(tmp_path, capsys):
     lines = err.splitlines()
     k = next(k for k, x in enumerate(lines) if x.strip().startswith("^"))
     assert lines[k].index("^") == lines[k - 1].index("TIMESTAMP")
+
+
+def test_a_null_typed_join_column_and_natural_join_are_named():
+    """An all-NULL Parquet column (Arrow type null) is named as such, not as "a column of
+    a non-scalar type (such as a list, struct or binary)"; NATURAL JOIN is refused as
+    itself, not as a disconnected join graph. Selecting a null-typed column works."""
+    R = pa.table({"ts": [1, 2], "k": pa.array([None, None], pa.null()), "id": [1, 2]})
+    S = pa.table({"ts": [1, 2], "k": [1, 2], "id": [1, 2]})
+    with pytest.raises(QueryError, match=r"R\.k is a column of type null \(all its values "
+                                         r"NULL\): give the column a type"):
+        adaptcq.run("SELECT R.id AS r, S.id AS s FROM R, S WHERE R.k = S.k", {"R": R, "S": S})
+    with pytest.raises(QueryError, match=r"NATURAL JOIN \(write the equalities in ON\)") as e:
+        adaptcq.run("SELECT * FROM R NATURAL JOIN S", {"R": R, "S": S})
+    assert e.value.position == "SELECT * FROM R NATURAL JOIN S".index("NATURAL")
+    assert adaptcq.run("SELECT R.k, S.id FROM R, S WHERE R.id = S.id",
+                       {"R": R, "S": S}).table.num_rows == 2

@@ -52,9 +52,11 @@ from adaptcq.query.logical import (
 Schemas = dict[str, dict[str, str]]
 _Where = exp.Expression | int | None  # what an error points at: a node or an offset
 
-KINDS = frozenset({"number", "string", "timestamp", "bool", "list", "struct", "map", "other"})
+KINDS = frozenset({"number", "string", "timestamp", "bool", "list", "struct", "map", "null",
+                   "other"})
 """Column kinds a schema may give. Only the scalar ones (:data:`expr.SCALAR_KINDS`) can be
-joined on or compared; "list", "struct", "map" and "other" (any other type) can be selected
+joined on or compared; "list", "struct", "map", "null" (a column of Arrow type null: every
+value NULL, e.g. an all-empty Parquet column) and "other" (any other type) can be selected
 and tested with IS [NOT] NULL."""
 
 RESERVED_OUTPUTS = ("_sign", "_ts")
@@ -369,6 +371,8 @@ class _Parser:
         if join.args.get("using"):
             yield "JOIN ... USING (write the equalities in ON)", \
                 self.token_position("USING")
+        elif (join.args.get("method") or "").upper() == "NATURAL" and not (side or kind):
+            yield "NATURAL JOIN (write the equalities in ON)", self.token_position("NATURAL")
 
     def unsupported_expression(self, node: exp.Expression) -> Iterator[tuple[str, _Where]]:
         for sub in node.walk():

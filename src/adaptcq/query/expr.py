@@ -61,7 +61,7 @@ _BOOLEAN_NODES = (exp.And, exp.Or, exp.Not, exp.Between, exp.In, exp.Is, exp.Boo
 
 SCALAR_KINDS = frozenset({"number", "string", "timestamp", "bool"})
 """Column kinds whose values can be compared, hashed (joined) and, for numbers, computed on.
-The other kinds ("list", "struct", "map", "other") may only be selected or tested with
+The other kinds ("list", "struct", "map", "null", "other") may only be selected or tested with
 IS [NOT] NULL."""
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -70,6 +70,7 @@ _KIND_WORDS = {
     "number": "a number", "string": "a string", "timestamp": "a timestamp",
     "bool": "a boolean", "list": "a list column", "struct": "a struct column",
     "map": "a map column",
+    "null": "a column of type null (all its values NULL): give the column a type",
     "other": "a column of a non-scalar type (such as a list, struct or binary)",
 }
 

@@ -154,7 +154,7 @@ class LogicalQuery:
       share the layout. Rows inside the engine are tuples in exactly this order; the
       projection onto ``outputs`` happens when a result is emitted.
     - ``types``: per stream alias, column -> kind in {"number", "string", "timestamp",
-      "bool", "list", "struct", "map", "other"} for the columns known from the schemas
+      "bool", "list", "struct", "map", "null", "other"} for the columns known from the schemas
       (``cql.KINDS``; the Arrow types of the outputs: :func:`output_types`).
     - ``set_predicates``: join conditions on set-valued columns (:class:`SetPredicate`);
       only the load-shedding join (``engine.shed_join``) evaluates them, every other

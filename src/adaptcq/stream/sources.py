@@ -340,6 +340,8 @@ def column_kind(t: pa.DataType) -> str:
         return "list"
     if pa.types.is_struct(t) or pa.types.is_map(t):
         return "struct"
+    if pa.types.is_null(t):
+        return "null"
     return "other"
 
 
