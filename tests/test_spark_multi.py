@@ -399,3 +399,28 @@ def test_no_common_attribute_class_runs_in_one_group_from_the_cli(spark, tmp_pat
     doc = json.loads((tmp_path / "summary.json").read_text())
     assert doc["partition_groups"] == 1 and set(doc["queries"]) == {"q1", "o"}
     _assert_queries_equal(_local(srcs, str(control), "append", {"q1": JOIN2}), tmp_path / "out")
+
+
+def test_a_self_join_over_rows_windows_stops_at_rows_of_one_time_as_locally():
+    """A query joining R with itself over [ROWS n] windows stops, failed, just before two
+    rows of R with one time, in the Spark groups as in the local Engine
+    (``runtime.multi.first_tie``): the rows before it equal the local Engine's, and the
+    query registered beside it runs on."""
+    selfjoin = ("SELECT r1.id AS x, r2.id AS y FROM R [ROWS 2] AS r1, R [ROWS 2] AS r2 "
+                "WHERE r1.a = r2.a")
+    R = pa.table({"ts": pa.array([1.0, 2.0, 3.0, 3.0, 4.0]), "id": pa.array(range(5)),
+                  "a": pa.array([1] * 5), "b": pa.array([0] * 5), "x": pa.array([0] * 5)})
+    empty = R.slice(0, 0)
+    pieces = {"R": [R.slice(0, 2), R.slice(2)], "S": [empty, empty], "T": [empty, empty]}
+    control = _control((None, "register", "self", selfjoin), (None, "register", "sel", SELECT))
+    plan = plan_partitions({"self": _q(selfjoin)}, {s: list(COLS) for s in "RST"}, 1,
+                           timestamp="ts")
+    out, groups = _simulate(pieces, [_events(control)], plan, "append")
+    local = _local({"R": R, "S": empty, "T": empty}, control, "append")
+    h = local.handles["self"]
+    assert h.state == "failed" and "same time (3 s" in h.error
+    got = _counter(pa.Table.from_batches([rows_to_batch(out.get("self", []), h.schema, None)]))
+    assert got == _counter(h.table()) and sum(got.values()) == 4  # up to time 2
+    info = groups[0].queries["self"]
+    assert info["state"] == "failed" and info["error"] == h.error
+    assert groups[0].queries["sel"]["state"] == "running"

@@ -315,50 +315,20 @@ class Engine:
 
     # ----- a self-join over [ROWS n] windows and equal times ---------------------------------
     def _update_watch(self) -> None:
-        """The running queries that join a source with itself where one of its aliases
-        has a [ROWS n] window, by source."""
-        watch: dict[str, list[str]] = {}
-        for h in self.handles.values():
-            if h.state != "running":
-                continue
-            by_source: dict[str, list] = {}
-            for st in h.query.streams:
-                by_source.setdefault(st.source, []).append(st)
-            for src, aliases in by_source.items():
-                if len(aliases) > 1 and any(a.window.kind == "rows" for a in aliases):
-                    watch.setdefault(src, []).append(h.id)
-        self._watch = watch
+        self._watch = rows_self_joins((h.id, h.query) for h in self.handles.values()
+                                      if h.state == "running")
 
     def _tie(self, arr, names, lo: int, hi: int) -> int | None:
-        """The first arrival in [lo, hi) of a watched source whose time another arrival of
-        that source shares (in this release: the merger releases all rows of one time
-        together), or None. docs/semantics.md orders rows of equal time by FROM position
-        first: a self-join's first alias receives all of them before its second does, and
-        a [ROWS n] window's contents depend on it. The shared engines receive a source's
-        row once, for all its aliases, so they cannot follow that order: the queries
-        concerned stop before the first such row (``_fail_ties``), their results so far
-        exact. Rows of distinct times are not affected."""
-        streams, ts_list, watch = arr.streams, arr.timestamps, self._watch
-        seen: dict[tuple[str, object], int] = {}
-        first = None
-        for k in range(lo, len(ts_list)):
-            src = names[streams[k]]
-            if src in watch:
-                at = seen.setdefault((src, ts_list[k]), k)
-                if at != k and (first is None or at < first):
-                    first = at
-        return first if first is not None and first < hi else None
+        """``first_tie`` of the arrivals [lo, end of this release), if before ``hi``."""
+        k = first_tie(((names[arr.streams[j]], arr.timestamps[j])
+                       for j in range(lo, len(arr.timestamps))), self._watch)
+        return lo + k if k is not None and lo + k < hi else None
 
     def _fail_ties(self, src: str, ts) -> None:
         for qid in self._watch.get(src, ()):
             self.ex.remove_query(qid)
             h = self.handles[qid]
-            h.state, h.error = "failed", (
-                f"two rows of source {src} have the same time ({ts * TIME_UNIT:g} s of event "
-                f"time); the "
-                f"query joins {src} with itself over a [ROWS n] window, whose contents then "
-                "depend on the order of its aliases (docs/semantics.md), which a shared "
-                "engine cannot follow: run it alone with adaptcq run")
+            h.state, h.error = "failed", tie_error(src, ts)
         self._update_watch()
 
     def _failures(self) -> None:
@@ -393,6 +363,49 @@ class Engine:
         """The shared operators, virtual sources, tickets per operator and each query's
         mask (``Eddy.describe``)."""
         return self.ex.describe()
+
+
+def rows_self_joins(queries) -> dict[str, list[str]]:
+    """The (id, LogicalQuery) pairs that join a source with itself where one of its
+    aliases has a [ROWS n] window, by source (``first_tie``)."""
+    watch: dict[str, list[str]] = {}
+    for qid, query in queries:
+        by_source: dict[str, list] = {}
+        for st in query.streams:
+            by_source.setdefault(st.source, []).append(st)
+        for src, aliases in by_source.items():
+            if len(aliases) > 1 and any(a.window.kind == "rows" for a in aliases):
+                watch.setdefault(src, []).append(qid)
+    return watch
+
+
+def first_tie(arrivals, watch: Mapping[str, list]) -> int | None:
+    """The index of the first of ``arrivals`` ((source, time) in processing order, one
+    release: the mergers release all rows of one time together) of a watched source whose
+    time another arrival of that source shares, or None.
+
+    docs/semantics.md orders rows of equal time by FROM position first: a self-join's first
+    alias receives all of them before its second does, and a [ROWS n] window's contents
+    depend on it. The shared engines receive a source's row once, for all its aliases, so
+    they cannot follow that order: the queries concerned stop before such a row, their
+    results so far exact (``tie_error``). Rows of distinct times are not affected."""
+    if not watch:
+        return None
+    seen: dict[tuple, int] = {}
+    first = None
+    for k, (src, ts) in enumerate(arrivals):
+        if src in watch:
+            at = seen.setdefault((src, ts), k)
+            if at != k and (first is None or at < first):
+                first = at
+    return first
+
+
+def tie_error(src: str, ts) -> str:
+    return (f"two rows of source {src} have the same time ({ts * TIME_UNIT:g} s of event "
+            f"time); the query joins {src} with itself over a [ROWS n] window, whose "
+            "contents then depend on the order of its aliases (docs/semantics.md), which a "
+            "shared engine cannot follow: run it alone with adaptcq run")
 
 
 def _load(path: str):

@@ -554,7 +554,12 @@ class _QuerySetGroup:
         go, self.pending, self.frontier, self.closed, bound_ts, advance = release(
             self.pending + new, self.frontier, self.closed, end, L)
         eddy, names = self.eddy, cfg.sources
-        for r in go:
+        tie = self._tie(go, names)
+        for k, r in enumerate(go):
+            if k == tie:  # (runtime.multi.first_tie) the queries concerned stop here
+                self._fail_ties(names[r[1]], r[0])
+                tie = self._tie(go[k:], names)
+                tie = None if tie is None else k + tie
             if r[1] >= 0:
                 eddy.process(names[r[1]], r[0], r[5])
             else:
@@ -611,6 +616,23 @@ class _QuerySetGroup:
             info["late"] = (f"its {action} row arrived after the data had passed its time; "
                             "it took effect when it arrived")
         self._failures()
+
+    def _tie(self, go: list, names) -> int | None:
+        """The first released row of a source that a running query joins with itself over
+        a [ROWS n] window and whose time another released row of that source shares
+        (``runtime.multi.first_tie``), or None."""
+        from adaptcq.runtime.multi import first_tie, rows_self_joins
+        self._watch = rows_self_joins((qid, q.query) for qid, q in self.eddy.queries.items())
+        return first_tie(((names[r[1]] if r[1] >= 0 else None, r[0]) for r in go),
+                         self._watch)
+
+    def _fail_ties(self, src: str, ts) -> None:
+        from adaptcq.runtime.multi import tie_error
+        for qid in self._watch.get(src, ()):
+            self.eddy.remove_query(qid)
+            info = self.queries.get(qid)
+            if info is not None:
+                info["state"], info["error"] = "failed", tie_error(src, ts)
 
     def _failures(self) -> None:
         for qid, err in getattr(self.eddy, "failures", ()):
