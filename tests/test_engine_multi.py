@@ -242,3 +242,20 @@ def test_a_self_join_over_rows_windows_stops_before_rows_of_one_time(executor):
             assert all(r["_ts"] < 2 for r in got)
         else:
             assert h.state == "running" and got == want
+
+
+def test_a_window_start_query_in_retract_mode_schedules_the_held_rows_deletions():
+    """Retract mode, ``start="window"`` with retained rows that no running query held: the
+    held rows' deletions for the new window are scheduled like any other (a payload of
+    the wrong shape crashed the run; found by fuzzing)."""
+    R = pa.table({"ts": [1, 20], "k": [1, 1]})
+    S = pa.table({"ts": [1, 20], "k": [1, 1]})
+    rows = {}
+    for mode in ("append", "retract"):
+        engine = adaptcq.Engine({"R": R, "S": S}, retain={"R": 100}, mode=mode)
+        h = engine.register("SELECT R.k FROM R [RANGE 10], S [RANGE 10] WHERE R.k = S.k",
+                            at=5, start="window")
+        engine.run()
+        assert h.state == "running"
+        rows[mode] = h.table().to_pylist()
+    assert rows["append"] == [r for r in rows["retract"] if r["_sign"] == 1] != []

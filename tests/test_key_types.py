@@ -97,3 +97,40 @@ def test_windows_beyond_int64_nanoseconds_run_per_tuple_and_never_lose_results()
     for executor in ("vector", "mjoin"):
         res = adaptcq.run(sql, late, executor=executor)
         assert [(r["rid"], r["sid"]) for r in res.table.to_pylist()] == [("r0", "s0")]
+
+
+@pytest.mark.parametrize("days", [93, 365, 10_000])
+def test_rows_exactly_a_long_window_apart_join_in_every_executor(days):
+    """|Δts| <= w holds to the nanosecond however long the window: a size in seconds
+    divided by 1e-9 in floating point is a nanosecond short from about 93 days on."""
+    w = days * 86400
+    R = pa.table({"ts": [0], "k": [1]})
+    sql = (f"SELECT R.k FROM R [RANGE {days} DAYS], S [RANGE {days} DAYS] "
+           "WHERE R.k = S.k")
+    for executor in ("auto", "mjoin", "xjoin", "tree"):
+        meets = adaptcq.run(sql, {"R": R, "S": pa.table({"ts": [w], "k": [1]})},
+                            executor=executor)
+        past = adaptcq.run(sql, {"R": R, "S": pa.table({"ts": [w + 1], "k": [1]})},
+                           executor=executor, timestamp_unit="s")
+        assert meets.table.num_rows == 1 and meets.table.schema.field("_ts").type == pa.int64()
+        assert past.table.num_rows == 0, executor
+    engine = adaptcq.Engine({"R": R, "S": pa.table({"ts": [w], "k": [1]})})
+    h = engine.register(sql)
+    engine.run()
+    assert h.table().num_rows == 1
+
+
+def test_nested_values_keep_their_nulls_in_the_vectorized_executor():
+    """A NULL inside a list (of floats, of ints), a struct or a map comes out as NULL and
+    of the column's type, as the per-tuple engine gives it (was NaN, or a crash for ints)."""
+    R = pa.table({"ts": [1, 2], "k": [1, 1], "l": pa.array([[1.0, None], None]),
+                  "li": pa.array([[1, None], [2]]),
+                  "s": pa.array([{"a": [1.0, None]}, {"a": None}]),
+                  "m": pa.array([[("x", 1)], None], pa.map_(pa.string(), pa.int64()))})
+    S = pa.table({"ts": [1], "k": [1]})
+    for c in ("l", "li", "s", "m"):
+        sql = f"SELECT R.{c} FROM R, S WHERE R.k = S.k"
+        vec = adaptcq.run(sql, {"R": R, "S": S}, executor="vector").table
+        ref = adaptcq.run(sql, {"R": R, "S": S}, executor="mjoin").table
+        assert vec.column(c).type == R.column(c).type == ref.column(c).type
+        assert vec.column(c).to_pylist() == ref.column(c).to_pylist() == R.column(c).to_pylist()

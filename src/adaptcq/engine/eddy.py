@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 
 from adaptcq.errors import OptionError, QueryError
 from adaptcq.query.logical import ColumnRef, LogicalQuery, require_equi_joins
+from adaptcq.stream.eventtime import to_units
 
 ROLE_BITS = 8                 # a row's sequence number as role k: rid * 8 + k
 MAX_ROLES = 1 << 3            # aliases of one source in one query (8 = 2**3 fits ROLE_BITS)
@@ -258,7 +259,7 @@ class Eddy:
 
     # ----- units ------------------------------------------------------------------------
     def _units(self, seconds):
-        return seconds if self.time_unit == 1.0 else round(seconds / self.time_unit)
+        return to_units(seconds, self.time_unit)
 
     def _op_id(self, key: tuple, label: str) -> int:
         """The operator id of ``key`` (("GF", source, column), ("OF", source) or
@@ -762,7 +763,7 @@ class Eddy:
         st = self.sources[src]
         for rid in st.stem.rows:
             heapq.heappush(self.heap, (st.stem.times[rid] + size, rid * ROLE_BITS + k, 0,
-                                       src, (rid, k, size)))
+                                       src, (rid, k, size, False)))  # (not the retention)
 
     def _release(self, st: SourceState, rid: int, flag: int) -> None:
         """A retention hold (1: time, 2: count) lets go of row ``rid``. While a query

@@ -75,6 +75,7 @@ from collections.abc import Callable, Mapping
 
 from adaptcq.errors import OptionError, QueryError
 from adaptcq.query.logical import ColumnRef, LogicalQuery, require_equi_joins
+from adaptcq.stream.eventtime import to_units
 
 CAPACITY_DEFAULT = 1024
 
@@ -475,7 +476,7 @@ class _Niagara:
         return q
 
     def _units(self, seconds):
-        return seconds if self.time_unit == 1.0 else round(seconds / self.time_unit)
+        return to_units(seconds, self.time_unit)
 
     def _windows(self, query: LogicalQuery) -> dict[str, tuple]:
         out = {}

@@ -50,6 +50,7 @@ from adaptcq.engine.codegen import compile_source, projection_source
 from adaptcq.errors import InputError, OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery, SetPredicate
 from adaptcq.stats.shedding import BasicWindowMatches, HorvitzThompson, PeriodCount
+from adaptcq.stream.eventtime import to_units
 
 SHED_MODES = ("none", "random", "partial", "selective")
 INDEXES = ("auto", "none", "hash", "inverted", "inverted-id")
@@ -319,8 +320,7 @@ class ShedJoin:
                                   f"{s.window}")
 
     def _units(self, seconds: float):
-        u = seconds / self.time_unit
-        return round(u) if self.time_unit != 1.0 else u
+        return to_units(seconds, self.time_unit)
 
     def _choose_index(self, index: str) -> str:
         primary = self.conds[0].pred if self.conds else None

@@ -64,6 +64,7 @@ from adaptcq.errors import InputError, OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.estimators import Ratio
 from adaptcq.stream.arrays import from_numpy, null_mask, numpy_dtype, storage_type, to_numpy
+from adaptcq.stream.eventtime import to_units
 from adaptcq.stream.merge import ArrivalBatch
 
 INF = np.iinfo(np.int64).max  # the deletion position of a row still in its window
@@ -954,7 +955,7 @@ class VectorJoin:
                       if ColumnRef(a, c) in outputs or (c in mine and mine[c].check)]
             size = s.window.size
             if s.window.kind == "range":
-                size = size if time_unit == 1.0 else round(size / time_unit)
+                size = to_units(size, time_unit)
             self.windows.append(ColumnWindow(
                 a, s.window.kind, size, {c: Values(types[(a, c)]) for c in needed}, mine,
                 ts_dtype, explicit_deletions and s.window.kind == "unbounded"))

@@ -41,6 +41,7 @@ from adaptcq.stream.eventtime import (
     from_nanoseconds,
     lateness_ns,
     output_time_type,
+    to_units,
 )
 from adaptcq.stream.merge import ArrivalMerger, Arrivals
 from adaptcq.stream.sources import CHUNK_ROWS, Source, open_source, schema_kinds, value_type
@@ -796,7 +797,7 @@ def output_schema(query: LogicalQuery, schemas: Mapping[str, pa.Schema], timesta
     from adaptcq.query.logical import output_types
     types = output_types(query, {n: _engine_schema(s) for n, s in schemas.items()})
     time_types = {s.alias: schemas[s.source].field(timestamp).type for s in query.streams}
-    windows = [round(s.window.size / TIME_UNIT) for s in query.streams
+    windows = [to_units(s.window.size, TIME_UNIT) for s in query.streams
                if s.window.kind == "range"]
     ts_type = output_time_type(time_types, unit, windows)
     # Timezone-aware input columns come back with their timezone (values are UTC instants).

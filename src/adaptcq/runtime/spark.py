@@ -376,13 +376,13 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     if clash:
         raise QueryError(f"output column {clash[0]} is a name the Spark runtime reserves")
 
-    windows = [round(s.window.size / TIME_UNIT) for s in query.streams
+    windows = [et.to_units(s.window.size, TIME_UNIT) for s in query.streams
                if s.window.kind == "range"]
     ts_type = et.output_time_type({s.alias: time_types[s.source] for s in query.streams},
                                   timestamp_unit, windows)
     if _is_timestamp(ts_type):
         for s in query.streams:
-            w = round(s.window.size / TIME_UNIT) if s.window.kind == "range" else 0
+            w = et.to_units(s.window.size, TIME_UNIT) if s.window.kind == "range" else 0
             if w % 1000:
                 raise QueryError(
                     f"stream {s.alias} has window {s.window}, which is not a whole number of "

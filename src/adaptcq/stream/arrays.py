@@ -74,6 +74,13 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray, null=0) -> np.ndarray:
     if dt is None:
         if pa.types.is_dictionary(arr.type):
             return to_numpy(arr.dictionary_decode(), null)
+        if pa.types.is_nested(arr.type):
+            # Python values, one object each: Arrow's to_numpy makes a list of numbers a
+            # numpy array, its NULLs NaN (a list of ints then cannot be written back)
+            out = np.empty(len(arr), dtype=object)
+            for k, v in enumerate(arr.to_pylist()):
+                out[k] = v
+            return out
         return arr.to_numpy(zero_copy_only=False)
     n = len(arr)
     data = arr.buffers()[1] if n else None

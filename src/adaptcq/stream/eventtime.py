@@ -17,6 +17,7 @@ float64. Integers never pass through float64.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pyarrow as pa
@@ -132,6 +133,16 @@ def _raise_range(stream: str, column: str, row: int, value, unit: str):
                      f"of range for unit {unit} (event times span {SPAN}){hint}")
 
 
+def to_units(seconds, unit: float):
+    """A duration in seconds (a window's size) in the engine's time unit (seconds per unit:
+    1e-9 for int64 nanoseconds), exactly: ``round(seconds / unit)`` in floating point is a
+    unit short from about 93 days on (8,035,200 / 1e-9 = 8035199999999999.0), which lost
+    the pairs exactly a window apart. ``unit`` 1.0 keeps ``seconds`` as it is."""
+    if unit == 1.0:
+        return seconds
+    return round(Fraction(seconds) / Fraction(repr(unit)))
+
+
 def finest_unit(window_ns: list[int]) -> str:
     """The coarsest unit in which every window size is a whole number."""
     for u in ("s", "ms", "us", "ns"):
@@ -192,4 +203,4 @@ def lateness_ns(seconds) -> int:
     if x * 1e9 >= NS_MAX:
         raise OptionError(f"--allowed-lateness {seconds!r} s is longer than event times "
                            "span (292 years)")
-    return round(x * 1e9)
+    return to_units(x, 1e-9)
