@@ -129,6 +129,11 @@ class FileSink(Sink):
         self.stdout = path == "-"
         if self.stdout and fmt == "parquet":
             raise AdaptcqError("--output - (stdout) takes --format csv or jsonl, not parquet")
+        nested = [f.name for f in schema if pa.types.is_nested(f.type)]
+        if fmt == "csv" and nested:  # (before a file is made: CSV has no lists or structs)
+            raise AdaptcqError(f"{what}: CSV cannot hold column {nested[0]!r} "
+                               f"({schema.field(nested[0]).type}); write Parquet or JSON "
+                               "lines (--format parquet|jsonl, or a .parquet / .jsonl name)")
         self._tmp: Path | None = None
         self._writer = None
         self._file = None
