@@ -259,3 +259,23 @@ def test_a_window_start_query_in_retract_mode_schedules_the_held_rows_deletions(
         assert h.state == "running"
         rows[mode] = h.table().to_pylist()
     assert rows["append"] == [r for r in rows["retract"] if r["_sign"] == 1] != []
+
+
+@pytest.mark.parametrize("executor", ["eddy", "eddies", "pushdown", "pullup"])
+def test_a_udf_raising_in_a_select_item_fails_only_its_query(executor):
+    """docs/cacq.md: a raising UDF fails its own query; the others keep running and lose
+    nothing. Also where the UDF is in the SELECT list (a condition AS a column), which
+    took the whole engine down (found by fuzzing)."""
+    def boom(x):
+        if x == 2:
+            raise ValueError("two!")
+        return x
+
+    engine = adaptcq.Engine({"R": pa.table({"ts": [1, 2, 3], "x": [1, 2, 3]})},
+                            udfs={"boom": boom}, executor=executor)
+    bad = engine.register("SELECT R.x, boom(R.x) > 1 AS hot FROM R")
+    good = engine.register("SELECT R.x FROM R")
+    engine.run()
+    assert bad.state == "failed" and "boom" in bad.error and "two!" in bad.error
+    assert bad.table().column("x").to_pylist() == [1]      # until it raised
+    assert good.state == "running" and good.table().column("x").to_pylist() == [1, 2, 3]

@@ -59,6 +59,7 @@ on the arrivals (s_q, s'_q]: its results only combine rows with ``rid > s_q``. W
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 from collections import deque
@@ -311,6 +312,10 @@ class Eddy:
         seq = _seq if _seq is not None else (self.rid if start == "now" else -1)
         q = EddyQuery(handle, bit, query, emit, seq, tuple(roles), windows, start=start)
         q.project = self._projection(q)
+        from adaptcq.query.udf import calls_udf, default_registry, guarded_output
+        if calls_udf(query.outputs, self.udfs or default_registry()):
+            q.emit, q.project, q.project_at = guarded_output(
+                functools.partial(self._output_error, handle), q.emit, q.project, q.project_at)
         installed = []
         try:
             for a, (src, k) in zip(query.aliases, roles, strict=True):
@@ -1017,6 +1022,12 @@ class Eddy:
         for handle, err in failed:
             if handle in self.queries:
                 self.remove_query(handle, error=err)
+
+    def _output_error(self, handle: str, message: str) -> None:
+        """A UDF in the query's SELECT list raised: removed after this arrival, as for one
+        in its WHERE (``_filter_error``)."""
+        if handle not in [h for h, _ in self._failed]:
+            self._failed = [*self._failed, (handle, message)]
 
     # ----- routing (§3.3.2) ---------------------------------------------------------------------
     def _route(self, vs: VirtualSource, comps: dict, hi: int, qmask: int, sign: int, ts) -> None:

@@ -69,12 +69,14 @@ than it has to be):
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 from collections import deque
 from collections.abc import Callable, Mapping
 
 from adaptcq.errors import OptionError, QueryError
 from adaptcq.query.logical import ColumnRef, LogicalQuery, require_equi_joins
+from adaptcq.query.udf import calls_udf, default_registry, guarded_output
 from adaptcq.stream.eventtime import to_units
 
 CAPACITY_DEFAULT = 1024
@@ -447,6 +449,9 @@ class _Niagara:
         q = _Query(handle, bit, query, emit, self.rid)
         q.comp_of = {s: k for k, s in enumerate(sorted(seen))}
         q.project = self._projection(q)
+        if calls_udf(query.outputs, self.udfs or default_registry()):
+            q.emit, q.project = guarded_output(functools.partial(self._on_error, bit),
+                                               q.emit, q.project)
         self._install(q)
         if self.free_bits and self.free_bits[0] == bit:
             self.free_bits.pop(0)

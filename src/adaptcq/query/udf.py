@@ -153,3 +153,40 @@ def _wrap(name: str, fn: Callable[..., object]) -> Callable[..., object]:
     call.__name__ = call.__qualname__ = f"udf_{name}"
     call.udf = fn
     return call
+
+
+def calls_udf(outputs, udfs: Mapping[str, Callable[..., object]]) -> bool:
+    """Whether a SELECT list (``LogicalQuery.outputs``) calls one of ``udfs``."""
+    import sqlglot.expressions as exp
+    names = {n.lower() for n in udfs}
+    return any(isinstance(node, exp.Anonymous) and node.name.lower() in names
+               for o in outputs for node in o.expr.walk())
+
+
+def guarded_output(fail: Callable[[str], None], emit: Callable, *projections: Callable
+                   ) -> tuple[Callable, ...]:
+    """(emit, *projections) for a query whose SELECT list calls a UDF, so that a UDF
+    raising (or returning what cannot be compared) there fails that query alone, as one
+    raising in a WHERE does (docs/cacq.md): ``fail(message)`` is told once, the row is not
+    emitted, and neither is any later one. The projections may take any arguments (the
+    eddy has one over a dict of components and one over them positionally). A query
+    without UDFs in its SELECT keeps its plain functions (no call more per result)."""
+    failed: list = []
+
+    def guard(project):
+        def project_(*args):
+            if failed:
+                return ()
+            try:
+                return project(*args)
+            except Exception as e:  # noqa: BLE001 - the UDF's (or its comparison's) error
+                failed.append(e)
+                fail(str(e) if isinstance(e, UDFError) else
+                     f"a SELECT item raised {type(e).__name__}: {e}")
+                return ()
+        return project_
+
+    def emit_(row):
+        if not failed:
+            emit(row)
+    return (emit_, *(guard(p) for p in projections))
