@@ -5,6 +5,7 @@ CLI (``adaptcq run --executor eddy``) and ``adaptcq explain --executor eddy``; e
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 
 import pyarrow as pa
@@ -279,3 +280,26 @@ def test_a_udf_raising_in_a_select_item_fails_only_its_query(executor):
     assert bad.state == "failed" and "boom" in bad.error and "two!" in bad.error
     assert bad.table().column("x").to_pylist() == [1]      # until it raised
     assert good.state == "running" and good.table().column("x").to_pylist() == [1, 2, 3]
+
+
+def test_control_rows_with_bad_times_are_refused_naming_the_row(tmp_path):
+    """A control time that is not a time (text, NaN, out of int64 nanoseconds), a
+    deregistration timed before its registration, and a control file that is not Parquet
+    are refused naming the row or the file (raw errors, or silently accepted, before)."""
+    R = pa.table({"ts": [1, 2], "k": [1, 1]})
+    sql = "SELECT R.k FROM R"
+    for ctl, message in (
+            ([{"ts": float("nan"), "action": "register", "query_id": "a", "sql": sql}],
+             "row 0 (query a): control time nan is not finite"),
+            ([{"ts": "abc", "action": "register", "query_id": "a", "sql": sql}],
+             "row 0 (query a): control time 'abc' is not a number"),
+            ([{"ts": 1e30, "action": "register", "query_id": "a", "sql": sql}],
+             "row 0 (query a): control time 1e+30 is out of range"),
+            ([{"ts": 5, "action": "register", "query_id": "a", "sql": sql},
+              {"ts": 2, "action": "deregister", "query_id": "a", "sql": None}],
+             "row 1: deregisters 'a' at 2, before the row that registers it")):
+        with pytest.raises(InputError, match=re.escape(message)):
+            adaptcq.Engine({"R": R}).load_control(ctl)
+    (tmp_path / "g.parquet").write_text("garbage")
+    with pytest.raises(InputError, match="cannot be read as Parquet"):
+        adaptcq.Engine({"R": R}).load_control(str(tmp_path / "g.parquet"))

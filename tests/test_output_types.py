@@ -21,3 +21,14 @@ def test_csv_output_of_a_list_column_is_refused_before_a_file_is_made(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet", "s.parquet"]
     assert main([*args, "--output", str(tmp_path / "o.jsonl")]) == 0
     assert (tmp_path / "o.jsonl").read_text().startswith('{"l": [1, null]')
+
+
+def test_rejected_rows_to_stdout_are_refused(tmp_path, capsys):
+    """``--rejected -`` would interleave rejected rows with the results on stdout (or with
+    the summary): refused, asking for a file."""
+    pq.write_table(pa.table({"ts": [1], "k": [1]}), tmp_path / "r.parquet")
+    pq.write_table(pa.table({"ts": [1], "k": [1]}), tmp_path / "s.parquet")
+    assert main(["run", "--no-progress", "--sql", "SELECT R.k FROM R, S WHERE R.k = S.k",
+                 f"--input=R={tmp_path / 'r.parquet'}", f"--input=S={tmp_path / 's.parquet'}",
+                 "--output", "-", "--format", "jsonl", "--rejected", "-"]) == 1
+    assert "--rejected -: stdout carries the results" in capsys.readouterr().err

@@ -241,7 +241,12 @@ def _run_queryset(args, console) -> int:
                       + (f"  [red]failed: {h.error}[/]" if h.error else ""))
     if args.summary_json:
         import json
-        Path(args.summary_json).write_text(json.dumps(engine.stats, indent=1, default=str))
+        try:
+            Path(args.summary_json).write_text(json.dumps(engine.stats, indent=1,
+                                                          default=str))
+        except OSError as e:
+            raise AdaptcqError(f"--summary-json {args.summary_json!r}: cannot write: "
+                               f"{e.strerror or e}") from None
     return 0
 
 
@@ -351,6 +356,9 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
     if args.output not in (None, "-"):
         check_output_path(args.output, inputs)
     rejected_path = args.rejected
+    if rejected_path == "-":  # (its rows would interleave with the results or the summary)
+        raise AdaptcqError("--rejected -: stdout carries the results (--output -) or the "
+                           "run's summary; give --rejected a file")
     if rejected_path is not None:
         check_output_path(rejected_path, inputs, "--rejected")
         if args.output not in (None, "-") and \

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import datetime
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ import pyarrow as pa
 from adaptcq.errors import InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery, StreamRef
 from adaptcq.runtime.local import TIME_UNIT, output_schema, rows_to_batch
-from adaptcq.stream.eventtime import check_unit, lateness_ns
+from adaptcq.stream.eventtime import NS_MAX, NS_MIN, SPAN, check_unit, lateness_ns
 from adaptcq.stream.merge import ArrivalMerger
 from adaptcq.stream.sources import CHUNK_ROWS, open_source, schema_kinds
 
@@ -194,10 +195,21 @@ class Engine:
                 except QueryError as e:
                     raise QueryError(f"{where} (query {qid}): {e.message}", e.sql,
                                      e.position) from None
+                except InputError as e:
+                    raise InputError(f"{where} (query {qid}): {e}") from None
             else:
                 if str(qid) not in self.handles:
                     raise InputError(f"{where}: deregisters {qid!r}, which no earlier row "
                                      "registers")
+                try:
+                    at = self._ts(row["ts"]) if row["ts"] is not None else float("inf")
+                except InputError as e:
+                    raise InputError(f"{where} (query {qid}): {e}") from None
+                registered = next(e.ts for e in self.control if e.query_id == str(qid)
+                                  and e.action == "register")
+                if at < registered:
+                    raise InputError(f"{where}: deregisters {qid!r} at {row['ts']!r}, before "
+                                     "the row that registers it")
                 self.deregister(str(qid), row["ts"])
 
     def parse(self, sql: str) -> LogicalQuery:
@@ -211,14 +223,28 @@ class Engine:
         return query
 
     def _ts(self, at):
+        """A control time in engine units: None is before any data; a datetime, or a
+        number in the timestamp unit. Anything else (text, NaN, infinities, a time outside
+        what int64 nanoseconds hold) is refused naming the value."""
         if at is None:
             return float("-inf")
         if isinstance(at, datetime.datetime):
             if at.tzinfo is not None:
                 at = at.astimezone(datetime.UTC).replace(tzinfo=None)
-            return round((at - datetime.datetime(1970, 1, 1)).total_seconds() * 1e9)
-        scale = {None: 1e9, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1}[self.unit]
-        return round(float(at) * scale)
+            ns = round((at - datetime.datetime(1970, 1, 1)).total_seconds() * 1e9)
+        else:
+            scale = {None: 1e9, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1}[self.unit]
+            try:
+                x = float(at)
+            except (TypeError, ValueError):
+                raise InputError(f"control time {at!r} is not a number or a datetime "
+                                 f"(times are in {self.unit or 's'})") from None
+            if not math.isfinite(x):
+                raise InputError(f"control time {at!r} is not finite")
+            ns = round(x * scale)
+        if not NS_MIN <= ns <= NS_MAX:
+            raise InputError(f"control time {at!r} is out of range (event times span {SPAN})")
+        return ns
 
     def _event(self, ev: ControlEvent) -> None:
         if self._ran:
@@ -418,8 +444,13 @@ def _read_table(source) -> pa.Table:
     path = Path(source)
     if not path.exists():
         raise InputError(f"control stream {str(path)!r} does not exist")
-    if path.suffix == ".csv":
-        import pyarrow.csv as pacsv
-        return pacsv.read_csv(path)
-    import pyarrow.parquet as pq
-    return pq.read_table(path)
+    try:
+        if path.suffix == ".csv":
+            import pyarrow.csv as pacsv
+            return pacsv.read_csv(path)
+        import pyarrow.parquet as pq
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"control stream {str(path)!r} cannot be read as "
+                         f"{'CSV' if path.suffix == '.csv' else 'Parquet'} (a .csv name is "
+                         f"read as CSV, any other as Parquet): {e}") from None
