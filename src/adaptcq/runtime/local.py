@@ -170,7 +170,9 @@ class LocalRun:
             if self.executor_name == "tree":
                 from adaptcq.runtime.spill import SpillSetup
                 self.spill = SpillSetup(query, options.pop("spill", None),
-                                        self._stream_schemas(), timestamp_unit, self.schema)
+                                        self._stream_schemas(), timestamp_unit, self.schema,
+                                        {n: schema_kinds(src.schema)
+                                         for n, src in self.sources.items()})
                 options.update(self.spill.engine_options())
             elif options.pop("spill", None) is not None:
                 raise OptionError("spill options (--spill, --memory) need the operator "
@@ -491,7 +493,7 @@ class LocalRun:
                 self.sink.write(b)
             else:
                 self._ready.append(b)
-        if self.stopped:
+        if self.stopped and not self.interrupted:  # (--max-results reached)
             raise _ResultBound
 
     def _unprocessed(self, arr: Arrivals, lo: int) -> None:
@@ -525,7 +527,9 @@ class LocalRun:
         if len(self._buf) >= OUT_CHUNK or self.stopped:
             self._emit_batch(self._buf)
             self._buf = []
-        if self.stopped:
+        # --max-results reached: no result more. A stop (Ctrl-C, ``stop()``) still lets
+        # the spills' clean-up produce the results of the arrivals processed.
+        if self.stopped and not self.interrupted:
             raise _ResultBound
 
     def _emit_late_table(self, t: pa.Table) -> None:
@@ -737,6 +741,10 @@ def choose_executor(executor: str, query: LogicalQuery, options: Mapping,
     if executor not in EXECUTOR_CHOICES:
         raise OptionError(f"unknown executor {executor!r}; choose one of "
                           f"{', '.join(EXECUTOR_CHOICES)}")
+    if options.get("spill") is not None and options.get("shed") is not None:
+        raise OptionError("spilling state (--spill, --memory) and load shedding (--shed, "
+                          "--capacity, ...) are for two executors (the operator tree, the "
+                          "load-shedding join); give one of them")
     if options.get("spill") is not None and executor == "auto":
         return "tree", "auto: spilling state (--spill) runs the operator tree"
     if executor == "auto" and (options.get("shed") is not None or query.set_predicates):

@@ -36,6 +36,12 @@ KEYS = ("strategy", "memory", "fraction", "every", "partitions", "directory", "s
         "cleanup", "when_free")
 
 
+# The spill options that only tune spilling, by their command-line flags.
+_TUNING = {"partitions": "--spill-partitions", "fraction": "--spill-fraction",
+           "every": "--spill-check", "sample": "--spill-sample", "cleanup": "--cleanup",
+           "when_free": "--cleanup"}
+
+
 def _checked(spill: dict | None) -> dict:
     """The checks every ``spill`` option gets, locally or on Spark: known keys, a strategy
     and a budget together, the lineage sample in [0, 1]. Returns a copy."""
@@ -47,6 +53,10 @@ def _checked(spill: dict | None) -> dict:
     if (spill.get("strategy") is None) != (spill.get("memory") is None):
         raise OptionError("--spill STRATEGY and --memory BUDGET go together: a strategy "
                           "chooses what to spill when the state passes the budget")
+    tuning = [flag for key, flag in _TUNING.items() if spill.get(key) is not None]
+    if spill.get("strategy") is None and tuning:  # (they would change nothing)
+        raise OptionError(f"{', '.join(dict.fromkeys(tuning))}: tune spilling, which needs "
+                          "--spill STRATEGY and --memory BUDGET")
     if not 0 <= float(spill.get("sample", 0.1)) <= 1:
         raise OptionError(f"the lineage sample must be in [0, 1], got {spill['sample']!r}")
     return spill
@@ -136,9 +146,13 @@ class SpillSetup:
     """One run's spill options, store and policy (see the module docstring)."""
 
     def __init__(self, query: LogicalQuery, spill: dict | None, types: dict,
-                 timestamp_unit: str | None, schema: pa.Schema):
+                 timestamp_unit: str | None, schema: pa.Schema,
+                 kinds: dict[str, dict[str, str]] | None = None):
         spill = _checked(spill)
         self.query = query
+        # every source's columns in their input's order (``adaptcq cleanup`` parses the
+        # query again: a SELECT * must expand to the same columns in the same order)
+        self.kinds = kinds
         self.strategy = spill.get("strategy")
         memory = spill.get("memory")
         self.cleanup, when_free = _cleanup_mode(spill)
@@ -184,8 +198,9 @@ class SpillSetup:
         self.store.meta = {
             "sql": self.query.sql, "tree": _plan_text(ex.tree), "partitions": ex.partitions,
             "time_unit": ex.time_unit, "timestamp_unit": self.unit,
-            "kinds": {s.source: {c: k for c, k in self.query.types.get(s.alias, {}).items()}
-                      for s in self.query.streams},
+            "kinds": self.kinds or {
+                s.source: {c: k for c, k in self.query.types.get(s.alias, {}).items()}
+                for s in self.query.streams},
             "types": {a: base64.b64encode(t.serialize().to_pybytes()).decode()
                       for a, t in self.types.items()},
             "output_schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),

@@ -143,7 +143,11 @@ class SpillStore:
         self._live_total = 0.0
         self._all_total = 0.0  # every spilled group's model bytes, ended or not
         self._next = 1
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file of that name, a path through a file, no permission
+            raise AdaptcqError(f"spill folder {str(self.directory)!r} cannot be made: "
+                               f"{e.strerror or e}") from None
         # A temporary folder goes with its store even when ``close`` is never called (a
         # run that failed while it was set up, or that nobody iterated): a process that
         # runs for days must not leave a folder behind per query.
