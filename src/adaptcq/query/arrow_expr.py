@@ -37,8 +37,25 @@ import sqlglot.expressions as exp
 
 from adaptcq.stream.arrays import to_numpy
 
-_COMPARE = {exp.EQ: pc.equal, exp.NEQ: pc.not_equal, exp.LT: pc.less,
-            exp.LTE: pc.less_equal, exp.GT: pc.greater, exp.GTE: pc.greater_equal}
+
+def _exact(op: Callable) -> Callable:
+    """``op`` (an Arrow comparison), refusing a decimal compared with a float: Arrow casts
+    one to the other, where Python compares them exactly (``Decimal("0.10") == 0.1`` is
+    False: the float is 0.1000000000000000055...). The ``pa.ArrowTypeError`` makes the
+    caller evaluate the selection row by row, as the per-tuple engine does."""
+    def compare(a, b):
+        ta, tb = a.type, b.type
+        if (pa.types.is_decimal(ta) and pa.types.is_floating(tb)) or (
+                pa.types.is_floating(ta) and pa.types.is_decimal(tb)):
+            raise pa.ArrowTypeError("a decimal compared with a float: compared exactly, "
+                                    "row by row")
+        return op(a, b)
+    return compare
+
+
+_COMPARE = {exp.EQ: _exact(pc.equal), exp.NEQ: _exact(pc.not_equal),
+            exp.LT: _exact(pc.less), exp.LTE: _exact(pc.less_equal),
+            exp.GT: _exact(pc.greater), exp.GTE: _exact(pc.greater_equal)}
 
 
 class _Unsupported(Exception):
@@ -118,8 +135,8 @@ class _Translator:
         if isinstance(node, exp.Between):
             x, lo = self.compared(node.this, node.args["low"])
             _, hi = self.compared(node.this, node.args["high"])
-            return lambda t: pc.and_kleene(pc.greater_equal(x(t), lo(t)),
-                                           pc.less_equal(x(t), hi(t)))
+            ge, le = _COMPARE[exp.GTE], _COMPARE[exp.LTE]
+            return lambda t: pc.and_kleene(ge(x(t), lo(t)), le(x(t), hi(t)))
         if isinstance(node, exp.In):
             if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
                 raise _Unsupported
@@ -222,7 +239,9 @@ _ARITHMETIC = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply"}
 
 
 def _is_in(col, value_set: pa.Array):
-    """SQL's ``col IN (list of non-NULL values)``: NULL where ``col`` is NULL."""
+    """SQL's ``col IN (list of non-NULL values)``: NULL where ``col`` is NULL (a decimal
+    column with float values: row by row, ``_exact``)."""
+    _exact(lambda a, b: None)(col, value_set)
     return pc.if_else(pc.is_null(col), pa.scalar(None, pa.bool_()),
                       pc.is_in(col, value_set=value_set))
 
