@@ -303,3 +303,20 @@ def test_control_rows_with_bad_times_are_refused_naming_the_row(tmp_path):
     (tmp_path / "g.parquet").write_text("garbage")
     with pytest.raises(InputError, match="cannot be read as Parquet"):
         adaptcq.Engine({"R": R}).load_control(str(tmp_path / "g.parquet"))
+
+
+def test_an_error_mid_run_leaves_no_partial_output_files(tmp_path):
+    """As the single-query CLI: an error stops the run and removes the outputs, instead of
+    finishing them holding only what came before it (found by fuzzing)."""
+    def broken():
+        yield {"ts": 1, "k": 1}
+        yield {"ts": 2, "k": 1}
+        raise RuntimeError("the source broke")
+
+    engine = adaptcq.Engine({"R": broken(), "S": pa.table({"ts": [1, 2, 3], "k": [1, 1, 1]})},
+                            chunk_rows=1)
+    engine.register("SELECT R.k FROM R [RANGE 10], S [RANGE 10] WHERE R.k = S.k",
+                    output=str(tmp_path / "q1.parquet"))
+    with pytest.raises(RuntimeError, match="the source broke"):
+        engine.run()
+    assert list(tmp_path.iterdir()) == []

@@ -269,6 +269,7 @@ class Engine:
             columns={n: tuple(s.schema.names) for n, s in self.sources.items()})
         merger = ArrivalMerger(view, self.sources, self.timestamp, self.unit, self.lateness)
         names = list(self.sources)
+        aborted = False
         control, ci = self.control, 0
         ex = self.ex
         arrivals = 0
@@ -304,11 +305,20 @@ class Engine:
             else:
                 while ci < len(control):
                     ci = self._apply(ci, float("inf"))
-        finally:
-            self._flush(True)
+        except Exception:
+            # An error stops every query: their output files are removed, not left
+            # holding what came before it (as the single-query CLI does).
+            aborted = True
             for h in self.handles.values():
                 if h.sink is not None:
-                    h.sink.close()
+                    h.sink.abort()
+            raise
+        finally:
+            if not aborted:  # (a stop, Ctrl-C, keeps the results so far, as it does there)
+                self._flush(True)
+                for h in self.handles.values():
+                    if h.sink is not None:
+                        h.sink.close()
         self.rejected = merger.rejected
         self.stats = {"arrivals": arrivals, "cpu_seconds": time.process_time() - t0,
                       "rejected": len(merger.rejected), **getattr(ex, "counts", {}),
