@@ -64,7 +64,7 @@ from adaptcq.errors import InputError, OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.estimators import Ratio
 from adaptcq.stream.arrays import from_numpy, null_mask, numpy_dtype, storage_type, to_numpy
-from adaptcq.stream.eventtime import to_units
+from adaptcq.stream.eventtime import NS_MAX, UNITS, to_units
 from adaptcq.stream.merge import ArrivalBatch
 
 INF = np.iinfo(np.int64).max  # the deletion position of a row still in its window
@@ -133,9 +133,7 @@ class Values:
         return from_numpy(values, self.type, mask)
 
 
-_TIME_UNITS = {"s": 1, "ms": 1000, "us": 1_000_000, "ns": 1_000_000_000}
 _MS_PER_DAY = 86_400_000
-_INT64_MAX = np.iinfo(np.int64).max
 
 
 class KeyCoding:
@@ -161,12 +159,12 @@ class KeyCoding:
         same_time = len(set(types)) == 1 and storage_type(types[0]) is not None
         self.check = False      # matches are checked on the values
         self.pyhash = False     # codes from Python's hash (several types)
-        self.finest = 1         # "time": the finest unit's counts per second
+        self.finest = 1         # "time": nanoseconds per unit of the finest unit
         if (ints and not big) or same_time:
             self.kind = "int"
         elif all(pa.types.is_timestamp(t) for t in types):
             self.kind = "time"
-            self.finest = max(_TIME_UNITS[t.unit] for t in types)
+            self.finest = min(UNITS[t.unit] for t in types)
         elif all(pa.types.is_date(t) for t in types):
             self.kind = "date"
         elif numbers and not big:
@@ -184,10 +182,10 @@ class KeyCoding:
         if self.kind == "int":
             return values.astype(np.int64, copy=False), mask
         if self.kind == "time":
-            factor = self.finest // _TIME_UNITS[t.unit]
+            factor = UNITS[t.unit] // self.finest
             v = values.astype(np.int64, copy=False)
             if factor > 1:
-                if len(v) and np.abs(v[~mask]).max(initial=0) > _INT64_MAX // factor:
+                if len(v) and np.abs(v[~mask]).max(initial=0) > NS_MAX // factor:
                     raise InputError(f"a {t} join key is too far from 1970 to compare with "
                                      f"the other join columns' finer timestamps; use "
                                      "--executor mjoin")
@@ -1190,7 +1188,7 @@ class VectorJoin:
                 continue
             # (saturating: a time too close to the end of int64 for its window never
             # expires, rather than wrapping to a time long past)
-            e = np.minimum(w.col("ts"), _INT64_MAX - w.size) + w.size
+            e = np.minimum(w.col("ts"), NS_MAX - w.size) + w.size
             m = int(np.searchsorted(e, last, "left"))
             if not m:
                 continue
@@ -1558,7 +1556,7 @@ def unsupported(query: LogicalQuery) -> str | None:
             return (f"the SELECT item {o.name!r} is an expression ({o.expr.sql()}); the "
                     "vectorized executor outputs columns only")
     for s in query.streams:
-        if s.window.kind == "range" and s.window.size * 1e9 >= _INT64_MAX / 2:
+        if s.window.kind == "range" and s.window.size * 1e9 >= NS_MAX / 2:
             return (f"{s.alias}'s [RANGE {s.window.size:g} SECONDS] window is longer than "
                     "the vectorized executor's 64-bit nanosecond times can hold beside a "
                     "timestamp (about 146 years)")

@@ -38,17 +38,22 @@ import sqlglot.expressions as exp
 from adaptcq.stream.arrays import to_numpy
 
 
+def _check_exact(a, b) -> None:
+    """Refuse comparing a decimal with a float: Arrow casts one to the other, where Python
+    compares them exactly (``Decimal("0.10") == 0.1`` is False: the float is
+    0.1000000000000000055...). The ``pa.ArrowTypeError`` makes the caller evaluate the
+    selection row by row, as the per-tuple engine does."""
+    ta, tb = a.type, b.type
+    if (pa.types.is_decimal(ta) and pa.types.is_floating(tb)) or (
+            pa.types.is_floating(ta) and pa.types.is_decimal(tb)):
+        raise pa.ArrowTypeError("a decimal compared with a float: compared exactly, "
+                                "row by row")
+
+
 def _exact(op: Callable) -> Callable:
-    """``op`` (an Arrow comparison), refusing a decimal compared with a float: Arrow casts
-    one to the other, where Python compares them exactly (``Decimal("0.10") == 0.1`` is
-    False: the float is 0.1000000000000000055...). The ``pa.ArrowTypeError`` makes the
-    caller evaluate the selection row by row, as the per-tuple engine does."""
+    """``op`` (an Arrow comparison) after ``_check_exact``."""
     def compare(a, b):
-        ta, tb = a.type, b.type
-        if (pa.types.is_decimal(ta) and pa.types.is_floating(tb)) or (
-                pa.types.is_floating(ta) and pa.types.is_decimal(tb)):
-            raise pa.ArrowTypeError("a decimal compared with a float: compared exactly, "
-                                    "row by row")
+        _check_exact(a, b)
         return op(a, b)
     return compare
 
@@ -240,8 +245,8 @@ _ARITHMETIC = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply"}
 
 def _is_in(col, value_set: pa.Array):
     """SQL's ``col IN (list of non-NULL values)``: NULL where ``col`` is NULL (a decimal
-    column with float values: row by row, ``_exact``)."""
-    _exact(lambda a, b: None)(col, value_set)
+    column with float values: row by row, ``_check_exact``)."""
+    _check_exact(col, value_set)
     return pc.if_else(pc.is_null(col), pa.scalar(None, pa.bool_()),
                       pc.is_in(col, value_set=value_set))
 
