@@ -424,3 +424,24 @@ def test_a_self_join_over_rows_windows_stops_at_rows_of_one_time_as_locally():
     info = groups[0].queries["self"]
     assert info["state"] == "failed" and info["error"] == h.error
     assert groups[0].queries["sel"]["state"] == "running"
+
+
+def test_a_self_join_registered_in_the_micro_batch_of_its_tie_stops_there_too():
+    """The query registered by a control row of the same micro-batch as the two rows of
+    one time: the groups watch it from its registration on, as the local Engine does."""
+    selfjoin = ("SELECT r1.id AS x, r2.id AS y FROM R [ROWS 2] AS r1, R [ROWS 2] AS r2 "
+                "WHERE r1.a = r2.a")
+    R = pa.table({"ts": pa.array([1.0, 2.0, 3.0, 3.0, 4.0]), "id": pa.array(range(5)),
+                  "a": pa.array([1] * 5), "b": pa.array([0] * 5), "x": pa.array([0] * 5)})
+    empty = R.slice(0, 0)
+    pieces = {"R": [R], "S": [empty], "T": [empty]}
+    control = _control((1.5, "register", "self", selfjoin))
+    plan = plan_partitions({"self": _q(selfjoin)}, {s: list(COLS) for s in "RST"}, 1,
+                           timestamp="ts")
+    out, groups = _simulate(pieces, [_events(control)], plan, "append")
+    local = _local({"R": R, "S": empty, "T": empty}, control, "append")
+    h = local.handles["self"]
+    assert h.state == "failed" and "same time (3 s" in h.error
+    got = _counter(pa.Table.from_batches([rows_to_batch(out.get("self", []), h.schema, None)]))
+    assert got == _counter(h.table())
+    assert groups[0].queries["self"]["state"] == "failed"

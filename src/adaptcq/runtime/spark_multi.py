@@ -569,6 +569,9 @@ class _QuerySetGroup:
                     # when that arrival is in another group.
                     eddy.advance_to(advance)
                 self._apply(cfg, r[0], *r[5])
+                # (a query registered here is watched from its first row on)
+                nxt = self._tie(go[k + 1:], names)
+                tie = None if nxt is None else k + 1 + nxt
         # Deletions due before the release point (runtime.spark._GroupEngine.step): every
         # row and control event that could precede them has been processed.
         if advance > -math.inf:
