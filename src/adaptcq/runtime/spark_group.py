@@ -595,9 +595,7 @@ class PartitionGroup:
         why = ("arrived after end of input" if self.closed else
                f"late by more than the allowed lateness ({cfg.lateness:g} s)")
         for f1, r, x in zip(o1, o2, ts, strict=True):
-            f = _file_of(f1)
-            rejected.append((cfg.sources[i], r if f is not None or not (f1 or "") else -1,
-                             f, x, why))
+            rejected.append(_rejected_row(cfg, i, f1, r, x, why))
 
     def _store_changes(self, cfg: _Config, store: MemoryStore, new: list) -> None:
         """The micro-batch's changes to the store, once the engine has run it: its rows
@@ -980,9 +978,9 @@ def _released(tables: list, bound: tuple) -> tuple[list, list]:
 
 
 def _rejected_row(cfg: _Config, i: int, f1, r, ts, why) -> tuple:
-    """A rejected deletion as the rejected output has it: its source, its row in its file
-    and the file (as ``_reject_late`` reports a late row; -1 and no file when the input
-    is not a file)."""
+    """A rejected row (late, or an unmatched deletion) as the rejected output has it: its
+    source, its row in its file and the file (-1 and no file when the input is not a
+    file)."""
     f = _file_of(f1)
     return (cfg.sources[i], r if f is not None or not (f1 or "") else -1, f, ts, why)
 
