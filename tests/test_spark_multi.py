@@ -401,26 +401,38 @@ def test_no_common_attribute_class_runs_in_one_group_from_the_cli(spark, tmp_pat
     _assert_queries_equal(_local(srcs, str(control), "append", {"q1": JOIN2}), tmp_path / "out")
 
 
+SELFJOIN = ("SELECT r1.id AS x, r2.id AS y FROM R [ROWS 2] AS r1, R [ROWS 2] AS r2 "
+            "WHERE r1.a = r2.a")
+
+
+def _selfjoin_groups_and_local(cut: int, control):
+    """R with two rows at time 3, cut into micro-batches at ``cut`` (0: one), S and T
+    empty, through one group and through the local Engine: (group output, groups, the
+    local Engine's handle of the self-join), the local query checked to have failed at
+    time 3 and the groups' rows checked equal to its."""
+    R = pa.table({"ts": pa.array([1.0, 2.0, 3.0, 3.0, 4.0]), "id": pa.array(range(5)),
+                  "a": pa.array([1] * 5), "b": pa.array([0] * 5), "x": pa.array([0] * 5)})
+    empty = R.slice(0, 0)
+    parts = [R.slice(0, cut), R.slice(cut)] if cut else [R]
+    pieces = {"R": parts, "S": [empty] * len(parts), "T": [empty] * len(parts)}
+    plan = plan_partitions({"self": _q(SELFJOIN)}, {s: list(COLS) for s in "RST"}, 1,
+                           timestamp="ts")
+    out, groups = _simulate(pieces, [_events(control)], plan, "append")
+    h = _local({"R": R, "S": empty, "T": empty}, control, "append").handles["self"]
+    assert h.state == "failed" and "same time (3 s" in h.error
+    got = _counter(pa.Table.from_batches([rows_to_batch(out.get("self", []), h.schema, None)]))
+    assert got == _counter(h.table())
+    return got, groups, h
+
+
 def test_a_self_join_over_rows_windows_stops_at_rows_of_one_time_as_locally():
     """A query joining R with itself over [ROWS n] windows stops, failed, just before two
     rows of R with one time, in the Spark groups as in the local Engine
     (``runtime.multi.first_tie``): the rows before it equal the local Engine's, and the
     query registered beside it runs on."""
-    selfjoin = ("SELECT r1.id AS x, r2.id AS y FROM R [ROWS 2] AS r1, R [ROWS 2] AS r2 "
-                "WHERE r1.a = r2.a")
-    R = pa.table({"ts": pa.array([1.0, 2.0, 3.0, 3.0, 4.0]), "id": pa.array(range(5)),
-                  "a": pa.array([1] * 5), "b": pa.array([0] * 5), "x": pa.array([0] * 5)})
-    empty = R.slice(0, 0)
-    pieces = {"R": [R.slice(0, 2), R.slice(2)], "S": [empty, empty], "T": [empty, empty]}
-    control = _control((None, "register", "self", selfjoin), (None, "register", "sel", SELECT))
-    plan = plan_partitions({"self": _q(selfjoin)}, {s: list(COLS) for s in "RST"}, 1,
-                           timestamp="ts")
-    out, groups = _simulate(pieces, [_events(control)], plan, "append")
-    local = _local({"R": R, "S": empty, "T": empty}, control, "append")
-    h = local.handles["self"]
-    assert h.state == "failed" and "same time (3 s" in h.error
-    got = _counter(pa.Table.from_batches([rows_to_batch(out.get("self", []), h.schema, None)]))
-    assert got == _counter(h.table()) and sum(got.values()) == 4  # up to time 2
+    control = _control((None, "register", "self", SELFJOIN), (None, "register", "sel", SELECT))
+    got, groups, h = _selfjoin_groups_and_local(2, control)
+    assert sum(got.values()) == 4  # up to time 2
     info = groups[0].queries["self"]
     assert info["state"] == "failed" and info["error"] == h.error
     assert groups[0].queries["sel"]["state"] == "running"
@@ -429,19 +441,5 @@ def test_a_self_join_over_rows_windows_stops_at_rows_of_one_time_as_locally():
 def test_a_self_join_registered_in_the_micro_batch_of_its_tie_stops_there_too():
     """The query registered by a control row of the same micro-batch as the two rows of
     one time: the groups watch it from its registration on, as the local Engine does."""
-    selfjoin = ("SELECT r1.id AS x, r2.id AS y FROM R [ROWS 2] AS r1, R [ROWS 2] AS r2 "
-                "WHERE r1.a = r2.a")
-    R = pa.table({"ts": pa.array([1.0, 2.0, 3.0, 3.0, 4.0]), "id": pa.array(range(5)),
-                  "a": pa.array([1] * 5), "b": pa.array([0] * 5), "x": pa.array([0] * 5)})
-    empty = R.slice(0, 0)
-    pieces = {"R": [R], "S": [empty], "T": [empty]}
-    control = _control((1.5, "register", "self", selfjoin))
-    plan = plan_partitions({"self": _q(selfjoin)}, {s: list(COLS) for s in "RST"}, 1,
-                           timestamp="ts")
-    out, groups = _simulate(pieces, [_events(control)], plan, "append")
-    local = _local({"R": R, "S": empty, "T": empty}, control, "append")
-    h = local.handles["self"]
-    assert h.state == "failed" and "same time (3 s" in h.error
-    got = _counter(pa.Table.from_batches([rows_to_batch(out.get("self", []), h.schema, None)]))
-    assert got == _counter(h.table())
+    _, groups, _ = _selfjoin_groups_and_local(0, _control((1.5, "register", "self", SELFJOIN)))
     assert groups[0].queries["self"]["state"] == "failed"
