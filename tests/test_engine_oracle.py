@@ -495,6 +495,10 @@ def test_xjoin_refuses_bad_trees(tree, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         ContinuousQuery(q, "xjoin", tree=tree)
     assert ContinuousQuery(q, "xjoin", tree=["R", ["S", "T"]]).executor.tree == ("R", ("S", "T"))
+    # The CLI's text works from Python too (it was taken as one stream named "(R, (S, T))").
+    assert ContinuousQuery(q, "xjoin", tree="(R, (S, T))").executor.tree == ("R", ("S", "T"))
+    with pytest.raises(ValueError, match=re.escape("each join takes exactly two inputs")):
+        ContinuousQuery(q, "xjoin", tree="(R, S, T)")
 
 
 def test_a_replan_keeps_the_pipelines_it_does_not_change():

@@ -33,6 +33,7 @@ from adaptcq.engine.spill_tree import (
     _merge_into,
     _subsets,
     build_operators,
+    check_plan,
     default_plan,
     max_time,
     parse_plan,
@@ -392,6 +393,9 @@ def test_plan_parsing_and_the_default_plan():
     assert [o.depth for o in ops] == [2, 1, 0] and sorted(plan_leaves(default_plan(q))) == list("ABCDE")
     with pytest.raises(ValueError, match="at least two inputs"):
         parse_plan("((A), B)")
+    # From Python the CLI's text is a plan, not one stream named "((A, B, C), D), E)".
+    assert check_plan("(((A, B, C), D), E)") == ((("A", "B", "C"), "D"), "E")
+    assert check_plan("A") == "A"
 
 
 # ----- errors -------------------------------------------------------------------------------

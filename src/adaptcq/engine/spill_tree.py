@@ -129,9 +129,10 @@ def plan_str(tree: Tree) -> str:
 
 
 def check_plan(tree) -> Tree:
-    """A plan given in Python (lists or tuples of two or more), as tuples."""
+    """A plan given in Python (lists or tuples of two or more), as tuples; a string with
+    parentheses or commas is the CLI's text (``parse_plan``), not a stream name."""
     if isinstance(tree, str):
-        return tree
+        return parse_plan(tree) if any(c in tree for c in "(),") else tree
     if isinstance(tree, (tuple, list)) and len(tree) >= 2:
         return tuple(check_plan(t) for t in tree)
     raise ValueError(f"tree: a join takes at least two inputs, got {tree!r}")

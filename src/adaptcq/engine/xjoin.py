@@ -29,16 +29,19 @@ def parse_tree(text: str) -> Tree:
     (``engine.spill_tree.parse_plan``), every join with exactly two inputs."""
     from adaptcq.engine.spill_tree import parse_plan
     try:
-        return check_tree(parse_plan(text))
+        tree = parse_plan(text)
     except ValueError as e:
         raise ValueError(f"XJoin {e}") from None
+    return check_tree(tree)
 
 
 def check_tree(tree) -> Tree:
     """A tree given in Python: a stream alias, or a pair (list or tuple) of trees; returned
-    with tuples for pairs. Anything else (a join of one or of three inputs) is refused."""
+    with tuples for pairs; a string with parentheses or commas is the CLI's text
+    (``parse_tree``), not a stream name. Anything else (a join of one or of three inputs)
+    is refused."""
     if isinstance(tree, str):
-        return tree
+        return parse_tree(tree) if any(c in tree for c in "(),") else tree
     pair = isinstance(tree, (tuple, list))
     if pair and len(tree) == 2:
         return (check_tree(tree[0]), check_tree(tree[1]))
