@@ -445,8 +445,8 @@ def test_comments_and_quoted_names():
 
 
 def test_bad_schema_kind():
-    err = error_of("SELECT R.a FROM R", {"R": {"a": "decimal"}})
-    assert "unknown kind 'decimal'" in err.message
+    err = error_of("SELECT R.a FROM R", {"R": {"a": "money"}})
+    assert "unknown kind 'money'" in err.message
 
 
 def test_error_renders_a_caret():

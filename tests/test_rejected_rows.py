@@ -107,3 +107,20 @@ def test_the_command_line_writes_them_and_counts_them(tmp_path):
     got = pq.read_table(rej).to_pylist()
     assert [(x["stream"], x["row"], x["ts"]) for x in got] == [("R", 1, 2.0), ("R", 4, 5.0)]
     assert json.loads(summary.read_text())["rejected"] == 2
+
+
+@pytest.mark.parametrize("executor", ["vector", "mjoin"])
+def test_reported_times_are_the_nearest_float_of_the_seconds(executor):
+    """Times in reports are nanoseconds / 1e9 (correctly rounded), not × 1e-9: 127 s was
+    reported as 127.00000000000001 (found by fuzzing, 2026-11-27)."""
+    res = adaptcq.run("SELECT R.k FROM R, S WHERE R.k = S.k",
+                      {"R": pa.table({"ts": [100, 127], "k": [1, 2], "sg": [1, -1]}),
+                       "S": pa.table({"ts": [101], "k": [1], "sg": [1]})},
+                      sign="sg", executor=executor)
+    assert rejected(res) == [("R", 1, 127.0)]
+    assert res.stats["last_event_time"] == 127.0
+    spilled = adaptcq.run("SELECT R.k FROM R, S WHERE R.k = S.k",
+                          {"R": pa.table({"ts": [100, 127], "k": [1, 2]}),
+                           "S": pa.table({"ts": [101], "k": [1]})},
+                          spill={"strategy": "bottom-up", "memory": "1MB"})
+    assert spilled.stats["complete_until"] == 127.0

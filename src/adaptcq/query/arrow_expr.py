@@ -78,7 +78,7 @@ def arrow_predicate(expr: exp.Expression | None, stream: str,
     if expr is None:
         return None
     temporal = frozenset(c for c, k in (kinds or {}).items()
-                         if k not in ("number", "string", "bool"))
+                         if k not in ("number", "decimal", "string", "bool"))
     booleans = frozenset(c for c, k in (kinds or {}).items() if k == "bool")
     try:
         fn = _Translator(stream, booleans, temporal).condition(expr)
@@ -183,7 +183,7 @@ class _Translator:
     def compared(self, a: exp.Expression, b: exp.Expression):
         """The two sides of a comparison. Beside a timestamp column, the other side is a
         timestamp column too, or a constant read as the per-row compiler reads it
-        (``constant_value(..., temporal=True)``: a string is a timestamp literal)."""
+        (``constant_value(..., "timestamp")``: a string is a timestamp literal)."""
         ta, tb = self.is_temporal(a), self.is_temporal(b)
         if not (ta or tb):
             return self.value(a), self.value(b)
@@ -247,8 +247,16 @@ def _is_in(col, value_set: pa.Array):
     """SQL's ``col IN (list of non-NULL values)``: NULL where ``col`` is NULL (a decimal
     column with float values: row by row, ``_check_exact``)."""
     _check_exact(col, value_set)
+    if pa.types.is_floating(col.type) or pa.types.is_floating(value_set.type):
+        # is_in tells -0.0 from 0.0 (it compares bits); Python's == and Arrow's
+        # comparisons do not. Adding 0.0 makes every zero +0.0 and changes nothing else.
+        col, value_set = _plus_zero(col), _plus_zero(value_set)
     return pc.if_else(pc.is_null(col), pa.scalar(None, pa.bool_()),
                       pc.is_in(col, value_set=value_set))
+
+
+def _plus_zero(values):
+    return pc.add(values, 0.0) if pa.types.is_floating(values.type) else values
 
 
 def _timestamp_constant(node: exp.Expression, column):
@@ -258,7 +266,7 @@ def _timestamp_constant(node: exp.Expression, column):
     if isinstance(_strip(node), exp.Null):
         return lambda t: pa.scalar(None, column(t).type)
     try:
-        value = constant_value(node, temporal=True)
+        value = constant_value(node, "timestamp")
     except ExprError:
         raise _Unsupported from None
     if not isinstance(value, datetime.datetime):

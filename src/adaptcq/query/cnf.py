@@ -238,8 +238,8 @@ def classify(atom: exp.Expression, alias: str, columns: Sequence[str],
             column = column_of(inner.this)
             if column is not None and inner.expressions and all(
                     _is_constant(e) for e in inner.expressions):
-                temporal = kind_of(column) == "timestamp"
-                values = frozenset(sqlexpr.constant_value(e, temporal)
+                against = sqlexpr.literal_context(kind_of(column))
+                values = frozenset(sqlexpr.constant_value(e, against)
                                    for e in inner.expressions)
                 return simple(column, "not in" if negated else "in", values)
         elif not negated and type(inner) in _OPS:
@@ -249,9 +249,8 @@ def classify(atom: exp.Expression, alias: str, columns: Sequence[str],
                 left, right, kind = right, left, _FLIPPED[kind]
             column = column_of(left)
             if column is not None and _is_constant(right):
-                temporal = (kind_of(column) == "timestamp"
-                            or sqlexpr.is_temporal_cast(_strip(right)))
-                return simple(column, _OPS[kind], sqlexpr.constant_value(right, temporal))
+                against = sqlexpr.literal_context(kind_of(column), right)
+                return simple(column, _OPS[kind], sqlexpr.constant_value(right, against))
         else:
             column = column_of(inner)
             if column is not None and kind_of(column) == "bool":

@@ -52,8 +52,8 @@ from adaptcq.query.logical import (
 Schemas = dict[str, dict[str, str]]
 _Where = exp.Expression | int | None  # what an error points at: a node or an offset
 
-KINDS = frozenset({"number", "string", "timestamp", "bool", "list", "struct", "map", "null",
-                   "other"})
+KINDS = frozenset({"number", "decimal", "string", "timestamp", "date", "bool", "list", "struct",
+                   "map", "null", "other"})
 """Column kinds a schema may give. Only the scalar ones (:data:`expr.SCALAR_KINDS`) can be
 joined on or compared; "list", "struct", "map", "null" (a column of Arrow type null: every
 value NULL, e.g. an all-empty Parquet column) and "other" (any other type) can be selected
@@ -671,12 +671,21 @@ class _Parser:
 
     def check_joinable(self, join: tuple[ColumnRef, ColumnRef], conjunct: exp.Expression
                        ) -> None:
-        """Join columns are hashed: a list, struct or map column cannot be one."""
+        """Join columns are hashed: a list, struct or map column cannot be one; and the two
+        columns must be of one kind (a number, decimal included; a string; a time, a date
+        with a timestamp included, which never match; a boolean)."""
+        kinds = []
         for ref in join:
             kind = (self.stream_schemas.get(ref.stream) or {}).get(ref.column)
             if kind is not None and kind not in sqlexpr.SCALAR_KINDS:
                 raise self.error(f"{ref} is {sqlexpr.describe_kind(kind)}; join columns must "
                                  "be scalar (numbers, strings, timestamps, booleans)", conjunct)
+            kinds.append(kind)
+        families = [sqlexpr.kind_family(k) for k in kinds]
+        if None not in families and families[0] != families[1]:
+            raise self.error("join columns of different types can never be equal: "
+                             f"{join[0]} is {sqlexpr.describe_kind(kinds[0])}, {join[1]} is "
+                             f"{sqlexpr.describe_kind(kinds[1])}", conjunct)
 
     def attribute_classes(self, predicates: list[JoinPredicate],
                           selections: dict[str, list[exp.Expression]]

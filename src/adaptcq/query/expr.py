@@ -35,6 +35,7 @@ call in source compiled without ``udfs=`` is an :class:`ExprError`, not a NameEr
 from __future__ import annotations
 
 import datetime
+import decimal
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -59,15 +60,26 @@ _TEMPORAL_TYPES = {
 _BOOLEAN_NODES = (exp.And, exp.Or, exp.Not, exp.Between, exp.In, exp.Is, exp.Boolean,
                   *_COMPARISONS)
 
-SCALAR_KINDS = frozenset({"number", "string", "timestamp", "bool"})
+SCALAR_KINDS = frozenset({"number", "decimal", "string", "timestamp", "date", "bool"})
 """Column kinds whose values can be compared, hashed (joined) and, for numbers, computed on.
 The other kinds ("list", "struct", "map", "null", "other") may only be selected or tested with
 IS [NOT] NULL."""
 
+_FAMILY = {"decimal": "number", "date": "timestamp"}
+"""A decimal column is a number and a date column a time for every check of kinds; the
+finer kind only decides how a literal compared with the column is read (``_Compiler._context``):
+as an exact ``Decimal``, or as a ``datetime.date``."""
+
+
+def kind_family(kind: str | None) -> str | None:
+    """"number" for "decimal", "timestamp" for "date", else ``kind``."""
+    return _FAMILY.get(kind, kind) if kind is not None else None
+
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 _KIND_WORDS = {
-    "number": "a number", "string": "a string", "timestamp": "a timestamp",
+    "number": "a number", "decimal": "a decimal", "string": "a string",
+    "timestamp": "a timestamp", "date": "a date",
     "bool": "a boolean", "list": "a list column", "struct": "a struct column",
     "map": "a map column",
     "null": "a column of type null (all its values NULL): give the column a type",
@@ -91,15 +103,30 @@ class ExprError(ValueError):
 def eval_namespace(udfs: udfmod.UDFs | None = None) -> dict[str, object]:
     """The globals that code from :func:`to_python` / :func:`compile_projection` needs: pass
     the ``udfs`` the code was compiled with (None: the default registry's)."""
-    return {"datetime": datetime, **udfmod.udf_namespace(udfmod.resolve_udfs(udfs))}
+    return {"datetime": datetime, "Decimal": decimal.Decimal,
+            **udfmod.udf_namespace(udfmod.resolve_udfs(udfs))}
 
 
-def constant_value(node: exp.Expression, temporal: bool = False) -> object:
+def literal_context(kind: str | None, constant: exp.Expression | None = None) -> str | None:
+    """How a literal compared with a column of ``kind`` is read (``constant_value``'s
+    ``against``): "timestamp" beside a timestamp column or when the literal is a
+    ``TIMESTAMP``/``DATE`` one, "date" beside a date column, "decimal" beside a decimal
+    column, else None."""
+    if kind in ("date", "decimal"):
+        return kind
+    if kind == "timestamp" or (constant is not None and is_temporal_cast(_strip(constant))):
+        return "timestamp"
+    return None
+
+
+def constant_value(node: exp.Expression, against: str | bool | None = None) -> object:
     """The Python value compiled code compares with for the constant ``node``: a number or
     string literal, a signed number, ``TIMESTAMP '...'`` / ``DATE '...'``, TRUE/FALSE.
 
-    ``temporal``: the other side of the comparison is a timestamp (a string literal then
-    means a timestamp, as in compiled code). Raises :class:`ExprError` for anything else,
+    ``against``: what the other side of the comparison is (``literal_context``):
+    "timestamp" (True means the same: a string literal then means a timestamp, as in
+    compiled code), "date" (a ``datetime.date``), "decimal" (a number is an exact
+    ``Decimal``). Raises :class:`ExprError` for anything else,
     NULL included, and for a literal the compiler refuses. Computed by the compiler itself,
     so a grouped filter's constants (``query.cnf``) equal those of :func:`compile_predicate`.
     """
@@ -116,7 +143,8 @@ def constant_value(node: exp.Expression, temporal: bool = False) -> object:
         raise ExprError(f"{ref} is not a constant", node)
 
     consts: dict[str, object] = {}
-    val = _Compiler(no_columns, None, consts, udfs={}).value(node, temporal)
+    val = _Compiler(no_columns, None, consts, udfs={}).value(
+        node, "timestamp" if against is True else against or None)
     return eval(val.src, {**eval_namespace({}), **consts})
 
 
@@ -310,19 +338,21 @@ class _Compiler:
 
     def _comparison(self, node: exp.Binary, want: bool) -> str:
         self._check_comparable(node, [node.this, node.expression])
-        temporal = self._temporal(node.this) or self._temporal(node.expression)
-        left = self.value(node.this, temporal)
-        right = self.value(node.expression, temporal)
+        against = self._context([node.this, node.expression])
+        left = self.value(node.this, against)
+        right = self.value(node.expression, against)
         return _compare(left, _COMPARISONS[type(node)], right, want)
 
     def _between(self, node: exp.Between, want: bool) -> str:
         self._check_comparable(node, [node.this, node.args["low"], node.args["high"]])
-        temporal = self._temporal(node.this)
-        x = self.value(node.this, temporal)
-        low = self.value(node.args["low"], temporal)
-        high = self.value(node.args["high"], temporal)
-        if not want:  # x < low OR x > high, each UNKNOWN when a side is NULL
-            return _any([_compare(x, "<", low, True), _compare(x, ">", high, True)])
+        against = self._context([node.this])
+        x = self.value(node.this, against)
+        low = self.value(node.args["low"], against)
+        high = self.value(node.args["high"], against)
+        if not want:  # NOT (low <= x) OR NOT (x <= high), each UNKNOWN when a side is NULL
+            # (not x < low OR x > high: a NaN is neither, but NOT BETWEEN keeps it, as
+            # NOT (x <= high) does and as the vectorized executor does)
+            return _any([_compare(low, "<=", x, False), _compare(x, "<=", high, False)])
         if x.null or low.null or high.null:
             return "False"
         test = f"{low.src} <= {x.src} <= {high.src}"
@@ -332,9 +362,9 @@ class _Compiler:
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
             raise ExprError("IN with a subquery is not supported", node)
         self._check_comparable(node, [node.this, *node.expressions])
-        temporal = self._temporal(node.this)
-        x = self.value(node.this, temporal)
-        items = [self.value(e, temporal) for e in node.expressions]
+        against = self._context([node.this])
+        x = self.value(node.this, against)
+        items = [self.value(e, against) for e in node.expressions]
         if not items or any(i.guards or i.null for i in items):  # x = a OR x = b ...
             tests = [_compare(x, "==", item, want) for item in items]
             return _any(tests) if want else _all(tests)
@@ -346,11 +376,20 @@ class _Compiler:
     def _set_source(self, node: exp.In) -> str:
         """The constant collection of an ``IN`` list: a set display of numbers and strings
         (CPython folds it into a frozenset constant), a hoisted frozenset of datetimes when
-        constants are collected, else a tuple of datetimes."""
-        if not self._temporal(node.this):
+        constants are collected, else a tuple of datetimes. Beside a date column the items
+        are dates, beside a decimal column exact ``Decimal``s (hoisted the same way)."""
+        against = self._context([node.this])
+        if against is None:
             sources = [self.value(e).src for e in node.expressions]
             return "{" + ", ".join(dict.fromkeys(sources)) + "}"
-        values = [self._timestamp(_literal_of(e)) for e in node.expressions]
+        if against == "decimal":
+            try:
+                values = [self._exact(e) for e in node.expressions]
+            except ExprError:  # not all literals: a set built per row, still exact
+                sources = [self.value(e, against).src for e in node.expressions]
+                return "{" + ", ".join(dict.fromkeys(sources)) + "}"
+        else:
+            values = [self._time(_literal_of(e), against) for e in node.expressions]
         if self.consts is not None:
             return self._constant(frozenset(values))
         return "(" + "".join(repr(v) + ", " for v in dict.fromkeys(values)) + ")"
@@ -375,23 +414,24 @@ class _Compiler:
     )
 
     # ----- scalar values --------------------------------------------------------------
-    def value(self, node: exp.Expression, temporal: bool = False) -> _Val:
+    def value(self, node: exp.Expression, against: str | None = None) -> _Val:
+        """``node``'s value; ``against`` (``_context``) says how a literal in it is read."""
         node = _strip(node)
         if isinstance(node, exp.Column):
             return self._column(node)
         if isinstance(node, exp.Literal):
-            return self._literal(node, temporal)
+            return self._literal(node, against)
         if isinstance(node, exp.Null):
             return _Val("None", null=True)
         if isinstance(node, exp.Boolean):
-            if temporal:
-                raise ExprError(f"cannot compare a timestamp with {node.sql()}", node)
+            if against in ("timestamp", "date"):
+                raise ExprError(f"cannot compare a {against} with {node.sql()}", node)
             return _Val(repr(bool(node.this)))
         if is_temporal_cast(node):
-            return _Val(self._constant(self._timestamp(node.this)))
+            return _Val(self._constant(self._time(node.this, against or "timestamp")))
         if isinstance(node, exp.Neg):
             self._check_number(node.this, "-", node)
-            inner = self.value(node.this)
+            inner = self.value(node.this, against)
             return _Val(f"(-{inner.src})", inner.guards, inner.null)
         if type(node) in _ARITHMETIC:
             return self._arithmetic(node)
@@ -409,18 +449,20 @@ class _Compiler:
         src = self.resolve(ColumnRef(node.table, node.name))
         return _Val(src, ((f"{src} is None", f"{src} is not None"),))
 
-    def _literal(self, node: exp.Literal, temporal: bool) -> _Val:
+    def _literal(self, node: exp.Literal, against: str | None) -> _Val:
         if node.is_string:
-            if temporal:
-                return _Val(self._constant(self._timestamp(node)))
+            if against in ("timestamp", "date"):
+                return _Val(self._constant(self._time(node, against)))
             return _Val(repr(node.this))
-        if temporal:
-            raise ExprError(f"cannot compare a timestamp with the number {node.this}", node)
+        if against in ("timestamp", "date"):
+            raise ExprError(f"cannot compare a {against} with the number {node.this}", node)
         text = node.this
         try:
             return _Val(repr(int(text)))
         except ValueError:
             pass
+        if against == "decimal":  # SQL's 1.1 is exact: a decimal 1.10 equals it
+            return _Val(self._constant(self._exact(node)))
         try:
             number = float(text)
         except ValueError:
@@ -470,7 +512,16 @@ class _Compiler:
     # ----- timestamps and constants ---------------------------------------------------
     def _temporal(self, node: exp.Expression) -> bool:
         node = _strip(node)
-        return is_temporal_cast(node) or self._kind(node) == "timestamp"
+        return is_temporal_cast(node) or self._kind(node) in ("timestamp", "date")
+
+    def _context(self, operands: list[exp.Expression]) -> str | None:
+        """How the literals compared with ``operands`` (the sides of a comparison; BETWEEN's
+        or IN's operand) are read: "date" beside a date column, "timestamp" beside any other
+        time, "decimal" beside a decimal column, else None (``literal_context``)."""
+        kinds = [self._kind(o) for o in operands]
+        if any(self._temporal(o) for o in operands):
+            return "date" if "date" in kinds else "timestamp"
+        return "decimal" if "decimal" in kinds else None
 
     def _kind(self, node: exp.Expression) -> str | None:
         """The kind of a value where it is known: the schema kind of a column,
@@ -500,7 +551,7 @@ class _Compiler:
                                 f"{describe_kind(kind)}; comparisons need scalar values "
                                 "(numbers, strings, timestamps, booleans)", o)
         self._check_kinds(node, operands)
-        kinds = {self._kind(o) for o in operands} & {"number", "string"}
+        kinds = {kind_family(self._kind(o)) for o in operands} & {"number", "string"}
         if len(kinds) == 2:
             raise ExprError(f"cannot compare a number with a string in '{node.sql()}'", node)
 
@@ -514,13 +565,18 @@ class _Compiler:
         both = type(node) in _COMPARISONS
         temporal = (any(self._temporal(o) for o in operands) if both
                     else self._temporal(operands[0]))
-        kinds = [self._kind(o) for o in operands]
+        columns = {self._kind(o) for o in operands if not _is_constant(o)}
+        if {"date", "timestamp"} <= columns:  # Python: never equal, and < raises
+            raise ExprError(f"cannot compare a date with a timestamp in '{node.sql()}' (a "
+                            "date is never equal to a timestamp, and neither is before the "
+                            "other); compare the date with a DATE '...' literal", node)
+        kinds = [self._kind(o) for o in operands]  # as named in messages
         if temporal:
             kinds = [("timestamp" if _is_string_literal(o) else k)
                      for o, k in zip(operands, kinds, strict=True)]
         first, kind0 = operands[0], kinds[0]
         for other, kind in zip(operands[1:], kinds[1:], strict=True):
-            pair = {kind0, kind}
+            pair = {kind_family(kind0), kind_family(kind)}
             if (None in pair or len(pair) == 1 or pair == {"number", "bool"}
                     or pair == {"number", "string"}):
                 continue
@@ -536,7 +592,7 @@ class _Compiler:
     def _check_number(self, operand: exp.Expression, op: str, node: exp.Expression) -> None:
         """Arithmetic takes numbers: refuse a string, timestamp, boolean or list operand."""
         kind = self._kind(operand)
-        if kind is not None and kind != "number":
+        if kind is not None and kind_family(kind) != "number":
             raise ExprError(f"'{op}' needs numbers, but {_strip(operand).sql()} is "
                             f"{describe_kind(kind)} (in '{node.sql()}')", operand)
 
@@ -568,6 +624,38 @@ class _Compiler:
         except ValueError:
             raise ExprError(f"invalid timestamp literal '{node.this}' (expected ISO 8601, "
                             "e.g. '2024-01-01 00:00:00')", node) from None
+
+    def _time(self, node: exp.Literal, against: str) -> datetime.datetime | datetime.date:
+        """A time literal compared with a timestamp (a naive-UTC datetime) or with a date
+        column (a ``datetime.date``: Python's date never equals a datetime and cannot be
+        ordered against one). Beside a date, a time of day other than midnight is refused:
+        SQL would compare the date as its midnight, which a date value cannot express
+        exactly here."""
+        value = self._timestamp(node)
+        if against != "date":
+            return value
+        if value.time() != datetime.time(0):
+            raise ExprError(f"a date is compared with '{node.this}', which has a time of day "
+                            f"({value.time()} UTC); compare it with a date, e.g. DATE "
+                            f"'{value.date()}'", node)
+        return value.date()
+
+    @staticmethod
+    def _exact(node: exp.Expression) -> decimal.Decimal | int:
+        """A number literal (signed) compared with a decimal column, exactly as written."""
+        sign, inner = 1, _strip(node)
+        while isinstance(inner, exp.Neg):
+            sign, inner = -sign, _strip(inner.this)
+        if not (isinstance(inner, exp.Literal) and not inner.is_string):
+            raise ExprError(f"cannot compare a decimal with {node.sql()}", node)
+        try:
+            value = decimal.Decimal(inner.this)
+        except decimal.InvalidOperation:
+            raise ExprError(f"{inner.this} is not a number", inner) from None
+        if not value.is_finite():
+            raise ExprError(f"{inner.this} is out of range for a number", inner)
+        value = sign * value
+        return int(value) if value == value.to_integral_value() else value
 
     def _constant(self, value: object) -> str:
         if self.consts is None:

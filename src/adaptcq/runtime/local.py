@@ -33,6 +33,7 @@ import pyarrow as pa
 from adaptcq import collector
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
+from adaptcq.query.expr import kind_family
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.output import OutputClosed
 from adaptcq.stream.arrays import to_numpy
@@ -594,7 +595,7 @@ class LocalRun:
         numbers = self._numbers
         q = self.query
         self._reject(pa.RecordBatch.from_pylist(
-            [{"stream": q.streams[i].source, "row": int(numbers[k]), "ts": ts * TIME_UNIT,
+            [{"stream": q.streams[i].source, "row": int(numbers[k]), "ts": ts / 1e9,
               "reason": why}
              for (i, ts, _, why), k in zip(rows, at, strict=True) if i in self._reporting],
             schema=REJECTED_SCHEMA))
@@ -634,7 +635,7 @@ class LocalRun:
             "stopped": self.stopped,
         }
         if self.last_ts is not None:
-            stats["last_event_time"] = self.last_ts * TIME_UNIT
+            stats["last_event_time"] = self.last_ts / 1e9
         if self.spill is not None:
             stats.update(self.spill.report(self.cq, self.last_ts))
         if self.executor_name == "shed":
@@ -871,8 +872,9 @@ def _explain_conversion_error(out: list, schema: pa.Schema) -> None:
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
                 raise AdaptcqError(
                     f"output column {f.name!r} ({f.type}): the value {r[k]!r} of a result at "
-                    f"event time {r[schema.get_field_index('_ts')] * TIME_UNIT:g} s does not fit ({e}); cast it in the "
-                    "query, e.g. CAST(... AS DOUBLE)") from None
+                    f"event time {r[schema.get_field_index('_ts')] / 1e9:g} s does not fit ({e}); compute it in "
+                    "floating point instead, e.g. R.a * 1.0 + S.b (CAST is not supported)") \
+                    from None
 
 
 # ----- helpers ----------------------------------------------------------------------------
@@ -948,7 +950,7 @@ def _check_join_types(query: LogicalQuery) -> None:
     """Columns equated across streams must be comparable: a string never equals a number."""
     for cls in query.classes:
         kinds = {c: query.types.get(c.stream, {}).get(c.column) for c in cls}
-        known = {k for k in kinds.values() if k is not None}
+        known = {kind_family(k) for k in kinds.values() if k is not None}
         if len(known) > 1:
             desc = ", ".join(f"{c} is {k}" for c, k in sorted(kinds.items(), key=str) if k)
             raise QueryError(f"join columns of different types can never be equal: {desc}",

@@ -438,7 +438,7 @@ def first_tie(arrivals, watch: Mapping[str, list]) -> int | None:
 
 
 def tie_error(src: str, ts) -> str:
-    return (f"two rows of source {src} have the same time ({ts * TIME_UNIT:g} s of event "
+    return (f"two rows of source {src} have the same time ({ts / 1e9:g} s of event "
             f"time); the query joins {src} with itself over a [ROWS n] window, whose "
             "contents then depend on the order of its aliases (docs/semantics.md), which a "
             "shared engine cannot follow: run it alone with adaptcq run")

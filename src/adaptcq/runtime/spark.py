@@ -189,7 +189,9 @@ def _spark_kind(dt) -> str:
     from pyspark.sql import types as T
 
     from adaptcq.stream.sources import column_kind
-    if isinstance(dt, T.TimestampNTZType | T.TimestampType | T.DateType):
+    if isinstance(dt, T.DateType):
+        return "date"
+    if isinstance(dt, T.TimestampNTZType | T.TimestampType):
         return "timestamp"
     try:
         from pyspark.sql.pandas.types import to_arrow_type

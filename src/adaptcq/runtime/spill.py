@@ -235,7 +235,7 @@ class SpillSetup:
             # Every result whose newest input arrived before the oldest spill not yet
             # cleaned up is out; after a clean-up, every result up to the input's end.
             pending = c.first_pending
-            out["complete_until"] = (pending if pending is not None else last_ts) * 1e-9
+            out["complete_until"] = (pending if pending is not None else last_ts) / 1e9
             if pending is not None:
                 out["spill_folder"] = str(self.store.directory)
         return out

@@ -327,12 +327,19 @@ def value_type(t: pa.DataType) -> pa.DataType:
 
 
 def column_kind(t: pa.DataType) -> str:
+    """The query's kind of a column (``query.cql.KINDS``). Decimals and dates have their own
+    kinds, of the number and timestamp families (``query.expr.kind_family``): a literal
+    compared with them is read as an exact decimal or as a date."""
     t = value_type(t)
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+    if pa.types.is_decimal(t):
+        return "decimal"
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
         return "number"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "string"
-    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_timestamp(t):
         return "timestamp"
     if pa.types.is_boolean(t):
         return "bool"
