@@ -6,11 +6,16 @@ never leaves a corrupt or half-written file at the output path. A stale file fro
 earlier run is removed when the run starts, so an old output never looks current.
 Output paths are checked before any work: an output that is an input (or inside one) is
 refused, as is a folder, or a place that cannot be written.
+
+JSON lines are valid JSON: a NaN or infinite float is written as the string ``"NaN"``,
+``"Infinity"`` or ``"-Infinity"`` (the Protocol Buffers JSON mapping's convention), bytes
+as hex.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Iterable
@@ -210,9 +215,7 @@ class FileSink(Sink):
             self._writer.write_table(batch, row_group_size=max(ROW_GROUP, batch.num_rows))
             return
         if self.fmt == "jsonl":
-            lines = "".join(json.dumps(r, default=_json_value, ensure_ascii=False) + "\n"
-                            for r in batch.to_pylist())
-            self._file.write(lines.encode())
+            self._file.write(json_lines(batch.to_pylist()).encode())
         else:
             self._writer.write_batch(batch)
         if self.stdout:
@@ -260,6 +263,34 @@ class FileSink(Sink):
             pass
 
 
+def json_lines(rows: list[dict]) -> str:
+    """Rows as JSON lines. A NaN or infinite float, at any depth, is written as the
+    string "NaN", "Infinity" or "-Infinity" (bare NaN / Infinity tokens are not JSON); only a
+    row that holds one is rebuilt for it."""
+    encode = _JSON.encode
+    out = []
+    for r in rows:
+        try:
+            out.append(encode(r))
+        except ValueError:  # "Out of range float values are not JSON compliant"
+            out.append(encode(_finite(r)))
+        out.append("\n")
+    return "".join(out)
+
+
+def _finite(v):
+    """``v`` with its non-finite floats (in dicts and lists too) as their JSON strings."""
+    if isinstance(v, float):
+        if math.isfinite(v):
+            return v
+        return "NaN" if math.isnan(v) else _NONFINITE[v]
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [_finite(x) for x in v]
+    return v
+
+
 def _json_value(v):
     if hasattr(v, "isoformat"):
         return v.isoformat()
@@ -268,3 +299,7 @@ def _json_value(v):
     if isinstance(v, (set, frozenset, tuple)):
         return list(v)
     return str(v)
+
+
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_json_value)
+_NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
