@@ -61,3 +61,26 @@ def test_json_lines_keep_other_values_as_before():
              "n": None, "f": -0.0}]
     assert output.json_lines(rows) == ('{"t": "1970-01-01T00:00:00", "b": "00ff", "s": "é", '
                                        '"n": null, "f": -0.0}\n')
+
+
+# ----- 2. --summary-json: valid JSON, a figure that does not exist is null -----------------
+
+def test_summary_json_of_a_run_without_cpu_time_is_valid_json(tmp_path, capsys):
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"ts": pa.array([], pa.float64()), "k": pa.array([], pa.int64())}),
+                   empty)
+    summary = tmp_path / "em.json"
+    assert main(["run", "--no-progress", "--sql", "SELECT R.k FROM R, S WHERE R.k = S.k",
+                 f"--input=R={empty}", f"--input=S={empty}", "--output",
+                 str(tmp_path / "em.parquet"), "--summary-json", str(summary)]) == 0, \
+        capsys.readouterr().err
+    doc = strict_json(summary.read_text())
+    assert doc["updates"] == 0 and doc["throughput"] is None
+
+
+def test_summary_json_writes_every_non_finite_number_as_null():
+    doc = {"a": INF, "b": [NAN, 1.0, (-INF, 2)], "c": {"d": -INF, "e": 0.25}, "f": "inf",
+           "g": 3, "h": {1, 2}}
+    assert strict_json(output.summary_json(doc)) == {
+        "a": None, "b": [None, 1.0, [None, 2]], "c": {"d": None, "e": 0.25}, "f": "inf",
+        "g": 3, "h": "{1, 2}"}

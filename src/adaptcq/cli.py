@@ -240,13 +240,7 @@ def _run_queryset(args, console) -> int:
         console.print(f"query {h.id}: {h.emitted:,} result rows -> {h.output}"
                       + (f"  [red]failed: {h.error}[/]" if h.error else ""))
     if args.summary_json:
-        import json
-        try:
-            Path(args.summary_json).write_text(json.dumps(engine.stats, indent=1,
-                                                          default=str))
-        except OSError as e:
-            raise AdaptcqError(f"--summary-json {args.summary_json!r}: cannot write: "
-                               f"{e.strerror or e}") from None
+        _write_json(args.summary_json, engine.stats)
     return 0
 
 
@@ -437,11 +431,18 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
 
 
 def _write_summary_json(path: str, run) -> None:
-    import json
     doc = {k: v for k, v in run.stats.items() if k != "cache_history"}
     doc["rss_samples"] = [{"arrivals": a, "rss_bytes": b} for a, b in run.rss_samples]
+    _write_json(path, doc)
+
+
+def _write_json(path: str, doc) -> None:
+    """``--summary-json``: valid JSON; a figure that does not exist (the throughput of a
+    run that took no CPU time) is null, never a bare Infinity / NaN token."""
+    from adaptcq.runtime.output import summary_json
+    text = summary_json(doc)
     try:
-        Path(path).write_text(json.dumps(doc, indent=1, default=str))
+        Path(path).write_text(text)
     except OSError as e:
         raise AdaptcqError(f"--summary-json {path!r}: cannot write: {e.strerror or e}") \
             from None

@@ -291,6 +291,23 @@ def _finite(v):
     return v
 
 
+def summary_json(doc, indent: int = 1) -> str:
+    """A run's figures as JSON text (``--summary-json``), always valid JSON: a non-finite
+    number (the throughput of a run that took no CPU time, a NaN) is a figure that does not
+    exist and is written as null; a value JSON has no type for is written as its ``str``."""
+    return json.dumps(_finite_or_null(doc), indent=indent, default=str, allow_nan=False)
+
+
+def _finite_or_null(v):
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite_or_null(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite_or_null(x) for x in v]
+    return v
+
+
 def _json_value(v):
     if hasattr(v, "isoformat"):
         return v.isoformat()
