@@ -84,3 +84,29 @@ def test_summary_json_writes_every_non_finite_number_as_null():
     assert strict_json(output.summary_json(doc)) == {
         "a": None, "b": [None, 1.0, [None, 2]], "c": {"d": None, "e": 0.25}, "f": "inf",
         "g": 3, "h": "{1, 2}"}
+
+
+# ----- 3. CSV refuses bytes before any file is made ----------------------------------------
+
+def test_csv_output_of_binary_columns_is_refused_before_a_file_is_made(tmp_path, capsys):
+    pq.write_table(pa.table({
+        "ts": [1.0], "k": [1], "b": pa.array([b"\xff\x00"]),
+        "lb": pa.array([b"\xfe"], pa.large_binary()),
+        "fb": pa.array([b"\x80\x81"], pa.binary(2)), "s": ["fine"]}), tmp_path / "r.parquet")
+    pq.write_table(pa.table({"ts": [0.0], "k": [1]}), tmp_path / "s.parquet")
+    args = ["run", "--no-progress", "--sql",
+            "SELECT R.b, R.lb, R.fb, R.s FROM R, S WHERE R.k = S.k",
+            f"--input=R={tmp_path / 'r.parquet'}", f"--input=S={tmp_path / 's.parquet'}"]
+    for name in ("o.csv", "o.csv.gz"):
+        assert main([*args, "--output", str(tmp_path / name)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err  # one line, no traceback
+        assert err[0].startswith("adaptcq: error: --output: CSV cannot hold columns 'b' "
+                                 "(binary), 'lb' (large_binary), 'fb' (fixed_size_binary[2]);")
+        assert "Parquet or JSON lines" in err[0]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet", "s.parquet"]
+    assert main([*args, "--output", "-", "--format", "csv"]) == 1
+    assert capsys.readouterr().out == ""
+    assert main([*args, "--output", str(tmp_path / "o.jsonl")]) == 0  # bytes as hex there
+    row = strict_json((tmp_path / "o.jsonl").read_text())
+    assert (row["b"], row["lb"], row["fb"], row["s"]) == ("ff00", "fe", "8081", "fine")

@@ -134,11 +134,8 @@ class FileSink(Sink):
         self.stdout = path == "-"
         if self.stdout and fmt == "parquet":
             raise AdaptcqError("--output - (stdout) takes --format csv or jsonl, not parquet")
-        nested = [f.name for f in schema if pa.types.is_nested(f.type)]
-        if fmt == "csv" and nested:  # (before a file is made: CSV has no lists or structs)
-            raise AdaptcqError(f"{what}: CSV cannot hold column {nested[0]!r} "
-                               f"({schema.field(nested[0]).type}); write Parquet or JSON "
-                               "lines (--format parquet|jsonl, or a .parquet / .jsonl name)")
+        if fmt == "csv":  # (before a file is made)
+            _check_csv(schema, what)
         self._tmp: Path | None = None
         self._writer = None
         self._file = None
@@ -261,6 +258,23 @@ class FileSink(Sink):
                 self._tmp.unlink(missing_ok=True)
         except OSError:
             pass
+
+
+def _check_csv(schema: pa.Schema, what: str) -> None:
+    """Refuse what CSV cannot hold: lists, structs and maps, and bytes (pyarrow's CSV writer
+    stops at the first value that is not UTF-8, in the middle of the run)."""
+    def cannot(t: pa.DataType) -> bool:
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        return (pa.types.is_nested(t) or pa.types.is_binary(t)
+                or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+                or pa.types.is_binary_view(t))
+    bad = [f for f in schema if cannot(f.type)]
+    if bad:
+        cols = ", ".join(f"{f.name!r} ({f.type})" for f in bad)
+        raise AdaptcqError(f"{what}: CSV cannot hold column{'s' if len(bad) > 1 else ''} "
+                           f"{cols}; write Parquet or JSON lines (--format parquet|jsonl, or "
+                           "a .parquet / .jsonl name; JSON lines write bytes as hex)")
 
 
 def json_lines(rows: list[dict]) -> str:
