@@ -22,13 +22,19 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from adaptcq.errors import InputError
+from adaptcq.stream.arrays import null_mask
 from adaptcq.stream.eventtime import check_time_type
 
 CHUNK_ROWS = 16_384
 """Rows per chunk read from a source (iterables of dicts: ``chunk_rows`` given to the run)."""
+
+READ_AHEAD_ROWS = 100_000
+"""An iterable source whose first chunk has a column NULL throughout is read ahead, at the
+start, until the column has a value (its type), for at most this many rows (or one chunk)."""
 
 CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz", ".csv.bz2", ".gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -45,6 +51,7 @@ class Source:
     num_rows: int | None = None      # when known up front (Parquet metadata, tables)
     paths: list[Path] = field(default_factory=list)
     rows_read: int = 0
+    read_ahead: int | None = None    # iterables: rows read at opening to learn types
 
     def chunks(self) -> Iterator[pa.RecordBatch]:
         """Normalized record batches, in input order; ``rows_read`` counts them."""
@@ -65,6 +72,18 @@ class Source:
         for f, col in zip(self.schema, batch.columns, strict=True):
             if col.type == f.type:
                 cols.append(col)
+                continue
+            if pa.types.is_null(f.type):
+                if col.null_count < len(col):
+                    row = self.rows_read + int(np.flatnonzero(~null_mask(col))[0])
+                    raise InputError(
+                        f"stream {self.name}: column {f.name!r} was NULL in all of the first "
+                        f"{self.read_ahead or self.rows_read} rows, read before the run "
+                        f"started to learn its type (at most {READ_AHEAD_ROWS:,} rows ahead)"
+                        f", so its type is null, but row {row} has a value ({self.what}); "
+                        "give the column a value in its first rows, or yield RecordBatches "
+                        "in which it has a type")
+                cols.append(pa.nulls(len(col)))
                 continue
             try:
                 cols.append(col.cast(f.type))
@@ -229,20 +248,49 @@ def _rechunk(batches: Iterable[pa.RecordBatch], chunk_rows: int):
 def _open_iterable(name: str, it: Iterator, chunk_rows: int) -> Source:
     """A Python iterable of dicts (or of RecordBatches), read ``chunk_rows`` at a time.
     The schema is inferred from the first chunk; columns that are null throughout it take
-    their type from the first later chunk that has values."""
+    their type from the first later chunk that has values, read ahead here (``_read_ahead``)
+    so that the schema, and the run's output types, are fixed before the run starts."""
     first = next(it, None)
     if first is None:
         raise InputError(f"stream {name}: the iterable source yielded no rows, so its "
                          "columns are unknown; give a pyarrow Table or RecordBatch for an "
                          "empty stream")
     if isinstance(first, pa.RecordBatch):
-        return Source(name, first.schema, "an iterable of RecordBatches",
-                      itertools.chain([first], _batches_only(name, it)))
+        rest = _batches_only(name, it)
+        box = [first.schema]
+        ahead = _read_ahead(box, first.num_rows, rest, chunk_rows)
+        return Source(name, box[0], "an iterable of RecordBatches",
+                      itertools.chain([first], ahead, rest),
+                      read_ahead=first.num_rows + sum(b.num_rows for b in ahead))
     rows = [first, *itertools.islice(it, chunk_rows - 1)]
     batch = _from_dicts(name, rows, None, 0)
-    src = Source(name, batch.schema, "an iterable of dicts", iter(()))
-    src._chunks = _dict_chunks(src, batch, it, chunk_rows)
-    return src
+    box = [batch.schema]  # the schema later chunks are converted to (learnt while reading ahead)
+    rest = _dict_chunks(name, box, it, chunk_rows, batch.num_rows)
+    ahead = _read_ahead(box, batch.num_rows, rest, chunk_rows)
+    return Source(name, box[0], "an iterable of dicts", itertools.chain([batch], ahead, rest),
+                  read_ahead=batch.num_rows + sum(b.num_rows for b in ahead))
+
+
+def _read_ahead(box: list, rows: int, rest: Iterator[pa.RecordBatch],
+                chunk_rows: int) -> list[pa.RecordBatch]:
+    """While a column of ``box[0]`` is of type null (NULL throughout the chunks so far),
+    read chunks of ``rest`` ahead and take the column's type from the first that has one:
+    until every column has a type, the input ends, or ``READ_AHEAD_ROWS`` rows (at least
+    one chunk) were read ahead. ``box[0]`` becomes the learnt schema; returns the chunks
+    read (a column still null then stays null: all its values are NULL)."""
+    ahead: list[pa.RecordBatch] = []
+    limit = rows + max(READ_AHEAD_ROWS, chunk_rows)
+    while any(pa.types.is_null(f.type) for f in box[0]) and rows < limit:
+        batch = next(rest, None)
+        if batch is None:
+            break
+        ahead.append(batch)
+        rows += batch.num_rows
+        if batch.schema.names != box[0].names:
+            break  # Source.chunks says so, naming the rows
+        box[0] = pa.schema([g if pa.types.is_null(f.type) else f
+                            for f, g in zip(box[0], batch.schema, strict=True)])
+    return ahead
 
 
 def _batches_only(name: str, it: Iterator):
@@ -253,18 +301,13 @@ def _batches_only(name: str, it: Iterator):
         yield b
 
 
-def _dict_chunks(src: Source, first: pa.RecordBatch, it: Iterator, chunk_rows: int):
-    yield first
-    start = first.num_rows
+def _dict_chunks(name: str, box: list, it: Iterator, chunk_rows: int, start: int):
+    """The chunks of dicts after the first, each converted to the schema in ``box``."""
     while True:
         rows = list(itertools.islice(it, chunk_rows))
         if not rows:
             return
-        batch = _from_dicts(src.name, rows, src.schema, start)
-        if batch.schema != src.schema:  # null-typed columns learn their type
-            fields = [f if not pa.types.is_null(f.type) else batch.schema.field(f.name)
-                      for f in src.schema]
-            src.schema = pa.schema(fields)
+        batch = _from_dicts(name, rows, box[0], start)
         start += len(rows)
         yield batch
 
@@ -295,6 +338,11 @@ def _from_dicts(name: str, rows: list, schema: pa.Schema | None, start: int) -> 
         missing = [n for n in schema.names if n not in batch.schema.names]
         if missing:
             raise InputError(f"stream {name}: rows {start}.. lack column {missing[0]!r}")
+        extra = [n for n in batch.schema.names if n not in schema.names]
+        if extra:
+            k = next(k for k, r in enumerate(rows) if extra[0] in r)
+            raise InputError(f"stream {name}: row {start + k} has column {extra[0]!r}, "
+                             f"which the first rows did not have ({', '.join(schema.names)})")
         batch = batch.select(schema.names)
         fields = [f if not pa.types.is_null(f.type) else batch.schema.field(f.name)
                   for f in schema]

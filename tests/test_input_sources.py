@@ -1,0 +1,70 @@
+"""Input sources (``stream/sources.py``): what each kind of input gives the run, and what it
+refuses. Iterables whose first rows leave a column's type unknown; folders of many files
+read one file at a time; CSV types across the files of a folder; empty part files; the
+order of a folder's files."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+
+import adaptcq
+from adaptcq.errors import InputError
+from adaptcq.stream import sources
+
+EXECUTORS = ["auto", "mjoin", "xjoin"]
+
+
+def rows_of(table: pa.Table) -> Counter:
+    return Counter(zip(*[table.column(c).to_pylist() for c in table.column_names]))
+
+
+# ----- iterables: a column NULL throughout the first chunk ---------------------------------
+NULL_FIRST = [{"ts": float(i), "k": i % 3, "v": None if i < 5 else float(i)} for i in range(10)]
+NULL_SQL = ("SELECT R.k, R.v, S.ts AS sts FROM R [RANGE 100], S [RANGE 100] WHERE R.k = S.k "
+            "AND (R.v IS NULL OR R.v > 5.5)")
+NULL_S = pa.table({"ts": [0.5, 9.5], "k": [0, 1]})
+NULL_SCHEMA = pa.schema([("ts", pa.float64()), ("k", pa.int64()), ("v", pa.null())])
+
+
+def _null_first_batches():
+    return [pa.RecordBatch.from_pylist(NULL_FIRST[:3], schema=NULL_SCHEMA),  # pa.nulls
+            pa.RecordBatch.from_pylist(NULL_FIRST[3:5], schema=NULL_SCHEMA),
+            pa.RecordBatch.from_pylist(NULL_FIRST[5:7]),
+            pa.RecordBatch.from_pylist(NULL_FIRST[7:], schema=NULL_SCHEMA.set(
+                2, pa.field("v", pa.float64())))]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("kind", ["dicts", "batches"])
+def test_a_column_null_in_the_first_chunk_takes_its_type_from_a_later_one(executor, kind):
+    want = adaptcq.run(NULL_SQL, {"R": pa.Table.from_pylist(NULL_FIRST), "S": NULL_S},
+                       executor=executor, mode="retract").table
+    assert want.schema.field("v").type == pa.float64() and want.num_rows > 4
+    r = iter(NULL_FIRST) if kind == "dicts" else iter(_null_first_batches())
+    got = adaptcq.run(NULL_SQL, {"R": r, "S": NULL_S}, executor=executor, mode="retract",
+                      chunk_rows=3).table
+    assert got.schema == want.schema
+    assert got.equals(want)
+
+
+def test_a_column_null_throughout_stays_of_type_null():
+    rows = [{**r, "v": None} for r in NULL_FIRST]
+    sql = "SELECT R.k, R.v FROM R [RANGE 100], S [RANGE 100] WHERE R.k = S.k"
+    want = adaptcq.run(sql, {"R": pa.Table.from_pylist(rows), "S": NULL_S}).table
+    assert want.schema.field("v").type == pa.null() and want.num_rows == 7
+    for r in (iter(rows), iter([pa.RecordBatch.from_pylist(rows, schema=NULL_SCHEMA)])):
+        assert adaptcq.run(sql, {"R": r, "S": NULL_S}, chunk_rows=3).table.equals(want)
+
+
+def test_a_value_after_the_rows_read_ahead_is_an_error_naming_its_row(monkeypatch):
+    monkeypatch.setattr(sources, "READ_AHEAD_ROWS", 2)
+    sql = "SELECT R.k, R.v FROM R [RANGE 100], S [RANGE 100] WHERE R.k = S.k"
+    one_row = [pa.RecordBatch.from_pylist([r], schema=None if r["v"] is not None else NULL_SCHEMA)
+               for r in NULL_FIRST]
+    for r, what in ((iter(NULL_FIRST), "dicts"), (iter(one_row), "RecordBatches")):
+        with pytest.raises(InputError, match=rf"stream R: column 'v' was NULL in all of the "
+                           rf"first 3 rows.* but row 5 has a value \(an iterable of {what}\)"):
+            adaptcq.run(sql, {"R": r, "S": NULL_S}, chunk_rows=1)
