@@ -1,16 +1,22 @@
 """Output files as files: JSON lines and the summary are valid JSON whatever the floats,
-and what CSV cannot hold is refused before a file is made."""
+what CSV cannot hold is refused before a file is made, ``.gz`` names are gzip-compressed,
+and a suffix that names no format is refused rather than written as Parquet."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import os
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
+import adaptcq
 from adaptcq.cli import main
+from adaptcq.errors import AdaptcqError
 from adaptcq.runtime import output
 
 NAN, INF = math.nan, math.inf
@@ -110,3 +116,102 @@ def test_csv_output_of_binary_columns_is_refused_before_a_file_is_made(tmp_path,
     assert main([*args, "--output", str(tmp_path / "o.jsonl")]) == 0  # bytes as hex there
     row = strict_json((tmp_path / "o.jsonl").read_text())
     assert (row["b"], row["lb"], row["fb"], row["s"]) == ("ff00", "fe", "8081", "fine")
+
+
+# ----- 4. .gz names are gzip-compressed; unknown suffixes are refused ----------------------
+
+def test_csv_gz_output_is_gzip_and_reads_back_as_an_input(tmp_path, floats, capsys):
+    out = tmp_path / "o.csv.gz"
+    assert main([*floats, "--sql", "SELECT R.k, R.x, R.ts AS rts FROM R, S WHERE R.k = S.k",
+                 "--output", str(out)]) == 0, capsys.readouterr().err
+    assert out.read_bytes()[:2] == b"\x1f\x8b"  # the gzip magic number
+    assert gzip.decompress(out.read_bytes()).decode().splitlines()[0] == \
+        '"k","x","rts","_sign","_ts"'
+    assert pacsv.read_csv(out).column("rts").to_pylist() == [1.0, 2.0, 3.0, 4.0]
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    # adaptcq's own CSV input reads it back (a self-join of the output on k)
+    back = adaptcq.run("SELECT A.rts FROM A, B WHERE A.k = B.k AND B.rts = 1",
+                       {"A": str(out), "B": str(out)}, timestamp="rts")
+    assert sorted(back.table.column("rts").to_pylist()) == [1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("name", ["o.jsonl.gz", "o.ndjson.gz", "o.json.gz"])
+def test_jsonl_gz_output_is_gzip(tmp_path, floats, capsys, name):
+    out = tmp_path / name
+    assert main([*floats, "--sql", "SELECT R.x FROM R, S WHERE R.k = S.k",
+                 "--output", str(out)]) == 0, capsys.readouterr().err
+    with gzip.open(out, "rt") as f:
+        assert [strict_json(line)["x"] for line in f] == ["NaN", "Infinity", "-Infinity", 1.5]
+
+
+def test_a_gzip_sink_given_up_leaves_nothing(tmp_path):
+    """An aborted run (an error, a second Ctrl-C) leaves neither the file nor its temporary
+    one, and closes the descriptor kept for fsync."""
+    schema = pa.schema([("x", pa.float64())])
+    fds = len(os.listdir("/proc/self/fd"))
+    sink = output.FileSink(str(tmp_path / "o.csv.gz"), schema, "csv")
+    sink.write(pa.record_batch({"x": [1.0, 2.0]}))
+    sink.abort()
+    assert list(tmp_path.iterdir()) == []
+    assert len(os.listdir("/proc/self/fd")) == fds
+    sink = output.FileSink(str(tmp_path / "o.jsonl.gz"), schema, "jsonl")
+    sink.write(pa.record_batch({"x": [NAN]}))
+    sink.close()
+    assert list(tmp_path.iterdir()) == [tmp_path / "o.jsonl.gz"]
+    assert gzip.decompress((tmp_path / "o.jsonl.gz").read_bytes()) == b'{"x": "NaN"}\n'
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+@pytest.mark.parametrize(("name", "fmt"), [
+    ("o.parquet", "parquet"), ("o.PQ", "parquet"), ("o", "parquet"), ("d.x/o", "parquet"),
+    ("o.csv", "csv"), ("o.CSV.GZ", "csv"), ("o.jsonl", "jsonl"), ("o.ndjson", "jsonl"),
+    ("o.json.gz", "jsonl"), ("-", "csv")])
+def test_the_format_comes_from_the_suffix(name, fmt):
+    assert output.format_of(name, None) == fmt
+
+
+@pytest.mark.parametrize(("name", "suffix"), [
+    ("o.txt", "'.txt'"), ("o.gz", "'.gz'"), ("o.csvx", "'.csvx'"), ("o.txt.gz", "'.txt.gz'")])
+def test_an_unknown_suffix_is_refused_before_a_file_is_made(tmp_path, floats, capsys, name,
+                                                            suffix):
+    before = sorted(tmp_path.iterdir())
+    assert main([*floats, "--sql", "SELECT R.x FROM R, S WHERE R.k = S.k",
+                 "--output", str(tmp_path / name)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"{suffix} is not an output format's suffix" in err[0]
+    assert ".parquet" in err[0] and ".csv" in err[0] and ".jsonl" in err[0]
+    assert "--format" in err[0]
+    assert sorted(tmp_path.iterdir()) == before
+    # --format says what to write under any name
+    assert main([*floats, "--sql", "SELECT R.x FROM R, S WHERE R.k = S.k",
+                 "--output", str(tmp_path / name), "--format", "jsonl"]) == 0
+    raw = (tmp_path / name).read_bytes()
+    text = gzip.decompress(raw) if name.endswith(".gz") else raw
+    assert strict_json(text.decode().splitlines()[0])["x"] == "NaN"
+
+
+def test_parquet_under_a_gz_name_is_refused(tmp_path, floats, capsys):
+    for extra in ([], ["--format", "parquet"]):
+        assert main([*floats, "--sql", "SELECT R.x FROM R, S WHERE R.k = S.k", "--output",
+                     str(tmp_path / "o.parquet.gz"), *extra]) == 1
+        assert "Parquet is compressed inside the file" in capsys.readouterr().err
+    assert not (tmp_path / "o.parquet.gz").exists()
+
+
+def test_a_rejected_file_with_an_unknown_suffix_is_refused_before_any_file(tmp_path, floats,
+                                                                          capsys):
+    before = sorted(tmp_path.iterdir())
+    assert main([*floats, "--sql", "SELECT R.x FROM R, S WHERE R.k = S.k", "--output",
+                 str(tmp_path / "o.parquet"), "--rejected", str(tmp_path / "rej.txt")]) == 1
+    err = capsys.readouterr().err
+    assert "--rejected" in err and "'.txt' is not an output format's suffix" in err
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_no_suffix_is_still_parquet(tmp_path, floats, capsys):
+    assert main([*floats, "--sql", "SELECT R.x FROM R, S WHERE R.k = S.k",
+                 "--output", str(tmp_path / "results")]) == 0, capsys.readouterr().err
+    assert pq.read_table(tmp_path / "results").num_rows == 4
+    with pytest.raises(AdaptcqError, match="--format 'xml'"):
+        output.format_of("o.csv", "xml")

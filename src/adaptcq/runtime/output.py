@@ -7,6 +7,9 @@ earlier run is removed when the run starts, so an old output never looks current
 Output paths are checked before any work: an output that is an input (or inside one) is
 refused, as is a folder, or a place that cannot be written.
 
+The format comes from ``--format`` or the file's suffix (:data:`SUFFIXES`; ``.gz`` after a
+CSV or JSON-lines suffix gzip-compresses the file; no suffix is Parquet); a suffix that
+names no format is refused rather than written as Parquet under a misleading name.
 JSON lines are valid JSON: a NaN or infinite float is written as the string ``"NaN"``,
 ``"Infinity"`` or ``"-Infinity"`` (the Protocol Buffers JSON mapping's convention), bytes
 as hex.
@@ -32,21 +35,49 @@ class OutputClosed(AdaptcqError):
     """The reader of stdout went away (``adaptcq run --output - | head``)."""
 
 
-def format_of(path: str | None, fmt: str | None) -> str:
-    """The output format: ``fmt`` if given, else from the file's suffix (Parquet by
-    default; CSV for stdout)."""
-    if fmt is not None:
-        if fmt not in FORMATS:
-            raise AdaptcqError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
-        return fmt
+SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl",
+            ".ndjson": "jsonl", ".json": "jsonl"}
+"""Output file suffixes and their formats; CSV and JSON lines may add ``.gz`` (gzip)."""
+
+
+def _suffix(path: str) -> tuple[str, bool]:
+    """The file name's format suffix (lower case, '' if none) and whether ``.gz`` follows
+    it (the folder's name plays no part)."""
+    name = Path(path).name.lower()
+    gz = name.endswith(".gz")
+    if gz:
+        name = name[:-len(".gz")]
+    return Path(name).suffix, gz
+
+
+def format_of(path: str | None, fmt: str | None, what: str = "--output") -> str:
+    """The output format: ``fmt`` if given, else from the file's suffix (a name with no
+    suffix is Parquet; stdout is CSV). A suffix that names no format is refused, as is
+    ``.gz`` on Parquet (which compresses inside the file)."""
+    if fmt is not None and fmt not in FORMATS:
+        raise AdaptcqError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if path in (None, "-"):
-        return "csv"
-    low = str(path).lower()
-    if low.endswith((".csv", ".csv.gz")):
-        return "csv"
-    if low.endswith((".jsonl", ".json", ".ndjson")):
-        return "jsonl"
-    return "parquet"
+        return fmt or "csv"
+    suffix, gz = _suffix(str(path))
+    if fmt is None:
+        fmt = SUFFIXES.get(suffix)
+        if fmt is None and (suffix or gz):
+            known = ", ".join(SUFFIXES)
+            hint = "; or give --format parquet|csv|jsonl" if what == "--output" else ""
+            raise AdaptcqError(
+                f"{what} {str(path)!r}: {suffix + '.gz' if gz else suffix!r} is not an "
+                f"output format's suffix; name the file {known} (CSV and JSON lines may "
+                f"add .gz), or give it no suffix for Parquet{hint}")
+        fmt = fmt or "parquet"
+    if gz and fmt == "parquet":
+        raise AdaptcqError(f"{what} {str(path)!r}: Parquet is compressed inside the file, "
+                           "not with gzip; drop the .gz (or write CSV or JSON lines)")
+    return fmt
+
+
+def gzipped(path: str, fmt: str) -> bool:
+    """A file of this name and format is gzip-compressed: CSV or JSON lines named .gz."""
+    return path != "-" and fmt in ("csv", "jsonl") and _suffix(path)[1]
 
 
 def overlaps(a: str | Path, b: str | Path) -> bool:
@@ -58,6 +89,8 @@ def overlaps(a: str | Path, b: str | Path) -> bool:
 def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output") -> Path:
     """Refuse an output path that would destroy an input or cannot be written."""
     out = Path(path).expanduser()
+    if what == "--rejected":  # (its format is always its suffix's: no --format for it)
+        format_of(path, None, what)
     for p in inputs:
         if overlaps(out, p):
             raise AdaptcqError(f"{what} {path!r} is the input {str(p)!r} (or holds it, or is "
@@ -136,9 +169,11 @@ class FileSink(Sink):
             raise AdaptcqError("--output - (stdout) takes --format csv or jsonl, not parquet")
         if fmt == "csv":  # (before a file is made)
             _check_csv(schema, what)
+        self.gzip = gzipped(path, fmt)
         self._tmp: Path | None = None
         self._writer = None
         self._file = None
+        self._fd: int | None = None  # gzip: the temporary file's, for fsync once it is closed
         self._closed = False
         self._pending: list = []  # Parquet: batches not yet in a row group
         self._pending_rows = 0
@@ -157,6 +192,11 @@ class FileSink(Sink):
             except OSError as e:
                 raise AdaptcqError(f"{what} {path!r}: cannot write: {e.strerror or e}") \
                     from None
+            if self.gzip:
+                # Closing the gzip stream writes its trailer and closes the file under it;
+                # a duplicate of the file's descriptor syncs it to disk after that.
+                self._fd = os.dup(self._file.fileno())
+                self._file = pa.CompressedOutputStream(self._file, "gzip")
         self._guard(self._open_writer)
 
     def _open_writer(self) -> None:
@@ -232,9 +272,17 @@ class FileSink(Sink):
         if self.stdout:
             self._file.flush()
             return
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        if self.gzip:
+            self._file.close()
+            fd, self._fd = self._fd, None
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        else:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
         os.replace(self._tmp, self.path)
 
     def abort(self) -> None:
@@ -254,6 +302,12 @@ class FileSink(Sink):
         try:
             if self._file is not None and not self._file.closed:
                 self._file.close()
+        except (OSError, ValueError, pa.ArrowException):
+            pass
+        try:
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                os.close(fd)
             if self._tmp is not None:
                 self._tmp.unlink(missing_ok=True)
         except OSError:
