@@ -215,3 +215,23 @@ def test_no_suffix_is_still_parquet(tmp_path, floats, capsys):
     assert pq.read_table(tmp_path / "results").num_rows == 4
     with pytest.raises(AdaptcqError, match="--format 'xml'"):
         output.format_of("o.csv", "xml")
+
+
+# ----- 5. CSV and NaN: documented, not changed ---------------------------------------------
+
+def test_csv_writes_nan_as_nan_which_csv_readers_read_as_null(tmp_path, floats, capsys):
+    """What README says of CSV output and NaN (keep them in step): pyarrow's CSV writer writes
+    NaN as ``nan`` and has no option for it; pyarrow's CSV reader with its default null
+    values, which adaptcq's CSV input uses, reads ``nan`` (and ``NaN``) as NULL. Infinities
+    survive. Parquet and JSON lines keep NaN."""
+    out = tmp_path / "o.csv"
+    assert main([*floats, "--sql", "SELECT R.x, R.ts AS rts FROM R, S WHERE R.k = S.k",
+                 "--output", str(out)]) == 0, capsys.readouterr().err
+    assert [line.split(",")[0] for line in out.read_text().splitlines()] == \
+        ['"x"', "nan", "inf", "-inf", "1.5"]
+    back = adaptcq.run("SELECT A.x FROM A, B WHERE A.rts = B.rts",
+                       {"A": str(out), "B": str(out)}, timestamp="rts").table
+    assert back.column("x").to_pylist() == [None, INF, -INF, 1.5]
+    assert main([*floats, "--sql", "SELECT R.x FROM R, S WHERE R.k = S.k",
+                 "--output", str(tmp_path / "o.parquet")]) == 0
+    assert math.isnan(pq.read_table(tmp_path / "o.parquet").column("x")[0].as_py())
