@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import adaptcq
 from adaptcq.errors import AdaptcqError, OptionError
 from adaptcq.query.cql import parse_query
 from adaptcq.runtime.local import rows_to_batch
@@ -443,3 +444,33 @@ def test_a_self_join_registered_in_the_micro_batch_of_its_tie_stops_there_too():
     one time: the groups watch it from its registration on, as the local Engine does."""
     _, groups, _ = _selfjoin_groups_and_local(0, _control((1.5, "register", "self", SELFJOIN)))
     assert groups[0].queries["self"]["state"] == "failed"
+
+
+def test_rows_windows_and_ties_of_two_sources_stop_as_locally():
+    """A query whose FROM orders T before R, T with a [ROWS 1] window, stops before rows of
+    R and T with one time (the engines take R's first: their order of sources), in the
+    Spark groups as in the local Engine (``runtime.multi.tie_watch``); the query with the
+    engines' order runs on and equals ``adaptcq.run``."""
+    def table(ts):
+        n = len(ts)
+        return pa.table({"ts": pa.array(ts, pa.float64()), "id": pa.array(range(n)),
+                         "a": pa.array([1] * n), "b": pa.array([0] * n),
+                         "x": pa.array([0] * n)})
+    tabs = {"R": table([1.0, 3.0]), "S": table([]), "T": table([2.0, 3.0, 3.0])}
+    sqls = {"tr": "SELECT T.id AS t, R.id AS r FROM T [ROWS 1], R WHERE T.a = R.a",
+            "rt": "SELECT T.id AS t, R.id AS r FROM R, T [ROWS 1] WHERE T.a = R.a"}
+    control = _control(*((None, "register", q, sql) for q, sql in sqls.items()))
+    plan = plan_partitions({q: _q(sql) for q, sql in sqls.items()},
+                           {s: list(COLS) for s in "RST"}, 1, timestamp="ts")
+    out, groups = _simulate({s: [t] for s, t in tabs.items()}, [_events(control)], plan,
+                            "append")
+    eng = _local(tabs, control, "append")
+    tr, rt = eng.handles["tr"], eng.handles["rt"]
+    assert tr.state == "failed" and "sources R and T have the same time (3 s" in tr.error
+    assert groups[0].queries["tr"]["state"] == "failed"
+    assert groups[0].queries["tr"]["error"] == tr.error
+    assert rt.state == groups[0].queries["rt"]["state"] == "running"
+    want = adaptcq.run(sqls["rt"], {"R": tabs["R"], "T": tabs["T"]}, executor="mjoin").table
+    assert _counter(rt.table()) == _counter(want)
+    got = pa.Table.from_batches([rows_to_batch(out.get("rt", []), rt.schema, None)])
+    assert _counter(got) == _counter(want)

@@ -141,7 +141,7 @@ class Engine:
         self._ran = False
         self.stats: dict = {}
         # Running queries that self-join a source over [ROWS n] windows, by source (``_tie``)
-        self._watch: dict[str, list[str]] = {}
+        self._watch: dict[str, dict[str, list[str]]] = {}
 
     # ----- the control stream ------------------------------------------------------------
     def register(self, sql: str, at=None, *, start: str = "now", output=None,
@@ -294,7 +294,7 @@ class Engine:
                     arrivals += hi - lo
                     lo = hi
                     if tie is not None:
-                        self._fail_ties(names[streams[tie]], ts_list[tie])
+                        self._fail_ties(arr, names, tie)
                         continue
                     if lo < n:
                         ci = self._apply(ci, ts_list[lo])
@@ -349,10 +349,10 @@ class Engine:
         self._update_watch()
         return ci
 
-    # ----- a self-join over [ROWS n] windows and equal times ---------------------------------
+    # ----- [ROWS n] windows and rows of equal time (tie_watch) ------------------------------
     def _update_watch(self) -> None:
-        self._watch = rows_self_joins((h.id, h.query) for h in self.handles.values()
-                                      if h.state == "running")
+        self._watch = tie_watch(((h.id, h.query) for h in self.handles.values()
+                                 if h.state == "running"), list(self.sources))
 
     def _tie(self, arr, names, lo: int, hi: int) -> int | None:
         """``first_tie`` of the arrivals [lo, end of this release), if before ``hi``."""
@@ -360,11 +360,14 @@ class Engine:
                        for j in range(lo, len(arr.timestamps))), self._watch)
         return lo + k if k is not None and lo + k < hi else None
 
-    def _fail_ties(self, src: str, ts) -> None:
-        for qid in self._watch.get(src, ()):
+    def _fail_ties(self, arr, names, tie: int) -> None:
+        ts = arr.timestamps[tie]
+        tied = tied_queries(self._watch, ((names[arr.streams[j]], arr.timestamps[j])
+                                          for j in range(tie, len(arr.timestamps))))
+        for qid, (src, other) in tied.items():
             self.ex.remove_query(qid)
             h = self.handles[qid]
-            h.state, h.error = "failed", tie_error(src, ts)
+            h.state, h.error = "failed", tie_error(src, ts, other, names)
         self._update_watch()
 
     def _failures(self) -> None:
@@ -401,47 +404,93 @@ class Engine:
         return self.ex.describe()
 
 
-def rows_self_joins(queries) -> dict[str, list[str]]:
-    """The (id, LogicalQuery) pairs that join a source with itself where one of its
-    aliases has a [ROWS n] window, by source (``first_tie``)."""
-    watch: dict[str, list[str]] = {}
+def tie_watch(queries, order) -> dict[str, dict[str, list[str]]]:
+    """Which rows of equal time a query cannot share an engine over: for each source, the
+    sources (itself included) whose rows of the same time the queries listed cannot take in
+    the engine's order, ``order`` being the sources' order, which breaks the engine's ties
+    (``first_tie``). ``queries``: (id, LogicalQuery) pairs.
+
+    docs/semantics.md orders rows of equal time by FROM position, and a [ROWS n] window's
+    contents depend on that order. A shared engine receives a source's row once, for all its
+    aliases, and breaks ties by its own order of the sources, for every query. So a query
+    is watched for a tie (1) of two rows of one source it joins with itself, one alias
+    having a [ROWS n] window, and (2) of rows of two sources, one with a [ROWS n] window,
+    that its FROM lists in the other order than the engine's (with all other windows the
+    results do not depend on the order of rows of equal time)."""
+    rank = {s: i for i, s in enumerate(order)}
+    watch: dict[str, dict[str, list[str]]] = {}
     for qid, query in queries:
-        by_source: dict[str, list] = {}
-        for st in query.streams:
-            by_source.setdefault(st.source, []).append(st)
-        for src, aliases in by_source.items():
-            if len(aliases) > 1 and any(a.window.kind == "rows" for a in aliases):
-                watch.setdefault(src, []).append(qid)
+        pos: dict[str, list[int]] = {}  # source -> the FROM positions of its aliases
+        rows = set()
+        for i, st in enumerate(query.streams):
+            pos.setdefault(st.source, []).append(i)
+            if st.window.kind == "rows":
+                rows.add(st.source)
+        for a, pa_ in pos.items():
+            for b, pb in pos.items():
+                if not ({a, b} & rows):
+                    continue
+                if a == b:
+                    clash = len(pa_) > 1
+                else:
+                    first = rank.get(a, 0) < rank.get(b, 0)  # the engine's: a's rows first
+                    clash = any((i < j) != first for i in pa_ for j in pb)
+                if clash:
+                    watch.setdefault(a, {}).setdefault(b, []).append(qid)
     return watch
 
 
-def first_tie(arrivals, watch: Mapping[str, list]) -> int | None:
+def first_tie(arrivals, watch: Mapping[str, Mapping[str, list]]) -> int | None:
     """The index of the first of ``arrivals`` ((source, time) in processing order, one
-    release: the mergers release all rows of one time together) of a watched source whose
-    time another arrival of that source shares, or None.
-
-    docs/semantics.md orders rows of equal time by FROM position first: a self-join's first
-    alias receives all of them before its second does, and a [ROWS n] window's contents
-    depend on it. The shared engines receive a source's row once, for all its aliases, so
-    they cannot follow that order: the queries concerned stop before such a row, their
-    results so far exact (``tie_error``). Rows of distinct times are not affected."""
+    release: the mergers release all rows of one time together; a None source is not a
+    row) that has the same time as a later arrival of a source it is watched with
+    (``tie_watch``), or None. The queries concerned stop before it (``tied_queries``),
+    their results so far exact (``tie_error``). Rows of distinct times are not affected."""
     if not watch:
         return None
-    seen: dict[tuple, int] = {}
+    seen: dict = {}  # time -> {source: the index of its first row of that time}
     first = None
     for k, (src, ts) in enumerate(arrivals):
-        if src in watch:
-            at = seen.setdefault((src, ts), k)
-            if at != k and (first is None or at < first):
-                first = at
+        partners = watch.get(src)
+        if partners is None:
+            if src is not None:
+                seen.setdefault(ts, {}).setdefault(src, k)
+            continue
+        at = seen.setdefault(ts, {})
+        for other in partners:
+            j = at.get(other)
+            if j is not None and (first is None or j < first):
+                first = j
+        at.setdefault(src, k)
     return first
 
 
-def tie_error(src: str, ts) -> str:
-    return (f"two rows of source {src} have the same time ({ts / 1e9:g} s of event "
-            f"time); the query joins {src} with itself over a [ROWS n] window, whose "
-            "contents then depend on the order of its aliases (docs/semantics.md), which a "
-            "shared engine cannot follow: run it alone with adaptcq run")
+def tied_queries(watch: Mapping[str, Mapping[str, list]], arrivals) -> dict[str, tuple]:
+    """The queries that stop at the tie ``first_tie`` found, ``arrivals`` starting with its
+    row: query id -> (its source, the source it ties with)."""
+    arrivals = list(arrivals)
+    src, ts = arrivals[0]
+    present = [s for s, t in arrivals[1:] if t == ts]
+    out: dict[str, tuple] = {}
+    for other, qids in watch.get(src, {}).items():
+        if other in present:
+            for qid in qids:
+                out.setdefault(qid, (src, other))
+    return out
+
+
+def tie_error(src: str, ts, other: str | None = None, order=()) -> str:
+    if other is None or other == src:
+        return (f"two rows of source {src} have the same time ({ts / 1e9:g} s of event "
+                f"time); the query joins {src} with itself over a [ROWS n] window, whose "
+                "contents then depend on the order of its aliases (docs/semantics.md), which "
+                "a shared engine cannot follow: run it alone with adaptcq run")
+    engine = " before ".join(s for s in order if s in (src, other)) or f"{src} before {other}"
+    return (f"rows of sources {src} and {other} have the same time ({ts / 1e9:g} s of event "
+            f"time); the query's FROM orders them otherwise than this engine, which takes "
+            f"rows of equal time in the order of its sources ({engine}), and its [ROWS n] "
+            "window then holds other rows (docs/semantics.md): give the sources in the "
+            "order of the query's FROM, or run it alone with adaptcq run")
 
 
 def _load(path: str):

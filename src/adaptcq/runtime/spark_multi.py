@@ -557,7 +557,7 @@ class _QuerySetGroup:
         tie = self._tie(go, names)
         for k, r in enumerate(go):
             if k == tie:  # (runtime.multi.first_tie) the queries concerned stop here
-                self._fail_ties(names[r[1]], r[0])
+                self._fail_ties(go[k:], names)
                 tie = self._tie(go[k:], names)
                 tie = None if tie is None else k + tie
             if r[1] >= 0:
@@ -621,21 +621,25 @@ class _QuerySetGroup:
         self._failures()
 
     def _tie(self, go: list, names) -> int | None:
-        """The first released row of a source that a running query joins with itself over
-        a [ROWS n] window and whose time another released row of that source shares
-        (``runtime.multi.first_tie``), or None."""
-        from adaptcq.runtime.multi import first_tie, rows_self_joins
-        self._watch = rows_self_joins((qid, q.query) for qid, q in self.eddy.queries.items())
+        """The first released row whose time a released row of a source it is watched
+        with shares (``runtime.multi.tie_watch``, ``first_tie``), or None."""
+        from adaptcq.runtime.multi import first_tie, tie_watch
+        self._watch = tie_watch(((qid, q.query) for qid, q in self.eddy.queries.items()),
+                                names)
         return first_tie(((names[r[1]] if r[1] >= 0 else None, r[0]) for r in go),
                          self._watch)
 
-    def _fail_ties(self, src: str, ts) -> None:
-        from adaptcq.runtime.multi import tie_error
-        for qid in self._watch.get(src, ()):
+    def _fail_ties(self, go: list, names) -> None:
+        """Stop the queries tied at ``go[0]`` (``runtime.multi.tied_queries``)."""
+        from adaptcq.runtime.multi import tie_error, tied_queries
+        ts = go[0][0]
+        tied = tied_queries(self._watch, ((names[r[1]] if r[1] >= 0 else None, r[0])
+                                          for r in go))
+        for qid, (src, other) in tied.items():
             self.eddy.remove_query(qid)
             info = self.queries.get(qid)
             if info is not None:
-                info["state"], info["error"] = "failed", tie_error(src, ts)
+                info["state"], info["error"] = "failed", tie_error(src, ts, other, names)
 
     def _failures(self) -> None:
         for qid, err in getattr(self.eddy, "failures", ()):
