@@ -4,6 +4,7 @@ CLI (``adaptcq run --executor eddy``) and ``adaptcq explain --executor eddy``; e
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter
@@ -269,7 +270,7 @@ def test_rows_windows_and_ties_across_sources_stop_or_equal_adaptcq_run(data):
                    for _ in streams]
         sql = (f"SELECT {', '.join(f'{x}.id AS {x.lower()}' for x in streams)} FROM "
                + ", ".join(x + w for x, w in zip(streams, windows, strict=True)) + " WHERE "
-               + " AND ".join(f"{a}.k = {b}.k" for a, b in zip(streams, streams[1:])))
+               + " AND ".join(f"{a}.k = {b}.k" for a, b in itertools.pairwise(streams)))
         queries.append((sql, engine.register(sql)))
     engine.run()
     for sql, h in queries:

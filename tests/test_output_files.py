@@ -235,3 +235,11 @@ def test_csv_writes_nan_as_nan_which_csv_readers_read_as_null(tmp_path, floats, 
     assert main([*floats, "--sql", "SELECT R.x FROM R, S WHERE R.k = S.k",
                  "--output", str(tmp_path / "o.parquet")]) == 0
     assert math.isnan(pq.read_table(tmp_path / "o.parquet").column("x")[0].as_py())
+
+
+def test_a_query_sets_output_with_an_unknown_suffix_names_the_query(tmp_path):
+    """From the Python API a query set's output is named by its query, not as --output."""
+    eng = adaptcq.Engine({"R": pa.table({"ts": [1], "k": [1]})})
+    eng.register("SELECT R.k FROM R", output=str(tmp_path / "x.txt"))
+    with pytest.raises(AdaptcqError, match=r"query q1 output '.*x\.txt': '\.txt' is not"):
+        eng.run()

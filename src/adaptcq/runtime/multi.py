@@ -381,7 +381,8 @@ class Engine:
             return
         from adaptcq.runtime.output import FileSink, format_of
         path = str(h.output)
-        h.sink = FileSink(path, h.schema, format_of(path, None), what=f"query {h.id} output")
+        h.sink = FileSink(path, h.schema, format_of(path, None, f"query {h.id} output"),
+                          what=f"query {h.id} output")
 
     def _flush(self, final: bool) -> None:
         self._failures()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import tempfile
@@ -358,10 +357,11 @@ def summary(run: SparkRun) -> dict:
 
 def _write_summary_json(path: str, run: SparkRun, executor: str, mode: str,
                         master: str) -> None:
+    from adaptcq.runtime.output import summary_json
     from adaptcq.runtime.spark import _write_text
     doc = {"executor": executor, "mode": mode, "master": master, **summary(run)}
     try:
-        _write_text(Path(path), json.dumps(doc, indent=1, default=str) + "\n")
+        _write_text(Path(path), summary_json(doc) + "\n")
     except OSError as e:
         raise AdaptcqError(f"--summary-json {path!r}: cannot write: {e.strerror or e}") \
             from None

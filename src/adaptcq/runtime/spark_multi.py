@@ -1475,8 +1475,8 @@ def run_cli_multi(args, console) -> int:
         console.print(f"wrote {run.rejected:,} rejected rows to {rejected}/ (Parquet)",
                       highlight=False)
     if getattr(args, "summary_json", None):
-        _write_text(Path(args.summary_json), json.dumps(summary(run), indent=1, default=str)
-                    + "\n")
+        from adaptcq.runtime.output import summary_json
+        _write_text(Path(args.summary_json), summary_json(summary(run)) + "\n")
     return 0
 
 
