@@ -5,9 +5,13 @@ order of a folder's files."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 import pytest
 
 import adaptcq
@@ -68,3 +72,57 @@ def test_a_value_after_the_rows_read_ahead_is_an_error_naming_its_row(monkeypatc
         with pytest.raises(InputError, match=rf"stream R: column 'v' was NULL in all of the "
                            rf"first 3 rows.* but row 5 has a value \(an iterable of {what}\)"):
             adaptcq.run(sql, {"R": r, "S": NULL_S}, chunk_rows=1)
+
+
+# ----- folders: files opened one at a time -------------------------------------------------
+FOLDER_SQL = ("SELECT R.id AS r, S.id AS s FROM R [RANGE 2], S [RANGE 2] WHERE R.a = S.a "
+              "AND S.ts < 20")
+
+OPEN_FILES_LIMIT = """
+import resource, sys
+import adaptcq, pyarrow.parquet as pq
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+r, s, out = sys.argv[1:]
+pq.write_table(adaptcq.run({sql!r}, {{"R": r, "S": s}}, mode="retract").table, out)
+"""
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv"])
+def test_a_folder_of_many_files_is_read_a_file_at_a_time(tmp_path, kind):
+    """300 one-chunk files under a limit of 64 open files (every file used to be opened,
+    and a CSV reader's first block buffered, before the first row was read); the results
+    equal those of the same rows as one file."""
+    n = 300
+    rows = pa.table({"ts": [(k + 0.5) / 10 for k in range(n)], "id": list(range(n)),
+                     "a": [k % 7 for k in range(n)]})
+    folder = tmp_path / "R"
+    folder.mkdir()
+    for k in range(n):
+        part = rows.slice(k, 1)
+        if kind == "parquet":
+            pq.write_table(part, folder / f"part-{k:04d}.parquet")
+        else:
+            pacsv.write_csv(part, folder / f"part-{k:04d}.csv")
+    one = tmp_path / f"r.{kind}"
+    pq.write_table(rows, one) if kind == "parquet" else pacsv.write_csv(rows, one)
+    s = tmp_path / "s.parquet"
+    pq.write_table(rows, s)
+    want = adaptcq.run(FOLDER_SQL, {"R": str(one), "S": str(s)}, mode="retract").table
+    assert want.num_rows > 100
+    code = OPEN_FILES_LIMIT.format(sql=FOLDER_SQL)
+    for r in (str(folder), str(folder / f"part-*.{kind}")):
+        out = tmp_path / "out.parquet"
+        done = subprocess.run([sys.executable, "-c", code, r, str(s), str(out)],
+                              check=False, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert pq.read_table(out).equals(want)
+
+
+def test_files_that_differ_are_refused_before_any_row_naming_the_file(tmp_path):
+    (tmp_path / "R").mkdir()
+    (tmp_path / "R" / "a.csv").write_text("ts,id,a\n0,0,1\n")
+    (tmp_path / "R" / "b.csv").write_text("ts,id,a\n1,1,1\n")
+    (tmp_path / "R" / "c.csv").write_text("ts,a,id\n2,1,2\n")
+    with pytest.raises(InputError, match=r"stream R: '.*c.csv' has columns ts, a, id, but "
+                       r"'.*a.csv' has ts, id, a; every file of '.*R' needs the same columns"):
+        sources.open_source("R", str(tmp_path / "R"), "ts")

@@ -167,16 +167,31 @@ def _open_path(name: str, source, chunk_rows: int) -> Source:
     if len(kinds) > 1:
         raise InputError(f"stream {name}: {what} mixes Parquet and CSV files")
     kind = kinds.pop()
-    readers = [(_parquet if kind == "parquet" else _csv)(name, p, chunk_rows) for p in paths]
-    schema = readers[0][0]
-    for (s, _, _), p in zip(readers[1:], paths[1:]):
-        if s.names != schema.names or (kind == "parquet" and not s.equals(schema)):
-            raise InputError(f"stream {name}: {str(p)!r} has columns "
-                             f"{_describe(s)}, but {str(paths[0])!r} has {_describe(schema)}; "
-                             f"every file of {what} needs the same columns")
-    known = [n for _, _, n in readers]
-    total = sum(known) if all(n is not None for n in known) else None
-    chunks = itertools.chain.from_iterable(r for _, r, _ in readers)
+    # Files are opened one at a time, in order, when their rows are read: a folder of many
+    # files holds one file's reader (and buffer) at a time, and one file descriptor. What
+    # is checked before any row is read comes from Parquet footers and CSV headers, each
+    # file closed again at once.
+    if kind == "parquet":
+        metas = [_parquet_meta(name, p) for p in paths]
+        schema = metas[0][0]
+        for (s, _), p in zip(metas[1:], paths[1:]):
+            if not s.equals(schema):
+                raise InputError(f"stream {name}: {str(p)!r} has columns "
+                                 f"{_describe(s)}, but {str(paths[0])!r} has "
+                                 f"{_describe(schema)}; every file of {what} needs the same "
+                                 "columns")
+        total = sum(n for _, n in metas)
+        chunks = _parquet_chunks(name, paths, chunk_rows)
+    else:
+        schema, first = _csv(name, paths[0], chunk_rows)
+        for p in paths[1:]:
+            names = _csv_header(name, p)
+            if names != schema.names:
+                raise InputError(f"stream {name}: {str(p)!r} has columns {', '.join(names)}, "
+                                 f"but {str(paths[0])!r} has {', '.join(schema.names)}; every "
+                                 f"file of {what} needs the same columns")
+        total = None
+        chunks = _csv_chunks(name, paths, chunk_rows, first)
     return Source(name, schema, what if len(paths) > 1 else repr(str(paths[0])), chunks,
                   total, paths)
 
@@ -194,28 +209,36 @@ def _describe(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {f.type}" for f in schema)
 
 
-def _parquet(name: str, path: Path, chunk_rows: int):
+def _parquet_meta(name: str, path: Path) -> tuple[pa.Schema, int]:
+    """A Parquet file's schema and row count, from its footer (the file is closed again)."""
     import pyarrow.parquet as pq
     try:
-        f = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
-        schema = f.schema_arrow.remove_metadata()
+        with pq.ParquetFile(path) as f:
+            return f.schema_arrow.remove_metadata(), f.metadata.num_rows
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
-    return schema, _guard(name, path, f.iter_batches(batch_size=chunk_rows)), f.metadata.num_rows
+
+
+def _parquet_chunks(name: str, paths: list[Path], chunk_rows: int):
+    """The row groups of ``paths``, a file at a time (each closed when read)."""
+    import pyarrow.parquet as pq
+    for path in paths:
+        try:
+            f = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
+        with f:
+            yield from _guard(name, path, f.iter_batches(batch_size=chunk_rows))
 
 
 def _csv(name: str, path: Path, chunk_rows: int):
-    import pyarrow.csv as pacsv
-    try:
-        reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 22))
-    except (pa.ArrowInvalid, OSError) as e:
-        if "Empty CSV file" in str(e):
-            raise InputError(f"stream {name}: {str(path)!r} is empty (no header, no rows)") \
-                from None
-        raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
+    """The first CSV file of a source: its schema (types inferred from its first block)
+    and its open reader."""
+    stream, reader = _csv_open(name, path)
     schema = reader.schema
     if any(pa.types.is_null(f.type) for f in schema):
         first = next(iter(_guard(name, path, reader)), None)
+        stream.close()
         if first is None:
             raise InputError(f"stream {name}: {str(path)!r} has a header but no rows; the "
                              "types of a CSV file's columns are read from its rows")
@@ -223,7 +246,57 @@ def _csv(name: str, path: Path, chunk_rows: int):
         raise InputError(f"stream {name}: in {str(path)!r} column {nulls[0]!r} is empty in "
                          "the first rows, so its type is unknown; give it values, or use "
                          "Parquet")
-    return schema, _rechunk(_guard(name, path, reader), chunk_rows), None
+    return schema, (stream, reader)
+
+
+def _csv_open(name: str, path: Path):
+    """An input stream on a CSV file (decompressed by its suffix) and a reader on it."""
+    import pyarrow.csv as pacsv
+    stream = None
+    try:
+        stream = pa.input_stream(str(path), compression="detect")
+        return stream, pacsv.open_csv(stream,
+                                      read_options=pacsv.ReadOptions(block_size=1 << 22))
+    except (pa.ArrowInvalid, OSError) as e:
+        if stream is not None:
+            stream.close()
+        if "Empty CSV file" in str(e):
+            raise InputError(f"stream {name}: {str(path)!r} is empty (no header, no rows)") \
+                from None
+        raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
+
+
+def _csv_header(name: str, path: Path) -> list[str]:
+    """A CSV file's column names, from its header line alone (the file is closed again)."""
+    import pyarrow.csv as pacsv
+    try:
+        with pa.input_stream(str(path), compression="detect") as f:
+            head = b""
+            while b"\n" not in head:
+                piece = f.read(1 << 16)
+                if not piece:
+                    break
+                head += piece
+        line = head[:head.index(b"\n") + 1] if b"\n" in head else head
+        if line.count(b'"') % 2 == 0:  # else a quoted name holds a line break
+            return pacsv.read_csv(pa.py_buffer(line)).column_names
+    except (pa.ArrowInvalid, OSError) as e:
+        if "Empty CSV file" in str(e):
+            raise InputError(f"stream {name}: {str(path)!r} is empty (no header, no rows)") \
+                from None
+        raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
+    stream, reader = _csv_open(name, path)
+    with stream:
+        return reader.schema.names
+
+
+def _csv_chunks(name: str, paths: list[Path], chunk_rows: int, first):
+    """The rows of ``paths``, a file at a time (each closed when read); ``first``: the
+    first file's open stream and reader."""
+    for k, path in enumerate(paths):
+        stream, reader = first if k == 0 else _csv_open(name, path)
+        with stream:
+            yield from _rechunk(_guard(name, path, reader), chunk_rows)
 
 
 def _guard(name: str, path: Path, batches: Iterable[pa.RecordBatch]):
