@@ -6,11 +6,13 @@ from __future__ import annotations
 import random
 import re
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import adaptcq
+import adaptcq.errors
 import adaptcq.runtime.local
 from adaptcq.adapt.acaching import ACaching, describe_measured
 from adaptcq.cli import main
@@ -459,7 +461,8 @@ def test_acaching_with_agreedy_and_budget_changes_never_changes_results(data, mo
     ({"p": -0.1}, "option p (the profiling probability) must be in [0, 1], got -0.1"),
     ({"p": 1.5}, "option p (the profiling probability) must be in [0, 1], got 1.5"),
     ({"m": -1}, "option m (the §6 quota) must be a whole number ≥ 0, got -1"),
-    ({"alpha": 0}, "option alpha (Bloom-filter bits per key) must be > 0, got 0"),
+    ({"alpha": 0}, "option alpha (Bloom-filter bits per key) must be ≥ 1"),
+    ({"alpha": 0.5}, "option alpha (Bloom-filter bits per key) must be ≥ 1"),
 ])
 def test_acaching_refuses_bad_options(options, message):
     """Regression (issue 8): reopt_interval 0 divided by zero at the first tick; a negative
@@ -843,3 +846,45 @@ def test_trial_resolution_from_the_intervals_before():
     wide, narrow = resolution([1, 2, 1, 2, 1, 2, 1, 2], 20), resolution([1, 1.1] * 4, 20)
     assert wide > narrow > 0
     assert resolution([1, 2] * 4, 80) < wide              # a longer trial resolves more
+
+
+def _six_way():
+    rnd = random.Random(0)
+    tabs = {n: pa.table({"ts": list(range(300)), "a": [rnd.randrange(3) for _ in range(300)],
+                         "id": list(range(300))}) for n in "ABCDEF"}
+    sql = ("SELECT A.id AS a FROM " + ", ".join(f"{n} [RANGE 5 SECONDS]" for n in "ABCDEF")
+           + " WHERE " + " AND ".join(f"A.a = {n}.a" for n in "BCDEF"))
+    return sql, tabs
+
+
+def test_selection_methods_that_cannot_take_the_query_are_refused_before_any_row():
+    """A forced method the query's candidates do not fit is refused when the policy is
+    attached (it raised a ValueError at the first selection, mid-run, losing the run); auto
+    over more candidates than exhaustive search takes uses greedy (found by fuzzing)."""
+    sql, tabs = _six_way()
+    base = {"reopt_interval": 50, "W": 2, "p": 1.0, "interval": 5, "W_d": 2, "verify": False}
+    with pytest.raises(adaptcq.errors.OptionError, match="tree algorithm .* shared caches"):
+        adaptcq.run(sql, tabs, executor="acaching", cache_options={**base, "method": "tree"})
+    with pytest.raises(adaptcq.errors.OptionError, match="exhaustive cache selection over 4"):
+        adaptcq.run(sql, tabs, executor="acaching",
+                    cache_options={**base, "caches": "global", "m": 40,
+                                   "method": "exhaustive"})
+    want = adaptcq.run(sql, tabs, executor="mjoin").table
+    got = adaptcq.run(sql, tabs, executor="acaching",
+                      cache_options={**base, "caches": "global", "m": 40})
+    assert got.stats["cache_selections"] > 0
+    assert sorted(got.table.to_pylist(), key=str) == sorted(want.to_pylist(), key=str)
+
+
+def test_the_cache_memory_peak_counts_caches_without_a_budget():
+    """Without a budget cache sizes are sampled every few ticks; the report measures the
+    caches in use too, so a short run's peak is not 0 (found by fuzzing)."""
+    wl = three_way(n_updates=8_000, r=5, window=0.5, seed=4)
+    peaks = []
+    for memory in (None, 10**9):
+        s = adaptcq.run(wl.sql, wl.tables, executor="acaching", mode="retract",
+                        nested_loop=["S.b"],
+                        cache_options={"reopt_interval": 4000, "memory": memory}).stats
+        assert s["caches_used"]
+        peaks.append(s["cache_memory_peak_bytes"])
+    assert peaks[0] > 0 and peaks[1] > 0

@@ -50,7 +50,14 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from adaptcq.adapt.base import PolicyBase
-from adaptcq.adapt.caching import METHODS, Candidate, Estimate, enumerate_candidates, select
+from adaptcq.adapt.caching import (
+    METHODS,
+    Candidate,
+    Estimate,
+    check_method,
+    enumerate_candidates,
+    select,
+)
 from adaptcq.adapt.caching.model import OpCosts, cache_estimate, operator_cost
 from adaptcq.adapt.caching.verify import (
     MIN_BEFORE,
@@ -1257,8 +1264,17 @@ class ACaching(PolicyBase):
     def _log(self, arrivals, ts, event, what) -> None:
         self.history.append({"arrival": arrivals, "ts": ts, "event": event, "what": what})
 
+    def check_executor(self, ex) -> None:
+        """At attach (``ContinuousQuery.attach``): a forced selection method that cannot take
+        the query's candidates under its current orders is refused now, not at the first
+        selection mid-run (``caching.check_method``)."""
+        check_method(self.method, enumerate_candidates(
+            ex.query, ex.orders, self.m if self.caches == "global" else None))
+
     def report(self) -> dict:
         used = [st for st in self.states.values() if st.state == "used" and st.cache]
+        # Without a budget sizes are sampled every SHARE_TICKS ticks: the peak includes now.
+        self.peak_bytes = max(self.peak_bytes, sum(st.cache.size_bytes() for st in used))
         return {
             "caches_used": [f"{st.candidate.name} hit rate {st.cache.hits / st.cache.probes:.1%}"
                             if st.cache.probes else st.candidate.name for st in used],
@@ -1332,9 +1348,9 @@ def _check_options(*, W, p, reopt_interval, change, caches, m, memory, W_d, alph
                          f"got {p!r}")
     if not (_is_number(change) and change >= 0):
         raise ValueError(f"A-Caching option change must be a number ≥ 0, got {change!r}")
-    if not (_is_number(alpha) and alpha > 0):
-        raise ValueError(f"A-Caching option alpha (Bloom-filter bits per key) must be > 0, "
-                         f"got {alpha!r}")
+    if not (_is_number(alpha) and alpha >= 1):
+        raise ValueError(f"A-Caching option alpha (Bloom-filter bits per key) must be ≥ 1 "
+                         f"(App. A: alpha·W_d bits), got {alpha!r}")
 
 
 def _net_changes(changes: list) -> list:

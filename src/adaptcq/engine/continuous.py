@@ -278,6 +278,12 @@ class ContinuousQuery:
                 f"query's profiler keeps W = {profiler.W} (set by the first policy "
                 "attached); the policies of one query share one profiler: give them the "
                 "same W")
+        check = getattr(policy, "check_executor", None)
+        if check is not None:  # options the policy cannot honour on this query: refused now
+            try:
+                check(self.executor)
+            except ValueError as e:
+                raise OptionError(str(e)) from None
         profiler.start(self.executor)
         policy.bind(profiler)
         self.profiler = profiler

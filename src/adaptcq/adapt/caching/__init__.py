@@ -41,7 +41,7 @@ from adaptcq.adapt.caching.model import (
     shared_groups,
     total_cost,
 )
-from adaptcq.adapt.caching.tree import containment_forest, select_tree
+from adaptcq.adapt.caching.tree import containment_forest, refuse_shared, select_tree
 
 METHODS = ("auto", "tree", "greedy", "lp", "exhaustive")
 
@@ -54,6 +54,7 @@ __all__ = [
     "Operator",
     "Relaxation",
     "Selection",
+    "check_method",
     "check_orders",
     "containment_forest",
     "enumerate_candidates",
@@ -77,6 +78,24 @@ __all__ = [
 ]
 
 
+def check_method(method: str, candidates: Iterable[Candidate]) -> None:
+    """Refuse a forced selection algorithm that cannot take ``candidates`` (a ValueError
+    naming why): ``tree`` with a cache shared by several pipelines or a §6 cache, or
+    ``exhaustive`` over more than MAX_CANDIDATES. ``auto`` takes any."""
+    cands = list(candidates)
+    if method == "tree":
+        glob = next((c for c in cands if c.kind == "global"), None)
+        if glob is not None:
+            raise ValueError(f"the tree algorithm (Theorem 4.1) takes no globally-consistent "
+                             f"(§6) cache such as {glob.name}; use greedy, lp, exhaustive "
+                             "or auto, or --caches prefix")
+        refuse_shared(cands)
+    if method == "exhaustive" and len(cands) > MAX_CANDIDATES:
+        raise ValueError(f"exhaustive cache selection over {len(cands)} candidates (2^"
+                         f"{len(cands)} subsets) refused; the limit is {MAX_CANDIDATES} — use "
+                         "the tree, greedy, lp or auto algorithm, or a smaller quota m (§6)")
+
+
 def select(candidates: Iterable[Candidate], estimates: Mapping[Candidate, Estimate],
            operator_costs: Mapping[Operator, float], method: str = "auto",
            rng: np.random.Generator | int | None = None) -> Selection:
@@ -89,8 +108,10 @@ def select(candidates: Iterable[Candidate], estimates: Mapping[Candidate, Estima
     rounding) and ``exhaustive`` force one algorithm."""
     cands = list(candidates)
     if method == "auto":
-        if any(c.kind == "global" for c in cands):
+        if any(c.kind == "global" for c in cands) and len(cands) <= MAX_CANDIDATES:
             method = "exhaustive"
+        elif any(c.kind == "global" for c in cands):
+            method = "greedy"  # 2^m subsets would be too many: the approximation
         elif all(len(m) == 1 for m in shared_groups(cands).values()):
             method = "tree"
         else:

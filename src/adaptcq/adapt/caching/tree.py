@@ -47,6 +47,16 @@ def containment_forest(candidates: Iterable[Candidate]) -> dict[Candidate | None
     return children
 
 
+def refuse_shared(cands: list[Candidate]) -> None:
+    """The tree algorithm's instances share no cache (Def. 4.1): a ValueError otherwise."""
+    for g, members in shared_groups(cands).items():
+        if len(members) > 1:
+            raise ValueError(
+                f"the tree algorithm (Theorem 4.1) is optimal only without shared caches, "
+                f"but {group_name(g)} is shared by "
+                f"{', '.join(c.pipeline for c in members)}; use greedy, lp or exhaustive")
+
+
 def select_tree(candidates: Iterable[Candidate], estimates: Mapping[Candidate, Estimate],
                 operator_costs: Mapping[Operator, float]) -> Selection:
     """Theorem 4.1 / Proof 4.1: bottom-up over each pipeline's containment forest,
@@ -56,12 +66,7 @@ def select_tree(candidates: Iterable[Candidate], estimates: Mapping[Candidate, E
     Raises ValueError for shared candidates (Def. 4.1): then the problem is NP-hard
     (Theorem 4.2) — use the greedy, LP or exhaustive algorithm."""
     cands = check_instance(candidates, estimates, operator_costs)
-    for g, members in shared_groups(cands).items():
-        if len(members) > 1:
-            raise ValueError(
-                f"the tree algorithm (Theorem 4.1) is optimal only without shared caches, "
-                f"but {group_name(g)} is shared by "
-                f"{', '.join(c.pipeline for c in members)}; use greedy, lp or exhaustive")
+    refuse_shared(cands)
     children = containment_forest(cands)
     best: dict[Candidate, tuple[float, list[Candidate]]] = {}
 
