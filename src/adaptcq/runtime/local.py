@@ -372,6 +372,9 @@ class LocalRun:
                 finished = True
         except _ResultBound:
             self._unprocessed(*self._at)
+        except GeneratorExit:  # the consumer closed the iterator: the summary says so
+            self._closed_early()
+            raise
         except OutputClosed:  # the reader closed stdout: say where each input stopped
             if self._at is not None:
                 self._unprocessed(*self._at)
@@ -417,6 +420,9 @@ class LocalRun:
                     break
         except _ResultBound:
             self._unprocessed(*self._at)
+        except GeneratorExit:  # the consumer closed the iterator: the summary says so
+            self._closed_early()
+            raise
         except OutputClosed:
             if self._at is not None:
                 self._unprocessed(*self._at)
@@ -496,6 +502,13 @@ class LocalRun:
                 self._ready.append(b)
         if self.stopped and not self.interrupted:  # (--max-results reached)
             raise _ResultBound
+
+    def _closed_early(self) -> None:
+        """The iterator was closed (``close()``, or dropped) before the input ended."""
+        if self.stopped is None:
+            self.stopped = "closed by its consumer"
+        if self._at is not None:
+            self._unprocessed(*self._at)
 
     def _unprocessed(self, arr: Arrivals, lo: int) -> None:
         """At a stop: per source, the rows read but not processed (buffered in the merger,
