@@ -126,3 +126,57 @@ def test_files_that_differ_are_refused_before_any_row_naming_the_file(tmp_path):
     with pytest.raises(InputError, match=r"stream R: '.*c.csv' has columns ts, a, id, but "
                        r"'.*a.csv' has ts, id, a; every file of '.*R' needs the same columns"):
         sources.open_source("R", str(tmp_path / "R"), "ts")
+
+
+# ----- CSV folders: one type per column, as if the files were one ---------------------------
+CSV_SQL = "SELECT R.ts AS t, R.c FROM R [RANGE 100], S [RANGE 100] WHERE R.k = S.k"
+CSV_S = pa.table({"ts": [0.0], "k": [1]})
+
+
+def _folder(tmp_path, files: dict[str, str]):
+    folder = tmp_path / "R"
+    folder.mkdir()
+    for n, text in files.items():
+        (folder / n).write_text(text)
+    return str(folder)
+
+
+def test_a_value_another_files_type_cannot_hold_names_the_file_and_row(tmp_path):
+    r = _folder(tmp_path, {"a.csv": "ts,k,c\n1,1,x\n2,1,y\n", "b.csv": "ts,k,c\n3.5,1,z\n"})
+    with pytest.raises(InputError) as e:
+        adaptcq.run(CSV_SQL, {"R": r, "S": CSV_S})
+    assert str(e.value).startswith(
+        f"stream R: row 2 (row 0 of '{r}/b.csv') has '3.5' in column 'ts', which is int64, "
+        f"the type of the first rows, in '{r}/a.csv'; give the column one type in all of its "
+        "rows (if it holds fractions, write its whole numbers as 1.0, not 1, in the first "
+        "rows), or use Parquet")
+    (tmp_path / "R" / "a.csv").write_text("ts,k,c\n1.0,1,x\n2,1,y\n")  # as the message says
+    got = adaptcq.run(CSV_SQL, {"R": r, "S": CSV_S}).table
+    assert got.column("t").to_pylist() == [1.0, 2.0, 3.5]
+
+
+def test_a_value_a_files_later_block_cannot_hold_names_its_row(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "CSV_BLOCK", 64, raising=False)  # first block: ints only
+    rows = [f"{k},1,x" for k in range(40)]
+    rows[33] = "33.25,1,x"
+    (tmp_path / "r.csv").write_text("ts,k,c\n" + "\n".join(rows) + "\n")
+    with pytest.raises(InputError, match=rf"stream R: row 33 of '{tmp_path}/r.csv' has "
+                       r"'33.25' in column 'ts', which is int64, the type of its first rows;"):
+        adaptcq.run(CSV_SQL, {"R": str(tmp_path / "r.csv"), "S": CSV_S})
+    r = _folder(tmp_path, {"a.csv": "ts,k,c\n0,1,x\n", "b.csv": "ts,k,c\n" + "\n".join(rows)})
+    with pytest.raises(InputError, match=rf"stream R: row 34 \(row 33 of '{r}/b.csv'\) has "
+                       rf"'33.25' in column 'ts', which is int64, the type of the first rows, "
+                       rf"in '{r}/a.csv';"):
+        adaptcq.run(CSV_SQL, {"R": r, "S": CSV_S})
+
+
+def test_later_files_are_read_with_the_first_files_types(tmp_path):
+    """b.csv alone would read c as int64 (007 as 7) and ts as int64: the folder reads them as
+    a.csv's string and double, as one file holding both would, and as Spark does."""
+    r = _folder(tmp_path, {"a.csv": "ts,k,c\n0.5,1,A1\n", "b.csv": "ts,k,c\n1,1,007\n2,1,010\n"})
+    got = adaptcq.run(CSV_SQL, {"R": r, "S": CSV_S}).table
+    assert got.column("c").to_pylist() == ["A1", "007", "010"]
+    assert got.column("t").to_pylist() == [0.5, 1.0, 2.0]
+    one = tmp_path / "one.csv"
+    one.write_text("ts,k,c\n0.5,1,A1\n1,1,007\n2,1,010\n")
+    assert got.equals(adaptcq.run(CSV_SQL, {"R": str(one), "S": CSV_S}).table)

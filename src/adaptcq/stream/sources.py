@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import glob as globlib
 import itertools
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ CHUNK_ROWS = 16_384
 READ_AHEAD_ROWS = 100_000
 """An iterable source whose first chunk has a column NULL throughout is read ahead, at the
 start, until the column has a value (its type), for at most this many rows (or one chunk)."""
+
+CSV_BLOCK = 1 << 22
+"""Bytes of a CSV file parsed at a time (the first block's rows give the column types)."""
 
 CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz", ".csv.bz2", ".gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -191,7 +195,7 @@ def _open_path(name: str, source, chunk_rows: int) -> Source:
                                  f"but {str(paths[0])!r} has {', '.join(schema.names)}; every "
                                  f"file of {what} needs the same columns")
         total = None
-        chunks = _csv_chunks(name, paths, chunk_rows, first)
+        chunks = _csv_chunks(name, paths, chunk_rows, first, schema)
     return Source(name, schema, what if len(paths) > 1 else repr(str(paths[0])), chunks,
                   total, paths)
 
@@ -249,21 +253,26 @@ def _csv(name: str, path: Path, chunk_rows: int):
     return schema, (stream, reader)
 
 
-def _csv_open(name: str, path: Path):
-    """An input stream on a CSV file (decompressed by its suffix) and a reader on it."""
+def _csv_open(name: str, path: Path, schema: pa.Schema | None = None,
+              where: tuple = (None, 0, 1)):
+    """An input stream on a CSV file (decompressed by its suffix) and a reader on it, with
+    the column types of ``schema`` (None: inferred from the file's first block); ``where``:
+    the source's first file, rows before this file, files (for ``_csv_error``)."""
     import pyarrow.csv as pacsv
+    convert = pacsv.ConvertOptions(column_types=None if schema is None else {
+        f.name: f.type for f in schema})
     stream = None
     try:
         stream = pa.input_stream(str(path), compression="detect")
-        return stream, pacsv.open_csv(stream,
-                                      read_options=pacsv.ReadOptions(block_size=1 << 22))
+        return stream, pacsv.open_csv(stream, convert_options=convert,
+                                      read_options=pacsv.ReadOptions(block_size=CSV_BLOCK))
     except (pa.ArrowInvalid, OSError) as e:
         if stream is not None:
             stream.close()
         if "Empty CSV file" in str(e):
             raise InputError(f"stream {name}: {str(path)!r} is empty (no header, no rows)") \
                 from None
-        raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
+        raise _csv_error(name, path, e, schema, *where) from None
 
 
 def _csv_header(name: str, path: Path) -> list[str]:
@@ -290,13 +299,90 @@ def _csv_header(name: str, path: Path) -> list[str]:
         return reader.schema.names
 
 
-def _csv_chunks(name: str, paths: list[Path], chunk_rows: int, first):
+def _csv_chunks(name: str, paths: list[Path], chunk_rows: int, first, schema: pa.Schema):
     """The rows of ``paths``, a file at a time (each closed when read); ``first``: the
-    first file's open stream and reader."""
+    first file's open stream and reader, whose types (``schema``) every later file is read
+    with, as if the files were one: a value that does not fit is an error naming its file,
+    row and column."""
+    start = 0  # rows of the stream before this file
     for k, path in enumerate(paths):
-        stream, reader = first if k == 0 else _csv_open(name, path)
+        stream, reader = first if k == 0 else _csv_open(name, path, schema,
+                                                        (paths[0], start, len(paths)))
         with stream:
-            yield from _rechunk(_guard(name, path, reader), chunk_rows)
+            in_file = 0
+            it = iter(reader)
+            while True:
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    break
+                except (pa.ArrowInvalid, OSError) as e:
+                    raise _csv_error(name, path, e, schema, paths[0], start,
+                                     len(paths)) from None
+                in_file += batch.num_rows
+                yield from _rechunk([batch], chunk_rows)
+        start += in_file
+
+
+_CONVERSION = re.compile(r"In CSV column #(\d+): CSV conversion error to [^:]+: invalid value "
+                         r"'(.*)'", re.DOTALL)
+
+
+def _csv_error(name: str, path: Path, e: Exception, schema: pa.Schema | None,
+               first: Path | None, start: int, files: int) -> InputError:
+    """The error of a CSV reader. A value that does not fit its column's type (inferred
+    from the first rows of the source's first file) names the file, the row and the
+    column; ``start``: rows of the stream before this file."""
+    m = _CONVERSION.search(str(e))
+    if m is None or schema is None or int(m[1]) >= len(schema):
+        return InputError(f"stream {name}: cannot read {str(path)!r}: {e}")
+    col, value = schema.field(int(m[1])), m[2]
+    row = _find_text(path, col.name, value)
+    if row is None:
+        where = f"a row of {str(path)!r}"
+    elif files > 1:
+        where = f"row {start + row} (row {row} of {str(path)!r})"
+    else:
+        where = f"row {row} of {str(path)!r}"
+    origin = ("its first rows" if first is None or first == path
+              else f"the first rows, in {str(first)!r}")
+    hint = "give the column one type in all of its rows"
+    if pa.types.is_integer(col.type) and _is_float(value):
+        hint += (" (if it holds fractions, write its whole numbers as 1.0, not 1, in the "
+                 "first rows)")
+    return InputError(f"stream {name}: {where} has {value!r} in column {col.name!r}, which is "
+                      f"{col.type}, the type of {origin}; {hint}, or use Parquet (CSV types "
+                      "are inferred from the first rows of the first file)")
+
+
+def _find_text(path: Path, column: str, value: str) -> int | None:
+    """The first row of a CSV file whose ``column`` holds the text ``value`` (None: not
+    found, or the file cannot be read again)."""
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+    try:
+        with pa.input_stream(str(path), compression="detect") as stream:
+            reader = pacsv.open_csv(stream, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK),
+                                    convert_options=pacsv.ConvertOptions(
+                                        include_columns=[column],
+                                        column_types={column: pa.string()}))
+            seen = 0
+            for batch in reader:
+                k = pc.index(batch.column(0), value).as_py()
+                if k >= 0:
+                    return seen + k
+                seen += batch.num_rows
+    except (pa.ArrowInvalid, OSError):
+        return None
+    return None
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _guard(name: str, path: Path, batches: Iterable[pa.RecordBatch]):
