@@ -119,14 +119,13 @@ def literal_context(kind: str | None, constant: exp.Expression | None = None) ->
     return None
 
 
-def constant_value(node: exp.Expression, against: str | bool | None = None) -> object:
+def constant_value(node: exp.Expression, against: str | None = None) -> object:
     """The Python value compiled code compares with for the constant ``node``: a number or
     string literal, a signed number, ``TIMESTAMP '...'`` / ``DATE '...'``, TRUE/FALSE.
 
     ``against``: what the other side of the comparison is (``literal_context``):
-    "timestamp" (True means the same: a string literal then means a timestamp, as in
-    compiled code), "date" (a ``datetime.date``), "decimal" (a number is an exact
-    ``Decimal``). Raises :class:`ExprError` for anything else,
+    "timestamp" (a string literal then means a timestamp, as in compiled code), "date"
+    (a ``datetime.date``), "decimal" (a number is an exact ``Decimal``). Raises :class:`ExprError` for anything else,
     NULL included, and for a literal the compiler refuses. Computed by the compiler itself,
     so a grouped filter's constants (``query.cnf``) equal those of :func:`compile_predicate`.
     """
@@ -143,8 +142,7 @@ def constant_value(node: exp.Expression, against: str | bool | None = None) -> o
         raise ExprError(f"{ref} is not a constant", node)
 
     consts: dict[str, object] = {}
-    val = _Compiler(no_columns, None, consts, udfs={}).value(
-        node, "timestamp" if against is True else against or None)
+    val = _Compiler(no_columns, None, consts, udfs={}).value(node, against)
     return eval(val.src, {**eval_namespace({}), **consts})
 
 
