@@ -593,6 +593,13 @@ class _Parser:
                     predicates.append(JoinPredicate(*join, position=self.start(conjunct) or 0))
                 elif len(streams) > 1:
                     self.check_set_functions(conjunct, set())
+                    what = ("an OR" if isinstance(_strip(conjunct), exp.Or) else
+                            "a NOT" if isinstance(_strip(conjunct), exp.Not) else None)
+                    if what is not None:  # (not a comparison at all: say what it is)
+                        raise self.error(f"{what} of conditions on streams {streams[0]} and "
+                                         f"{streams[1]} is not supported: a predicate "
+                                         "between streams must be an equality of a column "
+                                         "of each, ANDed with the rest", conjunct)
                     raise self.error(f"non-equi predicate between streams {streams[0]} and "
                                      f"{streams[1]} is not supported", conjunct)
                 else:
