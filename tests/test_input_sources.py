@@ -180,3 +180,31 @@ def test_later_files_are_read_with_the_first_files_types(tmp_path):
     one = tmp_path / "one.csv"
     one.write_text("ts,k,c\n0.5,1,A1\n1,1,007\n2,1,010\n")
     assert got.equals(adaptcq.run(CSV_SQL, {"R": str(one), "S": CSV_S}).table)
+
+
+# ----- CSV folders: empty part files ---------------------------------------------------------
+def test_empty_part_files_in_a_folder_are_skipped(tmp_path):
+    """Spark writes a part file with a header and no rows (or nothing) for an empty partition:
+    in a folder or glob such files are skipped, the first one included; one empty file alone,
+    or a folder of empty files only, is still an error."""
+    head = "ts,k,c\n"
+    r = _folder(tmp_path, {"part-0.csv": head, "part-1.csv": "", "part-2.csv": head + "1.5,1,x\n",
+                           "part-3.csv": head, "part-4.csv": head + "2.5,1,y\n", "part-5.csv": ""})
+    one = tmp_path / "one.csv"
+    one.write_text(head + "1.5,1,x\n2.5,1,y\n")
+    want = adaptcq.run(CSV_SQL, {"R": str(one), "S": CSV_S}).table
+    assert want.num_rows == 2
+    for source in (r, f"{r}/part-*.csv"):
+        assert adaptcq.run(CSV_SQL, {"R": source, "S": CSV_S}).table.equals(want)
+    (tmp_path / "R" / "part-3.csv").write_text("ts,c,k\n")  # an empty file's header counts
+    with pytest.raises(InputError, match=r"part-3.csv' has columns ts, c, k, but .*part-2.csv'"):
+        adaptcq.run(CSV_SQL, {"R": r, "S": CSV_S})
+    for text, message in ((head, "has a header but no rows"), ("", r"is empty \(no header")):
+        one.write_text(text)
+        with pytest.raises(InputError, match=message):
+            adaptcq.run(CSV_SQL, {"R": str(one), "S": CSV_S})
+    (tmp_path / "x").mkdir()
+    empty = _folder(tmp_path / "x", {"a.csv": head, "b.csv": ""})
+    with pytest.raises(InputError, match=r"stream R: every file of '.*x/R' is empty \(a header "
+                       r"and no rows, or nothing\)"):
+        adaptcq.run(CSV_SQL, {"R": empty, "S": CSV_S})

@@ -187,15 +187,31 @@ def _open_path(name: str, source, chunk_rows: int) -> Source:
         total = sum(n for _, n in metas)
         chunks = _parquet_chunks(name, paths, chunk_rows)
     else:
-        schema, first = _csv(name, paths[0], chunk_rows)
-        for p in paths[1:]:
-            names = _csv_header(name, p)
+        # Empty files among several (a header and no rows, or nothing: Spark writes them for
+        # empty partitions) are skipped; the first file with rows gives the types.
+        many = len(paths) > 1
+        for k, p in enumerate(paths):
+            got = _csv(name, p, skip_empty=many)
+            if got is not None:
+                break
+        else:
+            raise InputError(f"stream {name}: every file of {what} is empty (a header and no "
+                             "rows, or nothing); the types of a CSV file's columns are read "
+                             "from its rows")
+        schema, first = got
+        read = [p]  # the files to read: this one, then the later ones with a header
+        for j, q in enumerate(paths):
+            names = None if j == k else _csv_header(name, q, skip_empty=True)
+            if names is None:
+                continue
             if names != schema.names:
-                raise InputError(f"stream {name}: {str(p)!r} has columns {', '.join(names)}, "
-                                 f"but {str(paths[0])!r} has {', '.join(schema.names)}; every "
+                raise InputError(f"stream {name}: {str(q)!r} has columns {', '.join(names)}, "
+                                 f"but {str(p)!r} has {', '.join(schema.names)}; every "
                                  f"file of {what} needs the same columns")
+            if j > k:
+                read.append(q)
         total = None
-        chunks = _csv_chunks(name, paths, chunk_rows, first, schema)
+        chunks = _csv_chunks(name, read, chunk_rows, first, schema)
     return Source(name, schema, what if len(paths) > 1 else repr(str(paths[0])), chunks,
                   total, paths)
 
@@ -235,15 +251,26 @@ def _parquet_chunks(name: str, paths: list[Path], chunk_rows: int):
             yield from _guard(name, path, f.iter_batches(batch_size=chunk_rows))
 
 
-def _csv(name: str, path: Path, chunk_rows: int):
+class _EmptyFile(InputError):
+    """A CSV file with no header (nothing at all)."""
+
+
+def _csv(name: str, path: Path, skip_empty: bool = False):
     """The first CSV file of a source: its schema (types inferred from its first block)
-    and its open reader."""
-    stream, reader = _csv_open(name, path)
+    and its open stream and reader; None for an empty file (no rows) if ``skip_empty``."""
+    try:
+        stream, reader = _csv_open(name, path)
+    except _EmptyFile:
+        if skip_empty:
+            return None
+        raise
     schema = reader.schema
     if any(pa.types.is_null(f.type) for f in schema):
         first = next(iter(_guard(name, path, reader)), None)
         stream.close()
         if first is None:
+            if skip_empty:
+                return None
             raise InputError(f"stream {name}: {str(path)!r} has a header but no rows; the "
                              "types of a CSV file's columns are read from its rows")
         nulls = [f.name for f in schema if pa.types.is_null(f.type)]
@@ -270,13 +297,14 @@ def _csv_open(name: str, path: Path, schema: pa.Schema | None = None,
         if stream is not None:
             stream.close()
         if "Empty CSV file" in str(e):
-            raise InputError(f"stream {name}: {str(path)!r} is empty (no header, no rows)") \
+            raise _EmptyFile(f"stream {name}: {str(path)!r} is empty (no header, no rows)") \
                 from None
         raise _csv_error(name, path, e, schema, *where) from None
 
 
-def _csv_header(name: str, path: Path) -> list[str]:
-    """A CSV file's column names, from its header line alone (the file is closed again)."""
+def _csv_header(name: str, path: Path, skip_empty: bool = False) -> list[str] | None:
+    """A CSV file's column names, from its header line alone (the file is closed again);
+    None for an empty file (no header) if ``skip_empty``."""
     import pyarrow.csv as pacsv
     try:
         with pa.input_stream(str(path), compression="detect") as f:
@@ -291,7 +319,9 @@ def _csv_header(name: str, path: Path) -> list[str]:
             return pacsv.read_csv(pa.py_buffer(line)).column_names
     except (pa.ArrowInvalid, OSError) as e:
         if "Empty CSV file" in str(e):
-            raise InputError(f"stream {name}: {str(path)!r} is empty (no header, no rows)") \
+            if skip_empty:
+                return None
+            raise _EmptyFile(f"stream {name}: {str(path)!r} is empty (no header, no rows)") \
                 from None
         raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
     stream, reader = _csv_open(name, path)
