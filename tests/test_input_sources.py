@@ -208,3 +208,19 @@ def test_empty_part_files_in_a_folder_are_skipped(tmp_path):
     with pytest.raises(InputError, match=r"stream R: every file of '.*x/R' is empty \(a header "
                        r"and no rows, or nothing\)"):
         adaptcq.run(CSV_SQL, {"R": empty, "S": CSV_S})
+
+
+# ----- folder order -----------------------------------------------------------------------
+def test_a_folders_files_are_read_in_the_lexicographic_order_of_their_paths(tmp_path):
+    """README, Input files: r-10.csv before r-2.csv, so r-2's and r-3's rows, earlier than
+    r-11's, are late; named r-02 ... they are in time order."""
+    n = (1, 10, 11, 2, 3)
+    r = _folder(tmp_path, {f"r-{k}.csv": f"ts,k,c\n{k}.5,1,r{k}\n" for k in n})
+    got = adaptcq.run(CSV_SQL, {"R": r, "S": CSV_S})
+    assert got.table.column("c").to_pylist() == ["r1", "r10", "r11"]
+    assert [(x["row"], x["ts"]) for x in got.rejected.to_pylist()] == [(3, 2.5), (4, 3.5)]
+    (tmp_path / "p").mkdir()
+    padded = _folder(tmp_path / "p", {f"r-{k:02d}.csv": f"ts,k,c\n{k}.5,1,r{k}\n" for k in n})
+    got = adaptcq.run(CSV_SQL, {"R": padded, "S": CSV_S})
+    assert got.table.column("c").to_pylist() == ["r1", "r2", "r3", "r10", "r11"]
+    assert got.rejected.num_rows == 0
