@@ -6,11 +6,15 @@ RecordBatchReader, or a Python iterable (a generator that may never end) of dict
 pyarrow RecordBatches. ``open_source`` checks what can be checked before any row is read
 (that the file exists, its schema, the timestamp column) and returns a ``Source`` whose
 ``chunks()`` yields record batches of at most ``chunk_rows`` rows: memory holds one chunk
-of a source at a time, never the whole input.
+of a source at a time, never the whole input, and the files of a folder or glob are opened
+one at a time, in the order of their paths.
 
 Every chunk is normalized as the engine compares values: timezone-aware timestamps become
-naive UTC, dictionary columns are decoded. A source's schema is fixed by its first chunk
-(files: by their metadata); a later chunk that does not fit it is an error naming the row.
+naive UTC, dictionary columns are decoded. A source's schema is fixed when it is opened,
+before any result: by the files' metadata (Parquet footers; CSV: the first rows of the
+first file with rows, whose types every file is read with), or by the first chunk (an
+iterable's columns NULL throughout it: by the chunks read ahead to find their types); a
+later chunk that does not fit it is an error naming the row (and the file).
 """
 
 from __future__ import annotations
