@@ -165,7 +165,7 @@ def test_bad_input_names_the_stream(sources, kwargs, message):
 def test_join_columns_of_different_types_are_an_error():
     r = pd.DataFrame({"ts": [1.0], "a": ["1"]})
     s = pd.DataFrame({"ts": [1.0], "a": [1]})
-    with pytest.raises(QueryError, match="R.a is string, S.a is number"):
+    with pytest.raises(QueryError, match="R.a is a string, S.a is a number"):
         adaptcq.run("SELECT R.a FROM R, S WHERE R.a = S.a", {"R": r, "S": s})
 
 

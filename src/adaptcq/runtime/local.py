@@ -33,7 +33,7 @@ import pyarrow as pa
 from adaptcq import collector
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
-from adaptcq.query.expr import kind_family
+from adaptcq.query.expr import describe_kind, kind_family
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.output import OutputClosed
 from adaptcq.stream.arrays import to_numpy
@@ -965,7 +965,8 @@ def _check_join_types(query: LogicalQuery) -> None:
         kinds = {c: query.types.get(c.stream, {}).get(c.column) for c in cls}
         known = {kind_family(k) for k in kinds.values() if k is not None}
         if len(known) > 1:
-            desc = ", ".join(f"{c} is {k}" for c, k in sorted(kinds.items(), key=str) if k)
+            desc = ", ".join(f"{c} is {describe_kind(k)}"
+                             for c, k in sorted(kinds.items(), key=str) if k)
             raise QueryError(f"join columns of different types can never be equal: {desc}",
                              query.sql, None)
 
