@@ -290,8 +290,13 @@ def _csv_open(name: str, path: Path, schema: pa.Schema | None = None,
     the column types of ``schema`` (None: inferred from the file's first block); ``where``:
     the source's first file, rows before this file, files (for ``_csv_error``)."""
     import pyarrow.csv as pacsv
-    convert = pacsv.ConvertOptions(column_types=None if schema is None else {
-        f.name: f.type for f in schema})
+    # Only an empty field is NULL (Spark's and DuckDB's reading): pyarrow's default list
+    # also takes "NaN", "nan", "NA", "NULL", ... as NULL, so a NaN written to CSV came back
+    # NULL. A quoted empty string ("") stays an empty string, as adaptcq's CSV output
+    # writes one (a NULL is written as an empty field).
+    convert = pacsv.ConvertOptions(
+        column_types=None if schema is None else {f.name: f.type for f in schema},
+        null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False)
     stream = None
     try:
         stream = pa.input_stream(str(path), compression="detect")
