@@ -34,6 +34,7 @@ from adaptcq.engine.plan import (
     PipelinePlan,
     Probe,
 )
+from adaptcq.query.expr import LITERAL_NAMESPACE
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 
 
@@ -297,7 +298,7 @@ def exec_source(label: str, source: str, namespace: dict) -> tuple[dict, str]:
     # mtime None: linecache.checkcache leaves the entry alone (there is no file).
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     code = _code(source, filename)
-    ns = dict(namespace)
+    ns = {**LITERAL_NAMESPACE, **namespace}  # inline constants: datetime, Decimal
     exec(code, ns)  # noqa: S102 - generated from the parsed query, not from user text
     # A query runs for days and re-plans often: the entry lives as long as a function
     # compiled from it does, so linecache holds the sources in use, not every one ever.

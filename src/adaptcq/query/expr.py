@@ -100,11 +100,15 @@ class ExprError(ValueError):
         self.node = node
 
 
+LITERAL_NAMESPACE = {"datetime": datetime, "Decimal": decimal.Decimal}
+"""The names constants written inline use (``datetime.datetime(...)``, ``Decimal('1.1')``):
+every namespace generated code runs in holds them (``engine.codegen.exec_source``)."""
+
+
 def eval_namespace(udfs: udfmod.UDFs | None = None) -> dict[str, object]:
     """The globals that code from :func:`to_python` / :func:`compile_projection` needs: pass
     the ``udfs`` the code was compiled with (None: the default registry's)."""
-    return {"datetime": datetime, "Decimal": decimal.Decimal,
-            **udfmod.udf_namespace(udfmod.resolve_udfs(udfs))}
+    return {**LITERAL_NAMESPACE, **udfmod.udf_namespace(udfmod.resolve_udfs(udfs))}
 
 
 def literal_context(kind: str | None, constant: exp.Expression | None = None) -> str | None:
@@ -532,7 +536,9 @@ class _Compiler:
             return "string" if node.is_string else "number"
         if is_temporal_cast(node):
             return "timestamp"
-        if isinstance(node, exp.Neg) or type(node) in _ARITHMETIC:
+        if isinstance(node, exp.Neg):  # -R.d is a decimal still: its literals are exact
+            return "decimal" if self._kind(node.this) == "decimal" else "number"
+        if type(node) in _ARITHMETIC:
             return "number"
         if _is_boolean(node):
             return "bool"
@@ -652,7 +658,8 @@ class _Compiler:
             raise ExprError(f"{inner.this} is not a number", inner) from None
         if not value.is_finite():
             raise ExprError(f"{inner.this} is out of range for a number", inner)
-        value = sign * value
+        if sign < 0:  # (not sign * value: arithmetic rounds to the context's 28 digits)
+            value = value.copy_negate()
         return int(value) if value == value.to_integral_value() else value
 
     def _constant(self, value: object) -> str:
