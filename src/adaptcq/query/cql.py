@@ -679,8 +679,8 @@ class _Parser:
     def check_joinable(self, join: tuple[ColumnRef, ColumnRef], conjunct: exp.Expression
                        ) -> None:
         """Join columns are hashed: a list, struct or map column cannot be one; and the two
-        columns must be of one kind (a number, decimal included; a string; a time, a date
-        with a timestamp included, which never match; a boolean)."""
+        columns must be of one kind (a number, decimal included; a string; a timestamp; a
+        date; a boolean)."""
         kinds = []
         for ref in join:
             kind = (self.stream_schemas.get(ref.stream) or {}).get(ref.column)
@@ -688,6 +688,11 @@ class _Parser:
                 raise self.error(f"{ref} is {sqlexpr.describe_kind(kind)}; join columns must "
                                  "be scalar (numbers, strings, timestamps, booleans)", conjunct)
             kinds.append(kind)
+        if set(kinds) == {"date", "timestamp"}:  # one family, but never equal in Python
+            raise self.error(f"{join[0]} is {sqlexpr.describe_kind(kinds[0])} and {join[1]} "
+                             f"{sqlexpr.describe_kind(kinds[1])}: a date never equals a "
+                             "timestamp, so this join would never match; join dates with "
+                             "dates, timestamps with timestamps", conjunct)
         families = [sqlexpr.kind_family(k) for k in kinds]
         if None not in families and families[0] != families[1]:
             raise self.error("join columns of different types can never be equal: "

@@ -33,7 +33,6 @@ import pyarrow as pa
 from adaptcq import collector
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
-from adaptcq.query.expr import describe_kind, kind_family
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.output import OutputClosed
 from adaptcq.stream.arrays import to_numpy
@@ -127,7 +126,6 @@ class LocalRun:
                 raise
         self.query = query
         require_inputs(query, self.sources)
-        _check_join_types(query)
         self._check_columns()
         self.sign = self._check_sign(sign)
         self.executor_name, self.executor_reason = choose_executor(
@@ -957,18 +955,6 @@ def require_inputs(query: LogicalQuery, names) -> None:
     if unused:
         raise InputError(f"input {unused[0]} is not a stream of the query (its streams: "
                          f"{', '.join(sorted(need))}); remove it or check its name")
-
-
-def _check_join_types(query: LogicalQuery) -> None:
-    """Columns equated across streams must be comparable: a string never equals a number."""
-    for cls in query.classes:
-        kinds = {c: query.types.get(c.stream, {}).get(c.column) for c in cls}
-        known = {kind_family(k) for k in kinds.values() if k is not None}
-        if len(known) > 1:
-            desc = ", ".join(f"{c} is {describe_kind(k)}"
-                             for c, k in sorted(kinds.items(), key=str) if k)
-            raise QueryError(f"join columns of different types can never be equal: {desc}",
-                             query.sql, None)
 
 
 # ----- the API ----------------------------------------------------------------------------

@@ -328,7 +328,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     from pyspark.sql import types as T
 
     from adaptcq.query.cql import parse_query
-    from adaptcq.runtime.local import _check_join_types, require_inputs
+    from adaptcq.runtime.local import require_inputs
 
     if not isinstance(sql, str):
         raise QueryError("the Spark runtime takes the query as CQL text")
@@ -354,7 +354,6 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
                for name, df in streams.items()}
     query = parse_query(sql, schemas)
     require_inputs(query, streams)
-    _check_join_types(query)
     late_ns = lateness_ns(allowed_lateness)
     signed = _signed_streams(query, streams, sign)
     executor, spec = _adaptivity(executor, adaptivity)
