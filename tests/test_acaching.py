@@ -888,3 +888,39 @@ def test_the_cache_memory_peak_counts_caches_without_a_budget():
         assert s["caches_used"]
         peaks.append(s["cache_memory_peak_bytes"])
     assert peaks[0] > 0 and peaks[1] > 0
+
+
+def test_a_forced_method_a_reordered_plan_no_longer_fits_falls_back_to_greedy():
+    """A forced tree method passes the first plan's check, but A-Greedy's re-orderings of a
+    4-cycle make shared candidates: that selection runs greedy, counted and logged (it raised
+    a ValueError mid-run, losing the run; found by review), and results stay MJoin's."""
+    from adaptcq.adapt import make_policies
+    from adaptcq.query.cql import parse_query
+    q = parse_query("SELECT R.a AS r, S.a AS s, T.b AS t, U.c AS u FROM R [RANGE 20], "
+                    "S [RANGE 20], T [RANGE 20], U [RANGE 20] WHERE R.a = S.a AND S.b = T.b "
+                    "AND T.c = U.c AND U.d = R.d")
+    cols = {a: q.columns[a] for a in q.aliases}
+    rnd = random.Random(19)
+    dom = {a: {c: rnd.choice([1, 2, 5, 50]) for c in cols[a]} for a in q.aliases}
+    streams, ts, rows = [], [], []
+    for k in range(3000):
+        a = rnd.choice(q.aliases)
+        if k % 500 == 0:
+            dom = {a: {c: rnd.choice([1, 2, 5, 50]) for c in cols[a]} for a in q.aliases}
+        streams.append(q.aliases.index(a))
+        ts.append(k // 10)
+        rows.append(tuple(rnd.randrange(dom[a][c]) for c in cols[a]))
+    cq = ContinuousQuery(q, "mjoin", "append")
+    ag, pol = make_policies(reorder="agreedy", W=2, interval=2, seed=19, p=1.0, alpha=2.0,
+                            caching={"method": "tree", "p": 1.0, "reopt_interval": 16,
+                                     "W_d": 2, "alpha": 2})
+    cq.attach(ag)
+    cq.attach(pol)
+    plain = ContinuousQuery(q, "mjoin", "append")
+    got, want = [], []
+    for k in range(0, len(rows), 4):
+        got += cq.process(streams[k:k + 4], None, ts[k:k + 4], rows[k:k + 4])
+        want += plain.process(streams[k:k + 4], None, ts[k:k + 4], rows[k:k + 4])
+    assert pol.report()["cache_method_fallbacks"] > 0
+    assert any(h["event"] == "method" for h in pol.history)
+    assert sorted(map(repr, got)) == sorted(map(repr, want))

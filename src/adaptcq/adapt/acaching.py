@@ -118,6 +118,7 @@ class ACaching(PolicyBase):
     alone or after A-Greedy and the initial plan: ``adapt.make_policies``)."""
 
     needs_fanouts = False  # d_ij and c_ij only
+    method_fallbacks = 0  # selections a forced method could not make (greedy ran instead)
 
     def __init__(self, W: int = W_DEFAULT, p: float = P_DEFAULT,
                  reopt_interval: int = REOPT_INTERVAL, change: float = CHANGE,
@@ -1070,8 +1071,17 @@ class ACaching(PolicyBase):
                 elif st.state == "profiled":
                     st.state = "unused"
             return
-        sel = select(list(estimates), estimates, self.operator_costs(), self.method,
-                     rng=self.seed + self.selections)
+        try:
+            sel = select(list(estimates), estimates, self.operator_costs(), self.method,
+                         rng=self.seed + self.selections)
+        except ValueError as e:
+            # A forced method the candidates of a re-ordered plan no longer fit (checked
+            # at attach for the first plan: check_executor): greedy takes any, and the
+            # report and history say so.
+            self.method_fallbacks += 1
+            self._log(arrivals, ts, "method", f"greedy instead of {self.method}: {e}")
+            sel = select(list(estimates), estimates, self.operator_costs(), "greedy",
+                         rng=self.seed + self.selections)
         self.selections += 1
         self.chosen = set(sel.chosen)
         ex.clear_observers()
@@ -1283,6 +1293,7 @@ class ACaching(PolicyBase):
             "cache_changes": sum(h["event"] in ("use", "drop", "shrink", "grow")
                                  for h in self.history),
             "cache_memory_peak_bytes": self.peak_bytes,
+            "cache_method_fallbacks": self.method_fallbacks,
             "cache_trials": self.trials,
             "cache_changes_undone": self.undone,
             "cache_measured": [dict(m) for m in self.measured[-5:]],
