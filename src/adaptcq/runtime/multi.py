@@ -37,7 +37,7 @@ from adaptcq.query.logical import LogicalQuery, StreamRef
 from adaptcq.runtime.local import TIME_UNIT, output_schema, rows_to_batch
 from adaptcq.stream.eventtime import NS_MAX, NS_MIN, SPAN, check_unit, lateness_ns
 from adaptcq.stream.merge import ArrivalMerger
-from adaptcq.stream.sources import CHUNK_ROWS, open_source, schema_kinds
+from adaptcq.stream.sources import CHUNK_ROWS, CSV_NULLS, open_source, schema_kinds
 
 OUT_CHUNK = 65_536          # result rows per output batch, per query
 ROUTING_EPOCH = 1000        # arrivals per routing table (compiled routes); None: per step
@@ -507,7 +507,7 @@ def _read_table(source) -> pa.Table:
     try:
         if path.suffix == ".csv":
             import pyarrow.csv as pacsv
-            return pacsv.read_csv(path)
+            return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(**CSV_NULLS))
         import pyarrow.parquet as pq
         return pq.read_table(path)
     except (pa.ArrowException, OSError) as e:

@@ -44,6 +44,13 @@ start, until the column has a value (its type), for at most this many rows (or o
 CSV_BLOCK = 1 << 22
 """Bytes of a CSV file parsed at a time (the first block's rows give the column types)."""
 
+CSV_NULLS = {"null_values": [""], "strings_can_be_null": True,
+             "quoted_strings_can_be_null": False}
+"""How a CSV field is NULL (pyarrow ``ConvertOptions``): only when empty, as Spark and DuckDB
+read CSV. pyarrow's default list also takes "NaN", "nan", "NA", "NULL", ... as NULL, so a
+NaN written to CSV came back NULL. A quoted empty string ("") stays an empty string, as
+adaptcq's CSV output writes one (a NULL is written as an empty field)."""
+
 CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz", ".csv.bz2", ".gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -290,13 +297,9 @@ def _csv_open(name: str, path: Path, schema: pa.Schema | None = None,
     the column types of ``schema`` (None: inferred from the file's first block); ``where``:
     the source's first file, rows before this file, files (for ``_csv_error``)."""
     import pyarrow.csv as pacsv
-    # Only an empty field is NULL (Spark's and DuckDB's reading): pyarrow's default list
-    # also takes "NaN", "nan", "NA", "NULL", ... as NULL, so a NaN written to CSV came back
-    # NULL. A quoted empty string ("") stays an empty string, as adaptcq's CSV output
-    # writes one (a NULL is written as an empty field).
     convert = pacsv.ConvertOptions(
         column_types=None if schema is None else {f.name: f.type for f in schema},
-        null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False)
+        **CSV_NULLS)
     stream = None
     try:
         stream = pa.input_stream(str(path), compression="detect")
