@@ -376,3 +376,16 @@ def test_a_control_csv_reads_only_an_empty_field_as_null(tmp_path):
     engine.run()
     assert {h: engine.handles[h].table().num_rows for h in ("NA", "NULL")} == \
         {"NA": 1, "NULL": 1}
+
+
+@pytest.mark.parametrize("qid", ["../../x", "a/b", "a\\b", ".hidden", "_x"])
+def test_a_query_id_that_would_leave_or_hide_in_the_output_folder_is_refused(qid, tmp_path):
+    """A query id names its folder under --output (query_id=<id>): '../../x' in a control
+    stream wrote outside it (found by fuzzing). Refused, as on Spark, before any row."""
+    engine = adaptcq.Engine({"R": pa.table({"ts": [1.0], "k": [1]})})
+    with pytest.raises(OptionError, match="an id names its output folder"):
+        engine.register("SELECT R.k FROM R", query_id=qid)
+    control = tmp_path / "c.csv"
+    control.write_text(f'ts,action,query_id,sql\n0.5,register,"{qid}",SELECT R.k FROM R\n')
+    with pytest.raises(OptionError, match="an id names its output folder"):
+        adaptcq.Engine({"R": pa.table({"ts": [1.0], "k": [1]})}).load_control(str(control))

@@ -150,6 +150,7 @@ class Engine:
         timestamp unit, seconds by default, or a datetime). The query is parsed now, so a
         bad query fails here, naming the position."""
         qid = query_id or f"q{len(self.handles) + 1}"
+        check_query_id(qid)
         if qid in self.handles:
             raise OptionError(f"query id {qid!r} is already used")
         query = self.parse(sql)
@@ -403,6 +404,17 @@ class Engine:
         """The shared operators, virtual sources, tickets per operator and each query's
         mask (``Eddy.describe``)."""
         return self.ex.describe()
+
+
+def check_query_id(qid: str) -> None:
+    """A query id names its output folder (``query_id=<id>``, locally and on Spark): one
+    that could leave the folder or hide in it (a '/' or '\\', a leading '.' or '_') is
+    refused. ``../x`` wrote outside ``--output``."""
+    if not isinstance(qid, str) or any(c in qid for c in "/\\\0") \
+            or qid.startswith((".", "_")):
+        raise OptionError(f"query id {qid!r}: an id names its output folder "
+                          "(query_id=<id>); it cannot hold '/' or '\\', or start with '.' "
+                          "or '_'")
 
 
 def tie_watch(queries, order) -> dict[str, dict[str, list[str]]]:

@@ -1092,11 +1092,7 @@ def _reference(schemas: Mapping, queries, control, timestamp: str, unit: str | N
         for sql in queries or ():
             ref.register(sql)
     if control is not None:
-        ref.load_control(control)
-    for qid in ref.handles:
-        if "/" in qid or qid.startswith((".", "_")):
-            raise OptionError(f"query id {qid!r}: an id names its output folder "
-                              "(query_id=<id>); it cannot hold '/' or start with '.' or '_'")
+        ref.load_control(control)  # (ids checked by register: runtime.multi.check_query_id)
     return ref
 
 
