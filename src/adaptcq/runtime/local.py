@@ -645,6 +645,10 @@ class LocalRun:
                                for n, k in self.merger.positions().items()},
             "stopped": self.stopped,
         }
+        if self.max_results is not None and st.results != self._results:
+            # --max-results cut the output: "results" is what the output holds, and the
+            # engine's count (the rest of the update it stopped in) is shown beside it.
+            stats["results"], stats["results_computed"] = self._results, st.results
         if self.last_ts is not None:
             stats["last_event_time"] = self.last_ts / 1e9
         if self.spill is not None:
