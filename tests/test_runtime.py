@@ -314,3 +314,17 @@ def test_max_results_summary_counts_the_results_written(executor):
     assert res.table.num_rows == res.stats["results"] == 10
     assert res.stats["results_computed"] >= 10
     assert res.stats["stopped"] == "--max-results 10 reached"
+
+
+def test_fixed_orders_with_an_ordering_policy_are_refused_per_tuple():
+    """--order with --optimizer or --reorder on MJoin: the policies replaced the fixed
+    orders silently (found by fuzzing); refused. The vectorized executor takes both."""
+    from adaptcq.adapt import make_policies
+    from adaptcq.errors import OptionError
+    src = frames(3, 5)
+    sql = "SELECT R.a FROM R, S, T WHERE R.a = S.a AND S.b = T.b"
+    for policies in (make_policies(optimizer="qaware"), make_policies(reorder="agreedy")):
+        with pytest.raises(OptionError, match="--order fixes pipelines' orders"):
+            adaptcq.run(sql, src, executor="mjoin", orders={"T": ["R", "S"]},
+                        policies=policies)
+    adaptcq.run(sql, src, executor="vector", orders={"T": ["R", "S"]}, ordering="qaware")

@@ -176,6 +176,7 @@ class LocalRun:
             elif options.pop("spill", None) is not None:
                 raise OptionError("spill options (--spill, --memory) need the operator "
                                   f"tree (--executor tree); this run uses {self.executor_name}")
+            _check_fixed_orders(options)
             self.cq = self._engine(self.executor_name, mode, options)
             if self.executor_name == "tree":  # a batch clean-up's late results as Arrow
                 self.cq.executor.emit_table = self._emit_late_table
@@ -722,6 +723,20 @@ class _NumberedMerger(ArrivalMerger):
                 numbers[streams == i] = pos
             self.row_numbers = numbers
         return merged
+
+
+def _check_fixed_orders(options: Mapping) -> None:
+    """``--order`` fixes pipelines; the per-tuple executors' ordering policies (an initial
+    plan, A-Greedy) order every pipeline, so the two together are refused (the orders were
+    silently replaced). The vectorized executor keeps the fixed pipelines and orders the
+    others (``adapt.batch_order``)."""
+    from adaptcq.adapt.reorder import AGreedy, InitialPlan
+    if options.get("orders") and any(isinstance(p, (InitialPlan, AGreedy))
+                                     for p in options.get("policies") or ()):
+        raise OptionError("--order fixes pipelines' orders, and --optimizer / --reorder "
+                          "order every pipeline of this executor: give one of them (the "
+                          "vectorized executor takes both: it keeps the pipelines --order "
+                          "fixes and orders the others)")
 
 
 def _arrivals_of(rejected: list, arr: Arrivals, lo: int, hi: int) -> list[int]:
