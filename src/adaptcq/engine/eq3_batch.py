@@ -40,6 +40,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from adaptcq.stream.arrays import engine_values
+
 INF = math.inf
 NO_END = int(np.iinfo(np.int64).max)  # the window end of an unbounded input, integer times
 EXACT = 2**53  # integers up to this compare with doubles as Python compares them
@@ -498,7 +500,7 @@ def composites(t: pa.Table, streams: Sequence[str], columns: dict) -> list[tuple
     names = set(t.column_names)
     per_stream = []
     for a in streams:
-        vals = [t[f"{a}.{c}"].to_pylist() if f"{a}.{c}" in names else [None] * n
+        vals = [engine_values(t[f"{a}.{c}"]) if f"{a}.{c}" in names else [None] * n
                 for c in columns[a]]
         rows = zip(*vals, strict=True) if vals else itertools.repeat((), n)
         per_stream.append(zip(t[f"{a}#rid"].to_pylist(), t[f"{a}#t"].to_pylist(), rows,

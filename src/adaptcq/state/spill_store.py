@@ -42,6 +42,7 @@ from pyarrow import ipc
 
 from adaptcq.collector import pausing
 from adaptcq.errors import AdaptcqError
+from adaptcq.stream.arrays import engine_values
 
 MANIFEST = "manifest.json"
 VERSION = 1
@@ -393,7 +394,7 @@ class SpillStore:
         used = {a for lay in layouts for a in lay}
         names = ["pid", "child"] + [n for a in self.columns if a in used for n in (
             f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in self.columns[a]))]
-        cols = {n: batch.column(n).to_pylist() for n in names}
+        cols = {n: engine_values(batch.column(n)) for n in names}
         pids, child = cols["pid"], cols["child"]
         out: dict[int, list[list[tuple]]] = {}
         m = len(layouts)

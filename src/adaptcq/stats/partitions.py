@@ -28,11 +28,13 @@ import pyarrow.compute as pc
 
 def partition_of(value, n: int) -> int:
     """The partition id of a join value (state-spill.txt §2.1's split function): a stable
-    hash — the same in every process, unlike ``hash`` of a string — modulo ``n``. Values
-    that compare equal get one partition whatever their types (a join matches them):
-    numbers, dates and times by Python's own hash (equal for 1, 1.0 and Decimal("1.00");
-    not randomized per process, as the hash of a string is), strings and bytes by CRC-32,
-    anything else by the CRC-32 of its repr."""
+    hash — the same in every process — modulo ``n``. Values that compare equal get one
+    partition whatever their types (a join matches them): numbers and durations by Python's
+    own hash (equal for 1, 1.0 and Decimal("1.00"), and not randomized per process),
+    dates, times and datetimes by their count of days or microseconds (Python's hash of
+    these is randomized per process, as a string's is: ``adaptcq cleanup`` and a Spark
+    group rebuilt elsewhere gave their values other ids than the run had), strings and
+    bytes by CRC-32, anything else by the CRC-32 of its repr."""
     t = type(value)
     if t is int or t is float or t is bool:
         return hash(value) % n
@@ -42,10 +44,29 @@ def partition_of(value, n: int) -> int:
         return zlib.crc32(value) % n
     if isinstance(value, _HASHED):
         return hash(value) % n
+    if isinstance(value, _TIMES):
+        return hash((_time_count(value),)) % n  # (a tuple mixes: whole hours all % 300 == 0)
     return zlib.crc32(repr(value).encode()) % n
 
 
-_HASHED = (numbers.Number, datetime.date, datetime.time, datetime.timedelta)
+_HASHED = (numbers.Number, datetime.timedelta)
+_TIMES = (datetime.date, datetime.time)  # (datetime.datetime is a date)
+_EPOCH = datetime.datetime(1970, 1, 1)
+
+
+def _time_count(value) -> int:
+    """A date, time or datetime as an integer that equal values share: microseconds since
+    the epoch (an aware datetime at its UTC instant: equal to the naive UTC one, which a
+    join never finds equal, but a shared partition is harmless), days for a date,
+    microseconds since midnight for a time."""
+    if isinstance(value, datetime.datetime):
+        if value.utcoffset() is not None:
+            value = value.astimezone(datetime.UTC).replace(tzinfo=None)
+        return (value - _EPOCH) // datetime.timedelta(microseconds=1)
+    if isinstance(value, datetime.date):
+        return value.toordinal()
+    return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 \
+        + value.microsecond
 
 
 class PartitionStatistics:

@@ -116,3 +116,14 @@ def from_numpy(values: np.ndarray, type: pa.DataType | None = None,
     else:
         data = pa.py_buffer(np.ascontiguousarray(values, dtype=dt))
     return pa.Array.from_buffers(type, n, [validity, data], null_count=nulls)
+
+
+def engine_values(arr: pa.Array | pa.ChunkedArray) -> list:
+    """An Arrow column's values as the engine's rows hold them: a timestamp with a time zone
+    as naive UTC datetimes, as ``sources.normalize`` gives rows (``to_pylist`` would give
+    aware datetimes, and Python never finds a naive datetime equal to an aware one: spilled
+    rows read back this way missed every join with rows in memory)."""
+    t = arr.type
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        arr = arr.cast(pa.timestamp(t.unit))
+    return arr.to_pylist()
