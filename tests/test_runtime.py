@@ -288,17 +288,21 @@ def test_the_collector_is_paused_per_batch_and_left_as_it_was():
 
 @pytest.mark.parametrize("executor", ["vector", "mjoin"])
 def test_leaving_a_stream_early_says_so_in_its_stats(executor):
-    """Closing the iterator (``break``) stops the run: ``stopped`` says so and
-    ``rows_processed`` counts the rows processed, not those read ahead (it counted
-    buffered rows and ``stopped`` was None; found by fuzzing)."""
+    """Closing the iterator (``break``) stops the run: ``stopped`` says so,
+    ``rows_processed`` counts the rows processed, not those read ahead, and ``results``
+    the rows received (it counted buffered rows, ``stopped`` was None and results counted
+    rows never delivered; found by fuzzing)."""
     n = 60_000
     tabs = {x: pa.table({"ts": list(range(n)), "k": [i % 7 for i in range(n)]}) for x in "RS"}
     run = adaptcq.stream("SELECT R.k FROM R [ROWS 10], S [ROWS 10] WHERE R.k = S.k", tabs,
                          executor=executor, chunk_rows=1000)
-    for _ in run:
+    got = 0
+    for batch in run:
+        got += batch.num_rows
         break
     s = run.stats
     assert s["stopped"] == "closed by its consumer"
+    assert s["results"] == got <= s.get("results_computed", got)  # what was received
     assert sum(s["rows_processed"].values()) == s["arrivals"] < 2 * n
     assert all(s["rows_processed"][x] <= s["rows_read"][x] for x in "RS")
 

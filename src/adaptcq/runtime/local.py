@@ -209,6 +209,7 @@ class LocalRun:
         self._started = False
         self._bounded = False
         self._results = 0
+        self._delivered = 0  # result rows the iterator yielded (adaptcq.stream)
         self._buf: list = []
         self._ready: list[pa.RecordBatch] = []
         self._left: dict[str, int] = {}  # rows read but not processed, at a stop
@@ -575,7 +576,9 @@ class LocalRun:
 
     def _take_ready(self) -> Iterator[pa.RecordBatch]:
         while self._ready:
-            yield self._ready.pop(0)
+            batch = self._ready.pop(0)
+            self._delivered += batch.num_rows  # (counted before: the consumer may close)
+            yield batch
 
     def _process(self, arr: Arrivals, lo: int, hi: int) -> list:
         with collector.paused():  # one collection a batch, not hundreds (adaptcq.collector)
@@ -646,7 +649,10 @@ class LocalRun:
                                for n, k in self.merger.positions().items()},
             "stopped": self.stopped,
         }
-        if self.max_results is not None and st.results != self._results:
+        if self.stopped == "closed by its consumer" and self.sink is None:
+            # Results made but still buffered when the iterator was closed never left.
+            stats["results"], stats["results_computed"] = self._delivered, st.results
+        elif self.max_results is not None and st.results != self._results:
             # --max-results cut the output: "results" is what the output holds, and the
             # engine's count (the rest of the update it stopped in) is shown beside it.
             stats["results"], stats["results_computed"] = self._results, st.results
