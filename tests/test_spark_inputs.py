@@ -58,7 +58,8 @@ def three_streams(root: Path) -> dict[str, str]:
 
 
 def cli(*args: str) -> list[str]:
-    return ["run", "--engine", "spark", "--master", "local[2]", *args]
+    master = [] if "--master" in args else ["--master", "local[2]"]  # (given once only)
+    return ["run", "--engine", "spark", *master, *args]
 
 
 def error_of(capsys, argv) -> str:

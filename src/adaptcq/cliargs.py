@@ -20,6 +20,9 @@ __all__ = ["Parser", "adaptivity_spec", "add_run_arguments", "given_flags", "par
 def sql_arg(text: str) -> str:
     """``--sql``: the query text, or ``@FILE`` to read it from a file."""
     if text.startswith("@"):
+        if not text[1:].strip():  # (Path("") is the current folder)
+            raise AdaptcqError(f"--sql {text!r}: give the query file's name after @, e.g. "
+                               "--sql @query.sql")
         path = Path(text[1:])
         if not path.exists():
             raise AdaptcqError(f"query file {str(path)!r} does not exist")
@@ -59,8 +62,67 @@ def parse_orders(items: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def _flag(action: argparse.Action) -> str:
+    """An option as ``--help`` names it (its longest spelling), or a positional's name."""
+    if action.option_strings:
+        return max(action.option_strings, key=len)
+    return action.metavar or action.dest
+
+
+def _refuse_empty(parser: argparse.ArgumentParser, action: argparse.Action, values) -> None:
+    """An empty (or blank) text value is refused, naming the option: argparse passes it
+    on, and the option's use would then skip it (``if args.tree:``) or misread it (an
+    empty path is the current folder)."""
+    for value in values if isinstance(values, list) else [values]:
+        if isinstance(value, str) and not value.strip():
+            what = action.metavar or action.dest.upper()
+            parser.error(f"{_flag(action)} {value!r}: the value is empty; give {what}")
+
+
+class _StoreOnce(argparse._StoreAction):
+    """A single-valued option: given twice it is refused, naming it (argparse would keep
+    the last value silently, ``--executor mjoin --executor xjoin`` running xjoin). Every
+    spelling counts: ``--opt=value`` and the prefixes argparse accepts (``--exec``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _refuse_empty(parser, self, values)
+        if self.option_strings:
+            given = getattr(parser, "_given_once", None)
+            if given is None:
+                given = parser._given_once = {}
+            if self.dest in given:
+                parser.error(f"{_flag(self)} is given twice ({_shown(given[self.dest])}, then "
+                             f"{_shown(values)}); give it once")
+            given[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _AppendChecked(argparse._AppendAction):
+    """A repeatable option (``--input``, ``--sql``, ...): an empty value is refused."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _refuse_empty(parser, self, values)
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _shown(value) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 class Parser(argparse.ArgumentParser):
-    """Usage errors are one line and exit 1, like every other error."""
+    """Usage errors are one line and exit 1, like every other error. A single-valued
+    option given twice, and an empty value, are usage errors (``_StoreOnce``,
+    ``_AppendChecked``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+        self.register("action", "append", _AppendChecked)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given_once = {}  # the single-valued options given in this parse (_StoreOnce)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
         self.exit(1, f"adaptcq: error: {message} (see {self.prog} --help)\n")

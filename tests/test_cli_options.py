@@ -1,0 +1,131 @@
+"""The command line's option values, checked before any work (a tester's findings): where
+--summary-json may go (not over an input, another output or a folder; `-` for stdout),
+finite-but-huge numbers refused in one line instead of a traceback, a single-valued option
+given twice, empty values, --spill-sample with a strategy that samples nothing, the
+workload generator's options, a query set's --output, trailing comments after the query,
+and the wording of a few refusals."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from adaptcq.cli import build_parser, main
+from adaptcq.cliargs import _StoreOnce
+
+SQL = ("SELECT R.a AS ra, S.c AS sc FROM R [RANGE 2 SECONDS], S [RANGE 2 SECONDS] "
+       "WHERE R.a = S.a")
+
+
+@pytest.fixture
+def d(tmp_path, monkeypatch):
+    """Two small inputs and the query in a file, in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(1)
+    n = 200
+    for s in "RS":
+        pq.write_table(pa.table({"ts": np.sort(rng.integers(0, 400, n)) / 10.0,
+                                 "a": rng.integers(0, 20, n), "c": rng.integers(0, 5, n)}),
+                       tmp_path / f"{s}.parquet")
+    (tmp_path / "q.sql").write_text(SQL + "\n")
+    return tmp_path
+
+
+INPUTS = ["--input", "R=R.parquet", "--input", "S=S.parquet"]
+
+
+def run(*extra) -> list[str]:
+    return ["run", "--sql", "@q.sql", *INPUTS, "--no-progress", *map(str, extra)]
+
+
+def code_of(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as e:  # argparse's usage errors (Parser.error)
+        return e.code
+
+
+def error_of(capsys, argv) -> str:
+    """The one error line of a refused command (exit code 1, no traceback)."""
+    assert code_of(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+# ----- 3. a single-valued option given twice ------------------------------------------------------
+
+@pytest.mark.parametrize("twice", [
+    ["--executor", "mjoin", "--executor", "xjoin"],
+    ["--mode", "append", "--mode", "retract"],
+    ["--output", "a.parquet", "--output", "b.parquet"],
+    ["--max-results", "5", "--max-results", "9"],
+    ["--timestamp", "ts", "--timestamp", "ts"],
+    ["--format", "csv", "--format", "jsonl"],
+    ["--summary-json", "a.json", "--summary-json", "b.json"],
+    ["--executor=mjoin", "--executor", "xjoin"],   # --opt=value
+    ["--exec", "mjoin", "--executor=xjoin"],        # a prefix argparse accepts
+])
+def test_a_repeated_option_is_refused(d, capsys, twice):
+    flag = twice[-2] if twice[-2].startswith("--") else twice[-1].split("=")[0]
+    msg = error_of(capsys, run(*twice))
+    assert msg.startswith(f"adaptcq: error: {flag} is given twice (")
+    assert msg.endswith("; give it once (see adaptcq run --help)")
+    assert not any(d.glob("*.json")) and not (d / "a.parquet").exists()
+
+
+def _value(action: argparse.Action) -> str:
+    if action.choices:
+        return str(next(iter(action.choices)))
+    return "1" if action.type in (int, float) else "x"
+
+
+def test_every_single_valued_option_of_every_command_is_guarded(capsys):
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    checked = 0
+    for name, parser in sub.choices.items():
+        for action in parser._actions:
+            if not (isinstance(action, _StoreOnce) and action.option_strings):
+                continue
+            flag = action.option_strings[0]
+            argv = [name, *(["x"] if name in ("workload", "cleanup", "bench") else []),
+                    flag, _value(action), flag, _value(action)]
+            with pytest.raises(SystemExit) as e:
+                build_parser().parse_args(argv)
+            assert e.value.code == 1
+            assert f"{flag} is given twice" in capsys.readouterr().err
+            checked += 1
+    assert checked > 50
+
+
+def test_explain_and_workload_refuse_repeats_too(d, capsys):
+    msg = error_of(capsys, ["explain", "--sql", "@q.sql", *INPUTS, "--prefix", "5",
+                            "--prefix=6"])
+    assert msg.startswith("adaptcq: error: --prefix is given twice (5, then 6)")
+    msg = error_of(capsys, ["workload", "three-way", "--out", "a", "--out", "b"])
+    assert msg.startswith("adaptcq: error: --out is given twice (a, then b)")
+    assert not (d / "a").exists() and not (d / "b").exists()
+
+
+# ----- 4. empty values ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("flag", "extra"), [
+    ("--tree", []), ("--summary-json", []), ("--spill-dir", []),
+    ("--output", []), ("--rejected", ["--output", "o.parquet"]), ("--timestamp", []),
+    ("--input", []), ("--sign", []),
+])
+def test_an_empty_value_is_refused_naming_the_option(d, capsys, flag, extra):
+    for empty in ("", " "):
+        msg = error_of(capsys, run(*extra, flag, empty))
+        assert msg.startswith(f"adaptcq: error: {flag} {empty!r}: the value is empty; give ")
+    assert not (d / "o.parquet").exists()
+
+
+def test_sql_at_without_a_file_name(d, capsys):
+    msg = error_of(capsys, ["run", "--sql", "@", *INPUTS])
+    assert msg == ("adaptcq: error: --sql '@': give the query file's name after @, e.g. "
+                   "--sql @query.sql")
