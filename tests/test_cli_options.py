@@ -14,8 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from adaptcq.adapt.spilling import parse_bytes
 from adaptcq.cli import build_parser, main
 from adaptcq.cliargs import _StoreOnce
+from adaptcq.errors import OptionError
+from adaptcq.stats.partitions import MAX_PARTITIONS, PartitionStatistics
 
 SQL = ("SELECT R.a AS ra, S.c AS sc FROM R [RANGE 2 SECONDS], S [RANGE 2 SECONDS] "
        "WHERE R.a = S.a")
@@ -55,6 +58,48 @@ def error_of(capsys, argv) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     return err[0]
+
+
+# ----- 2. finite but huge numbers ----------------------------------------------------------------
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--executor", "vector", "--batch-seconds", "1e300"],
+     "--batch-seconds 1e+300 s is longer than event times span"),
+    (["--spill", "local-output", "--memory", "1MB", "--spill-partitions",
+      "99999999999999999999999"],
+     f"--spill-partitions must be a whole number from 1 to {MAX_PARTITIONS:,}"),
+    (["--spill", "local-output", "--memory", "1MB", "--spill-partitions", "0"],
+     "--spill-partitions must be a whole number from 1"),
+    (["--spill", "local-output", "--memory", "inf"], "--memory 'inf': expected a size"),
+    (["--spill", "local-output", "--memory", "infKB"], "--memory 'infKB': expected a size"),
+    (["--spill", "local-output", "--memory", "nan"], "--memory 'nan': expected a size"),
+    (["--spill", "local-output", "--memory", "0.4"], "--memory must be at least 1 byte"),
+    (["--spill", "local-output", "--memory", "0"], "--memory must be at least 1 byte"),
+    (["--spill", "local-output", "--memory", "1e30"], "--memory '1e30' is more than 2**63"),
+    (["--spill", "local-output", "--memory", "8EiB"], "--memory '8EiB' is more than 2**63"),
+])
+def test_huge_numbers_are_refused_in_one_line(d, capsys, extra, message):
+    msg = error_of(capsys, run(*extra, "--output", "o.parquet"))
+    assert msg.startswith(f"adaptcq: error: {message}")
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("1TB", 10**12), ("1TiB", 2**40), ("2tb", 2 * 10**12), ("1.5PB", 15 * 10**14),
+    ("1PiB", 2**50), ("1EB", 10**18), ("3GB", 3 * 10**9), ("1e3k", 10**6), ("1.9", 1),
+    ("512 MiB", 512 * 2**20)])
+def test_memory_units_are_consistent(text, value):
+    assert parse_bytes(text) == value
+
+
+def test_a_terabyte_budget_runs(d):
+    assert code_of(run("--spill", "local-output", "--memory", "1TB",
+                       "--output", "o.parquet")) == 0
+
+
+def test_partition_statistics_bound_their_size():
+    with pytest.raises(OptionError, match="partitions per operator must be a whole number"):
+        PartitionStatistics(2, 10**23)
+    assert PartitionStatistics(1, 3).partitions == 3
 
 
 # ----- 3. a single-valued option given twice ------------------------------------------------------

@@ -514,7 +514,7 @@ def test_memory_sizes(text, value):
     assert parse_bytes(text) == value
 
 
-@pytest.mark.parametrize("text", ["lots", "-5MB", "0", "12TB"])
+@pytest.mark.parametrize("text", ["lots", "-5MB", "0", "12XB"])
 def test_bad_memory_sizes_are_named(text):
     with pytest.raises(OptionError, match="--memory"):
         parse_bytes(text)

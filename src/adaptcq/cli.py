@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -297,7 +298,7 @@ def _run_options(args) -> dict:
     if args.batch_rows is not None:
         options["batch_rows"] = args.batch_rows
     if args.batch_seconds is not None:
-        options["batch_seconds"] = args.batch_seconds
+        options["batch_seconds"] = _batch_seconds(args.batch_seconds)
     if spec is not None and args.engine != "spark":
         if spec["caching"] is not None:
             options["cache_options"] = spec["caching"]
@@ -329,6 +330,16 @@ def _run_options(args) -> dict:
     if refusal is not None:
         raise AdaptcqError(refusal)
     return options
+
+
+def _batch_seconds(seconds: float) -> float:
+    """``--batch-seconds``: a span of event time the engine's int64 nanoseconds can hold
+    (1e300 raised OverflowError mid-run); the runtime refuses 0, negatives, NaN and inf."""
+    from adaptcq.stream.eventtime import NS_MAX
+    if math.isfinite(seconds) and seconds * 1e9 >= NS_MAX:
+        raise AdaptcqError(f"--batch-seconds {seconds:g} s is longer than event times span "
+                           "(292 years)")
+    return seconds
 
 
 def _run_local(args, sql, sources, timestamp, options, console) -> int:

@@ -235,10 +235,11 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    "passes --memory, choosing them by this strategy (state-spill.txt §3; "
                    "runs --executor tree)")
     r.add_argument("--memory", metavar="BYTES",
-                   help="with --spill: the state budget, e.g. 512MB or 2GiB (state-spill.txt "
-                   "§2.2's model of the state size)")
+                   help="with --spill: the state budget, e.g. 512MB, 2GiB or 1TB, from 1 byte "
+                   "to 8 EiB (state-spill.txt §2.2's model of the state size)")
     r.add_argument("--spill-partitions", type=int, metavar="N",
-                   help="partition ids per operator (default 300, state-spill.txt §6.1)")
+                   help="partition ids per operator (default 300, state-spill.txt §6.1; at "
+                   "most 1,000,000)")
     r.add_argument("--spill-fraction", type=float, metavar="F",
                    help="a spill frees this fraction of the budget (default 0.2)")
     r.add_argument("--spill-check", type=int, metavar="K",

@@ -28,8 +28,10 @@ clean-up, stay about a window's state rather than growing with the run.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from adaptcq.errors import OptionError
 
@@ -97,24 +99,33 @@ STRATEGIES: dict[str, Strategy] = {
 }
 
 
+_SIZE = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)")
+_UNITS = {"": 1, "b": 1}
+for _k, _p in enumerate("kmgtpe", 1):  # k, kb: 10**3 ... eb: 10**18; kib ... eib: 2**10k
+    _UNITS.update({_p: 10**(3 * _k), _p + "b": 10**(3 * _k), _p + "ib": 2**(10 * _k)})
+del _UNITS["e"], _k, _p  # ("1e" is no size: an E alone reads as an exponent's)
+MAX_BYTES = 2**63 - 1
+"""The largest budget (8 EiB less a byte): sizes are int64 counts."""
+
+
 def parse_bytes(text: str | int) -> int:
-    """``512MB``, ``1.5GiB``, ``64k``, ``1000000`` -> bytes (decimal units for kB/MB/GB,
-    binary for KiB/MiB/GiB)."""
+    """``512MB``, ``1.5GiB``, ``2TB``, ``64k``, ``1000000`` -> bytes (decimal units for
+    k/kB, M/MB, G/GB, T/TB, P/PB, EB; binary for KiB ... EiB; any case), rounded down: at
+    least 1 byte and at most :data:`MAX_BYTES`. ``inf``, ``nan`` and words are no sizes."""
     if isinstance(text, int) and not isinstance(text, bool):
-        value = text
+        value = Fraction(text)
     else:
         s = str(text).strip().replace(" ", "")
-        units = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6,
-                 "mb": 10**6, "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30}
-        num = s.rstrip("bBkKmMgGiI")
-        unit = s[len(num):].lower()
-        try:
-            value = float(num) * units[unit]
-        except (ValueError, KeyError):
-            raise OptionError(f"--memory {text!r}: expected a size such as 512MB, 2GiB or "
-                              "1000000 (bytes)") from None
-    if not value > 0:
-        raise OptionError(f"--memory must be positive, got {text!r}")
+        m = _SIZE.fullmatch(s)
+        if m is None or m.group(2).lower() not in _UNITS:
+            raise OptionError(f"--memory {text!r}: expected a size such as 512MB, 2GiB, 1TB "
+                              "or 1000000 (bytes)")
+        value = Fraction(m.group(1)) * _UNITS[m.group(2).lower()]
+    if value < 1:  # (0.4 would be a budget of 0 bytes)
+        raise OptionError(f"--memory must be at least 1 byte, got {text!r}")
+    if value > MAX_BYTES:
+        raise OptionError(f"--memory {text!r} is more than 2**63 - 1 bytes (8 EiB); give a "
+                          "budget a machine could hold, e.g. 64GB")
     return int(value)
 
 

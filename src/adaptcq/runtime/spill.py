@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from adaptcq.errors import AdaptcqError, OptionError
 from adaptcq.query.logical import LogicalQuery
+from adaptcq.stats.partitions import MAX_PARTITIONS
 
 CHUNK = 65_536  # late results per batch written by ``adaptcq cleanup``
 
@@ -59,6 +60,12 @@ def _checked(spill: dict | None) -> dict:
                           "--spill STRATEGY and --memory BUDGET")
     if not 0 <= float(spill.get("sample", 0.1)) <= 1:
         raise OptionError(f"the lineage sample must be in [0, 1], got {spill['sample']!r}")
+    partitions = spill.get("partitions")
+    if partitions is not None and (isinstance(partitions, bool) or
+                                   not isinstance(partitions, int) or
+                                   not 1 <= partitions <= MAX_PARTITIONS):
+        raise OptionError(f"--spill-partitions must be a whole number from 1 to "
+                          f"{MAX_PARTITIONS:,}, got {partitions!r}")
     return spill
 
 
@@ -123,10 +130,7 @@ def spark_spill_spec(spill: dict, groups: int) -> dict:
     if budget < 1:
         raise OptionError(f"--memory {spill['memory']!r} split over {groups} partition "
                           "groups leaves less than a byte each")
-    partitions = spill.get("partitions", 300)
-    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-        raise OptionError(f"--spill-partitions must be a positive whole number, got "
-                          f"{partitions!r}")
+    partitions = spill.get("partitions", 300)  # (checked by _checked)
     out = {"strategy": spill["strategy"], "memory": total, "budget": budget,
            "fraction": spill.get("fraction", 0.2), "every": spill.get("every", 1000),
            "partitions": partitions, "sample": float(spill.get("sample", 0.1)),

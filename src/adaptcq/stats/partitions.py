@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from adaptcq.errors import OptionError
+
 
 def partition_of(value, n: int) -> int:
     """The partition id of a join value (state-spill.txt §2.1's split function): a stable
@@ -69,12 +71,22 @@ def _time_count(value) -> int:
         + value.microsecond
 
 
+MAX_PARTITIONS = 1_000_000
+"""The most partition ids per operator (``--spill-partitions``): three counters per id and
+operator are allocated up front (about 24 MB per operator at the limit; the paper uses 300),
+and a spill file stores the id as int32."""
+
+
 class PartitionStatistics:
     """Counters per (operator id, partition id); operators are numbered from 1."""
 
     __slots__ = ("inter", "local", "output", "partitions")
 
     def __init__(self, operators: int, partitions: int):
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or \
+                not 1 <= partitions <= MAX_PARTITIONS:
+            raise OptionError(f"partitions per operator must be a whole number from 1 to "
+                              f"{MAX_PARTITIONS:,}, got {partitions!r}")
         self.partitions = partitions
         self.local = [[0.0] * partitions for _ in range(operators)]
         self.output = [[0.0] * partitions for _ in range(operators)]
