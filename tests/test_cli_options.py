@@ -174,3 +174,18 @@ def test_sql_at_without_a_file_name(d, capsys):
     msg = error_of(capsys, ["run", "--sql", "@", *INPUTS])
     assert msg == ("adaptcq: error: --sql '@': give the query file's name after @, e.g. "
                    "--sql @query.sql")
+
+
+# ----- 5. --spill-sample with a strategy that samples nothing --------------------------------------
+
+@pytest.mark.parametrize(("strategy", "why"), [
+    ("local-output", "counts each operator's own output"),
+    ("bottom-up", "chooses partition groups at random")])
+def test_spill_sample_needs_a_global_strategy(d, capsys, strategy, why):
+    msg = error_of(capsys, run("--spill", strategy, "--memory", "1MB", "--spill-sample", "0.5",
+                               "--output", "o.parquet"))
+    assert msg == (f"adaptcq: error: --spill-sample: --spill {strategy} {why} and traces no "
+                   "sample of results; the sample is for --spill global-output and "
+                   "global-penalty")
+    assert code_of(run("--spill", "global-output", "--memory", "1MB", "--spill-sample", "0.5",
+                       "--output", "o.parquet")) == 0

@@ -248,7 +248,7 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    help="folder for the spilled generations (default: a temporary folder)")
     r.add_argument("--spill-sample", type=float, metavar="P",
                    help="fraction of results traced for the global strategies' statistics "
-                   "(default 0.1)")
+                   "(default 0.1; refused with bottom-up and local-output, which trace none)")
     r.add_argument("--cleanup", choices=["end", "off", "never-while-running"],
                    help="end (default): produce the results the spills held back at the end "
                    "of the input, and while running once memory frees up; "

@@ -60,6 +60,13 @@ def _checked(spill: dict | None) -> dict:
                           "--spill STRATEGY and --memory BUDGET")
     if not 0 <= float(spill.get("sample", 0.1)) <= 1:
         raise OptionError(f"the lineage sample must be in [0, 1], got {spill['sample']!r}")
+    if spill.get("sample") is not None and spill.get("strategy") in ("bottom-up",
+                                                                     "local-output"):
+        why = ("chooses partition groups at random" if spill["strategy"] == "bottom-up" else
+               "counts each operator's own output")
+        raise OptionError(f"--spill-sample: --spill {spill['strategy']} {why} and traces no "
+                          "sample of results; the sample is for --spill global-output and "
+                          "global-penalty")
     partitions = spill.get("partitions")
     if partitions is not None and (isinstance(partitions, bool) or
                                    not isinstance(partitions, int) or
