@@ -8,6 +8,7 @@ and the wording of a few refusals."""
 from __future__ import annotations
 
 import argparse
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -58,6 +59,79 @@ def error_of(capsys, argv) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     return err[0]
+
+
+# ----- 1. --summary-json ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", ["R.parquet", "q.sql", "."])
+def test_summary_json_never_overwrites_an_input(d, capsys, target):
+    before = {p: (d / p).read_bytes() for p in ("R.parquet", "q.sql")}
+    msg = error_of(capsys, run("--summary-json", target, "--output", "o.parquet"))
+    assert msg.startswith(f"adaptcq: error: --summary-json {target!r} is the input ")
+    assert "writing there would destroy the input" in msg
+    assert {p: (d / p).read_bytes() for p in before} == before
+    assert not (d / "o.parquet").exists()  # refused before any work
+
+
+@pytest.mark.parametrize(("extra", "what"), [
+    (["--output", "o.parquet"], "--output 'o.parquet'"),
+    (["--output", "o.parquet", "--rejected", "s.json"], "--rejected 's.json'"),
+    (["--output", "o.parquet"], "the rejected rows' file (--rejected's default)"),
+    (["--executor", "tree", "--spill", "global-output", "--memory", "1MB", "--cleanup", "off",
+      "--spill-dir", "sp", "--output", "o.parquet"], "--spill-dir 'sp'"),
+])
+def test_summary_json_is_not_another_output(d, capsys, extra, what):
+    target = {"--output 'o.parquet'": "o.parquet", "--rejected 's.json'": "s.json",
+              "--spill-dir 'sp'": "sp/s.json"}.get(what, "o.rejected.parquet")
+    msg = error_of(capsys, run(*extra, "--summary-json", target))
+    assert msg.startswith(f"adaptcq: error: --summary-json {target!r} is {what}")
+    assert not (d / "o.parquet").exists()
+
+
+def test_summary_json_folder_is_refused_before_the_run(d, capsys):
+    (d / "sub").mkdir()
+    msg = error_of(capsys, run("--summary-json", "sub", "--output", "o.parquet"))
+    assert msg == ("adaptcq: error: --summary-json 'sub' is a folder; give a file name, e.g. "
+                   "'sub/summary.json'")
+    assert not (d / "o.parquet").exists()
+
+
+def test_summary_json_folder_is_made_and_the_file_written(d, capsys):
+    assert code_of(run("--summary-json", "new/s.json", "--output", "o.parquet")) == 0
+    assert json.loads((d / "new" / "s.json").read_text())["arrivals"] == 400
+
+
+def test_summary_json_dash_is_stdout(d, capsys):
+    assert code_of(run("--summary-json", "-", "--output", "o.csv")) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)  # stdout holds the JSON alone; messages went to stderr
+    assert doc["arrivals"] == 400 and "run summary" in err
+    assert not (d / "-").exists()
+    # with the results on stdout, `-` is refused
+    msg = error_of(capsys, run("--summary-json", "-", "--output", "-"))
+    assert msg == ("adaptcq: error: --summary-json -: stdout carries the results "
+                   "(--output -); give --summary-json a file")
+
+
+def test_summary_json_dash_on_spark_is_refused_before_spark_starts(d, capsys):
+    msg = error_of(capsys, run("--engine", "spark", "--output", "o", "--summary-json", "-"))
+    assert msg.startswith("adaptcq: error: --summary-json - (stdout) is not supported with "
+                          "--engine spark")
+
+
+def test_query_set_summary_json_is_checked(d, capsys):
+    qs = ["run", "--executor", "eddy", "--sql", "@q.sql", *INPUTS]
+    msg = error_of(capsys, [*qs, "--output", "eo", "--summary-json", "S.parquet"])
+    assert msg.startswith("adaptcq: error: --summary-json 'S.parquet' is the input")
+    msg = error_of(capsys, [*qs, "--output", "eo", "--summary-json", "eo/s.json"])
+    assert msg.startswith("adaptcq: error: --summary-json 'eo/s.json' is --output 'eo'")
+    (d / "sub").mkdir()
+    msg = error_of(capsys, [*qs, "--output", "eo", "--summary-json", "sub"])
+    assert "is a folder" in msg
+    assert not (d / "eo").exists()
+    assert code_of([*qs, "--output", "eo", "--summary-json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["arrivals"] == 400
+    assert not (d / "-").exists()
 
 
 # ----- 2. finite but huge numbers ----------------------------------------------------------------
@@ -189,3 +263,14 @@ def test_spill_sample_needs_a_global_strategy(d, capsys, strategy, why):
                    "global-penalty")
     assert code_of(run("--spill", "global-output", "--memory", "1MB", "--spill-sample", "0.5",
                        "--output", "o.parquet")) == 0
+
+
+# ----- 7. a query set's --output is a folder ------------------------------------------------------
+
+@pytest.mark.parametrize("out", ["eo.csv", "eo.parquet", "eo.jsonl.gz"])
+def test_query_set_output_with_a_file_suffix_is_refused(d, capsys, out):
+    msg = error_of(capsys, ["run", "--executor", "eddy", "--sql", "@q.sql", *INPUTS,
+                            "--output", out])
+    assert msg.startswith(f"adaptcq: error: --output {out!r}: --executor eddy writes a folder "
+                          "of Parquet files per query")
+    assert not (d / out).exists()

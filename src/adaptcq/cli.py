@@ -125,8 +125,8 @@ def cmd_spark_archive(args) -> int:
 def cmd_run(args) -> int:
     from rich.console import Console
 
-    to_stdout = args.output == "-"
-    # With results on stdout, every message goes to stderr.
+    to_stdout = args.output == "-" or args.summary_json == "-"
+    # With results (or the JSON summary) on stdout, every message goes to stderr.
     console = Console(stderr=to_stdout)
     if args.executor in QUERYSET_EXECUTORS:
         return _run_queryset(args, console)
@@ -154,6 +154,8 @@ def cmd_run(args) -> int:
         sql, sources, timestamp = _sql_arg(args.sql), _inputs(args.input), args.timestamp
         if not sources:
             raise AdaptcqError("--sql needs an --input NAME=PATH for each stream")
+    _check_summary_json(args, _input_paths(sources, [args.sql] if args.sql else []),
+                        _outputs(args, spark=args.engine == "spark"))
     console.print(f"query: {' '.join(sql.split())}", highlight=False)
     if args.engine == "spark":
         from adaptcq.runtime.spark_cli import run_cli
@@ -180,6 +182,15 @@ def _run_queryset(args, console) -> int:
         raise AdaptcqError(f"--seed {args.seed}: --routing fixed routes in a priority order "
                            "and draws nothing at random; give --routing tickets, lottery or "
                            "random to seed")
+    if args.output not in (None, "-") and _file_suffix(args.output):
+        raise AdaptcqError(f"--output {args.output!r}: --executor {args.executor} writes a "
+                           "folder of Parquet files per query (OUTPUT/query_id=ID/), not a "
+                           f"{_file_suffix(args.output)} file; give --output a folder name")
+    _check_summary_json(
+        args, _input_paths(_inputs(args.input), args.sql,
+                           [args.queries] if args.queries else []),
+        _outputs(args, spark=args.engine == "spark",
+                 rejected_default=args.engine == "spark"))
     if args.engine == "spark":  # (run_cli_multi refuses what the Spark query set ignores)
         from adaptcq.runtime.spark_multi import run_cli_multi
         args.seed = args.seed or 0
@@ -243,6 +254,85 @@ def _run_queryset(args, console) -> int:
     if args.summary_json:
         _write_json(args.summary_json, engine.stats)
     return 0
+
+
+def _file_suffix(path: str) -> str | None:
+    """The output-format suffix of a file name (``.csv``, ``.parquet``, ``.jsonl.gz``...),
+    or None: a query set writes a folder, which such a name would misdescribe."""
+    from adaptcq.runtime.output import SUFFIXES
+    name = Path(path.rstrip("/") or "/").name.lower()
+    gz = name.endswith(".gz")
+    suffix = Path(name[:-3] if gz else name).suffix
+    if suffix in SUFFIXES or gz:
+        return (suffix if suffix in SUFFIXES else "") + (".gz" if gz else "")
+    return None
+
+
+def _input_paths(sources, sql: list[str], others: list[str] = ()) -> list[Path]:
+    """What a run reads from files: its inputs (a glob's files), ``--sql @FILE``'s query
+    files and the other files named (the control stream): no output may overwrite them."""
+    from adaptcq.cliargs import query_files
+    from adaptcq.runtime.local import source_paths
+    return [*source_paths(sources), *query_files(sql), *(Path(p) for p in others)]
+
+
+def _outputs(args, spark: bool, rejected_default: bool = True) -> list[tuple[str, str]]:
+    """The paths a run writes besides --summary-json, each with the words naming it: the
+    results, the rejected rows (given, or their default beside the results), the spill
+    folder, the Spark checkpoint."""
+    out = args.output if args.output not in (None, "-") else None
+    targets = [("--output", out)]
+    if args.rejected not in (None, "-"):
+        targets.append(("--rejected", args.rejected))
+    elif out is not None and rejected_default:
+        kind = "folder" if spark else "file"
+        targets.append((f"the rejected rows' {kind} (--rejected's default)",
+                        f"{out.rstrip('/')}.rejected" if spark else _default_rejected(out)))
+    targets += [("--spill-dir", getattr(args, "spill_dir", None)),
+                ("--checkpoint", getattr(args, "checkpoint", None))]
+    return [(what, path) for what, path in targets if path is not None]
+
+
+def _check_summary_json(args, inputs: list[Path], outputs: list[tuple[str, str]]) -> None:
+    """``--summary-json``, checked before any work as --output and --rejected are: not an
+    input (nor a folder holding one), not a place another output goes, not a folder, in a
+    folder that can be written (made if missing). ``-`` is stdout, unless the results go
+    there (--output -) or the run is on Spark (whose driver writes the summary to a
+    file)."""
+    path = args.summary_json
+    if path is None:
+        return
+    if path == "-":
+        if args.output == "-":
+            raise AdaptcqError("--summary-json -: stdout carries the results (--output -); "
+                               "give --summary-json a file")
+        if args.engine == "spark":
+            raise AdaptcqError("--summary-json - (stdout) is not supported with --engine "
+                               "spark yet; give --summary-json a file")
+        return
+    from adaptcq.runtime.output import overlaps
+    target = Path(path).expanduser()
+    for p in inputs:
+        if overlaps(target, p):
+            raise AdaptcqError(f"--summary-json {path!r} is the input {str(p)!r} (or holds "
+                               "it, or is inside it); writing there would destroy the input")
+    for what, other in outputs:
+        if overlaps(target, other):
+            raise AdaptcqError(f"--summary-json {path!r} is {what} {other!r} (or holds "
+                               "it, or is inside it); one would overwrite the other: give the "
+                               "summary a file of its own")
+    if target.is_dir():
+        raise AdaptcqError(f"--summary-json {path!r} is a folder; give a file name, e.g. "
+                           f"{str(target / 'summary.json')!r}")
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AdaptcqError(f"--summary-json {path!r}: cannot create its folder: "
+                           f"{e.strerror or e}") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise AdaptcqError(f"--summary-json {path!r}: the folder {str(parent)!r} is not "
+                           "writable")
 
 
 def queryset_summary(engine, args):
@@ -351,10 +441,10 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         pa.set_memory_pool(pa.system_memory_pool())
 
-    from adaptcq.runtime.local import LocalRun, source_paths
+    from adaptcq.runtime.local import LocalRun
     from adaptcq.runtime.output import FileSink, OutputClosed, check_output_path, format_of
 
-    inputs = source_paths(sources) if args.sql is not None else []
+    inputs = _input_paths(sources, [args.sql]) if args.sql is not None else []
     fmt = format_of(args.output, args.format)
     if args.output is None and args.format is not None:
         raise AdaptcqError("--format needs --output (a file, or - for stdout)")
@@ -453,6 +543,10 @@ def _write_json(path: str, doc) -> None:
     from adaptcq.runtime.output import summary_json
     text = summary_json(doc)
     try:
+        if path == "-":  # (every message went to stderr: cmd_run's console)
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+            return
         Path(path).write_text(text)
     except OSError as e:
         raise AdaptcqError(f"--summary-json {path!r}: cannot write: {e.strerror or e}") \

@@ -13,8 +13,8 @@ from pathlib import Path
 from adaptcq.errors import AdaptcqError
 
 __all__ = ["Parser", "adaptivity_spec", "add_run_arguments", "given_flags", "parse_inputs",
-           "parse_orders", "queryset_misfits", "run_defaults", "seed_refusal", "shed_options",
-           "spill_options", "sql_arg"]
+           "parse_orders", "query_files", "queryset_misfits", "run_defaults", "seed_refusal",
+           "shed_options", "spill_options", "sql_arg"]
 
 
 def sql_arg(text: str) -> str:
@@ -34,6 +34,11 @@ def sql_arg(text: str) -> str:
         except (OSError, UnicodeDecodeError) as e:
             raise AdaptcqError(f"cannot read query file {str(path)!r}: {e}") from None
     return text.lstrip("\ufeff")
+
+
+def query_files(items: list[str] | None) -> list[Path]:
+    """The files ``--sql @FILE`` reads the queries from (outputs must not overwrite them)."""
+    return [Path(t[1:]).expanduser() for t in items or [] if t.startswith("@") and t[1:].strip()]
 
 
 def parse_inputs(items: list[str]) -> dict[str, str]:
@@ -216,7 +221,8 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    help="A-Caching re-optimization interval I in tuples (default 10,000)")
     r.add_argument("--mode", default="append", choices=["append", "retract"])
     r.add_argument("--output", help="write the result rows to this file as they are produced "
-                   "(Parquet, or CSV / JSON lines by suffix or --format; - for stdout)")
+                   "(Parquet, or CSV / JSON lines by suffix or --format; - for stdout); a "
+                   "folder for a query set (--executor eddy ...) and --engine spark")
     r.add_argument("--format", choices=["parquet", "csv", "jsonl"],
                    help="output format (default: from --output's suffix; csv for stdout)")
     r.add_argument("--max-results", type=int, metavar="N",
@@ -287,7 +293,8 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    help="rows later than this behind their stream's newest row are rejected")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--summary-json", metavar="FILE",
-                   help="also write the run summary as JSON (with the memory samples)")
+                   help="also write the run summary as JSON (with the memory samples); - for "
+                   "stdout when the results do not go there")
     r.add_argument("--optimizer", choices=["dmjoin", "fgreedy", "treeopt", "fab", "qaware"],
                    help="choose the MJoin's plan with this ordering algorithm "
                    "(join-ordering.txt) once online statistics are warm (on Spark: in "
