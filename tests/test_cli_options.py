@@ -265,6 +265,32 @@ def test_spill_sample_needs_a_global_strategy(d, capsys, strategy, why):
                        "--output", "o.parquet")) == 0
 
 
+# ----- 6. the workload generator's options ------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["three-way", "--r", "0"], "r (multiplicity in T) must be an integer >= 1, got 0"),
+    (["three-way", "--r", "-1"], "r (multiplicity in T) must be an integer >= 1, got -1"),
+    (["three-way", "--point", "D3"], ("--point is for the table2 workload (its Table 2 "
+                                      "point); three-way does not use it")),
+    (["shed", "--point", "D3"], "--point is for the table2 workload"),
+    (["nway", "--r", "4"], ("--r is for the three-way workload (the multiplicity of T); "
+                            "nway does not use it")),
+    (["table2", "--r", "4"], "--r is for the three-way workload"),
+])
+def test_workload_options_it_does_not_use_are_refused(d, capsys, argv, message):
+    msg = error_of(capsys, ["workload", *argv, "--out", "w", "--n-updates", "60"])
+    assert msg.startswith(f"adaptcq: error: {message}")
+    assert not (d / "w").exists()
+
+
+def test_workload_options_it_uses_still_work(d, capsys):
+    assert code_of(["workload", "three-way", "--r", "2", "--out", "w", "--n-updates", "60"]) == 0
+    assert json.loads((d / "w" / "params.json").read_text())["params"]["r"] == 2
+    assert code_of(["workload", "table2", "--point", "D3", "--out", "t", "--n-updates",
+                    "80"]) == 0
+    assert "D3" in (d / "t" / "params.json").read_text()
+
+
 # ----- 7. a query set's --output is a folder ------------------------------------------------------
 
 @pytest.mark.parametrize("out", ["eo.csv", "eo.parquet", "eo.jsonl.gz"])

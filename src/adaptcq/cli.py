@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", required=True, help="output folder")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--n-updates", type=int, help="number of arrivals over all streams")
-    w.add_argument("--point", default="D1", help="Table 2 point for `table2` (D1..D8)")
-    w.add_argument("--r", type=int, help="multiplicity r of T for `three-way`")
+    w.add_argument("--point", help="Table 2 point for `table2` (D1..D8; default D1)")
+    w.add_argument("--r", type=int, help="multiplicity r of T for `three-way` (default 5)")
 
     e = sub.add_parser("explain", help="show the join graph, each ordering algorithm's "
                        "pipelines and costs, and Q-Aware's choice")
@@ -672,12 +672,18 @@ def cmd_workload(args) -> int:
 
     if args.name not in WORKLOADS:
         raise AdaptcqError(f"unknown workload {args.name!r}; choose one of {', '.join(WORKLOADS)}")
+    # An option the workload does not use is refused, never ignored.
+    for flag, value, user, what in (("--point", args.point, "table2", "its Table 2 point"),
+                                    ("--r", args.r, "three-way", "the multiplicity of T")):
+        if value is not None and args.name != user:
+            raise AdaptcqError(f"{flag} is for the {user} workload ({what}); {args.name} "
+                               "does not use it")
     kwargs = {"seed": args.seed}
     if args.n_updates is not None:
         kwargs["n_updates"] = args.n_updates
-    if args.name == "table2":
+    if args.point is not None:
         kwargs["name"] = args.point
-    if args.r and args.name == "three-way":
+    if args.r is not None:  # (0 is a value: three_way refuses it, as it does -1)
         kwargs["r"] = args.r
     wl = WORKLOADS[args.name](**kwargs)
     paths = write_workload(wl, args.out)
