@@ -18,7 +18,8 @@ import pytest
 from adaptcq.adapt.spilling import parse_bytes
 from adaptcq.cli import build_parser, main
 from adaptcq.cliargs import _StoreOnce
-from adaptcq.errors import OptionError
+from adaptcq.errors import OptionError, QueryError
+from adaptcq.query.cql import parse_query
 from adaptcq.stats.partitions import MAX_PARTITIONS, PartitionStatistics
 
 SQL = ("SELECT R.a AS ra, S.c AS sc FROM R [RANGE 2 SECONDS], S [RANGE 2 SECONDS] "
@@ -300,3 +301,33 @@ def test_query_set_output_with_a_file_suffix_is_refused(d, capsys, out):
     assert msg.startswith(f"adaptcq: error: --output {out!r}: --executor eddy writes a folder "
                           "of Parquet files per query")
     assert not (d / out).exists()
+
+
+# ----- 8. SQL text around the one statement ---------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "SELECT R.id AS rid FROM R;\n-- end\n", "SELECT R.id AS rid FROM R; -- end",
+    "SELECT R.id AS rid FROM R;;", "SELECT R.id AS rid FROM R; /* end */ ;\n",
+    "-- the query\nSELECT R.id AS rid FROM R [RANGE 2 SECONDS];\n\n"])
+def test_trailing_comments_and_empty_statements_are_accepted(text):
+    assert [s.alias for s in parse_query(text).streams] == ["R"]
+
+
+@pytest.mark.parametrize("text", ["-- nothing\n", "/* nothing */", ";", " ; ;\n"])
+def test_comment_only_text_is_an_empty_query(text):
+    with pytest.raises(QueryError) as info:
+        parse_query(text)
+    assert info.value.message == "the query is empty"
+
+
+def test_a_second_statement_is_still_refused_at_its_semicolon():
+    with pytest.raises(QueryError, match="only one statement is allowed") as info:
+        parse_query("SELECT R.a FROM R;; -- x\nSELECT S.a FROM S")
+    err = info.value
+    assert err.sql[err.position:].startswith("; -- x")
+
+
+def test_a_query_file_with_a_trailing_comment_runs(d):
+    (d / "q.sql").write_text(SQL + ";\n-- end of the query\n")
+    assert code_of(run("--output", "o.parquet")) == 0
+    assert pq.read_table(d / "o.parquet").num_rows > 0

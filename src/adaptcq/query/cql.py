@@ -292,13 +292,23 @@ class _Parser:
         if not self.text.strip():
             raise QueryError("the query is empty", self.sql, None)
         try:
-            tree = sqlglot.parse_one(self.text)
+            statements = sqlglot.parse(self.text)
         except ParseError as e:
             raise self.parse_error(e) from None
         except TokenError as e:
             raise QueryError(f"cannot read the query: {e}", self.sql, None) from None
-        if isinstance(tree, exp.Block):
-            raise self.error("only one statement is allowed", self.token_position(";"))
+        # Empty statements (";;") and comments after the last ";" (sqlglot's None and
+        # Semicolon entries) are no statements: "SELECT ...; -- end" is one query.
+        statements = [t for t in statements
+                      if t is not None and not isinstance(t, exp.Semicolon)]
+        if not statements:
+            raise QueryError("the query is empty", self.sql, None)
+        if len(statements) > 1:  # the caret under the ";" before the second statement
+            second = self.start(statements[1])
+            ends = [t.start for t in self.tokens if t.token_type == TokenType.SEMICOLON
+                    and (second is None or t.start < second)]
+            raise self.error("only one statement is allowed", ends[-1] if ends else None)
+        tree = statements[0]
         if isinstance(tree, exp.SetOperation):
             name = type(tree).__name__.upper()
             raise self.error(f"{name} is not supported", self.token_position(name))
