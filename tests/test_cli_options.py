@@ -331,3 +331,31 @@ def test_a_query_file_with_a_trailing_comment_runs(d):
     (d / "q.sql").write_text(SQL + ";\n-- end of the query\n")
     assert code_of(run("--output", "o.parquet")) == 0
     assert pq.read_table(d / "o.parquet").num_rows > 0
+
+
+# ----- 9. the wording of a few refusals ----------------------------------------------------------
+
+def test_cleanup_of_a_missing_folder_says_so(d, capsys):
+    msg = error_of(capsys, ["cleanup", "nodir", "--output", "c.parquet"])
+    assert msg == ("adaptcq: error: 'nodir' does not exist; give the --spill-dir of a run with "
+                   "--cleanup off")
+    msg = error_of(capsys, ["cleanup", "R.parquet", "--output", "c.parquet"])
+    assert msg.startswith("adaptcq: error: 'R.parquet' is a file, not a spill folder")
+
+
+@pytest.mark.parametrize(("executor", "tail"), [
+    ("tree", " (it takes a plan of m-way operators: --tree)"), ("shed", ""),
+    ("xjoin", " (it takes a tree of binary joins: --tree)")])
+def test_order_names_the_executors_that_take_it(d, capsys, executor, tail):
+    msg = error_of(capsys, run("--executor", executor, "--order", "R:S"))
+    assert msg == ("adaptcq: error: --order sets MJoin pipelines, for --executor mjoin, "
+                   f"acaching, vector or auto; not --executor {executor}{tail}")
+
+
+@pytest.mark.parametrize("executor", ["tree", "shed", "xjoin"])
+@pytest.mark.parametrize("flag", [["--optimizer", "fgreedy"], ["--reorder", "agreedy"]])
+def test_adaptive_policies_name_acaching_too(d, capsys, executor, flag):
+    msg = error_of(capsys, run("--executor", executor, *flag))
+    assert msg == ("adaptcq: error: --optimizer and --reorder order MJoin pipelines; use them "
+                   "with --executor mjoin or acaching (--optimizer also with vector or auto), "
+                   f"not {executor}")

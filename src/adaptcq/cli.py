@@ -367,7 +367,11 @@ def _run_options(args) -> dict:
     mjoin = args.executor in ("mjoin", "acaching", "auto", "vector")
     if args.order:
         if not mjoin:
-            raise AdaptcqError("--order sets MJoin pipelines; use --tree with --executor xjoin")
+            tree = {"xjoin": " (it takes a tree of binary joins: --tree)",
+                    "tree": " (it takes a plan of m-way operators: --tree)"}
+            raise AdaptcqError("--order sets MJoin pipelines, for --executor mjoin, acaching, "
+                               f"vector or auto; not --executor {args.executor}"
+                               + tree.get(args.executor, ""))
         options["orders"] = _orders(args.order)
     if args.nested_loop:
         if args.executor not in ("mjoin", "acaching", "auto"):

@@ -390,9 +390,10 @@ def adaptivity_spec(args) -> dict | None:
     caching = cache_options(args)
     if args.optimizer is None and args.reorder == "off" and caching is None:
         return None
-    if args.executor == "xjoin":
-        raise AdaptcqError("--optimizer and --reorder order MJoin pipelines; "
-                           "use them with --executor mjoin")
+    if args.executor in ("xjoin", "tree", "shed"):  # (A-Caching is MJoin with caches)
+        raise AdaptcqError("--optimizer and --reorder order MJoin pipelines; use them with "
+                           "--executor mjoin or acaching (--optimizer also with vector or "
+                           f"auto), not {args.executor}")
     if args.executor == "vector" and (args.reorder != "off" or caching is not None):
         raise AdaptcqError("--executor vector orders its pipelines per batch (--optimizer "
                            "chooses the algorithm); --reorder agreedy and caches act between "

@@ -268,6 +268,12 @@ def cleanup_folder(directory: str, output: str, fmt: str | None = None) -> dict:
     from adaptcq.state.spill_store import MANIFEST, SpillError, SpillStore
 
     folder = Path(directory)
+    if not folder.exists():
+        raise AdaptcqError(f"{directory!r} does not exist; give the --spill-dir of a run "
+                           "with --cleanup off")
+    if not folder.is_dir():
+        raise AdaptcqError(f"{directory!r} is a file, not a spill folder; give the "
+                           "--spill-dir of a run with --cleanup off")
     if not (folder / MANIFEST).exists():
         raise AdaptcqError(f"{directory!r} is not a spill folder (no {MANIFEST}); it is the "
                            "--spill-dir of a run with --cleanup off")
