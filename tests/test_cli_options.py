@@ -359,3 +359,21 @@ def test_adaptive_policies_name_acaching_too(d, capsys, executor, flag):
     assert msg == ("adaptcq: error: --optimizer and --reorder order MJoin pipelines; use them "
                    "with --executor mjoin or acaching (--optimizer also with vector or auto), "
                    f"not {executor}")
+
+
+def test_the_python_api_and_spark_refuse_what_the_cli_does(tmp_path):
+    """batch_seconds beyond int64 nanoseconds from Python (an OverflowError traceback);
+    --engine spark --output o.csv (a folder named o.csv holding Parquet files)."""
+    import adaptcq
+    from adaptcq.errors import AdaptcqError
+    from adaptcq.runtime.spark_cli import refuse_unsupported
+    t = pa.table({"ts": [1, 2], "k": [1, 1]})
+    with pytest.raises(OptionError, match="longer than event times span"):
+        adaptcq.run("SELECT R.k FROM R, S WHERE R.k = S.k", {"R": t, "S": t},
+                    executor="vector", batch_seconds=1e300)
+
+    class Args:
+        output = str(tmp_path / "o.csv")
+        format = None
+    with pytest.raises(AdaptcqError, match="writes a folder of Parquet files"):
+        refuse_unsupported(Args())

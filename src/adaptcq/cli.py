@@ -182,10 +182,11 @@ def _run_queryset(args, console) -> int:
         raise AdaptcqError(f"--seed {args.seed}: --routing fixed routes in a priority order "
                            "and draws nothing at random; give --routing tickets, lottery or "
                            "random to seed")
-    if args.output not in (None, "-") and _file_suffix(args.output):
+    from adaptcq.runtime.output import file_suffix
+    if args.output not in (None, "-") and file_suffix(args.output):
         raise AdaptcqError(f"--output {args.output!r}: --executor {args.executor} writes a "
                            "folder of Parquet files per query (OUTPUT/query_id=ID/), not a "
-                           f"{_file_suffix(args.output)} file; give --output a folder name")
+                           f"{file_suffix(args.output)} file; give --output a folder name")
     _check_summary_json(
         args, _input_paths(_inputs(args.input), args.sql,
                            [args.queries] if args.queries else []),
@@ -254,18 +255,6 @@ def _run_queryset(args, console) -> int:
     if args.summary_json:
         _write_json(args.summary_json, engine.stats)
     return 0
-
-
-def _file_suffix(path: str) -> str | None:
-    """The output-format suffix of a file name (``.csv``, ``.parquet``, ``.jsonl.gz``...),
-    or None: a query set writes a folder, which such a name would misdescribe."""
-    from adaptcq.runtime.output import SUFFIXES
-    name = Path(path.rstrip("/") or "/").name.lower()
-    gz = name.endswith(".gz")
-    suffix = Path(name[:-3] if gz else name).suffix
-    if suffix in SUFFIXES or gz:
-        return (suffix if suffix in SUFFIXES else "") + (".gz" if gz else "")
-    return None
 
 
 def _input_paths(sources, sql: list[str], others: list[str] = ()) -> list[Path]:

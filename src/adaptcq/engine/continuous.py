@@ -255,7 +255,7 @@ class ContinuousQuery:
 
         if not isinstance(self.executor, AdaptiveExecutor):
             raise OptionError(f"the {self.executor.name} executor cannot be profiled; "
-                              "adaptive policies need --executor mjoin")
+                              "adaptive policies need --executor mjoin (or acaching)")
         lacking = missing(policy, Policy)
         if lacking:
             raise OptionError(f"{type(policy).__name__} is not an adaptive policy: it lacks "

@@ -830,6 +830,9 @@ def batch_options(executor: str, rows, seconds) -> tuple[int, float | None]:
         if not seconds > 0 or seconds == float("inf"):
             raise OptionError(f"--batch-seconds must be a positive number of seconds of "
                               f"event time, got {seconds!r}")
+        if seconds / TIME_UNIT >= 2 ** 63:  # (event times are int64 nanoseconds)
+            raise OptionError(f"--batch-seconds {seconds:g} s is longer than event times "
+                              "span (about 292 years of int64 nanoseconds)")
     return (BATCH_ROWS_DEFAULT if rows is None and seconds is None else
             rows if rows is not None else 2**62), seconds
 

@@ -388,3 +388,15 @@ def _json_value(v):
 
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_json_value)
 _NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def file_suffix(path: str) -> str | None:
+    """The output-format suffix of a file name (``.csv``, ``.parquet``, ``.jsonl.gz``...),
+    or None: a query set, and a Spark run, write a folder, which such a name would
+    misdescribe."""
+    name = Path(path.rstrip("/") or "/").name.lower()
+    gz = name.endswith(".gz")
+    suffix = Path(name[:-3] if gz else name).suffix
+    if suffix in SUFFIXES or gz:
+        return (suffix if suffix in SUFFIXES else "") + (".gz" if gz else "")
+    return None

@@ -45,11 +45,17 @@ _HANDLED = {"command", "help", "sql", "input", "timestamp", "timestamp_unit", "e
 def refuse_unsupported(args) -> None:
     """Every ``adaptcq run`` option works on Spark or is refused with a reason: none is
     ignored."""
+    from adaptcq.runtime.output import file_suffix
     fmt = getattr(args, "format", None)
     if getattr(args, "output", None) == "-":
         raise AdaptcqError("--output - (stdout) is not supported with --engine spark: its "
                            "output is a folder of Parquet files, one per micro-batch; give a "
                            "folder, or use --engine local")
+    suffix = file_suffix(args.output) if getattr(args, "output", None) else None
+    if suffix:  # (a folder named o.csv holding Parquet files)
+        raise AdaptcqError(f"--output {args.output!r}: --engine spark writes a folder of "
+                           f"Parquet files, one per micro-batch, not a {suffix} file; give "
+                           "--output a folder name")
     if fmt not in (None, "parquet"):
         raise AdaptcqError(f"--format {fmt} is not supported with --engine spark: its output "
                            "is a folder of Parquet files, one per micro-batch (convert it "
