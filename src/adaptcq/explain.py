@@ -84,6 +84,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ----- statistics ----------------------------------------------------------------------------
+def load_stats(path: str) -> object:
+    """The parsed JSON of the statistics file ``path``; a missing, unreadable or invalid
+    file, or a folder, is an ``AdaptcqError`` naming it."""
+    p = Path(path)
+    if not p.exists():
+        raise AdaptcqError(f"statistics file {str(p)!r} does not exist")
+    if p.is_dir():
+        raise AdaptcqError(f"statistics file {str(p)!r} is a folder; give the JSON file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise AdaptcqError(f"statistics file {str(p)!r} is not UTF-8 text (JSON expected)") \
+            from None
+    except OSError as e:
+        raise AdaptcqError(f"cannot read statistics file {str(p)!r}: {e.strerror or e}") \
+            from None
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise AdaptcqError(f"statistics file {str(p)!r} is not valid JSON: {e.msg} "
+                           f"(line {e.lineno}, column {e.colno})") from None
+    except ValueError as e:  # NaN, Infinity (not JSON, though Python's reader takes them)
+        raise AdaptcqError(f"statistics file {str(p)!r} is not valid JSON: {e}") from None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def graph_from_json(query, data) -> object:
     """The ``JoinGraph`` of a statistics file's parsed JSON, checked against ``query``."""
     from adaptcq.adapt.graph import common_range
@@ -288,17 +317,10 @@ def main(args) -> int:
     if args.stats and args.input:
         raise AdaptcqError("give either --stats FILE or --input NAME=PATH ..., not both")
     if args.stats:
-        path = Path(args.stats)
-        if not path.exists():
-            raise AdaptcqError(f"statistics file {str(path)!r} does not exist")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise AdaptcqError(f"statistics file {str(path)!r} is not valid JSON: {e.msg} "
-                               f"(line {e.lineno}, column {e.colno})") from None
+        data = load_stats(args.stats)
         query = parse_query(sql)
         graph = graph_from_json(query, data)
-        source = f"given ({path})"
+        source = f"given ({args.stats})"
     elif args.input:
         if args.prefix < 1:
             raise AdaptcqError(f"--prefix must be at least 1, got {args.prefix}")
@@ -675,7 +697,7 @@ def explain_split(args, sql: str) -> int:
     shares = parse_shares(args.shares or [])
     rates, source = None, "equal rates"
     if args.stats:
-        data = json.loads(Path(args.stats).read_text(encoding="utf-8"))
+        data = load_stats(args.stats)
         rates, source = data.get("rates"), f"rates of {args.stats}"
         query = parse_query(sql)
     elif args.input:
