@@ -1,10 +1,13 @@
 """``adaptcq explain``: its options and its statistics file, checked before any work (a
 tester's findings). A statistics file that is a folder, unreadable or not JSON is one line
-naming it."""
+naming it; a reader closing stdout ends explain quietly."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,5 +80,30 @@ def test_an_unreadable_statistics_file_is_one_line_naming_it(tmp_path, capsys, m
     for split in ([], ["--engine", "spark", "--partitions", "4"]):
         msg = one_error(capsys, "--stats", str(path), *split)
         assert f"cannot read statistics file {str(path)!r}: Permission denied" in msg
+
+
+# ----- 2. stdout closed by its reader -------------------------------------------------------------
+@pytest.mark.parametrize("argv", [
+    ["--stats", "STATS", "--json"],                  # print(json.dumps(report))
+    ["--stats", "STATS"],                            # rich tables
+    ["--code", "--json"],
+    ["--code"],
+    ["--engine", "spark", "--partitions", "4"],      # rich, the split (no Spark session)
+])
+def test_a_closed_stdout_ends_explain_quietly(w, argv):
+    """``adaptcq explain ... | head -c 10``: a BrokenPipeError traceback (rich: exit 1)
+    before; now exit 0 and nothing on stderr, as ``adaptcq run --output - | head``."""
+    argv = [str(w / "stats.json") if a == "STATS" else a for a in argv]
+    read, write = os.pipe()
+    os.close(read)  # no reader: the first write fails with EPIPE, whenever it comes
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "from adaptcq.cli import main; raise SystemExit(main())",
+             "explain", "--sql", SQL, *argv],
+            stdout=write, stderr=subprocess.PIPE, timeout=120, check=False)
+    finally:
+        os.close(write)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stderr == b""
 
 

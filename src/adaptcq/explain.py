@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 
 from adaptcq.cliargs import parse_inputs, parse_orders, sql_arg
@@ -243,10 +245,9 @@ def explain_graph(graph) -> dict:
 
 
 def _print(report: dict, query, source: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if Console().is_terminal else 140)
+    console = _console(width=None if _console().is_terminal else 140)
     console.print(f"[bold]query[/]: {' '.join(query.sql.split())}")
     console.print(f"[bold]statistics[/]: {source}")
     shape = report["shape"]
@@ -292,6 +293,32 @@ def _print(report: dict, query, source: str) -> None:
 
 
 def main(args) -> int:
+    """``adaptcq explain``. A reader that closes stdout early (``adaptcq explain ... |
+    head``) ends it quietly, as it ends ``adaptcq run --output - | head``."""
+    try:
+        code = _main(args)
+        sys.stdout.flush()  # a report smaller than the pipe's buffer fails only here
+    except BrokenPipeError:
+        # Python would report the closed pipe again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return code
+
+
+def _console(**kwargs):
+    """A rich Console whose write to a closed stdout raises ``BrokenPipeError`` (for
+    ``main``), where rich's own handler would exit with status 1."""
+    from rich.console import Console
+    console = Console(**kwargs)
+    console.on_broken_pipe = _broken_pipe
+    return console
+
+
+def _broken_pipe() -> None:
+    raise BrokenPipeError("stdout was closed by its reader")
+
+
+def _main(args) -> int:
     from adaptcq.query.cql import parse_query
 
     if getattr(args, "executor", None) == "eddy":
@@ -460,7 +487,6 @@ def cache_candidates(sql: str, sources: dict, timestamp: str, prefix: int,
 
 
 def _print_caches(rows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from adaptcq.adapt.acaching import describe_measured
@@ -491,19 +517,19 @@ def _print_caches(rows: list[dict]) -> None:
     if not rows:
         t.add_row("no candidate satisfies the prefix invariant for these orders",
                   *[""] * (len(cols) - 1))
-    Console().print(t)
+    _console().print(t)
     if rows and rows[0].get("cost_model"):
-        Console().print(f"Cost model: {rows[0]['cost_model']}")
+        _console().print(f"Cost model: {rows[0]['cost_model']}")
         per_op = rows[0].get("seconds_per_operation")
         if per_op:
-            Console().print("  ns per operation (* measured, else the prior's split): " + ", ".join(
+            _console().print("  ns per operation (* measured, else the prior's split): " + ", ".join(
                 f"{k} {v:g}" for k, v in per_op.items()))
     trials = list({(m["arrival"], m["change"]): m for r in rows
                    for m in r.get("trials", ())}.values())
     if trials:  # decisions checked by measurement: the model beside what was measured
-        Console().print("Cache changes measured (model against measurement):")
+        _console().print("Cache changes measured (model against measurement):")
         for m in sorted(trials, key=lambda m: m["arrival"]):
-            Console().print("  " + describe_measured(m))
+            _console().print("  " + describe_measured(m))
 
 
 # ----- a query set in one eddy (cacq.txt) --------------------------------------------------------
@@ -528,9 +554,8 @@ def explain_eddy(args) -> int:
     if getattr(args, "json", False):
         print(json.dumps(report, indent=2, default=str))
         return 0
-    from rich.console import Console
     from rich.table import Table
-    console = Console()
+    console = _console()
     console.print(f"[bold]eddy[/] over the first {engine.stats['arrivals']:,} arrivals "
                   f"({args.routing or 'tickets'} routing)")
     t = Table(title="shared operators")
@@ -715,9 +740,8 @@ def explain_split(args, sql: str) -> int:
     if getattr(args, "json", False):
         print(json.dumps(d, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
-    con = Console()
+    con = _console()
     if plan.reason:
         con.print(f"one partition group: {plan.reason}", highlight=False)
         return 0
