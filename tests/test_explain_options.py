@@ -1,9 +1,12 @@
 """``adaptcq explain``: its options and its statistics file, checked before any work (a
 tester's findings). A statistics file that is a folder, unreadable or not JSON is one line
-naming it; a reader closing stdout ends explain quietly."""
+naming it; a reader closing stdout ends explain quietly; an option or combination that
+changes nothing in the report is refused with the reason, never ignored. No test here
+starts Spark (``--engine spark --partitions P`` only plans the split)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from adaptcq.cli import main
+from adaptcq.explain import add_arguments
 
 SQL = ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R [RANGE 1 SECONDS], "
        "S [RANGE 1 SECONDS], T [RANGE 1 SECONDS] WHERE R.a = S.a AND S.b = T.b")
@@ -105,5 +109,105 @@ def test_a_closed_stdout_ends_explain_quietly(w, argv):
         os.close(write)
     assert done.returncode == 0, done.stderr.decode()
     assert done.stderr == b""
+
+
+# ----- 3. options that change nothing are refused -------------------------------------------------
+REFUSED = [
+    # (argv with W for the workload folder, STATS for its statistics file, INPUTS, flag)
+    (["--stats", "STATS", "--prefix", "10"], "--prefix"),
+    (["--stats", "STATS", "--timestamp", "ts"], "--timestamp"),
+    (["--code", "--prefix", "10"], "--prefix"),
+    (["--code", "--timestamp", "ts"], "--timestamp"),
+    (["--engine", "spark", "--partitions", "4", "--prefix", "10"], "--prefix"),
+    (["--engine", "spark", "--partitions", "4", "--timestamp", "ts"], "--timestamp"),
+    (["--engine", "spark", "--partitions", "4", "INPUTS", "--prefix", "10"], "--prefix"),
+    (["--engine", "spark", "--partitions", "4", "--stats", "STATS", "--timestamp", "ts"],
+     "--timestamp"),
+    (["--stats", "STATS", "--routing", "lottery"], "--routing"),
+    (["INPUTS", "--routing", "lottery"], "--routing"),
+    (["--code", "--routing", "lottery"], "--routing"),
+    (["--engine", "spark", "--partitions", "4", "--routing", "lottery"], "--routing"),
+    (["--executor", "vector", "--routing", "lottery"], "--routing"),
+    (["--executor", "shed", "--routing", "lottery"], "--routing"),
+    (["--code", "--caches", "prefix"], "--caches"),
+    (["--stats", "STATS", "--engine", "spark", "--partitions", "4", "--caches", "prefix"],
+     "--caches"),
+    (["--engine", "spark", "--partitions", "4", "--mode", "retract"], "--mode"),
+    (["--engine", "spark", "--partitions", "4", "--executor", "mjoin"], "--executor"),
+    (["--engine", "spark", "--partitions", "4", "--order", "R:T,S"], "--order"),
+    (["--executor", "eddy", "INPUTS", "--stats", "STATS"], "--stats"),
+    (["--executor", "eddy", "INPUTS", "--order", "R:T,S"], "--order"),
+    (["--executor", "eddy", "INPUTS", "--nested-loop", "S"], "--nested-loop"),
+    (["--executor", "eddy", "INPUTS", "--caches", "prefix"], "--caches"),
+    (["--executor", "eddy", "INPUTS", "--shares", "S.b=2"], "--shares"),
+    (["--executor", "eddy", "INPUTS", "--engine", "spark", "--partitions", "2"], "--engine"),
+    (["--executor", "eddy", "INPUTS", "--batch-rows", "10"], "--batch-rows"),
+    (["--executor", "shed", "--order", "R:T,S"], "--order"),
+    (["--executor", "shed", "--prefix", "10"], "--prefix"),
+    (["--executor", "shed", "--timestamp", "ts"], "--timestamp"),
+    (["--executor", "vector", "--engine", "spark"], "--engine"),
+    (["--executor", "vector", "--batch-rows", "10"], "--batch-rows"),
+    (["--executor", "vector", "--prefix", "10"], "--prefix"),
+]
+
+
+def _argv(w, argv: list[str]) -> list[str]:
+    out = []
+    for a in argv:
+        out += (inputs(w) if a == "INPUTS" else [str(w / "stats.json")] if a == "STATS"
+                else [a])
+    return out
+
+
+@pytest.mark.parametrize(("argv", "flag"), REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_an_option_without_effect_is_refused_naming_it(w, capsys, argv, flag):
+    """Each of these printed the same report with and without ``flag``."""
+    msg = one_error(capsys, *_argv(w, argv))
+    assert msg.startswith(f"adaptcq: error: {flag}") and "no effect on" in msg, msg
+    assert msg.split(": ", 3)[-1].strip(), msg  # and a reason
+
+
+def test_several_options_without_effect_are_named_together(w, capsys):
+    msg = one_error(capsys, *_argv(w, ["--executor", "eddy", "INPUTS", "--order", "R:T,S",
+                                       "--stats", "STATS"]))
+    assert "--stats" in msg and "--order" in msg and "have no effect" in msg
+
+
+def test_stats_and_input_together_are_refused_by_the_split_too(w, capsys):
+    """The split took the rates of --stats and ignored --input."""
+    msg = one_error(capsys, *_argv(w, ["--engine", "spark", "--partitions", "4",
+                                       "--stats", "STATS", "INPUTS"]))
+    assert "not both" in msg
+
+
+@pytest.mark.parametrize("argv", [
+    ["--stats", "STATS", "--code", "--order", "R:T,S", "--mode", "retract",
+     "--executor", "acaching", "--engine", "local", "--json"],
+    ["INPUTS", "--prefix", "300", "--timestamp", "ts", "--caches", "prefix", "--code",
+     "--nested-loop", "S", "--json"],
+    ["--code", "--order", "R:T,S", "--nested-loop", "S", "--engine", "local"],
+    ["--executor", "eddy", "INPUTS", "--routing", "lottery", "--prefix", "200", "--code",
+     "--mode", "retract", "--timestamp", "ts", "--engine", "local", "--json"],
+    ["--executor", "vector", "INPUTS", "--batch-rows", "50", "--prefix", "300",
+     "--order", "R:T,S", "--mode", "retract", "--timestamp", "ts", "--json"],
+    ["--executor", "vector", "--order", "R:T,S", "--engine", "local"],
+    ["--executor", "shed", "--mode", "append", "--engine", "local"],
+    ["--engine", "spark", "--partitions", "4", "--stats", "STATS", "--json"],
+    ["--engine", "spark", "--partitions", "4", "INPUTS", "--timestamp", "ts", "--json"],
+    ["--engine", "spark", "--shares", "S.b=2"],
+])
+def test_the_options_each_report_uses_are_accepted(w, capsys, argv):
+    code, _, err = explain(capsys, *_argv(w, argv))
+    assert code == 0, err
+
+
+def test_every_option_has_its_place_in_the_table():
+    """A new option must say which reports use it (``_uses``), or it would be refused or
+    ignored by accident."""
+    from adaptcq.explain import _OPTIONS
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    dests = {a.dest for a in p._actions} - {"help", "sql", "json"}
+    assert dests == set(_OPTIONS)
 
 

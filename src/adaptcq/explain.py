@@ -21,6 +21,12 @@ graph) a selectivity; names are the query's stream aliases.
 ``--code`` prints the Python source generated for every MJoin pipeline of the query
 (``MJoin.pipeline_sources``, engine/codegen.py), for the default orders or the ones given
 with ``--order`` (and ``--nested-loop``, ``--mode``); it needs no statistics.
+
+Each kind of report uses some of the options (``_uses``: the eddy, the vectorized
+executor, the split into partition groups, the load-shedding join, --code alone, plans for
+--stats, plans for --input); one given that the report does not use is refused with the
+reason (``refuse_unused``), never ignored. A reader closing stdout (``| head``) ends
+explain quietly, with status 0.
 """
 
 from __future__ import annotations
@@ -34,17 +40,31 @@ from pathlib import Path
 from adaptcq.cliargs import parse_inputs, parse_orders, sql_arg
 from adaptcq.errors import AdaptcqError
 
+DEFAULT_TIMESTAMP = "ts"
+DEFAULT_PREFIX = 200_000
+
+
+def _timestamp(args) -> str:
+    return getattr(args, "timestamp", None) or DEFAULT_TIMESTAMP
+
+
+def _prefix(args) -> int:
+    n = getattr(args, "prefix", None)
+    return DEFAULT_PREFIX if n is None else n
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sql", required=True, action="append",
                    help="the CQL query text, or @FILE (repeat it with --executor eddy)")
     p.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
                    help="measure statistics by running over these inputs")
-    p.add_argument("--timestamp", default="ts")
+    p.add_argument("--timestamp", default=None,
+                   help="the inputs' time column (default ts); with --input")
     p.add_argument("--stats", metavar="FILE",
                    help="JSON statistics: {rates: {S: λ}, selectivities: {'R,S': σ}, window: W}")
-    p.add_argument("--prefix", type=int, default=200_000,
-                   help="measure statistics over at most this many input rows")
+    p.add_argument("--prefix", type=int, default=None,
+                   help="measure statistics over at most this many input rows (default "
+                   f"{DEFAULT_PREFIX:,}); with --input")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--caches", choices=["prefix", "global"],
                    help="also run A-Caching over the measured prefix and show its candidate "
@@ -340,19 +360,22 @@ def _main(args) -> int:
         return explain_shed(args, sql)
     code = _code_request(args)
     if code is not None and not args.stats and not args.input:
+        refuse_unused(args, "code")
         return _print_code(pipeline_code(sql, **code), getattr(args, "json", False))
     if args.stats and args.input:
         raise AdaptcqError("give either --stats FILE or --input NAME=PATH ..., not both")
     if args.stats:
+        refuse_unused(args, "stats")
         data = load_stats(args.stats)
         query = parse_query(sql)
         graph = graph_from_json(query, data)
         source = f"given ({args.stats})"
     elif args.input:
-        if args.prefix < 1:
-            raise AdaptcqError(f"--prefix must be at least 1, got {args.prefix}")
-        query, graph, profiler, n = measure(sql, parse_inputs(args.input), args.timestamp,
-                                            args.prefix)
+        refuse_unused(args, "input")
+        if _prefix(args) < 1:
+            raise AdaptcqError(f"--prefix must be at least 1, got {_prefix(args)}")
+        query, graph, profiler, n = measure(sql, parse_inputs(args.input), _timestamp(args),
+                                            _prefix(args))
         seen = sum(p.observations for p in profiler.pipelines.values())
         source = (f"measured over the first {n:,} input rows "
                   f"({seen:,} profiled tuples, W = {profiler.W})")
@@ -361,13 +384,11 @@ def _main(args) -> int:
                            "each stream to measure them")
     report = explain_graph(graph)
     if getattr(args, "caches", None):
-        if not args.input:
-            raise AdaptcqError("--caches measures cache statistics: it needs --input")
-        report["caches"] = cache_candidates(sql, parse_inputs(args.input), args.timestamp,
-                                            args.prefix, args.caches)
+        report["caches"] = cache_candidates(sql, parse_inputs(args.input), _timestamp(args),
+                                            _prefix(args), args.caches)
     if code is not None:
         report["code"] = pipeline_code(sql, **code, sources=parse_inputs(args.input),
-                                       timestamp=args.timestamp)
+                                       timestamp=_timestamp(args))
     if getattr(args, "json", False):
         print(json.dumps({"statistics": source, **report}, indent=2, default=str))
     else:
@@ -377,6 +398,144 @@ def _main(args) -> int:
         if code is not None:
             _print_code(report["code"], False)
     return 0
+
+
+# ----- which options each kind of report uses ---------------------------------------------------
+# An option that does not change what explain shows is refused with the reason, never ignored
+# (as adaptcq run refuses options its executor or engine does not use).
+_OPTIONS = ("input", "timestamp", "stats", "prefix", "caches", "code", "order", "nested_loop",
+            "mode", "executor", "batch_rows", "routing", "engine", "partitions", "shares")
+_PLAN_OPTIONS = frozenset({"code", "order", "nested_loop", "mode", "executor", "engine"})
+_MEASURE = frozenset({"input", "timestamp", "prefix"})
+
+
+def _uses(mode: str, args) -> frozenset:
+    """The options (argparse dests) the report ``mode`` uses: "eddy", "vector", "split"
+    (--engine spark --partitions/--shares), "shed" (the load-shedding join), "code" (--code
+    alone), "stats" (plans for --stats) or "input" (plans for statistics measured over
+    --input)."""
+    inputs = bool(getattr(args, "input", None))
+    if mode == "eddy":
+        return _MEASURE | {"code", "mode", "executor", "routing", "engine"}
+    if mode == "vector":
+        return (frozenset({"order", "mode", "executor", "engine"})
+                | (_MEASURE | {"batch_rows"} if inputs else frozenset()))
+    if mode == "split":
+        rates = ({"stats"} if getattr(args, "stats", None) else
+                 {"input", "timestamp"} if inputs else set())  # timestamp: checked as run does
+        return frozenset({"engine", "partitions", "shares"} | rates)
+    if mode == "shed":
+        return frozenset({"mode", "executor", "engine"})
+    if mode == "code":
+        return _PLAN_OPTIONS
+    if mode == "stats":
+        return _PLAN_OPTIONS | {"stats"}
+    if mode == "input":
+        return _PLAN_OPTIONS | _MEASURE | {"caches"}
+    raise ValueError(mode)
+
+
+_SHOWS = {
+    "eddy": "explain --executor eddy (a local run of the queries in one eddy)",
+    "vector": "explain --executor vector",
+    "split": "the split into partition groups (--engine spark --partitions/--shares)",
+    "shed": "the load-shedding join's plan",
+    "code": "--code without --stats or --input (the generated pipelines alone)",
+    "stats": "the plans for the statistics of --stats",
+    "input": "the plans for the statistics measured over --input",
+}
+
+def _no_input(mode: str, args) -> str:
+    if mode == "shed":
+        return "and the load-shedding join's plan is shown without reading any input"
+    if getattr(args, "stats", None):
+        return "and with --stats no input is read"
+    return "and no input is read here (give --input)"
+
+
+def _why(dest: str, mode: str, args) -> str:
+    """Why option ``dest`` changes nothing in report ``mode``."""
+    if dest == "routing":
+        return "it is the eddy's routing policy (--executor eddy)"
+    if dest == "prefix":
+        if mode == "split" and getattr(args, "input", None):
+            return ("the split weighs the streams by the inputs' whole row counts; it runs "
+                    "no rows")
+        return f"it bounds the input rows measured, {_no_input(mode, args)}"
+    if dest == "timestamp":
+        return f"it names the inputs' time column, {_no_input(mode, args)}"
+    if dest == "input":
+        return "give either --stats FILE or --input NAME=PATH ..., not both"
+    if dest == "batch_rows":
+        if mode == "vector":
+            return "it sets the batches of the run over --input; give --input"
+        return "it is for --executor vector (the arrivals per batch)"
+    if dest == "stats":
+        return ("the eddy takes no statistics file: its routing learns from the tuples of "
+                "--input as it runs")
+    if dest == "caches":
+        return {
+            "eddy": "A-Caching's caches are over MJoin's pipelines; the eddy shares SteMs",
+            "split": "the split does not depend on the caches each group chooses",
+            "code": "it runs A-Caching over the first --prefix rows of --input to show its "
+                    "candidate caches; give --input",
+            "stats": "it measures cache statistics by running A-Caching over --input: give "
+                     "--input instead of --stats",
+        }.get(mode, "it shows A-Caching's candidate caches, measured over --input")
+    if dest == "order":
+        if mode == "eddy":
+            return "the eddy has no pipelines to order: its routing (--routing) orders the "\
+                   "operators for each tuple"
+        if mode == "split":
+            return "the split does not depend on the pipelines' orders"
+        return ("it sets MJoin's pipeline orders; the load-shedding join has its own "
+                "(adaptcq run refuses --order with it)")
+    if dest == "nested_loop":
+        if mode == "split":
+            return "the split does not depend on how a group's joins scan their windows"
+        return ("it is for --executor mjoin or acaching (it chooses how a per-tuple probe "
+                "scans a window)")
+    if dest == "mode":
+        return "the split is the same in append and retract mode"
+    if dest == "executor":
+        return "the split is the same for every executor"
+    if dest == "engine":
+        return ("explain shows this executor on the local engine; --engine spark with "
+                "--partitions P (or --shares) shows a query's split into partition groups")
+    if dest in ("partitions", "shares"):
+        return ("it shows a single query's split into partition groups (--engine spark, "
+                "without --executor eddy)")
+    if dest == "code":
+        return "it prints MJoin's generated pipelines"
+    return "it is not used here"
+
+
+def _flag(args, dest: str) -> str:
+    flag = "--" + dest.replace("_", "-")
+    value = getattr(args, dest, None)
+    return flag if isinstance(value, bool | list) else f"{flag} {value}"
+
+
+def refuse_unused(args, mode: str) -> None:
+    """Refuse, naming each with the reason, the options given that report ``mode`` does
+    not use (``_uses``); ``--engine local`` is the engine every report but the split
+    shows, so it is accepted wherever --engine is."""
+    used = _uses(mode, args)
+    unused = []
+    for dest in _OPTIONS:
+        value = getattr(args, dest, None)
+        if value is None or value is False or value == []:
+            continue
+        if dest not in used or (dest == "engine" and mode != "split" and value == "spark"):
+            unused.append(dest)
+    if not unused:
+        return
+    flags = [_flag(args, d) for d in unused]
+    if len(unused) == 1:
+        raise AdaptcqError(f"{flags[0]} has no effect on {_SHOWS[mode]}: "
+                           f"{_why(unused[0], mode, args)}")
+    raise AdaptcqError(f"{', '.join(flags)} have no effect on {_SHOWS[mode]}: " + "; ".join(
+        f"{f.split(' ')[0]}: {_why(d, mode, args)}" for f, d in zip(flags, unused, strict=True)))
 
 
 # ----- generated code --------------------------------------------------------------------------
@@ -541,13 +700,14 @@ def explain_eddy(args) -> int:
     if not args.input:
         raise AdaptcqError("--executor eddy runs the queries: give --input NAME=PATH for "
                            "each source")
-    if args.prefix < 1:
-        raise AdaptcqError(f"--prefix must be at least 1, got {args.prefix}")
-    engine = Engine(parse_inputs(args.input), args.timestamp, mode=args.mode or "append",
-                    routing=args.routing or "tickets", routing_epoch=min(1000, args.prefix))
+    refuse_unused(args, "eddy")
+    if _prefix(args) < 1:
+        raise AdaptcqError(f"--prefix must be at least 1, got {_prefix(args)}")
+    engine = Engine(parse_inputs(args.input), _timestamp(args), mode=args.mode or "append",
+                    routing=args.routing or "tickets", routing_epoch=min(1000, _prefix(args)))
     for k, text in enumerate(args.sql, 1):
         engine.register(sql_arg(text), query_id=f"q{k}", output=lambda batch: None)
-    engine.run(max_arrivals=args.prefix)
+    engine.run(max_arrivals=_prefix(args))
     report = engine.explain()
     if getattr(args, "code", False):
         report["routes"] = engine.ex.route_sources()
@@ -614,6 +774,7 @@ def explain_shed(args, sql: str) -> int:
             raise AdaptcqError(f"{flag} is not for the load-shedding join: it has no "
                                "generated pipelines, caches or optimizer statistics; its "
                                "plan is shown without them")
+    refuse_unused(args, "shed")
     query = parse_query(sql)
     cq = ContinuousQuery(query, "shed", args.mode or "append")
     plan = cq.executor.describe()
@@ -641,15 +802,18 @@ def explain_vector(args) -> int:
             raise AdaptcqError(f"{flag} is not for --executor vector (it has no generated "
                                "code, caches or shares of its own; it measures its "
                                "statistics itself: give --input)")
+    refuse_unused(args, "vector")
+    if args.input and _prefix(args) < 1:
+        raise AdaptcqError(f"--prefix must be at least 1, got {_prefix(args)}")
     sql = sql_arg(args.sql[0])
     orders = parse_orders(args.order or [])
     mode = args.mode or "append"
     report: dict = {"executor": "vector", "mode": mode}
     if args.input:
         from adaptcq.runtime.local import LocalRun
-        run = LocalRun(sql, parse_inputs(args.input), args.timestamp, "vector", mode,
+        run = LocalRun(sql, parse_inputs(args.input), _timestamp(args), "vector", mode,
                        orders=orders, batch_rows=args.batch_rows)
-        vj, left = run.cq, max(1, args.prefix)
+        vj, left = run.cq, _prefix(args)
         for batch, _ in run.iter_batches():  # the batches adaptcq run would make
             vj.process_batch(batch.slice(0, min(len(batch), left)))
             left -= len(batch)
@@ -716,6 +880,10 @@ def explain_split(args, sql: str) -> int:
     if getattr(args, "code", False):
         raise AdaptcqError("--partitions shows the split, --code the generated pipelines: "
                            "give one of them")
+    if args.stats and args.input:
+        raise AdaptcqError("give either --stats FILE or --input NAME=PATH ..., not both: "
+                           "the split takes its rates from one of them")
+    refuse_unused(args, "split")
     P = args.partitions
     if P is not None and P < 1:
         raise AdaptcqError(f"--partitions must be >= 1, got {P}")
@@ -728,7 +896,7 @@ def explain_split(args, sql: str) -> int:
     elif args.input:
         from adaptcq.runtime.spark import _input_rates, _resolve_input
         from adaptcq.stream.sources import schema_kinds
-        inputs = {n: _resolve_input(n, p, args.timestamp, None)
+        inputs = {n: _resolve_input(n, p, _timestamp(args), None)
                   for n, p in parse_inputs(args.input).items()}
         query = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()})
         rates, source = _input_rates(query, inputs), "row counts of the inputs"
