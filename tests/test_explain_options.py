@@ -1,22 +1,31 @@
 """``adaptcq explain``: its options and its statistics file, checked before any work (a
 tester's findings). A statistics file that is a folder, unreadable or not JSON is one line
 naming it; a reader closing stdout ends explain quietly; an option or combination that
-changes nothing in the report is refused with the reason, never ignored. No test here
-starts Spark (``--engine spark --partitions P`` only plans the split)."""
+changes nothing in the report is refused with the reason, never ignored; the statistics'
+values are numbers (not booleans or strings), finite, in range, and small enough that every
+plan cost stays a finite float. No test here starts Spark (``--engine spark --partitions P``
+only plans the split)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adaptcq.cli import main
-from adaptcq.explain import add_arguments
+from adaptcq.errors import AdaptcqError
+from adaptcq.explain import add_arguments, explain_graph, graph_from_json
+from adaptcq.query.cql import parse_query
+from conftest import examples
 
 SQL = ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R [RANGE 1 SECONDS], "
        "S [RANGE 1 SECONDS], T [RANGE 1 SECONDS] WHERE R.a = S.a AND S.b = T.b")
@@ -211,3 +220,117 @@ def test_every_option_has_its_place_in_the_table():
     assert dests == set(_OPTIONS)
 
 
+# ----- 4. the statistics' values ------------------------------------------------------------------
+def _stats(**changes) -> dict:
+    data = json.loads(json.dumps(GOOD))
+    for key, value in changes.items():
+        section, _, name = key.partition("__")
+        if name:
+            data.setdefault(section, {})[name.replace("_", ",")] = value
+        else:
+            data[section] = value
+    return data
+
+
+BAD = [
+    (_stats(rates__R=True), "rates.R", "must be a number, got true"),
+    (_stats(rates__R="2"), "rates.R", 'must be a number, got "2"'),
+    (_stats(rates__R=None), "rates.R", "must be a number, got null"),
+    (_stats(rates__R=[1]), "rates.R", "must be a number"),
+    (_stats(rates__R=0), "rates.R", "must be > 0"),
+    (_stats(rates__R=-3), "rates.R", "must be > 0"),
+    (json.dumps(GOOD).replace('"R": 1', '"R": 1e999'), "rates.R", "must be finite, got inf"),
+    (_stats(rates__R=10 ** 400), "rates.R", "must be finite"),
+    (_stats(selectivities__R_S=True), "'R,S'", "must be a number, got true"),
+    (_stats(selectivities__R_S="0.5"), "'R,S'", "must be a number"),
+    (_stats(selectivities__R_S=0), "'R,S'", "must be in (0, 1]"),
+    (_stats(selectivities__R_S=1.5), "'R,S'", "must be in (0, 1]"),
+    (_stats(window=True), "'window'", "must be a number, got true"),
+    (_stats(window="2"), "'window'", "must be a number"),
+    (_stats(window=0), "'window'", "must be > 0"),
+    (_stats(costs__join=-1), "costs.join", "must be >= 0"),
+    (_stats(costs__insert=False), "costs.insert", "must be a number"),
+    (_stats(rates={"R": 1e308, "S": 1e308, "T": 1e308}, window=1e308), "rates.R",
+     "too large for the cost model"),
+    (_stats(rates={"R": 1e200, "S": 1e200, "T": 1e200}, window=1e200), "rates.R",
+     "too large for the cost model"),
+    (_stats(rates={"R": 1e100, "S": 1, "T": 1e100}, window=1e100), "rates.", "too large"),
+    (_stats(costs__join=1e300), "costs.join", "too large for the cost model"),
+]
+
+
+@pytest.mark.parametrize(("data", "key", "message"), BAD,
+                         ids=[f"{k} {m}" for _, k, m in BAD])
+def test_bad_statistics_values_are_refused_naming_the_key(tmp_path, capsys, data, key,
+                                                         message):
+    """``"R": true`` was rate 1, ``"R": "2"`` rate 2, and huge rates and windows a numpy
+    RuntimeWarning and "DMJoin found no admissible order (internal error)"."""
+    path = tmp_path / "s.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning on the way
+        msg = one_error(capsys, "--stats", str(path))
+    assert "statistics: " in msg and key in msg and message in msg, msg
+
+
+@pytest.mark.parametrize(("rates", "message"), [
+    ({"R": True, "S": 1, "T": 1}, "rates.R) must be a number, got true"),
+    ({"R": "2", "S": 1, "T": 1}, "rates.R) must be a number"),
+    ({"R": 1, "S": 1}, "no rate for stream T"),
+    ({"R": 1, "S": 1, "T": 1, "X": 1}, "rates name stream 'X'"),
+    ({"R": 1e300, "S": 1, "T": 1}, "rates.R) = 1e+300 is too large"),
+])
+def test_the_split_checks_the_rates_of_its_statistics_file(tmp_path, capsys, rates, message):
+    """The split took any value (a boolean as rate 1) and a missing stream as rate 1."""
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"rates": rates}))
+    msg = one_error(capsys, "--stats", str(path), "--engine", "spark", "--partitions", "4")
+    assert message in msg, msg
+
+
+def test_large_but_representable_statistics_still_explain(tmp_path, capsys):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(_stats(rates={"R": 1e50, "S": 1e50, "T": 1e50}, window=1e50,
+                                      selectivities={"R,S": 1, "S,T": 1})))
+    code, out, err = explain(capsys, "--stats", str(path), "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert all(math.isfinite(a["cost"]) for a in report["algorithms"].values())
+    assert math.isfinite(report["optimum"])
+
+
+def _chain(n: int) -> str:
+    names = [f"S{i}" for i in range(n)]
+    return ("SELECT S0.a FROM " + ", ".join(names) + " WHERE "
+            + " AND ".join(f"S{i}.b = S{i + 1}.a" for i in range(n - 1)))
+
+
+@settings(max_examples=examples(60))
+@given(n=st.integers(2, 7), star=st.booleans(), data=st.data())
+def test_accepted_statistics_give_finite_costs(n, star, data):
+    """Whatever the magnitudes, a statistics file is refused as too large or every plan
+    cost is a finite float, with no overflow warning (DMJoin included)."""
+    import numpy as np
+    if star:
+        sql = ("SELECT S0.a1 FROM " + ", ".join(f"S{i}" for i in range(n)) + " WHERE "
+               + " AND ".join(f"S0.a{i} = S{i}.a" for i in range(1, n)))
+    else:
+        sql = _chain(n)
+    query = parse_query(sql)
+    magnitude = st.floats(-20, 308).map(lambda e: 10.0 ** e)
+    stats = {"rates": {a: data.draw(magnitude) for a in query.aliases},
+             "selectivities": {",".join(e): data.draw(st.sampled_from([1, 0.5, 1e-6]))
+                               for e in query.join_edges()},
+             "window": data.draw(magnitude),
+             "costs": {"join": data.draw(st.sampled_from([0, 1, 1e100]))}}
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        try:
+            graph = graph_from_json(query, stats)
+        except AdaptcqError as e:
+            assert "too large for the cost model" in str(e)
+            return
+        report = explain_graph(graph)
+    for info in report["algorithms"].values():
+        assert math.isfinite(info["cost"]) and all(
+            math.isfinite(c) for c in info["pipeline_costs"].values())

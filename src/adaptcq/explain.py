@@ -16,7 +16,11 @@ The statistics file is JSON::
      "costs": {"insert": 1, "delete": 1, "join": 1}}  # optional unit costs (Table 1)
 
 Every stream of the query needs a rate, every joined pair (an edge of the query's join
-graph) a selectivity; names are the query's stream aliases.
+graph) a selectivity; names are the query's stream aliases. Values are JSON numbers (not
+booleans or strings; NaN and Infinity are not JSON), finite, rates and the window > 0, σ in
+(0, 1] (a fraction of the pairs that join), unit costs >= 0; statistics under which a plan
+could cost more than ``COST_LIMIT`` (a float near its end) are refused, naming the largest
+rate. ``--engine spark --partitions P --stats FILE`` reads the same file and uses its rates.
 
 ``--code`` prints the Python source generated for every MJoin pipeline of the query
 (``MJoin.pipeline_sources``, engine/codegen.py), for the default orders or the ones given
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -106,6 +111,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ----- statistics ----------------------------------------------------------------------------
+COST_LIMIT = 1e300
+"""The largest plan cost the statistics may lead to (``_check_cost_range``): floats end
+near 1.8e308, and Eq. 2 multiplies λ·W once per join of a pipeline, so a statistics file
+whose worst plan could cost more is refused rather than run into inf (and DMJoin, whose
+candidates all become inf, into finding no order)."""
+
+
 def load_stats(path: str) -> object:
     """The parsed JSON of the statistics file ``path``; a missing, unreadable or invalid
     file, or a folder, is an ``AdaptcqError`` naming it."""
@@ -135,11 +147,27 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def graph_from_json(query, data) -> object:
-    """The ``JoinGraph`` of a statistics file's parsed JSON, checked against ``query``."""
-    from adaptcq.adapt.graph import common_range
-    from adaptcq.optimizer import JoinGraph
+def _number(where: str, value, *, low: str = "positive", at_most_one: bool = False) -> float:
+    """``value`` of the statistics as a float: a JSON number (not a boolean, not a string),
+    finite, and > 0 (``low="positive"``) or >= 0 (``"non-negative"``), and <= 1 with
+    ``at_most_one``; otherwise an error naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise AdaptcqError(f"statistics: {where} must be a number, got {json.dumps(value)}")
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond the float range
+        raise AdaptcqError(f"statistics: {where} must be finite, got an integer of "
+                           f"{len(str(abs(value)))} digits") from None
+    if not math.isfinite(v):
+        raise AdaptcqError(f"statistics: {where} must be finite, got {value}")
+    bad = v < 0 or (v == 0 and low == "positive") or (at_most_one and v > 1)
+    if bad:
+        want = "in (0, 1]" if at_most_one else "> 0" if low == "positive" else ">= 0"
+        raise AdaptcqError(f"statistics: {where} must be {want}, got {value}")
+    return v
 
+
+def _check_stats_object(data) -> None:
     if not isinstance(data, dict):
         raise AdaptcqError("statistics must be a JSON object with 'rates' and "
                            "'selectivities'")
@@ -147,6 +175,12 @@ def graph_from_json(query, data) -> object:
     if unknown_keys:
         raise AdaptcqError(f"statistics: unknown key(s) {', '.join(unknown_keys)}; expected "
                            "rates, selectivities, window, costs")
+
+
+def rates_from_json(query, data) -> dict[str, float]:
+    """λ per stream alias of a statistics file's parsed JSON: every stream of ``query`` and
+    no other, each a finite number > 0."""
+    _check_stats_object(data)
     aliases = list(query.aliases)
     rates = data.get("rates")
     if not isinstance(rates, dict):
@@ -158,6 +192,14 @@ def graph_from_json(query, data) -> object:
     missing = [a for a in aliases if a not in rates]
     if missing:
         raise AdaptcqError(f"statistics: no rate for stream {', '.join(missing)}")
+    return {a: _number(f"the rate of {a} (rates.{a})", rates[a]) for a in aliases}
+
+
+def _other_stats(query, data) -> tuple[dict, float | None, dict]:
+    """The selectivities (by pair), window (None when not given) and unit costs of a
+    statistics file's parsed JSON, each value checked; every key named is checked against
+    ``query``, but none is required."""
+    aliases = list(query.aliases)
     sels = data.get("selectivities", {})
     if not isinstance(sels, dict):
         raise AdaptcqError("statistics: 'selectivities' must map \"A,B\" to σ")
@@ -179,23 +221,85 @@ def graph_from_json(query, data) -> object:
         if pair in sel:
             raise AdaptcqError(f"statistics: the selectivity of {parts[0]},{parts[1]} is "
                                "given twice")
-        sel[pair] = sigma
-    for e in sorted(edges, key=sorted):
+        # σ is a fraction of the pairs that join (join-ordering.txt §2.1): in (0, 1]
+        sel[pair] = _number(f"the selectivity σ of {key!r} (selectivities)", sigma,
+                            at_most_one=True)
+    window = data.get("window")
+    if window is not None:
+        window = _number("'window' (W, seconds)", window)
+    costs = data.get("costs", {})
+    if not isinstance(costs, dict) or set(costs) - {"insert", "delete", "join"}:
+        raise AdaptcqError("statistics: 'costs' may give insert, delete and join unit costs")
+    costs = {k: _number(f"the unit cost costs.{k}", v, low="non-negative")
+             for k, v in costs.items()}
+    return sel, window, costs
+
+
+def graph_from_json(query, data) -> object:
+    """The ``JoinGraph`` of a statistics file's parsed JSON, checked against ``query``:
+    a rate for every stream, a selectivity for every joined pair, the window (given, or
+    the streams' common [RANGE w]); numbers only, finite, rates and the window > 0, σ in
+    (0, 1], unit costs >= 0, and no plan costing more than ``COST_LIMIT``."""
+    from adaptcq.adapt.graph import common_range
+    from adaptcq.optimizer import JoinGraph
+
+    rates = rates_from_json(query, data)
+    sel, window, costs = _other_stats(query, data)
+    for e in sorted({frozenset(e) for e in query.join_edges()}, key=sorted):
         if e not in sel:
             a, b = sorted(e)
             raise AdaptcqError(f"statistics: no selectivity for the join of {a} and {b}; "
                                f"give \"{a},{b}\"")
-    window = data.get("window")
+    where = "'window'"
     if window is None:
         window = common_range(query)
+        where = "the query's [RANGE w] window"
         if window is None:
             raise AdaptcqError("statistics: give 'window' (W, seconds): the query's streams "
                                "do not all have the same [RANGE w] window")
-    costs = data.get("costs", {})
-    if not isinstance(costs, dict) or set(costs) - {"insert", "delete", "join"}:
-        raise AdaptcqError("statistics: 'costs' may give insert, delete and join unit costs")
+    _check_cost_range(rates, window, costs, where)
     return JoinGraph(rates, sel, window=window,
                      **{f"c_{k}": v for k, v in costs.items()})
+
+
+def _check_cost_range(rates: dict, window: float, costs: dict, where: str) -> None:
+    """Refuse statistics under which a plan could cost more than ``COST_LIMIT``.
+
+    A pipeline of start stream s has, after joining a set X of the others, at most
+    P_X <= λ_s·Π_{j∈X} max(1, λ_j·W) tuples (σ <= 1; DMJoin computes P_X for every subset
+    X, so no σ can be counted on), each probe of Eq. 2 costs at most that times C_join, so
+    a pipeline costs at most (n + 1)·c·λ_s·Π_{j≠s} max(1, λ_j·W), c the largest unit cost
+    (or 1), and a plan n times the largest pipeline. Computed in logarithms, so that it
+    cannot overflow itself."""
+    n = len(rates)
+    logs = {s: math.log10(lam) for s, lam in rates.items()}
+    state = {s: max(0.0, v + math.log10(window)) for s, v in logs.items()}  # log max(1, λW)
+    total = sum(state.values())
+    worst = max(logs, key=lambda s: logs[s] + total - state[s])
+    unit, c = max(costs.items(), key=lambda kv: kv[1], default=("", 1.0))
+    bound = (math.log10(n * (n + 1)) + logs[worst] + total - state[worst]
+             + math.log10(max(1.0, c)))
+    if bound > math.log10(COST_LIMIT):
+        big = max(rates, key=rates.get)
+        costs_text = f" and costs.{unit} = {c:g}" if c > 1 else ""
+        raise AdaptcqError(
+            f"statistics: the rates (the largest rates.{big} = {rates[big]:g}), {where} = "
+            f"{window:g}{costs_text} are too large for the cost model: a plan over {n} "
+            f"streams could cost up to about 1e{bound:.0f} per second (Eq. 2 multiplies by "
+            f"λ·W, the tuples in a window, once per join), beyond the {COST_LIMIT:.0e} that "
+            "keeps every cost a finite float")
+
+
+def _check_split_range(rates: dict, groups: int) -> None:
+    """Refuse rates under which the tuples shipped to ``groups`` partition groups
+    (Σ λ_s·replicas_s <= n·P·λ_max, ``optimizer.shares.shipped``) could exceed
+    ``COST_LIMIT``."""
+    big = max(rates, key=rates.get)
+    if math.log10(len(rates) * max(1, groups)) + math.log10(rates[big]) > \
+            math.log10(COST_LIMIT):
+        raise AdaptcqError(f"statistics: the rate of {big} (rates.{big}) = {rates[big]:g} "
+                           f"is too large: the tuples shipped to {groups} groups would pass "
+                           f"{COST_LIMIT:.0e} per second")
 
 
 def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | None = None):
@@ -890,9 +994,11 @@ def explain_split(args, sql: str) -> int:
     shares = parse_shares(args.shares or [])
     rates, source = None, "equal rates"
     if args.stats:
-        data = load_stats(args.stats)
-        rates, source = data.get("rates"), f"rates of {args.stats}"
         query = parse_query(sql)
+        data = load_stats(args.stats)
+        rates, source = rates_from_json(query, data), f"rates of {args.stats}"
+        _other_stats(query, data)  # the rest of the file is checked too, though not used
+        _check_split_range(rates, P or math.prod(shares.values()))
     elif args.input:
         from adaptcq.runtime.spark import _input_rates, _resolve_input
         from adaptcq.stream.sources import schema_kinds
