@@ -299,29 +299,8 @@ def _check_summary_json(args, inputs: list[Path], outputs: list[tuple[str, str]]
             raise AdaptcqError("--summary-json - (stdout) is not supported with --engine "
                                "spark yet; give --summary-json a file")
         return
-    from adaptcq.runtime.output import overlaps
-    target = Path(path).expanduser()
-    for p in inputs:
-        if overlaps(target, p):
-            raise AdaptcqError(f"--summary-json {path!r} is the input {str(p)!r} (or holds "
-                               "it, or is inside it); writing there would destroy the input")
-    for what, other in outputs:
-        if overlaps(target, other):
-            raise AdaptcqError(f"--summary-json {path!r} is {what} {other!r} (or holds "
-                               "it, or is inside it); one would overwrite the other: give the "
-                               "summary a file of its own")
-    if target.is_dir():
-        raise AdaptcqError(f"--summary-json {path!r} is a folder; give a file name, e.g. "
-                           f"{str(target / 'summary.json')!r}")
-    parent = target.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise AdaptcqError(f"--summary-json {path!r}: cannot create its folder: "
-                           f"{e.strerror or e}") from None
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise AdaptcqError(f"--summary-json {path!r}: the folder {str(parent)!r} is not "
-                           "writable")
+    from adaptcq.runtime.output import check_output_path
+    check_output_path(path, inputs, "--summary-json", outputs, "summary.json")
 
 
 def queryset_summary(engine, args):

@@ -86,8 +86,11 @@ def overlaps(a: str | Path, b: str | Path) -> bool:
     return pa_ == pb or pa_ in pb.parents or pb in pa_.parents
 
 
-def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output") -> Path:
-    """Refuse an output path that would destroy an input or cannot be written."""
+def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output",
+                      others: Iterable[tuple[str, str]] = (),
+                      example: str = "out.parquet") -> Path:
+    """Refuse an output path that would destroy an input, that another output (``others``:
+    (option, path) pairs) also writes, or that cannot be written."""
     out = Path(path).expanduser()
     if what == "--rejected":  # (its format is always its suffix's: no --format for it)
         format_of(path, None, what)
@@ -95,9 +98,14 @@ def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output")
         if overlaps(out, p):
             raise AdaptcqError(f"{what} {path!r} is the input {str(p)!r} (or holds it, or is "
                                "inside it); writing there would destroy the input")
+    for option, other in others:
+        if overlaps(out, other):
+            raise AdaptcqError(f"{what} {path!r} is {option} {other!r} (or holds it, or is "
+                               "inside it); one would overwrite the other: give each a "
+                               "place of its own")
     if out.is_dir():
         raise AdaptcqError(f"{what} {path!r} is a folder; give a file name, e.g. "
-                           f"{str(out / 'out.parquet')!r}")
+                           f"{str(out / example)!r}")
     parent = out.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
