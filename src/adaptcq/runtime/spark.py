@@ -451,7 +451,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     # Validates executor, mode, plan options (orders, tree) and the policies' options
     # before Spark starts work: what every group will build.
     _check_engine(query, executor, mode, bool(signed), spec, options, inputs)
-    out_types = _output_types(spark, query, col_types)
+    out_types = _output_types(query, col_types, inputs)
     late = [T.StructField("_late", T.BooleanType())] if spill is not None else []
     result_struct = T.StructType(
         [T.StructField(n, t) for n, t in zip(names, out_types, strict=True)]
@@ -804,32 +804,31 @@ def spark_int_hash(value: int, seed: int = 42) -> int:
     return h1 - (1 << 32) if h1 & 0x80000000 else h1
 
 
-def _output_types(spark, query: LogicalQuery, col_types: dict[str, list]):
-    """Spark types of the SELECT expressions, found by letting Spark analyse them over empty
-    relations with the streams' column types (no job runs)."""
+def _output_types(query: LogicalQuery, col_types: dict[str, list], inputs: dict):
+    """Spark types of the SELECT columns: a column keeps its Spark type; an expression gets
+    the local runtime's Arrow type (``query.logical.output_types``: integer arithmetic in
+    int64, a decimal's refused, as locally), as Spark's. Spark's own analysis typed
+    ``R.a + S.c`` over int32 columns int32, which values past 2^31 did not fit (the group's
+    Arrow conversion failed), and let decimal arithmetic through."""
+    import pyarrow as pa
     import sqlglot.expressions as exp
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import from_arrow_type
 
-    rels = None  # built for the first output that is not a plain column (0.2 s)
+    from adaptcq.query.logical import output_types
+    by_source: dict = {}
+    for st in query.streams:  # (several aliases of one source: their columns together)
+        by_source.setdefault(st.source, {}).update(
+            {f.name: f for f in inputs[st.alias]})
+    types = output_types(query, {src: pa.schema(list(fields.values()))
+                                 for src, fields in by_source.items()})
     out = []
-    for o in query.outputs:
+    for o, t in zip(query.outputs, types, strict=True):
         e = o.expr.unalias() if isinstance(o.expr, exp.Alias) else o.expr
         if isinstance(e, exp.Column):
             a, c = e.table, e.name
             out.append(col_types[a][query.columns[a].index(c)])
-            continue
-        if rels is None:
-            for a in query.aliases:
-                schema = T.StructType([T.StructField(c, t) for c, t in
-                                       zip(query.columns[a], col_types[a], strict=True)])
-                d = spark.createDataFrame([], schema).alias(a)
-                rels = d if rels is None else rels.crossJoin(d)
-        try:
-            out.append(rels.select(F.expr(e.sql(dialect="spark"))).schema.fields[0].dataType)
-        except Exception as err:  # noqa: BLE001 - report as a query error with the expression
-            raise QueryError(f"cannot type output {o.name} ({e.sql()}) in Spark: {err}",
-                             query.sql) from None
+        else:
+            out.append(from_arrow_type(t))
     return out
 
 

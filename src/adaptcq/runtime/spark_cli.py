@@ -52,7 +52,8 @@ def refuse_unsupported(args) -> None:
                            "output is a folder of Parquet files, one per micro-batch; give a "
                            "folder, or use --engine local")
     suffix = file_suffix(args.output) if getattr(args, "output", None) else None
-    if suffix:  # (a folder named o.csv holding Parquet files)
+    if suffix and suffix not in (".parquet", ".pq"):
+        # (a folder named o.csv holding Parquet files; out.parquet/ is Spark's own habit)
         raise AdaptcqError(f"--output {args.output!r}: --engine spark writes a folder of "
                            f"Parquet files, one per micro-batch, not a {suffix} file; give "
                            "--output a folder name")
