@@ -389,3 +389,13 @@ def test_a_query_id_that_would_leave_or_hide_in_the_output_folder_is_refused(qid
     control.write_text(f'ts,action,query_id,sql\n0.5,register,"{qid}",SELECT R.k FROM R\n')
     with pytest.raises(OptionError, match="an id names its output folder"):
         adaptcq.Engine({"R": pa.table({"ts": [1.0], "k": [1]})}).load_control(str(control))
+
+
+def test_a_second_deregistration_in_a_control_stream_is_refused():
+    """It did nothing, silently (found by fuzzing)."""
+    engine = adaptcq.Engine({"R": pa.table({"ts": [1.0], "k": [1]})})
+    with pytest.raises(InputError, match="control stream row 2: deregisters 'q1' a second"):
+        engine.load_control([
+            {"ts": 0.0, "action": "register", "query_id": "q1", "sql": "SELECT R.k FROM R"},
+            {"ts": 2.0, "action": "deregister", "query_id": "q1", "sql": None},
+            {"ts": 3.0, "action": "deregister", "query_id": "q1", "sql": None}])

@@ -530,3 +530,13 @@ def test_explain_of_an_equi_join_with_select_star_still_measures(tmp_path, capsy
     assert main(["explain", "--sql", sql, "--input", f"R={tmp_path / 'R.parquet'}",
                  "--input", f"S={tmp_path / 'S.parquet'}"]) == 0
     assert "load-shedding" not in capsys.readouterr().out
+
+
+def test_the_reported_capacity_is_the_one_given():
+    """The capacity travels per engine time unit (ns): 2000 came back 2000.0000000000002
+    in the run summary (found by fuzzing)."""
+    q = parse_query("SELECT R.a FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] "
+                    "WHERE R.a = S.a", {"R": {"a": "number"}, "S": {"a": "number"}})
+    for capacity in (2000, 1000, 156250, 0.5):
+        cq = ContinuousQuery(q, "shed", "append", capacity=capacity)
+        assert cq.executor.report()["capacity"] == capacity

@@ -783,7 +783,8 @@ class ShedJoin:
             "shed": self.shed, "index": self.index, "basic_window": self.b_seconds,
             "basic_windows": list(self.n),
             "capacity": "wall" if self.wall else "batch" if self.batch else (
-                None if self.rate is None else self.rate / self.time_unit),
+                # (rate is per engine time unit: 2000 came back 2000.0000000000002)
+                None if self.rate is None else float(f"{self.rate / self.time_unit:.12g}")),
             "work_units": self.work,
             "fraction_r": [round(r, 6) for r in self.fractions],
             "buffer_drops": dict(zip(self.aliases, self.drops)),

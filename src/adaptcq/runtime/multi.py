@@ -211,6 +211,9 @@ class Engine:
                 if at < registered:
                     raise InputError(f"{where}: deregisters {qid!r} at {row['ts']!r}, before "
                                      "the row that registers it")
+                if any(e.query_id == str(qid) and e.action == "deregister"
+                       for e in self.control):  # (the second one did nothing, silently)
+                    raise InputError(f"{where}: deregisters {qid!r} a second time")
                 self.deregister(str(qid), row["ts"])
 
     def parse(self, sql: str) -> LogicalQuery:
