@@ -122,6 +122,15 @@ def test_late_rows_are_counted_and_written(tmp_path):
                  f"S={tmp_path / 's.parquet'}", "--allowed-lateness", "1", "--output", str(out),
                  "--no-progress"]) == 0
     assert pq.read_table(tmp_path / "out.rejected.parquet").num_rows == 1
+    # A refused run leaves the earlier output and its rejected rows as they were (it
+    # removed the rejected file only); an accepted one replaces both.
+    inputs = ["--input", f"R={tmp_path / 'r.parquet'}", "--input", f"S={tmp_path / 's.parquet'}"]
+    assert main(["run", "--sql", "SELECT R.nope FROM R, S WHERE R.a = S.a", *inputs,
+                 "--output", str(out), "--no-progress"]) == 1
+    assert out.exists() and (tmp_path / "out.rejected.parquet").exists()
+    assert main(["run", "--sql", sql, *inputs, "--allowed-lateness", "10", "--output",
+                 str(out), "--no-progress"]) == 0
+    assert not (tmp_path / "out.rejected.parquet").exists()  # (no row was late this time)
 
 
 def test_explicit_deletions_on_unbounded_streams():

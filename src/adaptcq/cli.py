@@ -433,7 +433,6 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
             raise AdaptcqError("--rejected and --output name the same file")
     elif args.output not in (None, "-"):
         rejected_path = _default_rejected(args.output)
-        Path(rejected_path).unlink(missing_ok=True)  # a stale one from an earlier run
     rejected_sink: list = []
 
     def on_rejected(batch):
@@ -450,6 +449,11 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
                    timestamp_unit=args.timestamp_unit, max_results=args.max_results,
                    on_rejected=on_rejected, **options)
     sink = FileSink(args.output, run.schema, fmt) if args.output is not None else None
+    if args.rejected is None and rejected_path is not None:
+        # A stale one from an earlier run goes with the earlier output (which FileSink just
+        # removed), not before the query is accepted: a refused run left the old output
+        # beside no rejected file.
+        Path(rejected_path).unlink(missing_ok=True)
     if args.rejected is not None:
         on_rejected(_empty_rejected())  # an explicit --rejected file is always written
 
