@@ -340,7 +340,7 @@ def test_control_rows_with_bad_times_are_refused_naming_the_row(tmp_path):
              "row 0 (query a): control time 1e+30 is out of range"),
             ([{"ts": 5, "action": "register", "query_id": "a", "sql": sql},
               {"ts": 2, "action": "deregister", "query_id": "a", "sql": None}],
-             "row 1: deregisters 'a' at 2, before the row that registers it")):
+             "row 1 (query a): deregisters 'a' at 2, before its registration")):
         with pytest.raises(InputError, match=re.escape(message)):
             adaptcq.Engine({"R": R}).load_control(ctl)
     (tmp_path / "g.parquet").write_text("garbage")
@@ -394,8 +394,48 @@ def test_a_query_id_that_would_leave_or_hide_in_the_output_folder_is_refused(qid
 def test_a_second_deregistration_in_a_control_stream_is_refused():
     """It did nothing, silently (found by fuzzing)."""
     engine = adaptcq.Engine({"R": pa.table({"ts": [1.0], "k": [1]})})
-    with pytest.raises(InputError, match="control stream row 2: deregisters 'q1' a second"):
+    with pytest.raises(InputError, match="control stream row 2 .query q1.: deregisters 'q1' a"):
         engine.load_control([
             {"ts": 0.0, "action": "register", "query_id": "q1", "sql": "SELECT R.k FROM R"},
             {"ts": 2.0, "action": "deregister", "query_id": "q1", "sql": None},
             {"ts": 3.0, "action": "deregister", "query_id": "q1", "sql": None}])
+
+
+def test_engine_api_misuse_is_refused_without_leaving_state(tmp_path):
+    """Found by fuzzing the Python API: a deregistration before the registration was
+    ignored (the query ran on) and a second one accepted; chunk_rows=-1 gave an empty
+    output; output=5 wrote a file named 5; a refused registration left its id used; an
+    automatic id collided with a chosen one; a DataFrame control stream or a non-string
+    source name gave raw tracebacks."""
+    import pandas as pd
+    R = pa.table({"ts": [1.0, 2.0, 3.0], "k": [1, 1, 1]})
+    sql = "SELECT R.k FROM R"
+    engine = adaptcq.Engine({"R": R})
+    h = engine.register(sql, at=2.0)
+    with pytest.raises(OptionError, match="before its registration"):
+        engine.deregister(h, at=1.0)
+    engine.deregister(h, at=2.5)
+    with pytest.raises(OptionError, match="a second time"):
+        engine.deregister(h, at=3.0)
+    for bad in (-1, 0, 2.0, True):
+        with pytest.raises(OptionError, match="chunk_rows must be a positive whole number"):
+            adaptcq.Engine({"R": R}, chunk_rows=bad)
+    with pytest.raises(InputError, match="source name 1"):
+        adaptcq.Engine({1: R})
+    engine = adaptcq.Engine({"R": R})
+    with pytest.raises(OptionError, match="neither a file path nor a callable"):
+        engine.register(sql, output=5)
+    with pytest.raises(adaptcq.errors.AdaptcqError, match="is not an output format's suffix"):
+        engine.register(sql, output=str(tmp_path / "x.txt"))
+    with pytest.raises(InputError):
+        engine.register(sql, at="abc", query_id="a")
+    engine.register(sql, at=1.0, query_id="a")          # the refused one left nothing
+    engine.register(sql, query_id="q2")
+    assert engine.register(sql).id == "q3"              # (q2 is taken)
+    engine.load_control(pd.DataFrame([{"ts": None, "action": "register",
+                                       "query_id": "df", "sql": sql}]))
+    with pytest.raises(InputError, match="not tuple"):
+        engine.load_control(("x",))
+    engine.run()
+    assert engine.handles["df"].table().num_rows == 3
+    assert not (tmp_path / "5").exists()

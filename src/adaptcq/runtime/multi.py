@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import math
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -120,6 +121,13 @@ class Engine:
                               f"{', '.join(QUERYSET_EXECUTORS)}")
         if not isinstance(sources, Mapping) or not sources:
             raise InputError("no sources: give Engine(sources={name: input, ...})")
+        bad = [n for n in sources if not isinstance(n, str) or not n]
+        if bad:
+            raise InputError(f"source name {bad[0]!r}: a source is named by a string, as "
+                             "the queries' FROM names it")
+        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+            raise OptionError(f"chunk_rows must be a positive whole number of rows, got "
+                              f"{chunk_rows!r}")
         check_unit(timestamp_unit)
         self.timestamp, self.unit, self.mode = timestamp, timestamp_unit, mode
         self.executor_name = executor
@@ -149,32 +157,61 @@ class Engine:
         """Register ``sql`` at time ``at`` (None: before any data; a number in the
         timestamp unit, seconds by default, or a datetime). The query is parsed now, so a
         bad query fails here, naming the position."""
-        qid = query_id or f"q{len(self.handles) + 1}"
+        if self._ran:
+            raise OptionError("the engine has run; register before run()")
+        if query_id is None:  # the first qN no query uses (a user may have taken q2)
+            k = len(self.handles) + 1
+            while f"q{k}" in self.handles:
+                k += 1
+            query_id = f"q{k}"
+        if not isinstance(query_id, str) or not query_id:
+            raise OptionError(f"query id {query_id!r}: give a non-empty string")
+        qid = query_id
         check_query_id(qid)
         if qid in self.handles:
             raise OptionError(f"query id {qid!r} is already used")
+        _check_output(qid, output)
         query = self.parse(sql)
         schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
                                self.timestamp, self.unit)
+        ev = ControlEvent(self._ts(at), "register", qid, sql, start)  # (may refuse `at`)
         h = QueryHandle(qid, sql, query, schema, output, start)
-        self.handles[qid] = h
-        self._event(ControlEvent(self._ts(at), "register", qid, sql, start))
+        self.handles[qid] = h  # only now: a refused registration leaves nothing behind
+        self._event(ev)
         return h
 
     def deregister(self, handle: QueryHandle | str, at=None) -> None:
         """Remove a query at time ``at`` (None: after all data)."""
         qid = handle.id if isinstance(handle, QueryHandle) else handle
+        if self._ran:
+            raise OptionError("the engine has run; deregister before run()")
         if qid not in self.handles:
             raise OptionError(f"no query {qid!r} to deregister (registered: "
                               f"{', '.join(self.handles) or 'none'})")
         ts = self._ts(at) if at is not None else float("inf")
+        # (both were ignored, silently: the query ran on, or nothing happened)
+        registered = next(e.ts for e in self.control
+                          if e.query_id == qid and e.action == "register")
+        if ts < registered:
+            raise OptionError(f"deregisters {qid!r} at {at!r}, before its registration")
+        if any(e.query_id == qid and e.action == "deregister" for e in self.control):
+            raise OptionError(f"deregisters {qid!r} a second time")
         self._event(ControlEvent(ts, "deregister", qid))
 
     def load_control(self, source) -> None:
         """Read a control stream: rows (ts, action, query_id, sql) from a Parquet/CSV file,
         an Arrow table or a list of dicts; ``action`` is register or deregister."""
-        table = source if isinstance(source, pa.Table) else (
-            pa.Table.from_pylist(source) if isinstance(source, list) else _read_table(source))
+        if isinstance(source, pa.Table):
+            table = source
+        elif isinstance(source, list) and all(isinstance(r, Mapping) for r in source):
+            table = pa.Table.from_pylist(source)
+        elif isinstance(source, (str, os.PathLike)):
+            table = _read_table(source)
+        elif hasattr(source, "to_dict") and hasattr(source, "columns"):  # a DataFrame
+            table = pa.Table.from_pylist(source.to_dict("records"))
+        else:
+            raise InputError(f"control stream: give a Parquet/CSV path, a pyarrow Table, a "
+                             f"DataFrame or a list of dicts, not {type(source).__name__}")
         missing = [c for c in CONTROL_COLUMNS if c not in table.column_names
                    and c != "sql"]
         if missing:
@@ -203,18 +240,9 @@ class Engine:
                     raise InputError(f"{where}: deregisters {qid!r}, which no earlier row "
                                      "registers")
                 try:
-                    at = self._ts(row["ts"]) if row["ts"] is not None else float("inf")
-                except InputError as e:
+                    self.deregister(str(qid), row["ts"])
+                except (InputError, OptionError) as e:
                     raise InputError(f"{where} (query {qid}): {e}") from None
-                registered = next(e.ts for e in self.control if e.query_id == str(qid)
-                                  and e.action == "register")
-                if at < registered:
-                    raise InputError(f"{where}: deregisters {qid!r} at {row['ts']!r}, before "
-                                     "the row that registers it")
-                if any(e.query_id == str(qid) and e.action == "deregister"
-                       for e in self.control):  # (the second one did nothing, silently)
-                    raise InputError(f"{where}: deregisters {qid!r} a second time")
-                self.deregister(str(qid), row["ts"])
 
     def parse(self, sql: str) -> LogicalQuery:
         from adaptcq.query.cql import parse_query
@@ -407,6 +435,19 @@ class Engine:
         """The shared operators, virtual sources, tickets per operator and each query's
         mask (``Eddy.describe``)."""
         return self.ex.describe()
+
+
+def _check_output(qid: str, output) -> None:
+    """A query's output: None (kept in memory), a callable given each RecordBatch, or a
+    file path whose suffix names a format, checked at registration (a bad one failed at
+    run(), losing every query's results; output=5 wrote a file named 5)."""
+    if output is None or callable(output):
+        return
+    if not isinstance(output, (str, os.PathLike)):
+        raise OptionError(f"query {qid}: output {output!r} is neither a file path nor a "
+                          "callable")
+    from adaptcq.runtime.output import format_of
+    format_of(str(output), None, f"query {qid} output")
 
 
 def check_query_id(qid: str) -> None:
