@@ -341,3 +341,17 @@ def test_fixed_orders_with_an_ordering_policy_are_refused_per_tuple():
             adaptcq.run(sql, src, executor="mjoin", orders={"T": ["R", "S"]},
                         policies=policies)
     adaptcq.run(sql, src, executor="vector", orders={"T": ["R", "S"]}, ordering="qaware")
+
+
+def test_a_policy_object_serves_one_query():
+    """Reused for a second run, an initial plan kept its 'done' and planned nothing while
+    the report said its plan was set; A-Greedy kept its scaled-down profiling (found by
+    fuzzing the Python API). A second attach is refused."""
+    from adaptcq.adapt import make_policies
+    from adaptcq.errors import OptionError
+    src = frames(3, 40)
+    sql = "SELECT R.a FROM R, S, T WHERE R.a = S.a AND S.b = T.b"
+    policies = make_policies(optimizer="qaware", reorder="agreedy")
+    adaptcq.run(sql, src, executor="mjoin", policies=policies)
+    with pytest.raises(OptionError, match="already serves another query"):
+        adaptcq.run(sql, src, executor="mjoin", policies=policies)

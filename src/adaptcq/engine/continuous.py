@@ -272,6 +272,14 @@ class ContinuousQuery:
                                 seed=policy.seed)
         else:
             profiler = self.profiler
+        bound = getattr(policy, "profiler", None)
+        if bound is not None and bound is not profiler and not isinstance(policy, Profiler):
+            # Its state (an initial plan made, a scaled-down profiling rate, measured
+            # costs) belongs to the query it served: a second query got no plan while the
+            # report said one was set.
+            raise OptionError(f"this {type(policy).__name__} already serves another query; "
+                              "a policy object serves one query (make new ones for each "
+                              "run: adaptcq.adapt.make_policies)")
         if policy.W is not None and policy.W != profiler.W:
             raise OptionError(
                 f"{type(policy).__name__} averages W = {policy.W} observations, but this "
