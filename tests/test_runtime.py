@@ -355,3 +355,32 @@ def test_a_policy_object_serves_one_query():
     adaptcq.run(sql, src, executor="mjoin", policies=policies)
     with pytest.raises(OptionError, match="already serves another query"):
         adaptcq.run(sql, src, executor="mjoin", policies=policies)
+
+
+def test_python_api_inputs_and_arguments_are_checked_up_front():
+    """Found by fuzzing the Python API: a key only later rows of an iterable's first chunk
+    had was dropped, silently; a RecordBatchReader read twice gave an empty stream; float
+    chunk_rows, a non-callable on_rejected and a non-string source name gave raw tracebacks
+    (on_rejected only at the first late row)."""
+    from adaptcq.errors import InputError, OptionError
+    sql = ("SELECT R.id AS rid, S.id AS sid FROM R [RANGE 10 SECONDS], S [RANGE 10 SECONDS] "
+           "WHERE R.a = S.a")
+    s = pd.DataFrame({"ts": [1.5, 2.5, 3.5], "a": [1, 2, 1], "id": [20, 21, 22]})
+
+    def rows():
+        yield {"ts": 1.0, "a": 1}                 # no id: NULL, as in later chunks
+        yield {"ts": 2.0, "a": 2, "id": 11}       # the column comes from here
+    got = adaptcq.run(sql, {"R": rows(), "S": s}).table
+    assert sorted(got.column("rid").to_pylist(), key=str) == [11, None, None]
+    r = pa.table({"ts": [1.0, 2.0], "a": [1, 2], "id": [10, 11]})
+    reader = pa.RecordBatchReader.from_batches(r.schema, r.to_batches())
+    assert adaptcq.run(sql, {"R": reader, "S": s}).table.num_rows == 3
+    with pytest.raises(InputError, match="RecordBatchReader yielded no batch"):
+        adaptcq.run(sql, {"R": reader, "S": s})
+    for bad in (1.5, 2.0, True, "10"):
+        with pytest.raises(OptionError, match="chunk_rows must be a positive whole number"):
+            adaptcq.run(sql, {"R": r, "S": s}, chunk_rows=bad)
+    with pytest.raises(OptionError, match="on_rejected must be a callable"):
+        adaptcq.run(sql, {"R": r, "S": s}, on_rejected=5)
+    with pytest.raises(InputError, match="source name 1"):
+        adaptcq.run(sql, {1: r, "S": s})

@@ -101,10 +101,18 @@ class LocalRun:
         check_unit(timestamp_unit)
         self.lateness = lateness_ns(allowed_lateness)
         self.max_results = _positive(max_results, "--max-results", allow_none=True)
-        if chunk_rows is None or chunk_rows < 1:
-            raise OptionError(f"chunk_rows must be a positive number of rows, got {chunk_rows}")
+        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+            raise OptionError(f"chunk_rows must be a positive whole number of rows, got "
+                              f"{chunk_rows!r}")
+        for what, fn in (("on_rejected", on_rejected), ("progress", progress)):
+            if fn is not None and not callable(fn):  # (it failed at the first late row)
+                raise OptionError(f"{what} must be a callable (or None), got {fn!r}")
         if not isinstance(sources, Mapping) or not sources:
             raise InputError("no inputs: give a source for each stream of the query")
+        bad = [n for n in sources if not isinstance(n, str) or not n]
+        if bad:
+            raise InputError(f"source name {bad[0]!r}: a source is named by a string, as "
+                             "the query's FROM names it")
         self.sources: dict[str, Source] = {
             name: open_source(name, src, timestamp, timestamp_unit, chunk_rows)
             for name, src in sources.items()}

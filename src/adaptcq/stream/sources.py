@@ -134,7 +134,16 @@ def _open(name: str, source, chunk_rows: int) -> Source:
         return Source(name, source.schema, "a pyarrow RecordBatch",
                       iter([source]), source.num_rows)
     if isinstance(source, pa.RecordBatchReader):
-        return Source(name, source.schema, "a pyarrow RecordBatchReader", iter(source))
+        # A reader is read once: a second run over it saw an empty stream, silently (as an
+        # exhausted generator is refused, so is a reader with no batch).
+        batches = iter(source)
+        first = next(batches, None)
+        if first is None:
+            raise InputError(f"stream {name}: the RecordBatchReader yielded no batch (a "
+                             "reader is read once: was it read already?); give a pyarrow "
+                             "Table for an empty stream")
+        return Source(name, source.schema, "a pyarrow RecordBatchReader",
+                      itertools.chain([first], batches))
     # A DataFrame means pandas is loaded: no need to import it (0.17 s) to test for one.
     pd = sys.modules.get("pandas")
     if pd is not None and isinstance(source, pd.DataFrame):
@@ -531,6 +540,12 @@ def _from_dicts(name: str, rows: list, schema: pa.Schema | None, start: int) -> 
             raise InputError(f"stream {name}: rows {start}..{start + len(rows) - 1} do not "
                              f"fit the types of the first rows ({_describe(schema)}): {e}") \
                 from None
+    columns = dict.fromkeys(k for r in rows for k in r)
+    if any(len(r) != len(columns) for r in rows):
+        # from_pylist takes its columns from the first row: a key only later rows had was
+        # dropped, silently. The chunk's columns are all its rows' keys (a row lacking
+        # one has NULL there, as in later chunks).
+        rows = [{k: r.get(k) for k in columns} for r in rows]
     try:
         batch = pa.RecordBatch.from_pylist(rows)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
