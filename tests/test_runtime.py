@@ -384,3 +384,19 @@ def test_python_api_inputs_and_arguments_are_checked_up_front():
         adaptcq.run(sql, {"R": r, "S": s}, on_rejected=5)
     with pytest.raises(InputError, match="source name 1"):
         adaptcq.run(sql, {1: r, "S": s})
+
+
+def test_dataframes_pyarrow_cannot_take_are_named():
+    """Non-string or repeated column names and a column of mixed values gave pyarrow's
+    errors, naming neither the stream nor the column (found by fuzzing the Python API)."""
+    from adaptcq.errors import InputError
+    sql = "SELECT R.id FROM R, S WHERE R.a = S.a"
+    s = pd.DataFrame({"ts": [1.5], "a": [1], "id": [20]})
+    r = pd.DataFrame({"ts": [1.0, 2.0], "a": [1, 2], "id": [10, 11]})
+    named = r.copy()
+    named.columns = ["ts", "a", 5]
+    for frame, message in ((named, "column names must be strings, not 5"),
+                           (pd.concat([r, r[["id"]]], axis=1), "more than one column named 'id'"),
+                           (r.assign(x=[1, "a"]), "column 'x' cannot be one Arrow type")):
+        with pytest.raises(InputError, match=message):
+            adaptcq.run(sql, {"R": frame, "S": s})

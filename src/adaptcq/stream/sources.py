@@ -147,12 +147,7 @@ def _open(name: str, source, chunk_rows: int) -> Source:
     # A DataFrame means pandas is loaded: no need to import it (0.17 s) to test for one.
     pd = sys.modules.get("pandas")
     if pd is not None and isinstance(source, pd.DataFrame):
-        schema = pa.Schema.from_pandas(source, preserve_index=False)
-        schema = schema.remove_metadata()
-        chunks = (pa.RecordBatch.from_pandas(source.iloc[k:k + chunk_rows], schema=schema,
-                                             preserve_index=False)
-                  for k in range(0, len(source), chunk_rows))
-        return Source(name, schema, "a pandas DataFrame", chunks, len(source))
+        return _open_frame(name, source, chunk_rows)
     if isinstance(source, (str, Path)):
         return _open_path(name, source, chunk_rows)
     if isinstance(source, Iterable) and not isinstance(source, (bytes, Mapping)):
@@ -453,6 +448,48 @@ def _rechunk(batches: Iterable[pa.RecordBatch], chunk_rows: int):
     for b in batches:
         for k in range(0, b.num_rows, chunk_rows):
             yield b.slice(k, chunk_rows)
+
+
+def _open_frame(name: str, frame, chunk_rows: int) -> Source:
+    """A pandas DataFrame, converted ``chunk_rows`` at a time. Column names must be
+    distinct strings (pyarrow's own errors named neither the stream nor the fix, and came
+    at the first chunk), and every column one Arrow type."""
+    labels = list(frame.columns)
+    odd = [c for c in labels if not isinstance(c, str)]
+    if odd:
+        raise InputError(f"stream {name}: a pandas DataFrame's column names must be strings, "
+                         f"not {odd[0]!r} ({type(odd[0]).__name__}); rename it, e.g. "
+                         "frame.columns = frame.columns.map(str)")
+    dup = sorted({c for c in labels if labels.count(c) > 1})
+    if dup:
+        raise InputError(f"stream {name}: a pandas DataFrame has more than one column "
+                         f"named {dup[0]!r}")
+    try:
+        schema = pa.Schema.from_pandas(frame, preserve_index=False).remove_metadata()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+        bad = next((c for c in labels if not _converts(frame[c])), None)
+        where = f"column {bad!r}" if bad is not None else "a column"
+        raise InputError(f"stream {name}: the pandas DataFrame's {where} cannot be one "
+                         f"Arrow type (mixed values?): {e}") from None
+
+    def chunks():
+        for k in range(0, len(frame), chunk_rows):
+            try:
+                yield pa.RecordBatch.from_pandas(frame.iloc[k:k + chunk_rows], schema=schema,
+                                                 preserve_index=False)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+                raise InputError(f"stream {name}: rows {k}..{min(len(frame), k + chunk_rows) - 1}"
+                                 f" of the pandas DataFrame do not fit the types of its "
+                                 f"first rows ({_describe(schema)}): {e}") from None
+    return Source(name, schema, "a pandas DataFrame", chunks(), len(frame))
+
+
+def _converts(series) -> bool:
+    try:
+        pa.Array.from_pandas(series)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        return False
+    return True
 
 
 def _open_iterable(name: str, it: Iterator, chunk_rows: int) -> Source:
