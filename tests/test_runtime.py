@@ -400,3 +400,23 @@ def test_dataframes_pyarrow_cannot_take_are_named():
                            (r.assign(x=[1, "a"]), "column 'x' cannot be one Arrow type")):
         with pytest.raises(InputError, match=message):
             adaptcq.run(sql, {"R": frame, "S": s})
+
+
+def test_engine_option_shapes_are_named():
+    """A list for orders, one policy for policies, True for nested_loop, and a float for
+    an Engine's max_arrivals reached the engines as raw TypeErrors / AttributeErrors (found
+    by fuzzing the Python API)."""
+    from adaptcq.adapt import make_policies
+    from adaptcq.errors import OptionError
+    src = frames(3, 10)
+    sql = "SELECT R.a FROM R, S, T WHERE R.a = S.a AND S.b = T.b"
+    for kw, message in (({"orders": ["S", "T"]}, "orders must map a stream"),
+                        ({"policies": make_policies(optimizer="qaware")[0]},
+                         "policies must be a list"),
+                        ({"nested_loop": True}, "nested_loop must be a list")):
+        with pytest.raises(OptionError, match=message):
+            adaptcq.run(sql, src, executor="mjoin", **kw)
+    engine = adaptcq.Engine(src)
+    engine.register(sql)
+    with pytest.raises(OptionError, match="max_arrivals must be a whole number"):
+        engine.run(max_arrivals=1.5)

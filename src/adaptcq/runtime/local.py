@@ -95,6 +95,7 @@ class LocalRun:
                                "executor, mode, sign, allowed_lateness, timestamp_unit, "
                                "max_results, chunk_rows, on_rejected, progress, "
                                f"{', '.join(RUN_OPTIONS)}")
+        _check_option_types(options)
         t0 = time.process_time()
         self.mode = mode
         self.unit = timestamp_unit
@@ -737,6 +738,23 @@ class _NumberedMerger(ArrivalMerger):
                 numbers[streams == i] = pos
             self.row_numbers = numbers
         return merged
+
+
+def _check_option_types(options: Mapping) -> None:
+    """The engine options' shapes, named (a list for ``orders`` or one policy for
+    ``policies`` reached the executors as an AttributeError or a TypeError)."""
+    orders, policies = options.get("orders"), options.get("policies")
+    if orders is not None and not isinstance(orders, Mapping):
+        raise OptionError(f"orders must map a stream to its pipeline's order, e.g. "
+                          f"{{'T': ['S', 'R']}}; got {type(orders).__name__}")
+    if policies is not None and not isinstance(policies, (list, tuple)):
+        raise OptionError(f"policies must be a list of policy objects (make_policies gives "
+                          f"one), got {type(policies).__name__}")
+    nested = options.get("nested_loop")
+    if nested is not None and (isinstance(nested, (str, bytes, bool)) or
+                               not isinstance(nested, (list, tuple, set, frozenset))):
+        raise OptionError("nested_loop must be a list of STREAM or STREAM.COLUMN names, got "
+                          f"{nested!r}")
 
 
 def _check_fixed_orders(options: Mapping) -> None:

@@ -292,6 +292,10 @@ class Engine:
         with its output)."""
         if self._ran:
             raise OptionError("an Engine runs once")
+        if max_arrivals is not None and (isinstance(max_arrivals, bool) or not isinstance(
+                max_arrivals, int) or max_arrivals < 0):
+            raise OptionError(f"max_arrivals must be a whole number >= 0 (or None), got "
+                              f"{max_arrivals!r}")
         self._ran = True
         t0 = time.process_time()
         for h in self.handles.values():
