@@ -439,3 +439,19 @@ def test_engine_api_misuse_is_refused_without_leaving_state(tmp_path):
     engine.run()
     assert engine.handles["df"].table().num_rows == 3
     assert not (tmp_path / "5").exists()
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"capacity": 0}, "capacity .queries at once. must be a whole number"),
+    ({"capacity": 1.5}, "capacity .queries at once. must be a whole number"),
+    ({"routing_epoch": 0}, "routing_epoch must be a positive number"),
+    ({"retain": [1]}, "retain must be a dict"),
+    ({"retain": {"R": -1}}, r"retain\['R'\] must be a number of seconds"),
+    ({"udfs": [1]}, "udfs must be a dict"),
+    ({"routing_options": [1]}, "routing_options must be a dict"),
+])
+def test_engine_options_of_the_wrong_shape_are_refused(kw, message):
+    """capacity=0 and routing_epoch=0 meant the default, silently; a float capacity, lists
+    and a negative retain gave raw tracebacks or ran (found by fuzzing the Python API)."""
+    with pytest.raises(OptionError, match=message):
+        adaptcq.Engine({"R": pa.table({"ts": [1.0], "k": [1]})}, **kw)

@@ -134,14 +134,27 @@ class Engine:
         self.sources = {n: open_source(n, s, timestamp, timestamp_unit, chunk_rows)
                         for n, s in sources.items()}
         self.kinds = {n: schema_kinds(s.schema) for n, s in self.sources.items()}
+        for what, value in (("routing_options", routing_options), ("udfs", udfs),
+                            ("retain", retain)):
+            if value is not None and not isinstance(value, Mapping):
+                raise OptionError(f"{what} must be a dict, got {type(value).__name__}")
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(
+                capacity, int) or capacity < 1):
+            raise OptionError(f"capacity (queries at once) must be a whole number >= 1, got "
+                              f"{capacity!r}")
+        for src, seconds in (retain or {}).items():
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
+                    not 0 <= seconds < math.inf:
+                raise OptionError(f"retain[{src!r}] must be a number of seconds >= 0, got "
+                                  f"{seconds!r}")
         self.udfs = dict(udfs or {})
         from adaptcq.adapt.routing import make_routing
         self.policy = make_routing(routing, seed=seed, **dict(routing_options or {}))
         self.ex = _load(executor)(self.kinds, self.policy, mode=mode, time_unit=TIME_UNIT,
                                   retain=retain, udfs=self.udfs,
-                                  **({"capacity": capacity} if capacity else {}),
-                                  **({"routing_epoch": routing_epoch} if routing_epoch
-                                     else {}))
+                                  **({"capacity": capacity} if capacity is not None else {}),
+                                  **({"routing_epoch": routing_epoch}
+                                     if routing_epoch is not None else {}))
         self.lateness = lateness_ns(allowed_lateness)
         self.handles: dict[str, QueryHandle] = {}
         self.control: list[ControlEvent] = []
