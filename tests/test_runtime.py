@@ -420,3 +420,15 @@ def test_engine_option_shapes_are_named():
     engine.register(sql)
     with pytest.raises(OptionError, match="max_arrivals must be a whole number"):
         engine.run(max_arrivals=1.5)
+
+
+def test_a_tree_needs_an_executor_that_takes_one():
+    """tree= with the default executor fell back to MJoin, which then said 'unknown option
+    tree for the mjoin executor' (found by fuzzing the Python API)."""
+    from adaptcq.errors import OptionError
+    src = frames(3, 10)
+    sql = "SELECT R.a FROM R, S, T WHERE R.a = S.a AND S.b = T.b"
+    for executor in ("auto", "vector", "mjoin"):
+        with pytest.raises(OptionError, match="give executor='xjoin' or executor='tree'"):
+            adaptcq.run(sql, src, executor=executor, tree="((R, S), T)")
+    assert adaptcq.run(sql, src, executor="xjoin", tree="((R, S), T)").stats["results"] >= 0

@@ -810,6 +810,10 @@ def choose_executor(executor: str, query: LogicalQuery, options: Mapping,
                           "load-shedding join); give one of them")
     if options.get("spill") is not None and executor == "auto":
         return "tree", "auto: spilling state (--spill) runs the operator tree"
+    if options.get("tree") is not None and executor in ("auto", "vector", "mjoin"):
+        # (auto fell back to MJoin, which then refused "unknown option tree")
+        raise OptionError("tree= is a plan of XJoins or of the operator tree: give "
+                          "executor='xjoin' or executor='tree' with it")
     if executor == "auto" and (options.get("shed") is not None or query.set_predicates):
         return "shed", ("auto: load-shedding options (--shed, --capacity, --basic-window, "
                         "--index, --buffer) run the load-shedding join"
