@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--quick", action="store_true",
-                   help="tiny inputs (3% of each workload), one run: a smoke test")
+                   help="tiny inputs (3%% of each workload), one run: a smoke test")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--batches", default=",".join(map(str, BATCHES)))
     p.add_argument("--executors", default="vector,mjoin,xjoin")
