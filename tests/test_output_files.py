@@ -244,6 +244,5 @@ def test_csv_round_trip_keeps_nan_null_and_empty_strings(tmp_path, floats, capsy
 def test_a_query_sets_output_with_an_unknown_suffix_names_the_query(tmp_path):
     """From the Python API a query set's output is named by its query, not as --output."""
     eng = adaptcq.Engine({"R": pa.table({"ts": [1], "k": [1]})})
-    eng.register("SELECT R.k FROM R", output=str(tmp_path / "x.txt"))
     with pytest.raises(AdaptcqError, match=r"query q1 output '.*x\.txt': '\.txt' is not"):
-        eng.run()
+        eng.register("SELECT R.k FROM R", output=str(tmp_path / "x.txt"))  # (not at run())
