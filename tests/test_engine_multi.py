@@ -455,3 +455,14 @@ def test_engine_options_of_the_wrong_shape_are_refused(kw, message):
     and a negative retain gave raw tracebacks or ran (found by fuzzing the Python API)."""
     with pytest.raises(OptionError, match=message):
         adaptcq.Engine({"R": pa.table({"ts": [1.0], "k": [1]})}, **kw)
+
+
+def test_a_static_plans_summary_says_it_does_not_route(tmp_path, capsys):
+    """PullUp and PushDown (NiagaraCQ's static plans) showed 'routing: tickets' in the run
+    summary (found by running every docs example)."""
+    paths = _write(tmp_path, DATA)
+    inputs = [f"--input={n}={p}" for n, p in paths.items()]
+    assert main(["run", "--executor", "pullup", "--sql", "SELECT S.a FROM S", *inputs,
+                 "--output", str(tmp_path / "out"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "none (a static" in out and "tickets" not in out

@@ -432,3 +432,14 @@ def test_a_tree_needs_an_executor_that_takes_one():
         with pytest.raises(OptionError, match="give executor='xjoin' or executor='tree'"):
             adaptcq.run(sql, src, executor=executor, tree="((R, S), T)")
     assert adaptcq.run(sql, src, executor="xjoin", tree="((R, S), T)").stats["results"] >= 0
+
+
+def test_bad_policy_values_are_option_errors():
+    """make_policies(W=-1) raised a bare ValueError: now an OptionError (still a
+    ValueError), as the CLI reports option errors."""
+    from adaptcq.adapt import make_policies
+    from adaptcq.errors import OptionError
+    for kw in ({"optimizer": "qaware", "W": -1}, {"reorder": "agreedy", "interval": 0},
+               {"reorder": "agreedy", "p": 2}, {"caching": {"caches": -1}}):
+        with pytest.raises(OptionError):
+            make_policies(**kw)

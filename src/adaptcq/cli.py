@@ -310,8 +310,9 @@ def queryset_summary(engine, args):
     t = Table(title="run summary (query set)", show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
-    t.add_row("executor / routing / mode",
-              f"{args.executor} / {args.routing or 'tickets'} / {args.mode}")
+    routing = (args.routing or "tickets") if args.executor in ("eddy", "eddies") else \
+        "none (a static plan)"  # (NiagaraCQ's plans do not route)
+    t.add_row("executor / routing / mode", f"{args.executor} / {routing} / {args.mode}")
     t.add_row("queries", f"{len(engine.handles):,}")
     t.add_row("input rows (arrivals)", f"{s['arrivals']:,}")
     t.add_row("engine CPU seconds", f"{s['cpu_seconds']:.3f}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from adaptcq.errors import AdaptcqError
+from adaptcq.errors import AdaptcqError, OptionError
 
 #: Parameters shared by every policy built (one W per query; one seed; one tick interval).
 COMMON = ("W", "interval", "seed")
@@ -54,7 +54,7 @@ def make_policies(optimizer: str | None = None, reorder: str = "off",
     values are refused by the policies (ACaching names the command-line option). Returns
     a list (empty when nothing is asked for); every policy's ``report()`` is a
     JSON-serialisable dict."""
-    from adaptcq.adapt.reorder import REORDER_CHOICES, AGreedy, InitialPlan
+    from adaptcq.adapt.reorder import REORDER_CHOICES
 
     if reorder not in REORDER_CHOICES:
         raise AdaptcqError(f"unknown --reorder {reorder!r}; choose one of "
@@ -71,6 +71,17 @@ def make_policies(optimizer: str | None = None, reorder: str = "off",
     if bad:
         raise AdaptcqError(f"unknown A-Caching option(s) {', '.join(map(str, bad))}; "
                            f"known: {', '.join(sorted(CACHING))}")
+    try:
+        return _make(optimizer, reorder, caching, params)
+    except ValueError as e:  # a policy's own check: an option error, named as such
+        if isinstance(e, AdaptcqError):
+            raise
+        raise OptionError(str(e)) from None
+
+
+def _make(optimizer, reorder, caching, params) -> list:
+    """The policies of ``make_policies``, built (their names checked already)."""
+    from adaptcq.adapt.reorder import AGreedy, InitialPlan
     common = {k: params[k] for k in COMMON if k in params}
     policies: list = []
     initial = None
