@@ -102,21 +102,12 @@ class LocalRun:
         check_unit(timestamp_unit)
         self.lateness = lateness_ns(allowed_lateness)
         self.max_results = _positive(max_results, "--max-results", allow_none=True)
-        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
-            raise OptionError(f"chunk_rows must be a positive whole number of rows, got "
-                              f"{chunk_rows!r}")
         for what, fn in (("on_rejected", on_rejected), ("progress", progress)):
             if fn is not None and not callable(fn):  # (it failed at the first late row)
                 raise OptionError(f"{what} must be a callable (or None), got {fn!r}")
         if not isinstance(sources, Mapping) or not sources:
             raise InputError("no inputs: give a source for each stream of the query")
-        bad = [n for n in sources if not isinstance(n, str) or not n]
-        if bad:
-            raise InputError(f"source name {bad[0]!r}: a source is named by a string, as "
-                             "the query's FROM names it")
-        self.sources: dict[str, Source] = {
-            name: open_source(name, src, timestamp, timestamp_unit, chunk_rows)
-            for name, src in sources.items()}
+        self.sources = open_sources(sources, timestamp, timestamp_unit, chunk_rows)
         if isinstance(sql, LogicalQuery):
             query = sql
         else:
@@ -947,6 +938,20 @@ def _explain_conversion_error(out: list, schema: pa.Schema) -> None:
 
 
 # ----- helpers ----------------------------------------------------------------------------
+def open_sources(sources: Mapping[str, object], timestamp: str, unit: str | None,
+                 chunk_rows) -> dict[str, Source]:
+    """The inputs of a run (``LocalRun``) or of a query set (``runtime.multi.Engine``),
+    opened (``stream.sources.open_source``): each named by a string, as FROM names it, and
+    read ``chunk_rows`` (a positive whole number) at a time."""
+    _positive(chunk_rows, "chunk_rows")
+    bad = [n for n in sources if not isinstance(n, str) or not n]
+    if bad:
+        raise InputError(f"source name {bad[0]!r}: a source is named by a string, as FROM "
+                         "names it")
+    return {name: open_source(name, src, timestamp, unit, chunk_rows)
+            for name, src in sources.items()}
+
+
 def _positive(value, name: str, allow_none: bool = False):
     if value is None and allow_none:
         return None

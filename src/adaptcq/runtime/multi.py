@@ -35,10 +35,10 @@ import pyarrow as pa
 
 from adaptcq.errors import InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery, StreamRef
-from adaptcq.runtime.local import TIME_UNIT, output_schema, rows_to_batch
+from adaptcq.runtime.local import TIME_UNIT, open_sources, output_schema, rows_to_batch
 from adaptcq.stream.eventtime import NS_MAX, NS_MIN, SPAN, check_unit, lateness_ns
 from adaptcq.stream.merge import ArrivalMerger
-from adaptcq.stream.sources import CHUNK_ROWS, CSV_NULLS, open_source, schema_kinds
+from adaptcq.stream.sources import CHUNK_ROWS, CSV_NULLS, schema_kinds
 
 OUT_CHUNK = 65_536          # result rows per output batch, per query
 ROUTING_EPOCH = 1000        # arrivals per routing table (compiled routes); None: per step
@@ -121,18 +121,10 @@ class Engine:
                               f"{', '.join(QUERYSET_EXECUTORS)}")
         if not isinstance(sources, Mapping) or not sources:
             raise InputError("no sources: give Engine(sources={name: input, ...})")
-        bad = [n for n in sources if not isinstance(n, str) or not n]
-        if bad:
-            raise InputError(f"source name {bad[0]!r}: a source is named by a string, as "
-                             "the queries' FROM names it")
-        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
-            raise OptionError(f"chunk_rows must be a positive whole number of rows, got "
-                              f"{chunk_rows!r}")
         check_unit(timestamp_unit)
         self.timestamp, self.unit, self.mode = timestamp, timestamp_unit, mode
         self.executor_name = executor
-        self.sources = {n: open_source(n, s, timestamp, timestamp_unit, chunk_rows)
-                        for n, s in sources.items()}
+        self.sources = open_sources(sources, timestamp, timestamp_unit, chunk_rows)
         self.kinds = {n: schema_kinds(s.schema) for n, s in self.sources.items()}
         for what, value in (("routing_options", routing_options), ("udfs", udfs),
                             ("retain", retain)):
