@@ -356,15 +356,8 @@ def _csv_chunks(name: str, paths: list[Path], chunk_rows: int, first, schema: pa
                                                         (paths[0], start, len(paths)))
         with stream:
             in_file = 0
-            it = iter(reader)
-            while True:
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    break
-                except (pa.ArrowInvalid, OSError) as e:
-                    raise _csv_error(name, path, e, schema, paths[0], start,
-                                     len(paths)) from None
+            for batch in _guard(name, path, reader, lambda e, p=path, s=start: _csv_error(
+                    name, p, e, schema, paths[0], s, len(paths))):
                 in_file += batch.num_rows
                 yield from _rechunk([batch], chunk_rows)
         start += in_file
@@ -431,8 +424,9 @@ def _is_float(text: str) -> bool:
     return True
 
 
-def _guard(name: str, path: Path, batches: Iterable[pa.RecordBatch]):
-    """Read errors in the middle of a file name the stream and the file."""
+def _guard(name: str, path: Path, batches: Iterable[pa.RecordBatch], error=None):
+    """Read errors in the middle of a file name the stream and the file (``error``: the
+    InputError to raise for one, e.g. ``_csv_error``'s, which also names the row)."""
     it = iter(batches)
     while True:
         try:
@@ -440,6 +434,8 @@ def _guard(name: str, path: Path, batches: Iterable[pa.RecordBatch]):
         except StopIteration:
             return
         except (pa.ArrowInvalid, OSError) as e:
+            if error is not None:
+                raise error(e) from None
             raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
         yield batch
 
