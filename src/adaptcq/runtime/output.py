@@ -402,9 +402,7 @@ def file_suffix(path: str) -> str | None:
     """The output-format suffix of a file name (``.csv``, ``.parquet``, ``.jsonl.gz``...),
     or None: a query set, and a Spark run, write a folder, which such a name would
     misdescribe."""
-    name = Path(path.rstrip("/") or "/").name.lower()
-    gz = name.endswith(".gz")
-    suffix = Path(name[:-3] if gz else name).suffix
+    suffix, gz = _suffix(path)
     if suffix in SUFFIXES or gz:
         return (suffix if suffix in SUFFIXES else "") + (".gz" if gz else "")
     return None
