@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
@@ -183,10 +182,11 @@ def _run_queryset(args, console) -> int:
                            "and draws nothing at random; give --routing tickets, lottery or "
                            "random to seed")
     from adaptcq.runtime.output import file_suffix
-    if args.output not in (None, "-") and file_suffix(args.output):
+    suffix = file_suffix(args.output) if args.output not in (None, "-") else None
+    if suffix:
         raise AdaptcqError(f"--output {args.output!r}: --executor {args.executor} writes a "
                            "folder of Parquet files per query (OUTPUT/query_id=ID/), not a "
-                           f"{file_suffix(args.output)} file; give --output a folder name")
+                           f"{suffix} file; give --output a folder name")
     _check_summary_json(
         args, _input_paths(_inputs(args.input), args.sql,
                            [args.queries] if args.queries else []),
@@ -361,7 +361,7 @@ def _run_options(args) -> dict:
     if args.batch_rows is not None:
         options["batch_rows"] = args.batch_rows
     if args.batch_seconds is not None:
-        options["batch_seconds"] = _batch_seconds(args.batch_seconds)
+        options["batch_seconds"] = args.batch_seconds  # (checked by local.batch_options)
     if spec is not None and args.engine != "spark":
         if spec["caching"] is not None:
             options["cache_options"] = spec["caching"]
@@ -393,16 +393,6 @@ def _run_options(args) -> dict:
     if refusal is not None:
         raise AdaptcqError(refusal)
     return options
-
-
-def _batch_seconds(seconds: float) -> float:
-    """``--batch-seconds``: a span of event time the engine's int64 nanoseconds can hold
-    (1e300 raised OverflowError mid-run); the runtime refuses 0, negatives, NaN and inf."""
-    from adaptcq.stream.eventtime import NS_MAX
-    if math.isfinite(seconds) and seconds * 1e9 >= NS_MAX:
-        raise AdaptcqError(f"--batch-seconds {seconds:g} s is longer than event times span "
-                           "(292 years)")
-    return seconds
 
 
 def _run_local(args, sql, sources, timestamp, options, console) -> int:
