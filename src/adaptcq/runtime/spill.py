@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from adaptcq.errors import AdaptcqError, OptionError
 from adaptcq.query.logical import LogicalQuery
-from adaptcq.stats.partitions import MAX_PARTITIONS
+from adaptcq.stats.partitions import check_partitions
 
 CHUNK = 65_536  # late results per batch written by ``adaptcq cleanup``
 
@@ -67,12 +67,8 @@ def _checked(spill: dict | None) -> dict:
         raise OptionError(f"--spill-sample: --spill {spill['strategy']} {why} and traces no "
                           "sample of results; the sample is for --spill global-output and "
                           "global-penalty")
-    partitions = spill.get("partitions")
-    if partitions is not None and (isinstance(partitions, bool) or
-                                   not isinstance(partitions, int) or
-                                   not 1 <= partitions <= MAX_PARTITIONS):
-        raise OptionError(f"--spill-partitions must be a whole number from 1 to "
-                          f"{MAX_PARTITIONS:,}, got {partitions!r}")
+    if spill.get("partitions") is not None:
+        check_partitions(spill["partitions"], "--spill-partitions")
     return spill
 
 

@@ -77,16 +77,21 @@ operator are allocated up front (about 24 MB per operator at the limit; the pape
 and a spill file stores the id as int32."""
 
 
+def check_partitions(partitions, name: str = "partitions per operator") -> None:
+    """Partition ids per operator: a whole number from 1 to :data:`MAX_PARTITIONS`."""
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or \
+            not 1 <= partitions <= MAX_PARTITIONS:
+        raise OptionError(f"{name} must be a whole number from 1 to {MAX_PARTITIONS:,}, got "
+                          f"{partitions!r}")
+
+
 class PartitionStatistics:
     """Counters per (operator id, partition id); operators are numbered from 1."""
 
     __slots__ = ("inter", "local", "output", "partitions")
 
     def __init__(self, operators: int, partitions: int):
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or \
-                not 1 <= partitions <= MAX_PARTITIONS:
-            raise OptionError(f"partitions per operator must be a whole number from 1 to "
-                              f"{MAX_PARTITIONS:,}, got {partitions!r}")
+        check_partitions(partitions)
         self.partitions = partitions
         self.local = [[0.0] * partitions for _ in range(operators)]
         self.output = [[0.0] * partitions for _ in range(operators)]
