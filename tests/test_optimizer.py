@@ -117,6 +117,11 @@ def test_from_predicates_multiplies_selectivities():
     ({"R": 1, "S": 1}, {("R", "S"): 1.5}, "(0, 1]"),
     ({"R": 1, "S": 1}, {("R", "S"): 0.5, ("S", "R"): 0.5}, "from_predicates"),
     ({"R": 1}, {("R", "R"): 0.5}, "two different streams"),
+    # (float(True) and float("2") took them as numbers: explain refused them, the Python
+    # API did not)
+    ({"R": True, "S": 1}, {("R", "S"): 0.5}, "rate .* must be a number, got True"),
+    ({"R": "2", "S": 1}, {("R", "S"): 0.5}, "rate .* must be a number, got '2'"),
+    ({"R": 1, "S": 1}, {("R", "S"): True}, "must be a number, got True"),
 ])
 def test_join_graph_rejects_bad_statistics(rates, sel, message):
     with pytest.raises(OptimizerError, match=message if message[0] != "(" else r"\(0, 1\]"):

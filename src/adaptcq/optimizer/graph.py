@@ -11,6 +11,7 @@ C_insert, C_delete, C_join are the unit costs of Table 1.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Mapping
 from functools import cached_property
 from types import MappingProxyType
@@ -28,10 +29,13 @@ class OptimizerError(AdaptcqError, ValueError):
 
 
 def _check_positive(what: str, value: float, *, allow_zero: bool = False) -> float:
+    # (a bool or a string is no number: float(True) and float("2") took them as 1 and 2)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise OptimizerError(f"{what} must be a number, got {value!r}")
     try:
         v = float(value)
-    except (TypeError, ValueError):
-        raise OptimizerError(f"{what} must be a number, got {value!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise OptimizerError(f"{what} must be a finite number, got {value!r}") from None
     if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise OptimizerError(f"{what} must be finite and {bound}, got {value!r}")
