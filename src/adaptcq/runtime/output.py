@@ -349,39 +349,32 @@ def json_lines(rows: list[dict]) -> str:
         try:
             out.append(encode(r))
         except ValueError:  # "Out of range float values are not JSON compliant"
-            out.append(encode(_finite(r)))
+            out.append(encode(_nonfinite(r, _json_token)))
         out.append("\n")
     return "".join(out)
 
 
-def _finite(v):
-    """``v`` with its non-finite floats (in dicts and lists too) as their JSON strings."""
+def _nonfinite(v, replace):
+    """``v`` with each non-finite float (in dicts and lists too) as ``replace`` gives it."""
     if isinstance(v, float):
-        if math.isfinite(v):
-            return v
-        return "NaN" if math.isnan(v) else _NONFINITE[v]
+        return v if math.isfinite(v) else replace(v)
     if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, set, frozenset)):
-        return [_finite(x) for x in v]
+        return {k: _nonfinite(x, replace) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):  # (rows from Arrow hold no sets)
+        return [_nonfinite(x, replace) for x in v]
     return v
+
+
+def _json_token(v: float) -> str:
+    return "NaN" if math.isnan(v) else _NONFINITE[v]
 
 
 def summary_json(doc, indent: int = 1) -> str:
     """A run's figures as JSON text (``--summary-json``), always valid JSON: a non-finite
     number (the throughput of a run that took no CPU time, a NaN) is a figure that does not
     exist and is written as null; a value JSON has no type for is written as its ``str``."""
-    return json.dumps(_finite_or_null(doc), indent=indent, default=str, allow_nan=False)
-
-
-def _finite_or_null(v):
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {k: _finite_or_null(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite_or_null(x) for x in v]
-    return v
+    return json.dumps(_nonfinite(doc, lambda _: None), indent=indent, default=str,
+                      allow_nan=False)
 
 
 def _json_value(v):
