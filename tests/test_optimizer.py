@@ -207,6 +207,17 @@ def test_dmjoin_refuses_too_many_streams():
         dmjoin(g, "S1")
 
 
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_dmjoin_names_an_overflow_of_its_costs(objective):
+    # Rates and a window whose products pass the largest float: every order costs inf, which
+    # used to end in "no admissible order (internal error)".
+    names = [f"S{i}" for i in range(6)]
+    g = JoinGraph({n: 1e300 for n in names}, {(a, b): 1.0 for a, b in zip(names, names[1:])},
+                  window=1e300)
+    with pytest.raises(OptimizerError, match="exceeds the largest float"):
+        dmjoin(g, "S0", objective=objective)
+
+
 # ----- TreeOpt -----------------------------------------------------------------------------
 
 @settings(max_examples=examples(80), deadline=None)

@@ -31,6 +31,7 @@ from adaptcq.optimizer.graph import JoinGraph, OptimizerError
 MAX_STREAMS = 20
 
 
+@np.errstate(over="ignore")  # an overflow is checked once, on the best cost (below)
 def dmjoin(graph: JoinGraph, start: str, *, objective: Objective = "cost") -> list[str]:
     """The optimal pipeline for ΔS_start under ``objective`` (§3.1), by dynamic programming
     over the subsets of the other streams. Ties go to the order found first (joining the
@@ -115,6 +116,13 @@ def dmjoin(graph: JoinGraph, start: str, *, objective: Objective = "cost") -> li
                 upd = xs[better]
                 best[upd] = cand[better]
                 choice[upd] = j
+    if not np.isfinite(best[full]):
+        # Every set is reachable (the rule above), so an infinite best cost is an overflow.
+        raise OptimizerError(
+            f"DMJoin cannot rank the pipelines of {start!r}: with these statistics the "
+            f"{'cost' if objective == 'cost' else 'intermediate tuple count'} of an order "
+            f"exceeds the largest float (rates × window × selectivities multiply past {np.finfo(float).max:.3g}); "
+            "give the rates, window and selectivities in smaller units")
     order: list[str] = []
     x = full
     while x:
