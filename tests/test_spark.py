@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import adaptcq
-from adaptcq.errors import AdaptcqError, JavaMissingError
+from adaptcq.errors import AdaptcqError, JavaMissingError, OptionError
 from adaptcq.query.cql import parse_query
 from adaptcq.runtime.spark import SplitWarning, plan_split, run_files
 from conftest import run_to_end
@@ -109,6 +109,13 @@ def test_split_plan():
     rows = plan_split(parse_query(PARTITIONED.replace("T [RANGE 1 SECONDS]", "T [ROWS 5]"),
                                   SCHEMAS), 4)
     assert rows.groups == 1 and "[ROWS n]" in rows.reason
+
+
+@pytest.mark.parametrize("rate", [True, "2", 0, -1.0, float("inf"), float("nan")])
+def test_split_plan_refuses_a_rate_that_is_not_a_positive_number(rate):
+    # True was taken as rate 1 (bool is an int).
+    with pytest.raises(OptionError, match="stream R has rate"):
+        plan_split(parse_query(CHAIN, SCHEMAS), 4, {"R": rate})
 
 
 # ----- adaptivity in a partition group, across restores (no Spark job) ----------------------

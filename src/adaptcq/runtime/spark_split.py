@@ -203,7 +203,8 @@ def plan_split(query: LogicalQuery, partitions: int | None, rates: dict | None =
     rate = {}
     for s in query.streams:
         r = (rates or {}).get(s.alias, (rates or {}).get(s.source, 1.0))
-        if not (isinstance(r, int | float) and math.isfinite(r) and r > 0):
+        if isinstance(r, bool) or not (isinstance(r, int | float) and math.isfinite(r)
+                                       and r > 0):
             raise OptionError(f"rates: stream {s.alias} has rate {r!r}; a rate is a "
                               "positive number")
         rate[s.alias] = float(r)
