@@ -7,6 +7,7 @@ Spark, with a stop and a restart from the checkpoint."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import itertools
 import json
@@ -647,3 +648,29 @@ def test_a_groups_late_results_leave_as_arrow_when_typed_as_the_output():
     other = typed.set_column(0, "x", typed.column(0).cast(pa.int32()))
     PartitionGroup._emit_late(group, schema, rows, other)
     assert group.late_tables == [typed] and rows == [(1, 1, 5, True), (2, 1, 6, True)]
+
+
+@pytest.mark.parametrize("restarted", [False, True])
+def test_a_restarted_runs_summary_says_its_spill_figures_are_the_checkpoints_totals(restarted):
+    """The groups keep their spill counters in the checkpoint's state, so a second
+    ``adaptcq cleanup`` (which writes nothing) showed the first one's late results as if it had
+    produced them; the summary now says the figures are the checkpoint's totals."""
+    from rich.console import Console
+
+    from adaptcq.runtime.spark import SparkRun
+    from adaptcq.runtime.spark_cli import summary_table
+    figures = dict.fromkeys((
+        "spills", "partition_groups_spilled", "spilled_bytes_model", "spill_file_bytes",
+        "cleanups", "cleanup_cpu_seconds", "end_cleanup_cpu_seconds", "late_results",
+        "cleanup_handovers", "cleanup_writebacks", "cleanup_writeback_bytes_model",
+        "memory_model_now"), 0)
+    figures.update(late_results=7, first_pending_ns=None, strategy="global-penalty",
+                   memory=1000, budget=500)
+    group = {"updates": 1, "peak_state_tuples": 1, "peak_state_bytes": 1, "spill": figures}
+    run = SparkRun(groups={0: group}, restarted=restarted)
+    console = Console(width=200, record=True)
+    console.print(summary_table(run, argparse.Namespace(executor="mjoin", mode="append",
+                                                        checkpoint="ck"), "local[1]"))
+    text = console.export_text()
+    assert "late results (produced by clean-ups)" in text
+    assert ("totals of every run of this checkpoint" in text) == restarted

@@ -242,6 +242,10 @@ def summary_table(run: SparkRun, args, master: str):
     t.add_row("rejected rows", f"{run.rejected:,}")
     spill = run.spill
     if spill is not None:
+        # The groups keep their spill counters in the checkpoint's state: after a restart
+        # (or `adaptcq cleanup`) they are the checkpoint's totals, not this run's.
+        if run.restarted:
+            t.add_row("spill figures below", "totals of every run of this checkpoint")
         t.add_row("spill strategy / budget (each group's share)",
                   f"{spill['strategy']} / {spill['memory']:,} B ({spill['budget']:,} B)")
         t.add_row("spills (events / partition groups)",
