@@ -317,6 +317,24 @@ def test_leaving_a_stream_early_says_so_in_its_stats(executor):
 
 
 @pytest.mark.parametrize("executor", ["vector", "mjoin"])
+def test_a_source_that_raises_is_named_in_the_stats(executor):
+    """A source's own generator raising: the exception reaches the caller unchanged, and
+    ``stopped`` names it (it stayed None, as if the input had ended)."""
+    def rows():
+        for i in range(3000):
+            yield {"ts": i, "k": i % 5}
+        raise ConnectionError("the feed dropped")
+
+    s_rows = pa.table({"ts": list(range(10)), "k": list(range(10))})
+    run = adaptcq.stream("SELECT R.k FROM R [ROWS 10], S [ROWS 10] WHERE R.k = S.k",
+                         {"R": rows(), "S": s_rows}, executor=executor, chunk_rows=1000)
+    with pytest.raises(ConnectionError, match="the feed dropped"):
+        for _ in run:
+            pass
+    assert run.stats["stopped"] == "failed: ConnectionError: the feed dropped"
+
+
+@pytest.mark.parametrize("executor", ["vector", "mjoin"])
 def test_max_results_summary_counts_the_results_written(executor):
     """--max-results cuts the output mid-update: the summary's results are the output's
     rows (it said 182 for 10 written), the engine's count is results_computed."""

@@ -379,6 +379,9 @@ class LocalRun:
             if self._at is not None:
                 self._unprocessed(*self._at)
             raise
+        except Exception as exc:  # a source or a row failed: raised as it is, and recorded
+            self._failed(exc)
+            raise
         finally:
             if self.spill is not None:
                 self.spill.close(finished)
@@ -387,6 +390,12 @@ class LocalRun:
         self._engine_rejected()
         cq.sample(cq.now)
         self.rss_samples.append((cq.stats.arrivals, current_rss()))
+
+    def _failed(self, exc: Exception) -> None:
+        """The summary of a run that raised (a source's own generator, a bad row): it names
+        the error, where ``stopped`` was None, as if the input had ended."""
+        if self.stopped is None:
+            self.stopped = f"failed: {type(exc).__name__}: {exc}"
 
     def _run_vector(self) -> Iterator[pa.RecordBatch]:
         """The vectorized executor's loop: batches of ``batch_rows`` arrivals (or
@@ -426,6 +435,9 @@ class LocalRun:
         except OutputClosed:
             if self._at is not None:
                 self._unprocessed(*self._at)
+            raise
+        except Exception as exc:
+            self._failed(exc)
             raise
         yield from self._take_ready()
         self._flush_rejected()
