@@ -4,6 +4,7 @@ optimality checked against exhaustive enumeration and DMJoin with hypothesis."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import sys
@@ -212,7 +213,7 @@ def test_dmjoin_names_an_overflow_of_its_costs(objective):
     # Rates and a window whose products pass the largest float: every order costs inf, which
     # used to end in "no admissible order (internal error)".
     names = [f"S{i}" for i in range(6)]
-    g = JoinGraph({n: 1e300 for n in names}, {(a, b): 1.0 for a, b in zip(names, names[1:])},
+    g = JoinGraph({n: 1e300 for n in names}, {(a, b): 1.0 for a, b in itertools.pairwise(names)},
                   window=1e300)
     with pytest.raises(OptimizerError, match="exceeds the largest float"):
         dmjoin(g, "S0", objective=objective)

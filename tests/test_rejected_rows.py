@@ -5,8 +5,10 @@ input row (a self-join's aliases do not each report it), and counted so in the s
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
@@ -46,7 +48,7 @@ def test_self_join_reports_an_input_row_once_by_source(executor):
     res = adaptcq.run("SELECT r1.ts AS a FROM R r1, R r2 WHERE r1.k = r2.k", {"R": r},
                       sign="sg", executor=executor)
     assert res.rejected.to_pylist() == [
-        {"stream": "R", "row": 1, "ts": 2.0, "reason": REASON + "r1"}]
+        {"stream": "R", "row": 1, "file": None, "ts": 2.0, "reason": REASON + "r1"}]
     assert res.stats["rejected"] == 1
 
 
@@ -106,7 +108,35 @@ def test_the_command_line_writes_them_and_counts_them(tmp_path):
                  "--no-progress"]) == 0
     got = pq.read_table(rej).to_pylist()
     assert [(x["stream"], x["row"], x["ts"]) for x in got] == [("R", 1, 2.0), ("R", 4, 5.0)]
+    assert {x["file"] for x in got} == {str(tmp_path / "r.csv")}
     assert json.loads(summary.read_text())["rejected"] == 2
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_folders_rejected_rows_name_their_file_and_row_in_it(tmp_path, kind, executor):
+    """A folder's rejected row was named by its row number in the whole folder only; it
+    is now named as the Spark runtime names it: its file and its row in that file (late
+    rows, and deletions that match nothing)."""
+    parts = {"a": {"ts": [1.5, 2.0, 3.0], "k": [1, 2, 3], "sg": [1, 1, 1]},
+             "b": {"ts": [4.0, 5.0], "k": [9, 2], "sg": [-1, -1]},  # row 0 deletes nothing
+             "c": {"ts": [6.0, 0.5, 7.0], "k": [3, 1, 8], "sg": [-1, 1, -1]}}  # row 1 late
+    folder = tmp_path / "R"
+    folder.mkdir()
+    for name, cols in parts.items():
+        t = pa.table(cols)
+        if kind == "csv":
+            pacsv.write_csv(t, folder / f"{name}.csv")
+        else:
+            pq.write_table(t, folder / f"{name}.parquet")
+    s = pa.table({"ts": [0.0], "k": [1], "sg": [1]})
+    res = adaptcq.run("SELECT R.k FROM R, S WHERE R.k = S.k", {"R": str(folder), "S": s},
+                      sign="sg", executor=executor)
+    got = sorted((Path(x["file"]).name, x["row"], x["ts"], x["reason"][:4])
+                 for x in res.rejected.to_pylist())
+    assert got == [(f"b.{kind}", 0, 4.0, "dele"), (f"c.{kind}", 1, 0.5, "late"),
+                   (f"c.{kind}", 2, 7.0, "dele")]
+    assert res.rejected.schema.names == ["stream", "row", "file", "ts", "reason"]
 
 
 @pytest.mark.parametrize("executor", ["vector", "mjoin"])

@@ -113,7 +113,7 @@ def test_late_rows_are_counted_and_written(tmp_path):
     res = adaptcq.run(sql, {"R": r, "S": s}, allowed_lateness=1.0)
     assert res.stats["rejected"] == 1
     assert res.rejected.to_pylist() == [
-        {"stream": "R", "row": 2, "ts": 1.0, "reason": "late by more than the allowed lateness (1 s)"}]
+        {"stream": "R", "row": 2, "file": None, "ts": 1.0, "reason": "late by more than the allowed lateness (1 s)"}]
     assert sorted(res.table.column("r").to_pylist()) == [0, 1, 3]
     pq.write_table(pa.Table.from_pandas(r), tmp_path / "r.parquet")
     pq.write_table(pa.Table.from_pandas(s), tmp_path / "s.parquet")

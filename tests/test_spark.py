@@ -566,6 +566,11 @@ def test_late_rows_are_counted_and_written(spark, tmp_path):
     assert rej[0]["ts"] == pytest.approx(t_max - 3.0)
     assert "allowed lateness (1 s)" in rej[0]["reason"]
     assert sum(g["late"] for g in run.groups.values()) == 1
+    # Both runtimes name it alike: its file, and its row in that file.
+    mine = local.rejected.to_pylist()[0]
+    assert (mine["stream"], mine["row"], mine["ts"]) == (rej[0]["stream"], 1, rej[0]["ts"])
+    assert os.path.realpath(mine["file"]) == os.path.realpath(
+        rej[0]["file"].removeprefix("file://").removeprefix("file:"))
 
 
 def test_adaptcq_data_source(spark):

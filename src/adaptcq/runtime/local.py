@@ -50,8 +50,11 @@ TIME_UNIT = 1e-9  # the engine runs on int64 nanoseconds: exact window boundarie
 MAX_BATCH = 32_768  # arrivals per call into the engine, at most
 OUT_CHUNK = 65_536  # result rows per output batch (and the bound on buffered results)
 
+# A rejected input row: its source, its row number in its file (in the input, for a source
+# that is not files) and the file, as the Spark runtime names it; ts in seconds.
 REJECTED_SCHEMA = pa.schema([("stream", pa.string()), ("row", pa.int64()),
-                             ("ts", pa.float64()), ("reason", pa.string())])
+                             ("file", pa.string()), ("ts", pa.float64()),
+                             ("reason", pa.string())])
 
 RUN_OPTIONS = ("orders", "tree", "nested_loop", "policies", "cache_options", "trace",
                "sample_every", "batch_rows", "batch_seconds", "ordering", "spill", "shed")
@@ -604,7 +607,7 @@ class LocalRun:
     def _flush_rejected(self) -> None:
         rows = self.merger.rejected
         if rows:
-            self._reject(pa.RecordBatch.from_pylist(rows, schema=REJECTED_SCHEMA))
+            self._reject(rejected_batch(rows, self.sources))
             rows.clear()
 
     def _engine_rejected(self) -> None:
@@ -621,11 +624,11 @@ class LocalRun:
             at = _arrivals_of(rows, arr, self._lo, hi)
         numbers = self._numbers
         q = self.query
-        self._reject(pa.RecordBatch.from_pylist(
+        self._reject(rejected_batch(
             [{"stream": q.streams[i].source, "row": int(numbers[k]), "ts": ts / 1e9,
               "reason": why}
              for (i, ts, _, why), k in zip(rows, at, strict=True) if i in self._reporting],
-            schema=REJECTED_SCHEMA))
+            self.sources))
         rows.clear()
         if self.vector:
             at.clear()
@@ -1095,6 +1098,17 @@ def prepare(sql: str | LogicalQuery, sources: Mapping[str, object], timestamp: s
                          np.asarray(signs, np.int64) if sign is not None else None,
                          np.asarray(ts, np.int64), rows, rejected, r.ts_type,
                          time.process_time() - t0)
+
+
+def rejected_batch(rows: list[dict], sources: Mapping[str, Source]) -> pa.RecordBatch:
+    """Rejected rows (``stream``, ``row``: its number in the stream, ``ts``, ``reason``) as
+    a batch of ``REJECTED_SCHEMA``: a row of a file input is named by its file and its row
+    number in that file (``Source.locate``)."""
+    out = []
+    for r in rows:
+        file, row = sources[r["stream"]].locate(r["row"])
+        out.append({**r, "row": row, "file": file})
+    return pa.RecordBatch.from_pylist(out, schema=REJECTED_SCHEMA)
 
 
 def source_paths(sources: Mapping[str, object]) -> list[Path]:

@@ -19,6 +19,7 @@ later chunk that does not fit it is an error naming the row (and the file).
 
 from __future__ import annotations
 
+import bisect
 import glob as globlib
 import itertools
 import re
@@ -67,6 +68,18 @@ class Source:
     paths: list[Path] = field(default_factory=list)
     rows_read: int = 0
     read_ahead: int | None = None    # iterables: rows read at opening to learn types
+    # Files: (the stream's row number of a file's first row, the file), in reading order; a
+    # CSV folder's are appended as its files are reached.
+    files: list[tuple[int, str]] = field(default_factory=list)
+
+    def locate(self, row: int) -> tuple[str | None, int]:
+        """The file of the stream's row number ``row`` and its row number in that file
+        (None and ``row`` for a source that is not files)."""
+        k = bisect.bisect_right(self.files, row, key=lambda f: f[0]) - 1
+        if k < 0:
+            return None, row
+        start, path = self.files[k]
+        return path, row - start
 
     def chunks(self) -> Iterator[pa.RecordBatch]:
         """Normalized record batches, in input order; ``rows_read`` counts them."""
@@ -199,6 +212,8 @@ def _open_path(name: str, source, chunk_rows: int) -> Source:
                                  f"{_describe(s)}, but {str(paths[0])!r} has "
                                  f"{_describe(schema)}; every file of {what} needs the same "
                                  "columns")
+        starts = np.cumsum([0] + [n for _, n in metas[:-1]]).tolist()
+        files = [(int(a), str(p)) for a, p in zip(starts, paths, strict=True)]
         total = sum(n for _, n in metas)
         chunks = _parquet_chunks(name, paths, chunk_rows)
     else:
@@ -226,9 +241,10 @@ def _open_path(name: str, source, chunk_rows: int) -> Source:
             if j > k:
                 read.append(q)
         total = None
-        chunks = _csv_chunks(name, read, chunk_rows, first, schema)
+        files = []
+        chunks = _csv_chunks(name, read, chunk_rows, first, schema, files)
     return Source(name, schema, what if len(paths) > 1 else repr(str(paths[0])), chunks,
-                  total, paths)
+                  total, paths, files=files)
 
 
 def _kind(path: Path) -> str | None:
@@ -345,15 +361,17 @@ def _csv_header(name: str, path: Path, skip_empty: bool = False) -> list[str] | 
         return reader.schema.names
 
 
-def _csv_chunks(name: str, paths: list[Path], chunk_rows: int, first, schema: pa.Schema):
+def _csv_chunks(name: str, paths: list[Path], chunk_rows: int, first, schema: pa.Schema,
+                files: list[tuple[int, str]]):
     """The rows of ``paths``, a file at a time (each closed when read); ``first``: the
     first file's open stream and reader, whose types (``schema``) every later file is read
     with, as if the files were one: a value that does not fit is an error naming its file,
-    row and column."""
+    row and column. Each file's first row number goes to ``files`` as it is reached."""
     start = 0  # rows of the stream before this file
     for k, path in enumerate(paths):
         stream, reader = first if k == 0 else _csv_open(name, path, schema,
                                                         (paths[0], start, len(paths)))
+        files.append((start, str(path)))
         with stream:
             in_file = 0
             for batch in _guard(name, path, reader, lambda e, p=path, s=start: _csv_error(
