@@ -45,7 +45,7 @@ SINGLE_QUERY = {
     "caches": ["--caches", "global"], "cache_memory": ["--cache-memory", "5"],
     "no_cache_verify": ["--no-cache-verify"], "reopt_interval": ["--reopt-interval", "9"],
     "format": ["--format", "csv"], "max_results": ["--max-results", "0"],
-    "rejected": ["--rejected", "rej.parquet"], "order": ["--order", "R:S"],
+    "order": ["--order", "R:S"],
     "tree": ["--tree", "(R, S)"], "spill": ["--spill", "bottom-up"],
     "memory": ["--memory", "1MB"], "spill_partitions": ["--spill-partitions", "3"],
     "spill_fraction": ["--spill-fraction", "0.3"], "spill_check": ["--spill-check", "4"],

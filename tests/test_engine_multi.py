@@ -194,6 +194,44 @@ def test_cli_writes_one_output_per_query(tmp_path, capsys):
     assert [(r["a"], r["_ts"]) for r in r3] == [(2, 1.5)]
 
 
+# S's row 2 (time 1.0) comes after its row at 6.0: late by 5 s.
+LATE = [*DATA[:-1], ("S", 6.0, (1, 2, 0, "y")), ("S", 1.0, (2, 2, 7, "w"))]
+
+
+@pytest.mark.parametrize("callback", [False, True])
+def test_late_rows_of_a_query_set_leave_as_they_are_found(tmp_path, callback):
+    """A query set's late rows were kept in the engine as dicts for the whole run (memory
+    growing with them) and written nowhere; they now go to ``on_rejected`` a chunk at a
+    time, or to ``engine.rejected`` (a Table), named by file and row as ``adaptcq.run``
+    names them."""
+    paths = _write(tmp_path, LATE)
+    got: list[pa.RecordBatch] = []
+    eng = adaptcq.Engine(paths, "ts", on_rejected=got.append if callback else None)
+    eng.register("SELECT S.a FROM S")
+    eng.run()
+    table = pa.Table.from_batches(got) if callback else eng.rejected
+    rows = table.to_pylist()
+    assert [(r["stream"], r["row"], r["ts"]) for r in rows] == [("S", 3, 1.0)]
+    assert rows[0]["file"] == str(paths["S"]) and rows[0]["reason"].startswith("late")
+    assert eng.stats["rejected"] == 1
+    assert eng.rejected.num_rows == (0 if callback else 1)
+
+
+def test_cli_writes_a_query_sets_rejected_rows(tmp_path, capsys):
+    paths = _write(tmp_path, LATE)
+    inputs = [f"--input={n}={p}" for n, p in paths.items()]
+    out = tmp_path / "out"
+    assert main(["run", "--executor", "eddy", "--sql", "SELECT S.a FROM S", *inputs,
+                 "--output", str(out), "--no-progress"]) == 0
+    rej = pq.read_table(tmp_path / "out.rejected.parquet").to_pylist()  # beside the folder
+    assert [(r["stream"], r["row"]) for r in rej] == [("S", 3)]
+    assert "wrote 1 rejected rows" in capsys.readouterr().out
+    given = tmp_path / "late.csv"
+    assert main(["run", "--executor", "eddy", "--sql", "SELECT S.a FROM S", *inputs,
+                 "--output", str(out), "--rejected", str(given), "--no-progress"]) == 0
+    assert "late by more than" in given.read_text()
+
+
 def test_cli_refuses_what_a_query_set_cannot_take(tmp_path, capsys):
     paths = _write(tmp_path, DATA)
     inputs = [f"--input={n}={p}" for n, p in paths.items()]

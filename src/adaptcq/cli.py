@@ -190,8 +190,7 @@ def _run_queryset(args, console) -> int:
     _check_summary_json(
         args, _input_paths(_inputs(args.input), args.sql,
                            [args.queries] if args.queries else []),
-        _outputs(args, spark=args.engine == "spark",
-                 rejected_default=args.engine == "spark"))
+        _outputs(args, spark=args.engine == "spark"))
     if args.engine == "spark":  # (run_cli_multi refuses what the Spark query set ignores)
         from adaptcq.runtime.spark_multi import run_cli_multi
         args.seed = args.seed or 0
@@ -225,6 +224,9 @@ def _run_queryset(args, console) -> int:
     if out.exists() and not out.is_dir():
         raise AdaptcqError(f"--output {args.output!r} is a file; --executor {args.executor} "
                            "writes a folder with one sub-folder per query")
+    rejected = RejectedOutput(args.rejected, args.output,
+                              _input_paths(sources, args.sql or [],
+                                           [args.queries] if args.queries else []))
     engine = Engine(sources, args.timestamp, mode=args.mode, executor=args.executor,
                     routing=args.routing or "tickets",
                     routing_options=routing_options(args.routing_option),
@@ -232,7 +234,7 @@ def _run_queryset(args, console) -> int:
                     timestamp_unit=args.timestamp_unit,
                     allowed_lateness=args.allowed_lateness,
                     routing_epoch=ROUTING_EPOCH if args.routing_epoch is None
-                    else args.routing_epoch or None)
+                    else args.routing_epoch or None, on_rejected=rejected)
     for k, text in enumerate(args.sql or [], 1):
         engine.register(_sql_arg(text), query_id=f"q{k}",
                         output=str(out / f"query_id=q{k}" / "part-0.parquet"))
@@ -247,7 +249,13 @@ def _run_queryset(args, console) -> int:
             shutil.rmtree(stale)
     for h in engine.handles.values():
         Path(h.output).parent.mkdir(parents=True, exist_ok=True)
-    engine.run()
+    rejected.start()
+    try:
+        engine.run()
+    except BaseException:
+        rejected.abort()
+        raise
+    rejected.close(console, engine.stats["rejected"])
     console.print(queryset_summary(engine, args))
     for h in engine.handles.values():
         console.print(f"query {h.id}: {h.emitted:,} result rows -> {h.output}"
@@ -265,7 +273,7 @@ def _input_paths(sources, sql: list[str], others: list[str] = ()) -> list[Path]:
     return [*source_paths(sources), *query_files(sql), *(Path(p) for p in others)]
 
 
-def _outputs(args, spark: bool, rejected_default: bool = True) -> list[tuple[str, str]]:
+def _outputs(args, spark: bool) -> list[tuple[str, str]]:
     """The paths a run writes besides --summary-json, each with the words naming it: the
     results, the rejected rows (given, or their default beside the results), the spill
     folder, the Spark checkpoint."""
@@ -273,7 +281,7 @@ def _outputs(args, spark: bool, rejected_default: bool = True) -> list[tuple[str
     targets = [("--output", out)]
     if args.rejected not in (None, "-"):
         targets.append(("--rejected", args.rejected))
-    elif out is not None and rejected_default:
+    elif out is not None:
         kind = "folder" if spark else "file"
         targets.append((f"the rejected rows' {kind} (--rejected's default)",
                         f"{out.rstrip('/')}.rejected" if spark else _default_rejected(out)))
@@ -413,40 +421,13 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
         raise AdaptcqError("--format needs --output (a file, or - for stdout)")
     if args.output not in (None, "-"):
         check_output_path(args.output, inputs)
-    rejected_path = args.rejected
-    if rejected_path == "-":  # (its rows would interleave with the results or the summary)
-        raise AdaptcqError("--rejected -: stdout carries the results (--output -) or the "
-                           "run's summary; give --rejected a file")
-    if rejected_path is not None:
-        check_output_path(rejected_path, inputs, "--rejected")
-        if args.output not in (None, "-") and \
-                Path(rejected_path).resolve() == Path(args.output).resolve():
-            raise AdaptcqError("--rejected and --output name the same file")
-    elif args.output not in (None, "-"):
-        rejected_path = _default_rejected(args.output)
-    rejected_sink: list = []
-
-    def on_rejected(batch):
-        if rejected_path is None:
-            return
-        if not rejected_sink:
-            from adaptcq.runtime.local import REJECTED_SCHEMA
-            rejected_sink.append(FileSink(rejected_path, REJECTED_SCHEMA,
-                                          format_of(rejected_path, None), "--rejected"))
-        rejected_sink[0].write(batch)
-
+    rejected = RejectedOutput(args.rejected, args.output, inputs)
     run = LocalRun(sql, sources, timestamp, args.executor, args.mode, sign=args.sign,
                    allowed_lateness=args.allowed_lateness,
                    timestamp_unit=args.timestamp_unit, max_results=args.max_results,
-                   on_rejected=on_rejected, **options)
+                   on_rejected=rejected, **options)
     sink = FileSink(args.output, run.schema, fmt) if args.output is not None else None
-    if args.rejected is None and rejected_path is not None:
-        # A stale one from an earlier run goes with the earlier output (which FileSink just
-        # removed), not before the query is accepted: a refused run left the old output
-        # beside no rejected file.
-        Path(rejected_path).unlink(missing_ok=True)
-    if args.rejected is not None:
-        on_rejected(_empty_rejected())  # an explicit --rejected file is always written
+    rejected.start()
 
     def interrupt(signum, frame):
         if run.interrupted or run._stop:
@@ -466,8 +447,7 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
     except BaseException:
         if sink is not None:
             sink.abort()
-        for s in rejected_sink:
-            s.abort()
+        rejected.abort()
         raise
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -475,12 +455,7 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
         sink.close()
         if args.output != "-":
             console.print(f"wrote {sink.rows:,} result rows to {args.output}")
-    for s in rejected_sink:
-        s.close()
-        console.print(f"wrote {s.rows:,} rejected rows to {rejected_path}")
-    if run.rejected_count and rejected_path is None:
-        console.print(f"{run.rejected_count:,} rows were rejected; give --rejected FILE "
-                      "to keep them")
+    rejected.close(console, run.rejected_count)
     console.print(summary_table(run.result(None)))
     if args.summary_json:
         _write_summary_json(args.summary_json, run)
@@ -520,11 +495,59 @@ def _write_json(path: str, doc) -> None:
             from None
 
 
-def _empty_rejected():
-    import pyarrow as pa
+class RejectedOutput:
+    """``--rejected``: the rejected input rows, written as they come (``__call__`` is the
+    run's ``on_rejected``). Without ``--rejected`` they go beside ``--output`` (a file or a
+    query set's folder: ``OUT.rejected.parquet``), created at the first rejected row only;
+    with no ``--output`` either they are counted, not kept. Paths are checked on creation,
+    before any work."""
 
-    from adaptcq.runtime.local import REJECTED_SCHEMA
-    return pa.RecordBatch.from_pylist([], schema=REJECTED_SCHEMA)
+    def __init__(self, given: str | None, output: str | None, inputs: list[Path]):
+        from adaptcq.runtime.output import check_output_path
+        if given == "-":  # (its rows would interleave with the results or the summary)
+            raise AdaptcqError("--rejected -: stdout carries the results (--output -) or the "
+                               "run's summary; give --rejected a file")
+        if given is not None:
+            check_output_path(given, inputs, "--rejected")
+            if output not in (None, "-") and Path(given).resolve() == Path(output).resolve():
+                raise AdaptcqError("--rejected and --output name the same file")
+        self.given = given
+        self.path = given if given is not None else (
+            None if output in (None, "-") else _default_rejected(output))
+        self.sink = None
+
+    def __call__(self, batch) -> None:
+        if self.path is None:
+            return
+        if self.sink is None:
+            from adaptcq.runtime.local import REJECTED_SCHEMA
+            from adaptcq.runtime.output import FileSink, format_of
+            self.sink = FileSink(self.path, REJECTED_SCHEMA, format_of(self.path, None),
+                                 "--rejected")
+        self.sink.write(batch)
+
+    def start(self) -> None:
+        """Once the query is accepted: a stale default file from an earlier run goes with
+        the earlier output (a refused run keeps both); a ``--rejected`` file given is
+        always written, empty when no row is rejected."""
+        if self.given is None and self.path is not None:
+            Path(self.path).unlink(missing_ok=True)
+        if self.given is not None:
+            import pyarrow as pa
+
+            from adaptcq.runtime.local import REJECTED_SCHEMA
+            self(pa.RecordBatch.from_pylist([], schema=REJECTED_SCHEMA))
+
+    def abort(self) -> None:
+        if self.sink is not None:
+            self.sink.abort()
+
+    def close(self, console, count: int) -> None:
+        if self.sink is not None:
+            self.sink.close()
+            console.print(f"wrote {self.sink.rows:,} rejected rows to {self.path}")
+        if count and self.path is None:
+            console.print(f"{count:,} rows were rejected; give --rejected FILE to keep them")
 
 
 def _default_rejected(output: str) -> str:

@@ -347,7 +347,8 @@ def _given(value, default) -> bool:
 # --no-progress: a query set shows no progress bar, so there is nothing to turn off.
 _QUERYSET_COMMON = frozenset({
     "command", "help", "sql", "input", "timestamp", "timestamp_unit", "executor", "queries",
-    "mode", "output", "allowed_lateness", "no_progress", "summary_json", "engine"})
+    "mode", "output", "allowed_lateness", "rejected", "no_progress", "summary_json",
+    "engine"})
 # The eddy's routing; NiagaraCQ's plans (pushdown, pullup) are static and route nothing.
 QUERYSET_ROUTING = frozenset({"routing", "routing_option", "routing_epoch", "seed"})
 QUERYSET_OPTIONS = {"eddy": _QUERYSET_COMMON | QUERYSET_ROUTING,

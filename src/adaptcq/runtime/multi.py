@@ -35,7 +35,14 @@ import pyarrow as pa
 
 from adaptcq.errors import InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery, StreamRef
-from adaptcq.runtime.local import TIME_UNIT, open_sources, output_schema, rows_to_batch
+from adaptcq.runtime.local import (
+    REJECTED_SCHEMA,
+    TIME_UNIT,
+    open_sources,
+    output_schema,
+    rejected_batch,
+    rows_to_batch,
+)
 from adaptcq.stream.eventtime import NS_MAX, NS_MIN, SPAN, check_unit, lateness_ns
 from adaptcq.stream.merge import ArrivalMerger
 from adaptcq.stream.sources import CHUNK_ROWS, CSV_NULLS, schema_kinds
@@ -107,6 +114,9 @@ class Engine:
     docs/cacq-routing.md).
     ``retain`` (seconds per source) keeps rows that long for queries registered with
     ``start="window"``. ``udfs`` maps a name usable in the SQL to a Python callable.
+    Late input rows (beyond ``allowed_lateness``) go to ``on_rejected`` (a callable given
+    each RecordBatch of ``runtime.local.REJECTED_SCHEMA``) as they are found, or are kept
+    in ``rejected`` (a pyarrow Table after ``run``).
     """
 
     def __init__(self, sources: Mapping[str, object], timestamp: str = "ts", *,
@@ -115,7 +125,8 @@ class Engine:
                  timestamp_unit: str | None = None, allowed_lateness: float = 0.0,
                  chunk_rows: int = CHUNK_ROWS, retain: Mapping[str, float] | None = None,
                  udfs: Mapping[str, Callable] | None = None, capacity: int | None = None,
-                 routing_epoch: int | None = ROUTING_EPOCH):
+                 routing_epoch: int | None = ROUTING_EPOCH,
+                 on_rejected: Callable[[pa.RecordBatch], None] | None = None):
         if executor not in QUERYSET_EXECUTORS:
             raise OptionError(f"unknown executor {executor!r} for a query set; choose one of "
                               f"{', '.join(QUERYSET_EXECUTORS)}")
@@ -139,6 +150,10 @@ class Engine:
                     not 0 <= seconds < math.inf:
                 raise OptionError(f"retain[{src!r}] must be a number of seconds >= 0, got "
                                   f"{seconds!r}")
+        if on_rejected is not None and not callable(on_rejected):
+            raise OptionError(f"on_rejected must be callable, got {type(on_rejected).__name__}")
+        self.on_rejected = on_rejected
+        self.rejected: pa.Table | list[pa.RecordBatch] = []
         self.udfs = dict(udfs or {})
         from adaptcq.adapt.routing import make_routing
         self.policy = make_routing(routing, seed=seed, **dict(routing_options or {}))
@@ -302,6 +317,7 @@ class Engine:
             raise OptionError(f"max_arrivals must be a whole number >= 0 (or None), got "
                               f"{max_arrivals!r}")
         self._ran = True
+        self._rejected_count = 0
         t0 = time.process_time()
         for h in self.handles.values():
             self._open_output(h)
@@ -341,6 +357,7 @@ class Engine:
                         ci = self._apply(ci, ts_list[lo])
                     self._flush(False)
                 self._flush(False)
+                self._reject(merger)
                 if max_arrivals is not None and arrivals >= max_arrivals:
                     break
             else:
@@ -360,13 +377,27 @@ class Engine:
                 for h in self.handles.values():
                     if h.sink is not None:
                         h.sink.close()
-        self.rejected = merger.rejected
+        self._reject(merger)
+        self.rejected = pa.Table.from_batches(self.rejected, schema=REJECTED_SCHEMA)
         self.stats = {"arrivals": arrivals, "cpu_seconds": time.process_time() - t0,
-                      "rejected": len(merger.rejected), **getattr(ex, "counts", {}),
+                      "rejected": self._rejected_count, **getattr(ex, "counts", {}),
                       "queries": {h.id: {"emitted": h.emitted, "state": h.state,
                                          **({"error": h.error} if h.error else {})}
                                   for h in self.handles.values()}}
         return self.handles
+
+    def _reject(self, merger: ArrivalMerger) -> None:
+        """The late rows found so far leave (``on_rejected``), or are kept: the merger
+        holds none past a chunk."""
+        if not merger.rejected:
+            return
+        batch = rejected_batch(merger.rejected, self.sources)
+        merger.rejected.clear()
+        self._rejected_count += batch.num_rows
+        if self.on_rejected is not None:
+            self.on_rejected(batch)
+        else:
+            self.rejected.append(batch)
 
     def _apply(self, ci: int, upto) -> int:
         """Apply the control events with ts <= ``upto`` (before an arrival at ``upto``)."""
