@@ -131,6 +131,14 @@ def test_late_rows_are_counted_and_written(tmp_path):
     assert main(["run", "--sql", sql, *inputs, "--allowed-lateness", "10", "--output",
                  str(out), "--no-progress"]) == 0
     assert not (tmp_path / "out.rejected.parquet").exists()  # (no row was late this time)
+    # Each output has its own: out.csv's are CSV, beside, and out.parquet's stay (out.csv
+    # and out.parquet shared out.rejected.parquet, so a run of one removed the other's).
+    late = [*inputs, "--allowed-lateness", "1", "--no-progress", "--sql", sql]
+    assert main(["run", *late, "--output", str(out)]) == 0
+    assert main(["run", *late, "--output", str(tmp_path / "out.csv.gz")]) == 0
+    assert pq.read_table(tmp_path / "out.rejected.parquet").num_rows == 1
+    import pyarrow.csv as pacsv
+    assert pacsv.read_csv(tmp_path / "out.rejected.csv.gz").column("row").to_pylist() == [2]
 
 
 def test_explicit_deletions_on_unbounded_streams():

@@ -551,9 +551,18 @@ class RejectedOutput:
 
 
 def _default_rejected(output: str) -> str:
+    """``--rejected``'s default: the output's name with ``.rejected`` before its format
+    suffix, in its format (``o.csv.gz`` -> ``o.rejected.csv.gz``); Parquet after the whole
+    name when it has no format suffix (a query set's folder, ``o.txt --format csv``).
+    Outputs ``o.csv`` and ``o.parquet`` once shared ``o.rejected.parquet``, so a run of
+    one removed the other's as stale."""
+    from adaptcq.runtime.output import SUFFIXES, _suffix
     p = Path(output)
-    stem = p.name[:-len(".parquet")] if p.name.endswith(".parquet") else p.stem
-    return str(p.with_name(stem + ".rejected.parquet"))
+    suffix, gz = _suffix(output)
+    if suffix in SUFFIXES:
+        cut = len(suffix) + (len(".gz") if gz else 0)
+        return str(p.with_name(p.name[:-cut] + ".rejected" + p.name[-cut:]))
+    return str(p.with_name(p.name + ".rejected.parquet"))
 
 
 def _where(run) -> str:

@@ -228,8 +228,9 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--max-results", type=int, metavar="N",
                    help="stop with an error once the output has N rows (a guard against an "
                    "exploding join)")
-    r.add_argument("--rejected", help="write rejected input rows to this Parquet file "
-                   "(default: OUTPUT with .rejected.parquet when there are any)")
+    r.add_argument("--rejected", help="write rejected input rows to this file (its format by suffix) "
+                   "(default: the output's name with .rejected before its suffix, "
+                   "o.csv -> o.rejected.csv, written when there are any)")
     r.add_argument("--order", action="append", default=[], metavar="STREAM:S2,S3,...",
                    help="fix STREAM's MJoin pipeline order")
     r.add_argument("--tree", help="XJoin tree of binary joins, e.g. '((R,S),T)' (default: "
