@@ -154,3 +154,17 @@ def test_a_decimal_column_compared_with_a_float_literal_agrees_in_every_executor
         for executor in ("vector", "mjoin", "tree"):
             got = adaptcq.run(sql, {"R": R, "S": S}, executor=executor).table
             assert sorted(got.column("r").to_pylist()) == want, (cond, executor)
+
+
+def test_an_arrow_map_column_is_a_weighted_set_for_inner_product():
+    """docs/shedding.md: a map column (item -> weight) is a weighted set. Arrow map columns
+    were read as structs, so INNER_PRODUCT refused every real input."""
+    def table(ts, ids, weights):
+        return pa.table({"ts": pa.array(ts, pa.float64()), "id": pa.array(ids, pa.int64()),
+                         "w": pa.array(weights, pa.map_(pa.int64(), pa.float64()))})
+    R = table([0.0, 0.2], [1, 3], [[(1, 2.0), (2, 1.0)], [(2, 0.5)]])
+    S = table([0.5], [2], [[(1, 1.0), (2, 1.0)]])
+    sql = ("SELECT R.id AS r, S.id AS s FROM R [RANGE 5 SECONDS], S [RANGE 5 SECONDS] "
+           "WHERE INNER_PRODUCT(R.w, S.w) >= 2")
+    got = adaptcq.run(sql, {"R": R, "S": S}).table   # 2·1 + 1·1 = 3 and 0.5·1
+    assert list(zip(got.column("r").to_pylist(), got.column("s").to_pylist())) == [(1, 2)]
