@@ -135,7 +135,9 @@ class Oracle:
 
 def _set_condition(p):
     """test(left value, right value) for a set join condition, written from its
-    definition: lists are sets, maps weighted sets, NULL never joins."""
+    definition: lists are sets, maps weighted sets, NULL never joins. A NULL item equals
+    nothing, so a set is its non-NULL items; a NULL weight's product is NULL, which the
+    sum skips (docs/shedding.md)."""
     def cmp(x):
         return x > p.threshold if p.strict else x >= p.threshold
 
@@ -144,8 +146,10 @@ def _set_condition(p):
             return False
         if p.kind == "inner":
             wa, wb = dict(a), dict(b)
-            return cmp(sum(wa[x] * wb[x] for x in wa if x in wb))
-        sa, sb = set(a), set(b)
+            return cmp(sum(wa[x] * wb[x] for x in wa if x in wb
+                           and wa[x] is not None and wb[x] is not None))
+        sa = {x for x in a if x is not None}
+        sb = {x for x in b if x is not None}
         return {"overlap": lambda: cmp(len(sa & sb)), "equal": lambda: sa == sb,
                 "subset": lambda: sa.issubset(sb), "superset": lambda: sa.issuperset(sb)
                 }[p.kind]()

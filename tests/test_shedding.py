@@ -43,7 +43,8 @@ def queries(draw):
 @st.composite
 def arrivals(draw, max_rows=40):
     k = draw(st.integers(1, max_rows))
-    items = st.lists(st.integers(1, 5), max_size=4)
+    items = st.lists(st.one_of(st.integers(1, 5), st.just(None)) if draw(st.booleans())
+                     else st.integers(1, 5), max_size=4)  # NULL items: shared with nothing
     sets = st.one_of(st.none(), items) if draw(st.booleans()) else items
     streams, ts, rows = [], [], []
     t = 0.0
@@ -52,7 +53,8 @@ def arrivals(draw, max_rows=40):
         streams.append(draw(st.integers(0, 1)))
         ts.append(t)
         s = draw(sets)
-        w = None if s is None else {x: draw(st.sampled_from([0.5, 1, 2])) for x in s}
+        w = None if s is None else {x: draw(st.sampled_from([0.5, 1, 2, None]))
+                                    for x in s if x is not None}  # (map keys: never NULL)
         rows.append({"s": s, "w": w, "v": draw(st.sampled_from([0, 1, None])), "id": r})
     return streams, ts, rows
 
@@ -517,6 +519,36 @@ def test_nested_list_items_are_named():
     with pytest.raises(InputError, match=r"OVERLAP\(R.s, S.s\) >= 1: a set's items must"):
         cq.process([0], None, [0.0], as_tuples(q, [0], [{"s": [[1], [2]], "w": None,
                                                          "v": 0, "id": 0}]))
+
+
+@pytest.mark.parametrize("index", ["none", "inverted", "inverted-id"])
+@pytest.mark.parametrize("cond, r, s, joins", [
+    ("OVERLAP(R.s, S.s) >= 1", [None, 7], [None, 8], False),  # NULL is no shared item
+    ("OVERLAP(R.s, S.s) >= 2", [None, 7], [None, 7], False),
+    ("OVERLAP(R.s, S.s) >= 1", [None, 7], [7], True),
+    ("SET_EQUAL(R.s, S.s)", [None, 7], [7], True),            # a set is its non-NULL items
+    ("SET_EQUAL(R.s, S.s)", [None], [], True),
+    ("SUBSET(R.s, S.s)", [None], [8], True),
+    ("SUBSET(R.s, S.s)", [None, 7], [8, None], False),
+    ("SUPERSET(R.s, S.s)", [7], [None, 7], True),
+    ("INNER_PRODUCT(R.w, S.w) >= 2", {1: None, 2: 1.0}, {1: 5.0, 2: 2.0}, True),
+    ("INNER_PRODUCT(R.w, S.w) >= 3", {1: None, 2: 1.0}, {1: 5.0, 2: 2.0}, False),
+])
+def test_null_set_items_are_shared_with_no_set(cond, r, s, joins, index):
+    """docs/shedding.md, "Set-valued joins": a NULL item equals nothing (as SQL's
+    ARRAY[NULL,7] && ARRAY[NULL,8] is false); a NULL weight adds nothing. The engine with
+    every index, and the oracle, agree with the definition."""
+    q = parse_query(f"SELECT R.id AS r, S.id AS i FROM R [RANGE 4 SECONDS], "
+                    f"S [RANGE 4 SECONDS] WHERE {cond}", {"R": SCHEMA, "S": SCHEMA})
+    key = "w" if "INNER" in cond else "s"
+    rows = [{"s": None, "w": None, "v": 0, "id": 0}, {"s": None, "w": None, "v": 0, "id": 1}]
+    rows[0][key], rows[1][key] = r, s
+    streams, ts = [0, 1], [0.0, 0.5]
+    tup = as_tuples(q, streams, rows)
+    want = Counter({(0, 1, 1, 0.5): 1}) if joins else Counter()
+    assert oracle_total(q, streams, ts, tup) == want
+    cq = ContinuousQuery(q, "shed", "append", index=index)
+    assert Counter(cq.process(streams, None, ts, tup) + cq.finish()) == want
 
 
 def test_explain_of_an_equi_join_with_select_star_still_measures(tmp_path, capsys):

@@ -33,7 +33,8 @@ output is a sub-multiset of it: every emitted pair is a true result.
 
 **Set-valued joins** (§3.2). A list column is a set (duplicates count once), a map column
 a weighted set. ``OVERLAP(R.s, S.s) >= k``, ``SET_EQUAL``, ``SUBSET``, ``SUPERSET`` and
-``INNER_PRODUCT(R.w, S.w) >= θ`` next to equi-joins; NULL sets and keys never join.
+``INNER_PRODUCT(R.w, S.w) >= θ`` next to equi-joins; NULL sets and keys never join, and a
+set is its non-NULL items (a NULL item equals nothing, so it is never shared).
 """
 
 from __future__ import annotations
@@ -80,13 +81,23 @@ def _seconds(name: str, value) -> float:
 
 # ----- join conditions --------------------------------------------------------------------
 def _as_set(v):
-    return None if v is None else frozenset(v)
+    """A list value as a set of its non-NULL items: NULL equals nothing, so a NULL item
+    is shared with no set (docs/semantics.md); a NULL set stays NULL (never joins)."""
+    if v is None:
+        return None
+    s = frozenset(v)
+    return s - _NULL_ITEM if None in s else s
+
+
+_NULL_ITEM = frozenset((None,))
 
 
 def _as_weights(v):
+    """A map value as item -> weight, without the items of NULL weight: their products
+    are NULL, which a sum skips (as SQL's SUM); Arrow map keys are never NULL."""
     if v is None:
         return None
-    return dict(v.items() if isinstance(v, dict) else v)
+    return {x: w for x, w in (v.items() if isinstance(v, dict) else v) if w is not None}
 
 
 def _named(prepare, pred: SetPredicate):
