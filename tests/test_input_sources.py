@@ -227,3 +227,16 @@ def test_a_folders_files_are_read_in_the_lexicographic_order_of_their_paths(tmp_
     got = adaptcq.run(CSV_SQL, {"R": padded, "S": CSV_S})
     assert got.table.column("c").to_pylist() == ["r1", "r2", "r3", "r10", "r11"]
     assert got.rejected.num_rows == 0
+
+
+def test_a_csv_column_empty_in_its_first_rows_is_text(tmp_path):
+    """It was refused ("its type is unknown"), even when the query never reads it; it is
+    now a string column, as Spark and DuckDB read a column with no value."""
+    (tmp_path / "r.csv").write_text("ts,k,note\n1,1,\n2,2,\n")
+    got = adaptcq.run(CSV_SQL.replace("R.c", "R.k"), {"R": str(tmp_path / "r.csv"),
+                                                     "S": CSV_S})
+    assert got.table.num_rows >= 1
+    got = adaptcq.run("SELECT R.note FROM R, S WHERE R.k = S.k",
+                      {"R": str(tmp_path / "r.csv"), "S": CSV_S})
+    assert got.table.schema.field("note").type == pa.string()
+    assert set(got.table.column("note").to_pylist()) == {None}

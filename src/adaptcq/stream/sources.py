@@ -304,10 +304,11 @@ def _csv(name: str, path: Path, skip_empty: bool = False):
                 return None
             raise InputError(f"stream {name}: {str(path)!r} has a header but no rows; the "
                              "types of a CSV file's columns are read from its rows")
-        nulls = [f.name for f in schema if pa.types.is_null(f.type)]
-        raise InputError(f"stream {name}: in {str(path)!r} column {nulls[0]!r} is empty in "
-                         "the first rows, so its type is unknown; give it values, or use "
-                         "Parquet")
+        # A column empty in all of the first block is text, as Spark and DuckDB read a CSV
+        # column with no value (it was refused, even when the query never reads it).
+        schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f
+                            for f in schema])
+        return schema, _csv_open(name, path, schema)
     return schema, (stream, reader)
 
 
