@@ -14,6 +14,7 @@ import pytest
 
 import adaptcq
 from adaptcq.cli import main
+from adaptcq.errors import QueryError
 
 EXECUTORS = ["vector", "mjoin", "xjoin", "acaching"]
 REASON = "deletion of a row not in "
@@ -154,3 +155,26 @@ def test_reported_times_are_the_nearest_float_of_the_seconds(executor):
                            "S": pa.table({"ts": [101], "k": [1]})},
                           spill={"strategy": "bottom-up", "memory": "1MB"})
     assert spilled.stats["complete_until"] == 127.0
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_select_star_leaves_the_sign_column_out(executor):
+    """``SELECT *`` took the sign column in, so a deletion's -1 never equalled its row's +1
+    and every deletion was rejected; it is no column of the stream (fuzzing, 2026-11-27)."""
+    r = pa.table({"ts": [0, 0, 2], "a": [1, 1, 1], "id": [0, 0, 7], "sg": [1, -1, 1]})
+    s = pa.table({"ts": [1], "a": [1], "id": [10], "sg": [1]})
+    res = adaptcq.run("SELECT * FROM R, S WHERE R.a = S.a", {"R": r, "S": s}, sign="sg",
+                      executor=executor, mode="retract")
+    assert res.stats["rejected"] == 0
+    assert res.table.column_names == ["R_ts", "R_a", "R_id", "S_ts", "S_a", "S_id", "_sign",
+                                      "_ts"]
+    assert [(x["R_id"], x["_sign"]) for x in res.table.to_pylist()] == [(7, 1)]
+
+
+def test_a_query_reading_the_sign_column_is_refused_at_the_name():
+    r = pa.table({"ts": [0], "a": [1], "sg": [1]})
+    with pytest.raises(QueryError, match=r"column 'sg' is the sign column \(--sign\)") as e:
+        adaptcq.run("SELECT R.a FROM R WHERE R.sg > 0", {"R": r}, sign="sg")
+    assert e.value.position == len("SELECT R.a FROM R WHERE ")
+    with pytest.raises(QueryError, match="unknown column 'nope'"):  # (others as before)
+        adaptcq.run("SELECT R.nope FROM R", {"R": r}, sign="sg")

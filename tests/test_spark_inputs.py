@@ -366,6 +366,20 @@ def test_signs_times_and_key_types_spark_read_otherwise_match_local(spark, tmp_p
     with pytest.raises(InputError, match="row 1 has a sign other than"):
         run_files(spark, plain, signed, str(tmp_path / "ck2"), str(tmp_path / "out2"),
                   mode="retract", sign="sg")
+    # The sign column is no column of the stream: SELECT * leaves it out (it took it in,
+    # and every deletion was rejected), and a query naming it is refused, as locally.
+    pq.write_table(pa.table({"ts": [1.0, 1.0, 3.0], "id": [1, 1, 3], "a": [1, 1, 1],
+                             "sg": [1, -1, 1]}), tmp_path / "rs.parquet")
+    star = "SELECT * FROM R, S WHERE R.a = S.a"
+    local = adaptcq.run(star, signed, mode="retract", sign="sg")
+    got = run_files(spark, star, signed, str(tmp_path / "ck4"), str(tmp_path / "out4"),
+                    mode="retract", sign="sg")
+    assert got.rejected == local.stats["rejected"] == 0
+    assert rows(pq.read_table(tmp_path / "out4")) == rows(local.table)
+    assert local.table.num_rows == 1 and "sg" not in local.table.column_names
+    with pytest.raises(QueryError, match="is the sign column"):
+        run_files(spark, "SELECT R.sg FROM R, S WHERE R.a = S.a", signed,
+                  str(tmp_path / "ck5"), str(tmp_path / "out5"), sign="sg")
 
     import datetime as dt
     day = dt.datetime(2024, 1, 1)

@@ -116,8 +116,8 @@ class LocalRun:
         else:
             from adaptcq.query.cql import parse_query
             try:
-                query = parse_query(sql, {n: schema_kinds(s.schema)
-                                          for n, s in self.sources.items()})
+                query = parse_signed(sql, {n: schema_kinds(s.schema)
+                                           for n, s in self.sources.items()}, sign)
             except QueryError:
                 # A stream without an input is named as such, not as an unknown stream.
                 try:
@@ -1098,6 +1098,28 @@ def prepare(sql: str | LogicalQuery, sources: Mapping[str, object], timestamp: s
                          np.asarray(signs, np.int64) if sign is not None else None,
                          np.asarray(ts, np.int64), rows, rejected, r.ts_type,
                          time.process_time() - t0)
+
+
+def parse_signed(sql: str, schemas: Mapping[str, Mapping[str, str]],
+                 sign: str | None) -> LogicalQuery:
+    """``parse_query`` over inputs with a sign column (``--sign``): that column says whether
+    a row is an insertion or a deletion and is no column of the stream, so ``*`` leaves it
+    out and a query naming it is refused, at the name. (``SELECT *`` kept it: a deletion's
+    -1 never equalled its row's +1, so every deletion was rejected.)"""
+    from adaptcq.query.cql import parse_query
+    if sign is None:
+        return parse_query(sql, schemas)
+    try:
+        return parse_query(sql, {n: {c: k for c, k in cols.items() if c != sign}
+                                 for n, cols in schemas.items()})
+    except QueryError as e:
+        try:
+            parse_query(sql, schemas)
+        except QueryError:
+            raise e from None
+        raise QueryError(f"column {sign!r} is the sign column (--sign): it marks each row an "
+                         "insertion (+1) or a deletion (-1) and is not a column a query can "
+                         "read", e.sql, e.position, e.length) from None
 
 
 def rejected_batch(rows: list[dict], sources: Mapping[str, Source]) -> pa.RecordBatch:

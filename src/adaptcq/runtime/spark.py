@@ -327,8 +327,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from adaptcq.query.cql import parse_query
-    from adaptcq.runtime.local import require_inputs
+    from adaptcq.runtime.local import parse_signed, require_inputs
 
     if not isinstance(sql, str):
         raise QueryError("the Spark runtime takes the query as CQL text")
@@ -352,7 +351,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
                              "number (seconds, or --timestamp-unit)")
     schemas = {name: {f.name: _spark_kind(f.dataType) for f in df.schema.fields}
                for name, df in streams.items()}
-    query = parse_query(sql, schemas)
+    query = parse_signed(sql, schemas, sign)
     require_inputs(query, streams)
     late_ns = lateness_ns(allowed_lateness)
     signed = _signed_streams(query, streams, sign)
@@ -1606,8 +1605,7 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     reads them), the query, the places (no output inside an input or the checkpoint), the
     checkpoint (its fingerprint must be this query's) and the output folders; choose the
     shares (``shares``, those of the checkpoint, or at the inputs' row counts)."""
-    from adaptcq.query.cql import parse_query
-    from adaptcq.runtime.local import require_inputs
+    from adaptcq.runtime.local import parse_signed, require_inputs
     from adaptcq.stream.sources import schema_kinds
 
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
@@ -1618,7 +1616,7 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     late = lateness_ns(allowed_lateness)
     inputs = {name: _resolve_input(name, path, timestamp, timestamp_unit)
               for name, path in sources.items()}
-    query = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()})
+    query = parse_signed(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()}, sign)
     require_inputs(query, inputs)
     if sign is not None and not any(sign in i.schema.names for i in inputs.values()):
         raise InputError(f"no input has the sign column {sign!r} (--sign); the inputs' "

@@ -72,8 +72,8 @@ _QUERIES: dict[str, LogicalQuery] = {}
 def _logical(cfg: _Config) -> LogicalQuery:
     q = _QUERIES.get(cfg.qid)
     if q is None:
-        from adaptcq.query.cql import parse_query
-        q = _QUERIES[cfg.qid] = parse_query(cfg.sql, cfg.schemas)
+        from adaptcq.runtime.local import parse_signed
+        q = _QUERIES[cfg.qid] = parse_signed(cfg.sql, cfg.schemas, cfg.sign)
     return q
 
 
