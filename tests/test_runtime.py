@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 
 import adaptcq
 from adaptcq.cli import main
-from adaptcq.errors import InputError, QueryError
+from adaptcq.errors import InputError, OptionError, QueryError
 from adaptcq.runtime.local import prepare
 from oracle import Oracle
 
@@ -469,3 +470,29 @@ def test_bad_policy_values_are_option_errors():
                {"reorder": "agreedy", "p": 2}, {"caching": {"caches": -1}}):
         with pytest.raises(OptionError):
             make_policies(**kw)
+
+
+@pytest.mark.parametrize("option", [{"allowed_lateness": True}, {"allowed_lateness": "1.5"},
+                                    {"batch_seconds": True}, {"batch_seconds": "1"}])
+def test_time_options_take_numbers_only(option):
+    """A boolean or a string was taken as a number of seconds (True as 1 s), as batch_rows,
+    chunk_rows and max_results already refuse (fuzzing, 2026-11-27)."""
+    tabs = {x: pa.table({"ts": [1.0], "k": [1]}) for x in "RS"}
+    name = "--" + next(iter(option)).replace("_", "-")
+    with pytest.raises(OptionError, match=name):
+        adaptcq.run("SELECT R.k FROM R, S WHERE R.k = S.k", tabs, executor="vector",
+                    **option)
+
+
+def test_batch_seconds_near_the_end_of_int64_time_does_not_wrap():
+    """The batch's end, its first time + batch_seconds, wrapped int64 near 2262: every batch
+    was cut to one row (with numpy overflow warnings); results were right."""
+    big = 9_223_372_036  # 2262-04-11, in epoch seconds
+    tabs = {"R": pa.table({"ts": [big - 100, big - 50, big - 10], "a": [1, 1, 1]}),
+            "S": pa.table({"ts": [big - 99, big - 49, big - 9], "a": [1, 1, 1]})}
+    sql = "SELECT R.a FROM R [RANGE 20], S [RANGE 20] WHERE R.a = S.a"
+    want = adaptcq.run(sql, tabs, executor="mjoin").table
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = adaptcq.run(sql, tabs, executor="vector", batch_seconds=9e9)
+    assert got.stats["batches"] == 1 and got.table.equals(want)

@@ -20,6 +20,7 @@ the input stopped. ``max_results`` stops a run whose output exceeds a bound.
 
 from __future__ import annotations
 
+import numbers
 import os
 import resource
 import time
@@ -37,6 +38,7 @@ from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.output import OutputClosed
 from adaptcq.stream.arrays import to_numpy
 from adaptcq.stream.eventtime import (
+    NS_MAX,
     check_unit,
     from_nanoseconds,
     lateness_ns,
@@ -487,8 +489,11 @@ class LocalRun:
             while buf is not None:
                 cut = min(len(buf), self.batch_rows)
                 if span is not None:
-                    cut = min(cut, max(1, int(np.searchsorted(
-                        buf.timestamps, buf.timestamps[0] + span, "left"))))
+                    # In Python ints: near the end of int64 time the batch's end would wrap.
+                    end = int(buf.timestamps[0]) + span
+                    if end <= NS_MAX:
+                        cut = min(cut, max(1, int(np.searchsorted(
+                            buf.timestamps, np.int64(end), "left"))))
                 if cut == len(buf) < self.batch_rows:
                     break  # not a whole batch yet: wait for more arrivals
                 self._numbers = None if nums is None else nums[:cut]
@@ -859,10 +864,9 @@ def batch_options(executor: str, rows, seconds) -> tuple[int, float | None]:
     if rows is not None:
         rows = _positive(rows, "--batch-rows")
     if seconds is not None:
-        try:
-            seconds = float(seconds)
-        except (TypeError, ValueError):
-            seconds = float("nan")
+        # A number (True was 1 s, "1" 1 s): as lateness_ns takes --allowed-lateness.
+        seconds = float(seconds) if isinstance(seconds, numbers.Real) and \
+            not isinstance(seconds, bool) else float("nan")
         if not seconds > 0 or seconds == float("inf"):
             raise OptionError(f"--batch-seconds must be a positive number of seconds of "
                               f"event time, got {seconds!r}")

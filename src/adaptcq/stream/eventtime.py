@@ -17,6 +17,7 @@ float64. Integers never pass through float64.
 from __future__ import annotations
 
 import math
+import numbers
 from fractions import Fraction
 
 import numpy as np
@@ -191,12 +192,12 @@ def from_nanoseconds(ns: np.ndarray, out_type: pa.DataType, unit: str | None) ->
 
 
 def lateness_ns(seconds) -> int:
-    """--allowed-lateness in nanoseconds: finite, >= 0 and within the span of event times."""
-    try:
-        x = float(seconds)
-    except (TypeError, ValueError):
+    """--allowed-lateness in nanoseconds: finite, >= 0 and within the span of event times.
+    A number: ``True`` was 1 s and ``"1.5"`` 1.5 s."""
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
         raise OptionError(f"--allowed-lateness must be a number of seconds, got "
-                           f"{seconds!r}") from None
+                           f"{seconds!r}")
+    x = float(seconds)
     if not math.isfinite(x) or x < 0:
         raise OptionError(f"--allowed-lateness must be a finite number of seconds >= 0, "
                            f"got {seconds!r}")
