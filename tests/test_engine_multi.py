@@ -50,9 +50,12 @@ def merged(data) -> list:
     return [(src, t, row) for t, _, _, src, row in sorted(keyed)]
 
 
-def expected(sql: str, data, start: float, end: float, mode: str) -> Counter:
+def expected(sql: str, data, start: float, end: float, mode: str,
+             until: float | None = None) -> Counter:
     """The oracle on ``sql`` alone over the arrivals with start <= ts < end, time then
-    advanced to ``end``; rows as the engine's output rows (values, _sign, _ts)."""
+    advanced to ``until`` (default ``end``: the last control event while the query runs,
+    docs/cacq.md); rows as the engine's output rows (values, _sign, _ts)."""
+    until = end if until is None else until
     schemas = {s: KINDS for s in SOURCES}
     q = parse_query(sql, schemas)
     streams, ts, rows = [], [], []
@@ -69,9 +72,9 @@ def expected(sql: str, data, start: float, end: float, mode: str) -> Counter:
             streams.append(i)
             ts.append(t)
             rows.append(tuple(full[c] for c in q.columns[q.streams[i].alias]))
-    if math.isfinite(end):
+    if math.isfinite(until) and until >= max(ts, default=-math.inf):
         streams.append(None)
-        ts.append(end)
+        ts.append(until)
         rows.append(None)
     total: Counter = Counter()
     for c in Oracle(q, mode).run(streams, None, ts, rows)[1]:
@@ -109,10 +112,13 @@ def test_engine_control_events_by_timestamp(scenario):
             engine.deregister(h, at=end)
         handles.append(h)
     engine.run()
+    events = [t for _, start, end in queries for t in (start, end) if t is not None]
     for h, (sql, start, end) in zip(handles, queries, strict=True):
         got = Counter(tuple(r.values()) for r in h.table().to_pylist())
-        want = expected(sql, data, -math.inf if start is None else start,
-                        math.inf if end is None else end, mode)
+        lo, hi = -math.inf if start is None else start, math.inf if end is None else end
+        # every control event while q runs advances its time (docs/cacq.md)
+        until = max((t for t in events if lo <= t <= hi), default=hi)
+        want = expected(sql, data, lo, hi, mode, until)
         assert got == want, f"{sql} [{start}, {end}) {mode}: missing {want - got}, " \
                             f"extra {got - want}"
 
@@ -504,3 +510,153 @@ def test_a_static_plans_summary_says_it_does_not_route(tmp_path, capsys):
                  "--output", str(tmp_path / "out"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "none (a static" in out and "tickets" not in out
+
+
+def test_an_output_clashing_with_another_or_an_input_is_refused(tmp_path):
+    """Two queries given one output file: both sinks wrote one temporary file and the run
+    failed with "No such file", one query's results lost (found by fuzzing the Python API).
+    An output that is an input would destroy it."""
+    src = tmp_path / "r.parquet"
+    pq.write_table(pa.table({"ts": [1.0, 2.0, 3.0], "a": [1, 2, 3]}), src)
+    engine = adaptcq.Engine({"R": str(src)})
+    out = tmp_path / "same.parquet"
+    engine.register("SELECT R.a FROM R WHERE R.a > 1", output=str(out), query_id="q1")
+    with pytest.raises(OptionError, match="q2: output .* is query q1's output"):
+        engine.register("SELECT R.a FROM R", output=str(tmp_path / "." / "same.parquet"),
+                        query_id="q2")
+    with pytest.raises(OptionError, match="is the input .*would destroy the input"):
+        engine.register("SELECT R.a FROM R", output=str(src), query_id="q3")
+    engine.register("SELECT R.a FROM R", output=str(tmp_path / "q4.parquet"), query_id="q4")
+    engine.run()
+    assert pq.read_table(out).column("a").to_pylist() == [2, 3]
+    assert pq.read_table(tmp_path / "q4.parquet").column("a").to_pylist() == [1, 2, 3]
+
+
+def test_an_output_failing_at_the_end_removes_every_output(tmp_path):
+    """A callback raising at the final flush left the other query's temporary file behind
+    and its output never written (docs/cacq.md: an error removes the outputs)."""
+    engine = adaptcq.Engine({"R": pa.table({"ts": [1.0, 2.0], "a": [1, 2]})})
+
+    def down(batch):
+        raise RuntimeError("sink down")
+
+    engine.register("SELECT R.a FROM R", output=str(tmp_path / "first.parquet"))
+    engine.register("SELECT R.a FROM R", output=down)
+    engine.register("SELECT R.a FROM R", output=str(tmp_path / "ok.parquet"))
+    with pytest.raises(RuntimeError, match="sink down"):
+        engine.run()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("executor", "kw", "message"), [
+    ("pullup", {"routing": "lottery"}, "routing=: not for executor='pullup'.*static"),
+    ("pushdown", {"routing_options": {"decay": 0.5}, "seed": 3},
+     "routing_options=, seed=: not for executor='pushdown'.*nothing is routed"),
+    ("pullup", {"routing_epoch": None}, "routing_epoch=: .*static"),
+    ("eddies", {"retain": {"R": 100}}, "retain=: not for executor='eddies'.*start='window'"),
+    ("eddies", {"capacity": 1}, "capacity=: not for executor='eddies'.*limits nothing"),
+])
+def test_options_the_executor_does_not_use_are_refused(executor, kw, message):
+    """Accepted and ignored by the baselines, while the CLI refuses the same flags (found by
+    fuzzing the Python API)."""
+    with pytest.raises(OptionError, match=message):
+        adaptcq.Engine({"R": pa.table({"ts": [1.0], "k": [1]})}, executor=executor, **kw)
+
+
+@pytest.mark.parametrize("executor", ["eddy", "eddies", "pushdown", "pullup"])
+def test_the_defaults_the_cli_passes_are_taken_by_every_executor(executor):
+    from adaptcq.runtime.multi import ROUTING_EPOCH
+    engine = adaptcq.Engine({"R": pa.table({"ts": [1.0], "k": [1]})}, executor=executor,
+                            routing="tickets", routing_options={}, seed=0,
+                            routing_epoch=ROUTING_EPOCH)
+    h = engine.register("SELECT R.k FROM R")
+    engine.run()
+    assert h.table().num_rows == 1
+
+
+def test_control_times_are_exact():
+    """A datetime control time went through total_seconds() * 1e9, an int of nanoseconds
+    through float(at): up to ~200 ns off, so an event at a row's time landed on the wrong
+    side of it (found by fuzzing the Python API)."""
+    import datetime
+    base = datetime.datetime(2024, 3, 5, 12, 0, 0)
+    at = base + datetime.timedelta(microseconds=1)  # float conversion: 24 ns late
+    tbl = pa.table({"ts": pa.array([base, at, at + datetime.timedelta(seconds=1)],
+                                   pa.timestamp("us")), "a": [1, 2, 3]})
+    engine = adaptcq.Engine({"R": tbl})
+    late = engine.register("SELECT R.a FROM R", at=at)
+    gone = engine.register("SELECT R.a FROM R")
+    engine.deregister(gone, at=at)
+    engine.run()
+    assert late.table().column("a").to_pylist() == [2, 3]
+    assert gone.table().column("a").to_pylist() == [1]
+    t0 = 1709640000000001001
+    engine = adaptcq.Engine({"R": pa.table({"ts": [t0 - 1000, t0, t0 + 1000],
+                                            "a": [1, 2, 3]})}, timestamp_unit="ns")
+    late = engine.register("SELECT R.a FROM R", at=t0)
+    engine.run()
+    assert late.table().column("a").to_pylist() == [2, 3]
+    pd = pytest.importorskip("pandas")
+    engine = adaptcq.Engine({"R": pa.table({"ts": [t0 - 1, t0]}).cast(
+        pa.schema([("ts", pa.timestamp("ns"))]))})
+    late = engine.register("SELECT R.ts FROM R", at=pd.Timestamp(t0))
+    engine.run()
+    assert late.table().num_rows == 1
+    x = 0.1 + 0.2                                 # float times: as the data's are converted
+    engine = adaptcq.Engine({"R": pa.table({"ts": [0.1, x, 0.4], "a": [1, 2, 3]})})
+    late = engine.register("SELECT R.a FROM R", at=x)
+    engine.run()
+    assert late.table().column("a").to_pylist() == [2, 3]
+
+
+@pytest.mark.parametrize(("executor", "start", "message"), [
+    ("eddy", "bogus", "q2: unknown start 'bogus'; choose one of now, window"),
+    ("eddies", "window", "q2: start='window' is not supported by executor='eddies'"),
+    ("pushdown", "window", "q2: start='window' is not supported by executor='pushdown'"),
+    ("pullup", "window", "q2: start='window' is not supported by executor='pullup'"),
+])
+def test_a_bad_start_is_refused_at_registration(tmp_path, executor, start, message):
+    """It was refused when its time came mid-run, stopping every query and removing their
+    outputs (found by fuzzing the Python API)."""
+    engine = adaptcq.Engine({"R": pa.table({"ts": [1.0, 5.0, 9.0], "a": [1, 2, 3]})},
+                            executor=executor)
+    engine.register("SELECT R.a FROM R", output=str(tmp_path / "good.parquet"))
+    with pytest.raises(OptionError, match=message):
+        engine.register("SELECT R.a FROM R", at=5.0, start=start)
+    assert list(engine.handles) == ["q1"]
+    engine.run()
+    assert (tmp_path / "good.parquet").exists()
+
+
+@pytest.mark.parametrize("executor", ["eddy", "pullup"])
+def test_exceeding_capacity_names_the_query_and_its_time(executor):
+    engine = adaptcq.Engine({"R": pa.table({"ts": [1.0, 2.5, 3.0], "a": [1, 2, 3]})},
+                            executor=executor, capacity=1)
+    engine.register("SELECT R.a FROM R")
+    engine.register("SELECT R.a FROM R", at=2.5, query_id="late")
+    with pytest.raises(OptionError, match="registering query 'late' at event time 2.5 s: "
+                                          "more than 1 queries at once"):
+        engine.run()
+
+
+def test_another_querys_control_event_advances_time():
+    """docs/cacq.md, "What a query sees": every control event while q runs advances its
+    time, so retract mode emits q's deletions due before another query's later event (found
+    by fuzzing: documented, and the property test's oracle now models it)."""
+    sql = "SELECT R.a FROM R [RANGE 2 SECONDS]"
+    data = pa.table({"ts": [1.0, 5.0], "a": [1, 2]})
+
+    def rows(h):
+        return sorted(tuple(r.values()) for r in h.table().to_pylist())
+
+    alone = adaptcq.Engine({"R": data}, mode="retract")
+    q = alone.register(sql)
+    alone.run()
+    assert rows(q) == [(1, -1, 3.0), (1, 1, 1.0), (2, 1, 5.0)]
+    assert rows(q) == sorted(tuple(r.values()) for r in adaptcq.run(
+        sql, {"R": data}, mode="retract").table.to_pylist())
+    shared = adaptcq.Engine({"R": data}, mode="retract")
+    q = shared.register(sql)
+    shared.deregister(shared.register("SELECT R.a FROM R WHERE R.a > 100"), at=10.0)
+    shared.run()
+    assert rows(q) == [(1, -1, 3.0), (1, 1, 1.0), (2, -1, 7.0), (2, 1, 5.0)]

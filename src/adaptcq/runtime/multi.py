@@ -6,8 +6,9 @@ arrival with a timestamp below t and before every arrival at t or later (events 
 time in the order given). So a run is deterministic, checkpointable, and the same on the
 local runtime and on Spark. Query q registered after arrival s_q and removed after arrival
 s'_q outputs exactly what the single-query engine produces for q alone on the arrivals in
-(s_q, s'_q], with time advanced to q's removal time at the end (arrivals of sources q does
-not read advance time too: its deletions come when event time passes, as in one engine).
+(s_q, s'_q], with time advanced by every arrival and every control event (any query's) up to
+q's removal: arrivals of sources q does not read and other queries' events advance time
+too, so its deletions come when event time passes, as in one engine fed a heartbeat.
 
 Inputs are read a chunk at a time and merged (``stream.merge``); each query's results
 leave as Arrow batches to its own output (collected, a Parquet/CSV file, or a callback), a
@@ -24,6 +25,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import math
+import numbers
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -33,6 +35,7 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 
+from adaptcq.engine.eddy import START_MODES  # (the baselines take "now" only)
 from adaptcq.errors import InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery, StreamRef
 from adaptcq.runtime.local import (
@@ -42,8 +45,17 @@ from adaptcq.runtime.local import (
     output_schema,
     rejected_batch,
     rows_to_batch,
+    source_paths,
 )
-from adaptcq.stream.eventtime import NS_MAX, NS_MIN, SPAN, check_unit, lateness_ns
+from adaptcq.stream.eventtime import (
+    NS_MAX,
+    NS_MIN,
+    SPAN,
+    UNITS,
+    check_unit,
+    lateness_ns,
+    to_nanoseconds,
+)
 from adaptcq.stream.merge import ArrivalMerger
 from adaptcq.stream.sources import CHUNK_ROWS, CSV_NULLS, schema_kinds
 
@@ -57,6 +69,21 @@ QUERYSET_EXECUTORS = {
     "eddies": "adaptcq.engine.eddy:PerQueryEddies",           # baseline: an eddy per query
     "pushdown": "adaptcq.engine.niagara:PushDown",            # NiagaraCQ baselines (§5)
     "pullup": "adaptcq.engine.niagara:PullUp",
+}
+NO_WINDOW_START = {  # why a baseline refuses start="window" (and retain=, which serves it)
+    "eddies": "the eddies baseline gives each query a new eddy, which holds no earlier rows",
+    "pushdown": "NiagaraCQ's plans hold no rows for a query registered later",
+    "pullup": "NiagaraCQ's plans hold no rows for a query registered later",
+}
+STATIC = "NiagaraCQ's plans are static: nothing is routed"
+UNUSED_OPTIONS = {  # executor -> {Engine option it does not use: why} (cli's misfits)
+    "eddy": {},
+    "eddies": {"retain": "retain= keeps rows for start='window', which the eddies "
+                         "baseline refuses (a new eddy per query holds no earlier rows)",
+               "capacity": "each query has an eddy of its own, so a limit on the queries "
+                           "at once in one eddy limits nothing"},
+    "pushdown": dict.fromkeys(("routing", "routing_options", "routing_epoch", "seed"), STATIC),
+    "pullup": dict.fromkeys(("routing", "routing_options", "routing_epoch", "seed"), STATIC),
 }
 
 
@@ -130,9 +157,23 @@ class Engine:
         if executor not in QUERYSET_EXECUTORS:
             raise OptionError(f"unknown executor {executor!r} for a query set; choose one of "
                               f"{', '.join(QUERYSET_EXECUTORS)}")
+        # An option the executor does not use is refused with the reason, as the CLI
+        # refuses its flags (cliargs.QUERYSET_OPTIONS), not ignored. The defaults are not
+        # "given": the CLI passes them to every executor.
+        given = {"routing": routing != "tickets", "routing_options": bool(routing_options),
+                 "routing_epoch": routing_epoch != ROUTING_EPOCH, "seed": seed != 0,
+                 "retain": bool(retain), "capacity": capacity is not None}
+        unused = UNUSED_OPTIONS[executor]
+        misfits = [k for k in unused if given[k]]
+        if misfits:
+            why = "; ".join(dict.fromkeys(unused[k] for k in misfits))
+            raise OptionError(f"{', '.join(k + '=' for k in misfits)}: not for "
+                              f"executor={executor!r} (a query set; {why}; see docs/cacq.md "
+                              "for its options)")
         if not isinstance(sources, Mapping) or not sources:
             raise InputError("no sources: give Engine(sources={name: input, ...})")
         check_unit(timestamp_unit)
+        self.input_paths = source_paths(sources)  # (no query's output may overwrite them)
         self.timestamp, self.unit, self.mode = timestamp, timestamp_unit, mode
         self.executor_name = executor
         self.sources = open_sources(sources, timestamp, timestamp_unit, chunk_rows)
@@ -191,6 +232,8 @@ class Engine:
         if qid in self.handles:
             raise OptionError(f"query id {qid!r} is already used")
         _check_output(qid, output)
+        self._check_clash(qid, output)
+        self._check_start(qid, start)
         query = self.parse(sql)
         schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
                                self.timestamp, self.unit)
@@ -199,6 +242,36 @@ class Engine:
         self.handles[qid] = h  # only now: a refused registration leaves nothing behind
         self._event(ev)
         return h
+
+    def _check_clash(self, qid: str, output) -> None:
+        """A file output that is an input, or another query's output file, is refused:
+        two sinks wrote one temporary file, and the run failed with "No such file" after
+        one query's results were lost."""
+        if output is None or callable(output):
+            return
+        from adaptcq.runtime.output import overlaps
+        for p in self.input_paths:
+            if overlaps(output, p):
+                raise OptionError(f"query {qid}: output {str(output)!r} is the input "
+                                  f"{str(p)!r} (or holds it, or is inside it); writing there "
+                                  "would destroy the input")
+        for h in self.handles.values():
+            if h.output is not None and not callable(h.output) and overlaps(output, h.output):
+                raise OptionError(f"query {qid}: output {str(output)!r} is query {h.id}'s "
+                                  f"output {str(h.output)!r} (or holds it, or is inside it); "
+                                  "one would overwrite the other: give each a file of its own")
+
+    def _check_start(self, qid: str, start) -> None:
+        """``start`` is checked here, not when the registration's time comes mid-run (which
+        stopped every query, removing their outputs)."""
+        if start not in START_MODES:
+            raise OptionError(f"query {qid}: unknown start {start!r}; choose one of "
+                              f"{', '.join(START_MODES)}")
+        if start == "window" and self.executor_name in NO_WINDOW_START:
+            raise OptionError(f"query {qid}: start='window' is not supported by "
+                              f"executor={self.executor_name!r} "
+                              f"({NO_WINDOW_START[self.executor_name]}); use start='now' or "
+                              "executor='eddy'")
 
     def deregister(self, handle: QueryHandle | str, at=None) -> None:
         """Remove a query at time ``at`` (None: after all data)."""
@@ -280,12 +353,20 @@ class Engine:
         what int64 nanoseconds hold) is refused naming the value."""
         if at is None:
             return float("-inf")
+        out_of_range = InputError(f"control time {at!r} is out of range (event times span "
+                                  f"{SPAN})")
+        # Exactly as the data's times are converted, so an event at a row's time is at it:
+        # through a float (total_seconds() * 1e9, float(an int of ns)) it was up to ~200 ns
+        # off, on the wrong side of that row.
         if isinstance(at, datetime.datetime):
             if at.tzinfo is not None:
                 at = at.astimezone(datetime.UTC).replace(tzinfo=None)
-            ns = round((at - datetime.datetime(1970, 1, 1)).total_seconds() * 1e9)
+            d = at - datetime.datetime(1970, 1, 1)
+            ns = ((d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds) * 1000 \
+                + getattr(d, "nanoseconds", 0)  # (a pandas Timestamp's)
+        elif isinstance(at, numbers.Integral):  # (bool too, as float(at) took it)
+            ns = int(at) * UNITS[check_unit(self.unit)]
         else:
-            scale = {None: 1e9, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1}[self.unit]
             try:
                 x = float(at)
             except (TypeError, ValueError):
@@ -293,9 +374,13 @@ class Engine:
                                  f"(times are in {self.unit or 's'})") from None
             if not math.isfinite(x):
                 raise InputError(f"control time {at!r} is not finite")
-            ns = round(x * scale)
+            try:
+                ns = int(to_nanoseconds(pa.array([x], pa.float64()), self.unit, "control",
+                                        "at")[0])
+            except InputError:
+                raise out_of_range from None
         if not NS_MIN <= ns <= NS_MAX:
-            raise InputError(f"control time {at!r} is out of range (event times span {SPAN})")
+            raise out_of_range
         return ns
 
     def _event(self, ev: ControlEvent) -> None:
@@ -373,10 +458,7 @@ class Engine:
             raise
         finally:
             if not aborted:  # (a stop, Ctrl-C, keeps the results so far, as it does there)
-                self._flush(True)
-                for h in self.handles.values():
-                    if h.sink is not None:
-                        h.sink.close()
+                self._finish_outputs()
         self._reject(merger)
         self.rejected = pa.Table.from_batches(self.rejected, schema=REJECTED_SCHEMA)
         self.stats = {"arrivals": arrivals, "cpu_seconds": time.process_time() - t0,
@@ -385,6 +467,26 @@ class Engine:
                                          **({"error": h.error} if h.error else {})}
                                   for h in self.handles.values()}}
         return self.handles
+
+    def _finish_outputs(self) -> None:
+        """The last results out and every output file closed. An output failing here (a
+        callback raising at the last flush, a full disk) is an error of the run too: every
+        output file is removed, as above (a raising callback left the other queries'
+        temporary files behind, their outputs never written)."""
+        closed = []
+        try:
+            self._flush(True)
+            for h in self.handles.values():
+                if h.sink is not None:
+                    h.sink.close()
+                    closed.append(h.sink.path)
+        except BaseException:
+            for h in self.handles.values():
+                if h.sink is not None:
+                    h.sink.abort()
+            for path in closed:
+                Path(path).unlink(missing_ok=True)
+            raise
 
     def _reject(self, merger: ArrivalMerger) -> None:
         """The late rows found so far leave (``on_rejected``), or are kept: the merger
@@ -411,7 +513,11 @@ class Engine:
             if ev.action == "register":
                 if h.state != "pending":
                     raise OptionError(f"query {h.id!r} is registered twice")
-                ex.add_query(h.id, h.query, h.rows.append, ev.start)
+                try:
+                    ex.add_query(h.id, h.query, h.rows.append, ev.start)
+                except OptionError as e:  # (e.g. capacity=: which query, and when)
+                    raise OptionError(f"registering query {h.id!r} {self._when(ev.ts)}: "
+                                      f"{e}") from None
                 h.state = "running"
             elif h.state == "running":
                 ex.remove_query(h.id)
@@ -420,6 +526,14 @@ class Engine:
         self._failures()
         self._update_watch()
         return ci
+
+    def _when(self, ts) -> str:
+        """A control event's time for a message, in the timestamp unit."""
+        if ts == float("-inf"):
+            return "before any data"
+        u = check_unit(self.unit)
+        value = ts // UNITS[u] if ts % UNITS[u] == 0 else ts / UNITS[u]
+        return f"at event time {value} {u}"
 
     # ----- [ROWS n] windows and rows of equal time (tie_watch) ------------------------------
     def _update_watch(self) -> None:
