@@ -146,7 +146,7 @@ def _set_condition(p):
             return False
         if p.kind == "inner":
             wa, wb = dict(a), dict(b)
-            return cmp(sum(wa[x] * wb[x] for x in wa if x in wb
+            return cmp(sum(wa[x] * wb[x] for x in wa if x is not None and x in wb
                            and wa[x] is not None and wb[x] is not None))
         sa = {x for x in a if x is not None}
         sb = {x for x in b if x is not None}

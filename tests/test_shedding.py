@@ -495,6 +495,42 @@ def test_option_values_and_combinations_are_refused(spec, message):
         run(sql, {"R": t, "S": t}, timestamp_unit="s", shed=spec)
 
 
+@pytest.mark.parametrize("spec, message", [
+    ({"mode": "selective", "capacity": 10, "T_r": "5"}, r"T_r .* got '5'"),
+    ({"mode": "selective", "capacity": 10, "T_c": None}, r"T_c .* got None"),
+    ({"mode": "selective", "capacity": 10, "delta_r": "2"}, r"delta_r .* got '2'"),
+    ({"mode": "selective", "capacity": 10, "gamma": "0.5"}, r"gamma .* got '0.5'"),
+    ({"mode": "selective", "capacity": True}, r"--capacity must be .* got True"),
+    ({"mode": "selective", "capacity": 10, "T_r": math.inf}, r"T_r .* finite .* got inf"),
+    ({"mode": "selective", "capacity": 10, "delta_r": math.inf}, r"delta_r .* got inf"),
+    ({"mode": "selective", "capacity": 10, "direction": "no"}, r"direction .* got 'no'"),
+    ({"mode": "random", "capacity": 10, "buffer": True}, r"--buffer .* got True"),
+    ({"basic_window": False}, r"--basic-window .* got False"),
+    ({"mode": "fast"}, r"unknown --shed 'fast'"),
+    ({"index": ["none"]}, r"unknown --index \['none'\]"),
+    ({"mode": "selective", "capacity": 10, "utility": 3}, r"--utility .* got 3"),
+    ({"mode": "random", "capacity": 10, "seed": "1"}, r"seed must be an integer, got '1'"),
+    ({"mode": "none", "seed": 3}, r"seed 3: nothing random in this run uses it"),
+    ({"capacity": 10, "index": "inverted", "seed": 3}, r"seed 3: nothing random"),
+])
+def test_every_shed_option_is_checked_up_front(spec, message):
+    """Where the options are parsed (before any join is built: for Spark, on the driver),
+    an OptionError naming the option and its value; not a raw TypeError, nor a refusal
+    mid-run at the first rate step (delta_r), nor silently accepted (T_r = inf never
+    adapts; a seed that seeds nothing, as the CLI refuses --seed)."""
+    from adaptcq.runtime.shed import shed_engine_options
+    with pytest.raises(OptionError, match=message):
+        shed_engine_options(spec)
+
+
+def test_a_seed_is_taken_where_something_random_uses_it():
+    from adaptcq.runtime.shed import shed_engine_options
+    for spec in ({"mode": "random", "capacity": 10, "seed": 3},
+                 {"mode": "selective", "capacity": 10, "seed": 3},
+                 {"index": "inverted-id", "seed": 3}):  # its random identifiers
+        assert shed_engine_options(spec)[1]["seed"] == 3
+
+
 def test_random_dropping_keeps_the_buffer_at_its_size_and_a_gap_costs_nothing():
     q, streams, ts, tup = _overlap_case()
     cq = ContinuousQuery(q, "shed", "append", shed="random", capacity=5_000, buffer=0.5)
@@ -533,6 +569,7 @@ def test_nested_list_items_are_named():
     ("SUPERSET(R.s, S.s)", [7], [None, 7], True),
     ("INNER_PRODUCT(R.w, S.w) >= 2", {1: None, 2: 1.0}, {1: 5.0, 2: 2.0}, True),
     ("INNER_PRODUCT(R.w, S.w) >= 3", {1: None, 2: 1.0}, {1: 5.0, 2: 2.0}, False),
+    ("INNER_PRODUCT(R.w, S.w) >= 1", {None: 1.0}, {None: 1.0}, False),  # (not from Arrow)
 ])
 def test_null_set_items_are_shared_with_no_set(cond, r, s, joins, index):
     """docs/shedding.md, "Set-valued joins": a NULL item equals nothing (as SQL's

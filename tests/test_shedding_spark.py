@@ -79,7 +79,9 @@ def test_groups_shed_exactly_as_the_local_join(seed, sql, mode, capacity, gamma)
     query = parse_query(sql, SCHEMAS)
     rnd = random.Random(seed)
     streams, ts, rows = _workload(query, rnd.randint(20, 160), rnd)
-    spec = {"mode": mode, "capacity": capacity, "seed": seed % 97}
+    spec = {"mode": mode, "capacity": capacity}
+    if mode != "none":  # (mode none draws nothing at random: a seed is refused)
+        spec["seed"] = seed % 97
     if mode in ("selective", "partial"):
         spec.update(gamma=gamma, T_r=0.5, T_c=0.5)
     n = len(rows)

@@ -12,6 +12,7 @@ import math
 import time
 
 from adaptcq.adapt.shedding import (
+    _number,
     join_direction,
     micro_batch_rate,
     rate_adapt,
@@ -50,12 +51,15 @@ class ShedController:
             raise OptionError(f"the CPU budget per micro-batch must be a positive number "
                               f"of seconds, got {budget!r}")
         self.budget = budget
-        for name, v in (("T_r", T_r), ("T_c", T_c)):
-            if not v > 0:
-                raise OptionError(f"{name} must be a positive number of seconds, got {v}")
-        if not delta_r >= 1:
-            raise OptionError(f"delta_r (the fraction boost factor) must be >= 1, got "
-                              f"{delta_r}")
+        # Every parameter checked here, not at the first step that uses it (mid-run); an
+        # infinite period would silently never adapt.
+        T_r = _number("T_r (rate adaptation period, seconds)", T_r, low=0.0, strict_low=True)
+        T_c = _number("T_c (time correlation period, seconds)", T_c, low=0.0,
+                      strict_low=True)
+        delta_r = _number("delta_r (fraction boost factor)", delta_r, low=1.0)
+        if not isinstance(direction, bool):
+            raise OptionError(f"direction (join direction adaptation) must be True or "
+                              f"False, got {direction!r}")
         self.mode, self.T_r, self.T_c, self.delta_r = mode, T_r, T_c, delta_r
         self.direction = direction and mode == "selective"
         self.use_utility = utility  # Algorithm 5 when the join has tuple types

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import numbers
 import random
 import sys
 import time
@@ -69,14 +70,38 @@ _SHED_STATE = ("fractions", "type_fractions", "sample_r", "keep", "orders", "arr
 
 
 def _seconds(name: str, value) -> float:
-    try:
-        v = float(value)
+    try:  # (a bool is no number of seconds, though float(True) is 1)
+        v = float("nan") if isinstance(value, bool) else float(value)
     except (TypeError, ValueError):
         v = float("nan")
     if not 0 < v < INF:
         raise OptionError(f"{name} must be a positive, finite number of seconds, got "
                           f"{value!r}")
     return v
+
+
+def check_capacity(capacity) -> float | str | None:
+    """The capacity option: None (unlimited), "wall", "batch", or work units per second
+    of event time from ``MIN_CAPACITY`` up (a number, or its text from the command
+    line), else OptionError naming it."""
+    if capacity is None or capacity in ("wall", "batch"):
+        return capacity
+    try:  # (True is no capacity, though float(True) is 1)
+        c = float("nan") if isinstance(capacity, bool) else float(capacity)
+    except (TypeError, ValueError):
+        c = float("nan")
+    if not MIN_CAPACITY <= c < INF:
+        raise OptionError(f"--capacity must be a number of work units per second from "
+                          f"{MIN_CAPACITY:g} up, or 'wall', got {capacity!r}")
+    return c
+
+
+def check_gamma(gamma) -> float:
+    """γ, the sampling probability of full processing (Algorithm 3): a number in (0, 1]."""
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0 < gamma <= 1:
+        raise OptionError(f"gamma (the sampling probability) must be a number in (0, 1], "
+                          f"got {gamma!r}")
+    return float(gamma)
 
 
 # ----- join conditions --------------------------------------------------------------------
@@ -93,11 +118,13 @@ _NULL_ITEM = frozenset((None,))
 
 
 def _as_weights(v):
-    """A map value as item -> weight, without the items of NULL weight: their products
-    are NULL, which a sum skips (as SQL's SUM); Arrow map keys are never NULL."""
+    """A map value as item -> weight, without the items of NULL weight (their products
+    are NULL, which a sum skips, as SQL's SUM) or NULL item (never in Arrow maps, but a
+    row given directly may hold one: it is shared with no map, as in a set)."""
     if v is None:
         return None
-    return {x: w for x, w in (v.items() if isinstance(v, dict) else v) if w is not None}
+    return {x: w for x, w in (v.items() if isinstance(v, dict) else v)
+            if x is not None and w is not None}
 
 
 def _named(prepare, pred: SetPredicate):
@@ -237,16 +264,10 @@ class ShedJoin:
         # per micro-batch ("batch": the controller moves r once per micro-batch).
         self.wall = capacity == "wall"
         self.batch = capacity == "batch"
+        c = check_capacity(capacity)
         if capacity is None or self.wall or self.batch:
             self.rate = None
         else:
-            try:
-                c = float(capacity)
-            except (TypeError, ValueError):
-                c = float("nan")
-            if not MIN_CAPACITY <= c < INF:
-                raise OptionError(f"--capacity must be a number of work units per second "
-                                  f"from {MIN_CAPACITY:g} up, or 'wall', got {capacity!r}")
             self.rate = c * time_unit  # work units per engine time unit
         if self.batch and (controller is None or controller.budget is None):
             raise OptionError("capacity 'batch' (a CPU budget per micro-batch) needs a "
@@ -255,10 +276,7 @@ class ShedJoin:
             raise OptionError(f"--shed {shed} needs a CPU capacity (--capacity UNITS, work "
                               "units per second of event time, or --capacity wall)")
         self.buffer = self._units(_seconds("--buffer", buffer))
-        if not 0 < gamma <= 1:
-            raise OptionError(f"gamma (the sampling probability) must be in (0, 1], got "
-                              f"{gamma}")
-        self.gamma = gamma
+        self.gamma = check_gamma(gamma)
         self.rng = random.Random(seed)
         # What a policy moves (§4.1, §5.1–5.3).
         self.fractions = [1.0, 1.0]                 # r_1, r_2
@@ -815,7 +833,9 @@ class ShedJoin:
         output is estimated per direction from the fully processed sample (Horvitz–
         Thompson over the fetched tuples: each was fully processed with probability
         r·γ, or 1 while r_i = 1), scaled up for dropped arrivals (the probing stream's,
-        and the probed window's rows that were dropped); a 95% interval."""
+        and the probed window's rows that were dropped); a 95% interval of the sampling
+        only: the scale-up is taken as exact (docs/shedding.md, "What was lost"), so with
+        every fetched tuple fully processed (random, none) its width is zero."""
         total = var = 0.0
         for i in (0, 1):
             p = 1 - i

@@ -25,6 +25,7 @@ def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
     if unknown:
         raise OptionError(f"unknown shedding option {unknown[0]!r}; the options are: "
                           f"{', '.join(KEYS)}")
+    _check_values(spec)
     mode = spec.get("mode", "none")
     if "direction" in spec and mode != "selective":
         raise OptionError(f"--no-join-direction is for --shed selective (join direction is "
@@ -63,6 +64,42 @@ def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
     if budget is not None:
         options["capacity"] = "batch"
     return controller, options
+
+
+def _check_values(spec: Mapping) -> None:
+    """Each option's type and range, up front (for Spark on the driver, before any
+    partition group builds its join), naming the option and its value. The adaptation
+    periods are checked by the controller, built in ``shed_engine_options``."""
+    from adaptcq.engine.shed_join import (
+        INDEXES,
+        SHED_MODES,
+        _seconds,
+        check_capacity,
+        check_gamma,
+    )
+    mode = spec.get("mode", "none")
+    if not isinstance(mode, str) or mode not in SHED_MODES:
+        raise OptionError(f"unknown --shed {mode!r}; choose one of {', '.join(SHED_MODES)}")
+    index = spec.get("index", "auto")
+    if not isinstance(index, str) or index not in INDEXES:
+        raise OptionError(f"unknown --index {index!r}; choose one of {', '.join(INDEXES)}")
+    check_capacity(spec.get("capacity"))
+    for key, flag in (("basic_window", "--basic-window"), ("buffer", "--buffer")):
+        if key in spec:
+            _seconds(flag, spec[key])
+    if "gamma" in spec:
+        check_gamma(spec["gamma"])
+    if "utility" in spec and not isinstance(spec["utility"], str):
+        raise OptionError(f"--utility must be a CASE expression as text, got "
+                          f"{spec['utility']!r}")
+    if "seed" in spec:
+        seed = spec["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise OptionError(f"seed must be an integer, got {seed!r}")
+        if mode == "none" and index != "inverted-id":  # (as the CLI refuses --seed)
+            raise OptionError(f"seed {seed}: nothing random in this run uses it (--shed none "
+                              "drops and samples no tuple at random); it seeds --shed "
+                              "random, partial and selective and --index inverted-id")
 
 
 def utility_types(query, text: str, kinds: Mapping[str, Mapping[str, str]]):
