@@ -223,3 +223,29 @@ def test_bad_registrations_are_clear_errors():
     ed.add_query("x", parse_query("SELECT * FROM R", SCHEMAS), print)
     with pytest.raises(OptionError, match="already registered"):
         ed.add_query("x", parse_query("SELECT * FROM R", SCHEMAS), print)
+
+
+@pytest.mark.parametrize("mode", ["append", "retract"])
+def test_a_removed_rows_window_lets_go_of_its_rows(mode):
+    """The count hold of the last [ROWS n] window on a source was never let go once its
+    query left (``recent`` was only trimmed while some query had a count window): the
+    source kept n rows for the rest of the run. The state is now what the running
+    queries need, and their results are unchanged."""
+    rows_q = "SELECT * FROM R [ROWS 50], S [RANGE 1 SECONDS] WHERE R.a = S.a"
+    range_q = "SELECT R.b AS rb, S.b AS sb FROM R [RANGE 1 SECONDS], S [RANGE 1 SECONDS] WHERE R.a = S.a"
+    data = [(src, float(i) + (0.5 if src == "S" else 0), (i % 3, i, 0, "x"))
+            for i in range(120) for src in "RS"]
+    outs = {}
+    for with_rows in (True, False):
+        ed = Eddy(SCHEMAS, make_routing("fixed"), mode=mode)
+        if with_rows:
+            ed.add_query("rows", parse_query(rows_q, SCHEMAS), [].append)
+        out = outs[with_rows] = []
+        for i, (src, t, row) in enumerate(data):
+            if i == 100:
+                if with_rows:
+                    ed.remove_query("rows")
+                ed.add_query("range", parse_query(range_q, SCHEMAS), out.append)
+            ed.process(src, t, row)
+        assert len(ed.sources["R"].stem) <= 2, len(ed.sources["R"].stem)   # [RANGE 1 s]
+    assert outs[True] == outs[False] != []

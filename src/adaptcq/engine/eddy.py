@@ -53,7 +53,8 @@ with sign -1 to exactly those queries (docs/cacq.md, "Windows and deletions").
 outputs exactly what the single-query engine (``ContinuousQuery``) produces for q alone
 on the arrivals (s_q, s'_q]: its results only combine rows with ``rid > s_q``. With
 ``start="window"`` it also sees the rows still held when it registers (see
-``retain``).
+``retain``), for the rows arriving after it: a result of held rows alone is neither
+output nor, in retract mode, retracted (``EddyQuery.since``, ``Eddy.held_only``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ class EddyQuery:
     project: Callable = None                   # comps dict -> output values
     project_at: Callable = None                # the components, positionally (sorted vs)
     start: str = "now"
+    # A result goes to the query only if a component arrived after ``since`` (its
+    # registration): ``seq`` for start="now"; a start="window" query sees older rows but
+    # never outputs (nor retracts) a result made of them alone.
+    since: int = -1
     emitted: int = 0
     error: str | None = None
 
@@ -278,8 +283,8 @@ class Eddy:
 
     # ----- registration (cacq.txt §3.2.1, §3.3.2) -------------------------------------------
     def add_query(self, handle: str, query: LogicalQuery, emit: Callable[[tuple], None],
-                  start: str = "now", *, _bit: int | None = None, _seq: int | None = None
-                  ) -> EddyQuery:
+                  start: str = "now", *, _bit: int | None = None, _seq: int | None = None,
+                  _since: int | None = None) -> EddyQuery:
         """Register ``query`` under ``handle``; its results go to ``emit``. It sees arrivals
         after the current one (``start="now"``) or also the rows held now (``"window"``)."""
         if handle in self.queries:
@@ -310,7 +315,9 @@ class Eddy:
                                else int(s.window.size)))
                         for s in query.streams)
         seq = _seq if _seq is not None else (self.rid if start == "now" else -1)
-        q = EddyQuery(handle, bit, query, emit, seq, tuple(roles), windows, start=start)
+        since = _since if _since is not None else (self.rid if _seq is None else seq)
+        q = EddyQuery(handle, bit, query, emit, seq, tuple(roles), windows, start=start,
+                      since=since)
         q.project = self._projection(q)
         from adaptcq.query.udf import calls_udf, default_registry, guarded_output
         if calls_udf(query.outputs, self.udfs or default_registry()):
@@ -520,6 +527,15 @@ class Eddy:
                     st.keep_rows = max(st.keep_rows, size)
                 else:
                     st.keep_time = size if st.keep_time is None else max(st.keep_time, size)
+        for st in self.sources.values():
+            # The widest [ROWS n] shrank (or went with its last query): its count hold
+            # lets go now of the rows beyond the new one (``process`` only trims while
+            # some query has a count window, and at the source's next arrival).
+            recent = st.recent
+            while len(recent) > st.keep_rows:
+                old = recent.popleft()
+                if old is not None:
+                    self._release(st, old, 2)
         for name in was_unbounded:
             st = self.sources[name]
             if not st.unbounded:
@@ -530,6 +546,9 @@ class Eddy:
         self._routes = {}
         self._singles: dict[tuple[str, int], VirtualSource] = {}
         window_queries = any(q.start == "window" for q in self.queries.values())
+        # The queries that see rows older than their registration (start="window").
+        self._seers = [q for q in self.queries.values() if q.since > q.seq]
+        self._seers_mask = sum(q.mask for q in self._seers)
         for st in self.sources.values():
             # Rows are kept for a query registered later with start="window" only when
             # asked to (retain=, or such a query is running): that is what it costs.
@@ -646,6 +665,17 @@ class Eddy:
                 m |= q.mask
         return m
 
+    def held_only(self, hi: int) -> int:
+        """The start="window" queries for which a result whose newest component has
+        sequence number ``hi`` is made of rows held when they registered: never output to
+        them, so a deletion does not retract it (docs/cacq.md, "What a query sees")."""
+        rid = hi // ROLE_BITS
+        m = 0
+        for q in self._seers:
+            if q.since >= rid:
+                m |= q.mask
+        return m
+
     # ----- the update loop ----------------------------------------------------------------
     def process(self, source: str, ts, row: tuple) -> None:
         """One arrival: the deletions due before it, its filters, its build into the SteM,
@@ -758,17 +788,22 @@ class Eddy:
 
     def _schedule_window_deletions(self, q: EddyQuery, src: str, k: int) -> None:
         """Retract mode, ``start="window"``: deletions of the held rows for the new query's
-        window on (src, k), where no query had that window yet."""
+        window on (src, k), for the rows that have none pending (one pass over the pending
+        events). A row built while some query had that window has one; a row built before
+        (held for ``retain`` or for another window) has none, even when a query registered
+        since has the window. A row whose window ended before now is skipped: it joins no
+        later arrival, so there is nothing of the query's to retract."""
         kind, size = q.windows[q.roles.index((src, k))]
         if kind != "range":
             return
-        if any(w == (kind, size) for x in self.queries.values() if x is not q
-               for r, w in zip(x.roles, x.windows, strict=True) if r == (src, k)):
-            return
+        pending = {p[0] for _, _, phase, s, p in self.heap
+                   if phase == 0 and s == src and p[1] == k and p[2] == size}
         st = self.sources[src]
         for rid in st.stem.rows:
-            heapq.heappush(self.heap, (st.stem.times[rid] + size, rid * ROLE_BITS + k, 0,
-                                       src, (rid, k, size, False)))  # (not the retention)
+            end = st.stem.times[rid] + size
+            if rid not in pending and end >= self.now:
+                heapq.heappush(self.heap, (end, rid * ROLE_BITS + k, 0, src,
+                                           (rid, k, size, False)))  # (not the retention)
 
     def _release(self, st: SourceState, rid: int, flag: int) -> None:
         """A retention hold (1: time, 2: count) lets go of row ``rid``. While a query
@@ -1043,6 +1078,8 @@ class Eddy:
             out = qmask & vs.complete
             if out:
                 qmask ^= out
+                if sign < 0 and out & self._seers_mask:
+                    out &= ~self.held_only(hi)
                 while out:
                     low = out & -out
                     q = by_bit[low.bit_length() - 1]
@@ -1133,7 +1170,9 @@ class Eddy:
                 if mm:
                     c2 = comps.copy()
                     c2[ck] = row
-                    push((vs2, c2, hi, mm))  # an insertion keeps the larger sequence: hi
+                    # An insertion keeps the larger sequence, hi; a deletion keeps its
+                    # newest component's, which tells held-only results (``held_only``).
+                    push((vs2, c2, eff if deletion and eff > hi else hi, mm))
                     produced += 1
         return produced, work
 
@@ -1181,7 +1220,7 @@ class Eddy:
                             "holds": dict(st.holds)}
                         for n, st in self.sources.items()},
             "heap": list(self.heap), "rid": self.rid, "now": self.now,
-            "queries": [(q.handle, q.query.sql, q.bit, q.seq, q.start, q.emitted)
+            "queries": [(q.handle, q.query.sql, q.bit, q.seq, q.start, q.emitted, q.since)
                         for q in self.queries.values()],
             "op_keys": dict(self.op_keys), "counts": dict(self._counts),
             "built": self.built, "dropped": self.dropped,
@@ -1205,10 +1244,15 @@ class Eddy:
             for rid, row in s["rows"].items():
                 st.stem.insert(rid, row, s["times"][rid])
             st.passed, st.pos, st.holds = dict(s["passed"]), dict(s["pos"]), dict(s["holds"])
-            st.count, st.recent = s["count"], deque(s["recent"])
-        for handle, sql, bit, seq, start, emitted in state["queries"]:
-            q = ed.add_query(handle, parse(sql), emits[handle], start, _bit=bit, _seq=seq)
+        for handle, sql, bit, seq, start, emitted, *since in state["queries"]:
+            # (a checkpoint written before ``since`` was kept has none: the old rule)
+            q = ed.add_query(handle, parse(sql), emits[handle], start, _bit=bit, _seq=seq,
+                             _since=since[0] if since else None)
             q.emitted = emitted
+        for name, s in state["sources"].items():
+            # After the queries: a partial query set would trim the count holds.
+            st = ed.sources[name]
+            st.count, st.recent = s["count"], deque(s["recent"])
         ed.heap = list(state["heap"])
         heapq.heapify(ed.heap)
         ed.rid, ed.now = state["rid"], state["now"]

@@ -42,7 +42,7 @@ def route_source(eddy, start: tuple[str, int], deletion: bool, orders: dict
     gen.lines = ["def route(c0, hi, m, sign, ts):", "    ev_t, ev_e = EV"]
     if deletion:
         gen.lines.append("    cur_src, cur_k, cur_del, cur_rid = CUR")
-    gen.block(vs, {start: "c0"}, "m", 1, 0)
+    gen.block(vs, {start: "c0"}, "m", 1, 0, "hi")
     return "\n".join(gen.lines) + "\n", gen.ns
 
 
@@ -54,7 +54,8 @@ class _Gen:
         self.lines: list[str] = []
         self.ns: dict = {"EV": eddy._ev, "CUR": eddy._cur_list, "N_IN": eddy._n_in,
                          "N_OUT": eddy._n_out, "VIS": eddy.visible, "LAST": eddy.last_reg,
-                         "BYBIT": eddy.by_bit, "INW": eddy._in_windows}
+                         "BYBIT": eddy.by_bit, "INW": eddy._in_windows,
+                         "HELD": eddy.held_only}
         self.names: dict[int, str] = {}
         self.blocks = 0
 
@@ -70,8 +71,9 @@ class _Gen:
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
 
-    def block(self, vs, comps: dict, m: str, depth: int, level: int) -> None:
-        """The code routing a tuple of ``vs`` whose mask is in variable ``m``."""
+    def block(self, vs, comps: dict, m: str, depth: int, level: int, hi: str) -> None:
+        """The code routing a tuple of ``vs`` whose mask is in variable ``m`` (``hi``: the
+        variable holding its newest component's sequence number)."""
         self.blocks += 1
         if self.blocks > MAX_BLOCKS:
             raise TooLarge
@@ -81,6 +83,11 @@ class _Gen:
             e(depth, f"out = {m} & {vs.complete}")
             e(depth, "if out:")
             e(depth + 1, f"{m} ^= out")
+            seers = self.eddy._seers_mask & vs.complete
+            if self.deletion and seers:
+                # A result of rows held before a start="window" query is not its to retract.
+                e(depth + 1, f"if out & {seers}:")
+                e(depth + 2, f"out &= ~HELD({hi})")
             e(depth + 1, "while out:")
             e(depth + 2, "low = out & -out")
             e(depth + 2, "q = BYBIT[low.bit_length() - 1]")
@@ -97,9 +104,9 @@ class _Gen:
             e(depth, f"if {h}:")
             e(depth + 1, f"{m} ^= {h}")
             e(depth + 1, f"N_IN[{tid}] += 1")
-            self.probe(vs, t, comps, h, depth + 1, level)
+            self.probe(vs, t, comps, h, depth + 1, level, hi)
 
-    def probe(self, vs, t, comps: dict, h: str, depth: int, level: int) -> None:
+    def probe(self, vs, t, comps: dict, h: str, depth: int, level: int, hi: str) -> None:
         e = self.emit
         eddy = self.eddy
         src, k = t.source, t.role
@@ -161,4 +168,8 @@ class _Gen:
                 e(d, f"if not {mm}:")
                 e(d + 1, "continue")
             e(d, f"N_OUT[{t.id}] += 1")
-            self.block(vs2, {**comps, (src, k): c}, mm, d, level + 1)
+            hi2 = hi
+            if self.deletion and self.eddy._seers_mask:
+                hi2 = f"hi{level + 1}"
+                e(d, f"{hi2} = eff if eff > {hi} else {hi}")
+            self.block(vs2, {**comps, (src, k): c}, mm, d, level + 1, hi2)
