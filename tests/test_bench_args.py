@@ -1,0 +1,39 @@
+"""The benchmark commands' shared argument types (``bench._args``)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from adaptcq.bench import _args
+
+
+@pytest.mark.parametrize(("kind", "good", "bad"), [
+    (_args.positive_int, [("1", 1), ("30", 30)], ["0", "-2", "1.5", "x"]),
+    (_args.nonnegative_int, [("0", 0), ("7", 7)], ["-1", "x"]),
+    (_args.positive_float, [("0.5", 0.5), ("3", 3.0)], ["0", "-1", "inf", "nan", "x"]),
+    (_args.nonnegative_float, [("0", 0.0)], ["-0.1", "inf"]),
+    (_args.fraction, [("1", 1.0), ("0.25", 0.25)], ["0", "1.5", "nan"]),
+])
+def test_number_types_take_what_they_say_and_name_the_rest(kind, good, bad):
+    for text, value in good:
+        assert kind(text) == value
+    for text in bad:
+        with pytest.raises(argparse.ArgumentTypeError):
+            kind(text)
+
+
+def test_choices_and_unused_options_are_refused(capsys):
+    parse = _args.choices(["a", "b", "c"])
+    assert parse("a,c") == ["a", "c"]
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown 'z'"):
+        parse("a,z")
+    ap = argparse.ArgumentParser(prog="bench")
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args(["--duration", "5"])
+    _args.refuse_unused(ap, args, ["runs"], "by fig7")        # default: fine
+    with pytest.raises(SystemExit):
+        _args.refuse_unused(ap, args, ["duration", "runs"], "by fig7")
+    assert "--duration: not used by fig7" in capsys.readouterr().err
