@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import adaptcq
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.engine.vector import VectorJoin, _Ledger, batch_from_rows, unsupported
 from adaptcq.errors import OptionError
@@ -366,3 +367,16 @@ def test_explicit_deletions_at_scale_compact_the_ledger_and_the_window():
     assert got.stats["executor"] == "vector"
     assert got.table.to_pylist() == want.table.to_pylist()
     assert got.stats["rejected"] == want.stats["rejected"] > 0
+
+
+def test_a_window_beyond_a_float_is_refused_by_name_or_run_per_tuple():
+    """[RANGE 1e400] (an exact int) raised OverflowError in the vectorized executor's check
+    (and so in the default executor); auto now runs MJoin, vector and shed refuse it."""
+    tabs = {"R": pa.table({"ts": [0, 5], "a": [1, 1]}), "S": pa.table({"ts": [1, 6], "a": [1, 1]})}
+    sql = "SELECT R.a FROM R [RANGE 1e400], S [RANGE 1e400] WHERE R.a = S.a"
+    want = adaptcq.run(sql, tabs, executor="mjoin").table
+    assert adaptcq.run(sql, tabs).table.equals(want) and want.num_rows == 4
+    with pytest.raises(OptionError, match=r"\[RANGE 1\.000e\+400 SECONDS\] window is longer"):
+        adaptcq.run(sql, tabs, executor="vector")
+    with pytest.raises(OptionError, match="longer than a float holds"):
+        adaptcq.run(sql, tabs, executor="shed")

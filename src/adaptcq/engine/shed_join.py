@@ -347,6 +347,11 @@ class ShedJoin:
                 raise OptionError(f"the load-shedding join needs [RANGE w] windows (basic "
                                   f"windows slice time, §5.1); stream {s.alias} has "
                                   f"{s.window}")
+            if s.window.size > sys.float_info.max:  # (an exact int: 1e400 as written)
+                raise OptionError(f"stream {s.alias}'s [RANGE w] window is longer than a "
+                                  "float holds, and the load-shedding join slices it into "
+                                  "basic windows (§5.1); give a window within the span of "
+                                  "event times (292 years)")
 
     def _units(self, seconds: float):
         return to_units(seconds, self.time_unit)

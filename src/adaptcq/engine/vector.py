@@ -54,6 +54,7 @@ import itertools
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
@@ -1545,6 +1546,14 @@ class VectorJoin:
                                         for r in rids)
 
 
+def _number_text(x) -> str:
+    """A window size for a message (an exact int such as 10**400 overflows a float)."""
+    try:
+        return f"{x:g}"
+    except OverflowError:
+        return f"{Decimal(x):.3e}"
+
+
 def unsupported(query: LogicalQuery) -> str | None:
     """Why the vectorized executor cannot run ``query`` (None: it can)."""
     import sqlglot.expressions as exp
@@ -1556,8 +1565,9 @@ def unsupported(query: LogicalQuery) -> str | None:
             return (f"the SELECT item {o.name!r} is an expression ({o.expr.sql()}); the "
                     "vectorized executor outputs columns only")
     for s in query.streams:
-        if s.window.kind == "range" and s.window.size * 1e9 >= NS_MAX / 2:
-            return (f"{s.alias}'s [RANGE {s.window.size:g} SECONDS] window is longer than "
-                    "the vectorized executor's 64-bit nanosecond times can hold beside a "
-                    "timestamp (about 146 years)")
+        # (compared as written: a size such as 1e400, an exact int, overflows a float)
+        if s.window.kind == "range" and s.window.size >= NS_MAX / 2 / 1e9:
+            return (f"{s.alias}'s [RANGE {_number_text(s.window.size)} SECONDS] window is "
+                    "longer than the vectorized executor's 64-bit nanosecond times can hold "
+                    "beside a timestamp (about 146 years)")
     return None
