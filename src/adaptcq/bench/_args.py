@@ -24,36 +24,22 @@ def _number(kind, text: str):
     return value
 
 
-def positive_int(text: str) -> int:
-    """A whole number >= 1 (runs, arrivals, rows, partitions)."""
-    value = _number(int, text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+def _at_least(kind, low, strict: bool, doc: str):
+    """An argparse type: a ``kind`` number >= ``low`` (> ``low`` if ``strict``)."""
+    def parse(text: str):
+        value = _number(kind, text)
+        if value < low or (strict and value == low):
+            bound = f"greater than {low}" if strict else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"{value:g} must be {bound}")
+        return value
+    parse.__doc__ = doc
+    return parse
 
 
-def nonnegative_int(text: str) -> int:
-    """A whole number >= 0 (a seed, a count that may be zero)."""
-    value = _number(int, text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 0")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A finite number > 0 (seconds, rates, capacities)."""
-    value = _number(float, text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value:g} must be greater than 0")
-    return value
-
-
-def nonnegative_float(text: str) -> float:
-    """A finite number >= 0."""
-    value = _number(float, text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value:g} must be at least 0")
-    return value
+positive_int = _at_least(int, 1, False, "A whole number >= 1 (runs, arrivals, rows).")
+nonnegative_int = _at_least(int, 0, False, "A whole number >= 0 (a seed, a count).")
+positive_float = _at_least(float, 0, True, "A finite number > 0 (seconds, rates).")
+nonnegative_float = _at_least(float, 0, False, "A finite number >= 0.")
 
 
 def fraction(text: str) -> float:
