@@ -168,3 +168,21 @@ def test_an_arrow_map_column_is_a_weighted_set_for_inner_product():
            "WHERE INNER_PRODUCT(R.w, S.w) >= 2")
     got = adaptcq.run(sql, {"R": R, "S": S}).table   # 2·1 + 1·1 = 3 and 0.5·1
     assert list(zip(got.column("r").to_pylist(), got.column("s").to_pylist())) == [(1, 2)]
+
+
+@pytest.mark.parametrize("where", ["R.x + R.d < 6", "R.d * 0.5 < 6", "R.id + R.d > 0",
+                                   "-R.d + 1 > 0"])
+def test_decimal_arithmetic_in_where_is_refused_as_in_select(where):
+    """It passed the checks in WHERE and raised a raw TypeError (float and Decimal) at the
+    first row, locally and on Spark (fuzzing, 2026-11-27)."""
+    R = pa.table({"ts": [1.0], "id": [1], "x": [1.5],
+                  "d": pa.array([decimal.Decimal("1.25")], pa.decimal128(10, 2))})
+    S = pa.table({"ts": [1.05], "id": [1]})
+    sql = f"SELECT R.id AS i FROM R, S WHERE R.id = S.id AND {where}"
+    for executor in ("mjoin", "auto"):
+        with pytest.raises(QueryError, match="arithmetic on the decimal value"):
+            adaptcq.run(sql, {"R": R, "S": S}, executor=executor)
+    # Negation alone keeps a decimal exact, as before.
+    got = adaptcq.run("SELECT R.id AS i FROM R, S WHERE R.id = S.id AND -R.d = -1.25",
+                      {"R": R, "S": S})
+    assert got.table.num_rows == 1

@@ -501,6 +501,11 @@ class _Compiler:
     def _arithmetic(self, node: exp.Binary) -> _Val:
         op = _ARITHMETIC[type(node)]
         for operand in (node.this, node.expression):
+            # As in SELECT (logical.output_types): Python's Decimal does not mix with float
+            # (R.d * 0.5 raised TypeError at the first row), and no result type is defined.
+            if self._kind(operand) == "decimal":
+                raise ExprError(f"arithmetic on the decimal value {_strip(operand).sql()} is "
+                                "not supported", node)
             self._check_number(operand, op, node)
             self._check_int_range(operand)
         left, right = self.value(node.this), self.value(node.expression)
