@@ -63,6 +63,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from adaptcq.bench._args import positive_int, refuse_unused
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.runtime.local import TIME_UNIT, prepare
 from adaptcq.stream.workloads import Burst, Workload, table2_point, three_way
@@ -1088,13 +1089,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m adaptcq.bench.acaching_figures",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("figure", choices=[*FIGURES, "all"])
-    p.add_argument("--out", default="results/acaching")
+    p.add_argument("figure", choices=[*FIGURES, "all"],
+                   help="the figure to run: %(choices)s")
+    p.add_argument("--out", default="results/acaching",
+                   help="folder for the CSV and PNG files (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="small inputs (smoke test)")
-    p.add_argument("--runs", type=int, default=None,
-                   help="runs per static plan, median reported (default 3; 1 with --quick)")
+    p.add_argument("--runs", type=positive_int, default=None,
+                   help="runs per static plan, median reported (default 3; 1 with --quick); "
+                   "not read by fig12 (one run over time)")
     args = p.parse_args(argv)
-    runs = args.runs or (1 if args.quick else 3)
+    if args.figure == "fig12":
+        refuse_unused(p, args, ["runs"], "by fig12 (one run over time)")
+    # (not `or`: a --runs of 0 was once taken for the default)
+    runs = args.runs if args.runs is not None else (1 if args.quick else 3)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     figs = FIGURES if args.figure == "all" else (args.figure,)

@@ -54,6 +54,7 @@ import numpy as np
 import pyarrow as pa
 
 from adaptcq import collector
+from adaptcq.bench._args import fraction, nonnegative_int, positive_float, positive_int
 
 LEAVES = (("A", "a"), ("B", "b"), ("C", "c"))
 #: σ between the hub and each leaf, per phase.
@@ -159,21 +160,43 @@ def run_plans(prepared, mode: str, chunk: int, plans: dict) -> dict:
     return {name: (rows, Counter(out), cq) for name, (cq, _, rows, out) in runs.items()}
 
 
+def _tolerance(text: str) -> float:
+    """``--alpha``: A-Greedy's tolerance, a number >= 1 (``AGreedy`` refuses less)."""
+    value = positive_float(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value:g} must be at least 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m adaptcq.bench.adaptive_ordering",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="results/adaptive_ordering")
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--seconds", type=float, default=30.0, help="event seconds per phase")
-    p.add_argument("--rate", type=float, default=1000.0, help="tuples/second per stream")
-    p.add_argument("--window", type=float, default=1.0, help="RANGE window, seconds")
-    p.add_argument("--chunk", type=int, default=8000, help="arrivals per throughput point")
-    p.add_argument("--p", type=float, default=0.02, help="A-Greedy profiling probability")
-    p.add_argument("--W", type=int, default=10, help="A-Greedy statistics window")
-    p.add_argument("--alpha", type=float, default=1.25, help="A-Greedy tolerance")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results/adaptive_ordering",
+                   help="folder for the CSV and PNG files (default %(default)s)")
+    p.add_argument("--runs", type=positive_int, default=3,
+                   help="runs of the four plans (A-Greedy seeded SEED + run), medians "
+                   "reported (default 3)")
+    p.add_argument("--seconds", type=positive_float, default=30.0,
+                   help="event seconds per phase (default 30)")
+    p.add_argument("--rate", type=positive_float, default=1000.0,
+                   help="tuples/second per stream (default 1000)")
+    p.add_argument("--window", type=positive_float, default=1.0,
+                   help="RANGE window, seconds (default 1)")
+    p.add_argument("--chunk", type=positive_int, default=8000,
+                   help="arrivals per throughput point (default 8000)")
+    p.add_argument("--p", type=fraction, default=0.02,
+                   help="A-Greedy profiling probability, in (0, 1] (default 0.02)")
+    p.add_argument("--W", type=positive_int, default=10,
+                   help="A-Greedy (and A-Caching) statistics window (default 10)")
+    p.add_argument("--alpha", type=_tolerance, default=1.25,
+                   help="A-Greedy tolerance, at least 1 (default 1.25)")
+    p.add_argument("--seed", type=nonnegative_int, default=0,
+                   help="seed of the workload and the policies (default 0)")
     args = p.parse_args(argv)
+    if round(2 * args.rate * args.seconds) < 2:  # drift_workload's arrivals per edge and phase
+        p.error(f"--seconds {args.seconds:g} at --rate {args.rate:g} gives no arrival per "
+                "stream in a phase; raise either")
 
     from adaptcq.adapt.acaching import ACaching
     from adaptcq.adapt.reorder import AGreedy
@@ -230,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         del done
 
     if not policy_info.get("profiled"):
-        print("error: A-Greedy profiled no tuple: the engine never scheduled profiling "
-              "(see docs/adaptive-ordering.md, 'Engine requirements')")
+        print(f"error: A-Greedy profiled no tuple in {len(prepared.rows):,} arrivals at --p "
+              f"{args.p:g}: too few arrivals or too small a --p, or else the engine never "
+              "scheduled profiling (see docs/adaptive-ordering.md, 'Engine requirements')")
         return 2
     same = all(outputs[n] == outputs[names[0]] for n in names[1:])
     n_rows = sum(outputs[names[0]].values())

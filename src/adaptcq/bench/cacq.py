@@ -70,6 +70,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adaptcq.bench._args import positive_int, refuse_unused
+
 COLUMNS = ("index", "a", "b", "c", "d", "e")
 FIELDS = ("a", "b", "c", "d", "e")
 SCHEMA = {c: "number" for c in COLUMNS}
@@ -1302,17 +1304,23 @@ RUNNERS = {"perf": perf, "fig4": fig4, "fig6a": fig6a, "fig6b": fig6b, "fig8": f
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m adaptcq.bench.cacq", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("figure", nargs="?", default="all", choices=[*FIGURES, "all"])
-    p.add_argument("--out", default="results/cacq")
+    p.add_argument("figure", nargs="?", default="all", choices=[*FIGURES, "all"],
+                   help="the figure to run (default all): %(choices)s")
+    p.add_argument("--out", default="results/cacq",
+                   help="folder for the CSV and PNG files (default %(default)s)")
     p.add_argument("--quick", action="store_true",
                    help="small inputs, one run (each figure under a minute)")
-    p.add_argument("--runs", type=int, default=None,
-                   help="runs per variant, median reported (default 3; 1 with --quick)")
+    p.add_argument("--runs", type=positive_int, default=None,
+                   help="runs per variant, median reported (default 3; 1 with --quick); "
+                   "not read by fig9 (its ticket counts are deterministic)")
     p.add_argument("--scale", choices=list(SIZES), default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.figure == "fig9":
+        refuse_unused(p, args, ["runs"], "by fig9 (one deterministic run)")
     scale = args.scale or ("quick" if args.quick else "full")
     quick = scale != "full"
-    runs = args.runs or (1 if quick else 3)
+    # (not `or`: a --runs of 0 was once taken for the default)
+    runs = args.runs if args.runs is not None else (1 if quick else 3)
     size = SIZES[scale]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,8 @@ import statistics
 import time
 from pathlib import Path
 
+from adaptcq.bench._args import nonnegative_int, positive_int
+
 SCHEMAS = {"stocks": {"symbol": "string", "price": "number"},
            "articles": {"symbol": "string", "text": "string"}}
 SQL = "SELECT * FROM stocks s, articles a WHERE {sel} AND s.symbol = a.symbol"
@@ -401,13 +403,16 @@ def plot_11b(path: Path, rows: list[dict], quick: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.cacq_fig11",
                                  description="cacq.txt §5 Figure 11: CACQ vs NiagaraCQ")
-    ap.add_argument("figure", choices=("fig11a", "fig11b"))
+    ap.add_argument("figure", choices=("fig11a", "fig11b"),
+                    help="fig11a: normal selections, time against the number of "
+                    "queries; fig11b: UDF selections, against the articles per quote")
     ap.add_argument("--quick", action="store_true",
                     help="fewer points, one run; fig11b: fewer quotes, UDF cost ÷10")
     ap.add_argument("--out", default="results/cacq", help="folder for CSV and PNG")
-    ap.add_argument("--runs", type=int, default=None,
+    ap.add_argument("--runs", type=positive_int, default=None,
                     help="runs per point, median reported (default 3; --quick 1)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=nonnegative_int, default=0,
+                    help="seed of the quotes, articles and thresholds (default 0)")
     ap.add_argument("--routing-epoch", default=None, metavar="N|none",
                     help="CACQ's compiled routes: arrivals per routing table, or 'none' for a "
                          "policy decision at every routing step (cacq.txt §4's lottery); "
@@ -426,8 +431,6 @@ def main(argv: list[str] | None = None) -> int:
         if epoch < 1:
             ap.error("--routing-epoch must be at least 1 (or 'none')")
     runs = args.runs if args.runs is not None else (1 if args.quick else 3)
-    if runs < 1:
-        ap.error("--runs must be at least 1")
     out = Path(args.out)
     t0 = time.perf_counter()
     print("CACQ: eddy with tickets routing, "

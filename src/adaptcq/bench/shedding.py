@@ -81,9 +81,10 @@ The shedder's own overhead is measured as CPU time: the adaptation steps (Algori
 
 Every command also takes ``--capacity`` (156250) and ``--out`` (results/shedding), and
 writes ``<figure>.csv`` and ``<figure>.png`` under OUT (the time-series figures also
-``fig9_r.csv`` and ``fig12_r.csv``: r, r_1, r_2 per T_r; ``fig15_series.csv``: those of
-the last selective run), prints the numbers, and prints each of the paper's observations
-as a check, HOLDS or DOES NOT HOLD, with the numbers behind it.
+``fig9_r.csv`` and ``fig12_r.csv``: r, r_1, r_2 per T_r; ``fig15_series.csv``, or
+``perf_series.csv`` for perf: those of the last selective run), prints the numbers, and
+prints each of the paper's observations as a check, HOLDS or DOES NOT HOLD, with the numbers
+behind it. An option the figure does not read is refused (``--help`` lists who reads what).
 """
 
 from __future__ import annotations
@@ -96,6 +97,13 @@ import sys
 import time
 from pathlib import Path
 
+from adaptcq.bench._args import (
+    choices,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+    refuse_unused,
+)
 from adaptcq.bench.spark_scale import write_csv
 
 CAPACITY = 156_250.0  # work units per second (see the module docstring)
@@ -769,7 +777,10 @@ def fig17(types_list, factors, duration, runs, capacity, out: Path) -> list[dict
 
 # ----- Figure 15 -------------------------------------------------------------------------------
 def fig15(rates, joins, duration, runs, capacity, out: Path, *,
-          duration_indexed: float | None = None, rates_indexed=None) -> list[dict]:
+          duration_indexed: float | None = None, rates_indexed=None,
+          name: str = "fig15") -> list[dict]:
+    """Figure 15's runs; writes ``<name>.csv`` and ``<name>_series.csv`` (``perf`` passes
+    its own name: its files must not be fig15's, which a fig15 run would overwrite)."""
     rows, last_series = [], None
     for join in joins:
         indexed = JOINS[join][2] != "none"
@@ -789,9 +800,9 @@ def fig15(rates, joins, duration, runs, capacity, out: Path, *,
                           f"{r['results']:>9,}  r_min {r['r_min']:.4f}  drops "
                           f"{r['drops']:>7,}  cpu {r['cpu']:.1f}s", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, out / "fig15.csv")
+    write_csv(rows, out / f"{name}.csv")
     if last_series and _series_rows(last_series):  # (none in a run shorter than T_r)
-        write_csv(_series_rows(last_series), out / "fig15_series.csv")
+        write_csv(_series_rows(last_series), out / f"{name}_series.csv")
     return rows
 
 
@@ -815,8 +826,8 @@ def summarize(rows, rates, joins) -> list[tuple[str, float, float]]:
     return out
 
 
-def plot(summary, out: Path) -> None:
-    _plot(out / "fig15.png", [
+def plot(summary, out: Path, name: str = "fig15") -> None:
+    _plot(out / f"{name}.png", [
         {"title": "Figure 15: selective processing vs random dropping",
          "xlabel": "stream rate (tuples/s)",
          "ylabel": "output improvement over random drop (%)",
@@ -828,107 +839,153 @@ def plot(summary, out: Path) -> None:
 # ----- the command line ------------------------------------------------------------------------
 FIGURES = ("fig7", "fig9", "fig10", "fig12", "fig13", "fig14", "fig15", "perf", "fig16",
            "fig17")
+PARTS = ("none", "inverted", "inverted-id")  # Figure 14's indexes
 DEFAULTS = {  # per figure: the defaults of the options it reads (see the docstring)
-    "fig7": {"rates": "50,100,200", "windows": "25,50,75,100,125",
-             "windows_indexed": "125,375,625", "measure": 30.0, "runs": 1},
+    "fig7": {"rates": [50.0, 100.0, 200.0], "windows": [25.0, 50.0, 75.0, 100.0, 125.0],
+             "windows_indexed": [125.0, 375.0, 625.0], "measure": 30.0, "runs": 1},
     "fig9": {"duration": 150.0, "window": 20.0, "bin": 5.0, "runs": 3},
-    "fig10": {"duration": 150.0, "windows": "10,20", "kappas": "0.4,0.6,0.8,1.0", "runs": 2},
-    "fig12": {"duration": 150.0, "window": 20.0, "bw": 1.0, "bin": 5.0, "runs": 3},
-    "fig13": {"duration": 150.0, "window": 20.0, "kappas": "0.4,0.6,0.8,1.0", "threshold": 4,
+    "fig10": {"duration": 150.0, "windows": [10.0, 20.0], "kappas": [0.4, 0.6, 0.8, 1.0],
               "runs": 2},
-    "fig14": {"bws": "0.25,0.5,1,2,5,10", "kappas": "0.6,0.8", "rate": 500.0, "window": 20.0,
-              "window_indexed": 200.0, "measure": 40.0, "parts": "none,inverted,inverted-id",
+    "fig12": {"duration": 150.0, "window": 20.0, "bw": 1.0, "bin": 5.0, "runs": 3},
+    "fig13": {"duration": 150.0, "window": 20.0, "kappas": [0.4, 0.6, 0.8, 1.0],
+              "threshold": 4, "runs": 2},
+    "fig14": {"bws": [0.25, 0.5, 1.0, 2.0, 5.0, 10.0], "kappas": [0.6, 0.8], "rate": 500.0,
+              "window": 20.0, "window_indexed": 200.0, "measure": 40.0, "parts": list(PARTS),
               "runs": 1},
-    "fig15": {"rates": "100,200,300,400,500", "duration": 60.0, "duration_indexed": 300.0,
-              "rates_indexed": "100,300,500", "runs": 3},
-    "perf": {"rates": "500", "duration": 60.0, "runs": 3},
-    "fig16": {"ks": "0,1,2,3,4", "duration": 60.0, "runs": 3},
-    "fig17": {"types": "2,4,8,16", "factors": "10,100", "duration": 60.0, "runs": 3},
+    "fig15": {"rates": [100.0, 200.0, 300.0, 400.0, 500.0], "duration": 60.0,
+              "duration_indexed": 300.0, "rates_indexed": [100.0, 300.0, 500.0],
+              "joins": list(JOINS), "runs": 3},
+    "perf": {"rates": [500.0], "duration": 60.0, "joins": ["overlap"], "runs": 3},
+    "fig16": {"ks": [0.0, 1.0, 2.0, 3.0, 4.0], "duration": 60.0, "runs": 3},
+    "fig17": {"types": [2, 4, 8, 16], "factors": [10.0, 100.0], "duration": 60.0, "runs": 3},
 }
+#: the options only some figures read (their dests); ``--capacity`` and ``--out`` are read by all
+OPTIONS = tuple(dict.fromkeys(k for d in DEFAULTS.values() for k in d))
 
 
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
+def _list(item):
+    """A comma-separated list of values, each checked by ``item`` (a ``bench._args`` type)."""
+    def parse(text: str) -> list:
+        values = [item(x.strip()) for x in text.split(",") if x.strip()]
+        if not values:
+            raise argparse.ArgumentTypeError("give at least one value")
+        return values
+    return parse
+
+
+def _shown(value) -> str:
+    if isinstance(value, list):
+        return ",".join(_shown(x) for x in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _help(dest: str, text: str) -> str:
+    """``text`` with the figures that read ``dest`` and their defaults (DEFAULTS)."""
+    by_default: dict[str, list[str]] = {}
+    for f in FIGURES:
+        if dest in DEFAULTS[f]:
+            by_default.setdefault(_shown(DEFAULTS[f][dest]), []).append(f)
+    figs = [f for fs in by_default.values() for f in fs]
+    who = "every figure" if len(figs) == len(FIGURES) else ", ".join(figs)
+    if len(by_default) == 1:
+        return f"{who}: {text} (default {next(iter(by_default))})"
+    return (f"{who}: {text} (default " + "; ".join(
+        f"{', '.join(fs)}: {d}" for d, fs in by_default.items()) + ")")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.shedding",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=FIGURES)
-    ap.add_argument("--ks", help="fig16: the utility skewness values k")
-    ap.add_argument("--rates", help="fig7, fig15: stream rates (tuples/s per stream)")
-    ap.add_argument("--rates-indexed", help="fig15: the rates of the indexed joins")
-    ap.add_argument("--joins")
-    ap.add_argument("--windows", help="fig7 (non-indexed), fig10: window sizes (s)")
-    ap.add_argument("--windows-indexed", help="fig7: window sizes of the indexed join (s)")
-    ap.add_argument("--window", type=float, help="fig9, fig12, fig13, fig14: window (s)")
-    ap.add_argument("--window-indexed", type=float, help="fig14: the indexed window (s)")
-    ap.add_argument("--kappas", help="fig10, fig13, fig14: Zipf parameters")
-    ap.add_argument("--bws", help="fig14: basic window sizes (s)")
-    ap.add_argument("--bw", type=float, help="fig12: the basic window size (s)")
-    ap.add_argument("--bin", type=float, help="fig9, fig12: output bins (s)")
-    ap.add_argument("--measure", type=float,
-                    help="fig7, fig14: seconds measured after the windows filled")
-    ap.add_argument("--parts", help="fig14: none (non-indexed), inverted, inverted-id")
-    ap.add_argument("--rate", type=float, help="fig14: stream rate (tuples/s)")
-    ap.add_argument("--threshold", type=int, help="fig13: overlap threshold")
-    ap.add_argument("--types", help="fig17: numbers of tuple types |Z|")
-    ap.add_argument("--factors", help="fig17: value difference factors")
-    ap.add_argument("--duration", type=float)
-    ap.add_argument("--duration-indexed", type=float,
-                    help="fig15: run length of the indexed joins (s)")
-    ap.add_argument("--runs", type=int)
-    ap.add_argument("--capacity", type=float, default=CAPACITY)
-    ap.add_argument("--out", default="results/shedding")
+    ap.add_argument("what", choices=FIGURES, help="the figure to run: %(choices)s")
+    floats, nonneg = _list(positive_float), _list(nonnegative_float)
+
+    def opt(flag, kind, text, metavar):
+        ap.add_argument(flag, type=kind, metavar=metavar,
+                        help=_help(flag[2:].replace("-", "_"), text).replace("%", "%%"))
+
+    opt("--ks", nonneg, "utility skewness values k, comma-separated", "K,...")
+    opt("--rates", floats, "stream rates, tuples/s per stream, comma-separated", "R,...")
+    opt("--rates-indexed", floats, "the indexed joins' rates, comma-separated", "R,...")
+    opt("--joins", choices(JOINS), f"joins, comma-separated, from {', '.join(JOINS)}",
+        "JOIN,...")
+    opt("--windows", floats, "window sizes (s) (fig7: of the non-indexed join), "
+        "comma-separated", "W,...")
+    opt("--windows-indexed", floats, "window sizes of the indexed join (s), comma-separated",
+        "W,...")
+    opt("--window", positive_float, "window (s) (fig14: of the non-indexed join)", "W")
+    opt("--window-indexed", positive_float, "the indexed joins' window (s)", "W")
+    opt("--kappas", nonneg, "Zipf parameters kappa, comma-separated", "K,...")
+    opt("--bws", floats, "basic window sizes b (s), comma-separated", "B,...")
+    opt("--bw", positive_float, "the basic window size b (s)", "B")
+    opt("--bin", positive_float, "output bins (s)", "S")
+    opt("--measure", positive_float, "seconds measured after the windows filled", "S")
+    opt("--parts", choices(PARTS), "indexes, comma-separated: none (non-indexed, "
+        "rate adaptation only), inverted (time-sorted lists), inverted-id "
+        "(identifier-sorted)", "PART,...")
+    opt("--rate", positive_float, "stream rate (tuples/s per stream)", "R")
+    opt("--threshold", positive_int, "overlap threshold", "N")
+    opt("--types", _list(positive_int), "numbers of tuple types |Z|, comma-separated",
+        "N,...")
+    opt("--factors", floats, "value difference factors, comma-separated", "F,...")
+    opt("--duration", positive_float, "event seconds per run (fig15, perf: of the "
+        "non-indexed joins)", "S")
+    opt("--duration-indexed", positive_float, "run length of the indexed joins (s)", "S")
+    opt("--runs", positive_int, "runs per point (seeds 0..N-1), median reported", "N")
+    ap.add_argument("--capacity", type=positive_float, default=CAPACITY, metavar="UNITS",
+                    help="every figure: CPU capacity, work units per second of event time "
+                    f"(default {CAPACITY:,.0f}; see the description)")
+    ap.add_argument("--out", default="results/shedding",
+                    help="every figure: folder for the CSV and PNG files (default "
+                    "%(default)s)")
     a = ap.parse_args(argv)
+    # An option the figure does not read is refused, not ignored (before any work).
+    refuse_unused(ap, a, [d for d in OPTIONS if d not in DEFAULTS[a.what]],
+                  f"by {a.what}")
+    if a.what == "fig15" and a.joins and all(JOINS[j][2] == "none" for j in a.joins):
+        refuse_unused(ap, a, ["rates_indexed", "duration_indexed"],
+                      "without an indexed join in --joins")
+    if a.what == "fig14" and a.parts and "none" not in a.parts:
+        refuse_unused(ap, a, ["window"], "by fig14 without 'none' in --parts")
+    if a.what == "fig14" and a.parts == ["none"]:
+        refuse_unused(ap, a, ["window_indexed"], "by fig14 with --parts none alone")
     for key, value in DEFAULTS[a.what].items():
         if getattr(a, key) is None:
             setattr(a, key, value)
     out, cap = Path(a.out), a.capacity
     t0 = time.time()
     if a.what == "fig7":
-        fig7(_floats(a.rates), _floats(a.windows), _floats(a.windows_indexed), a.measure,
-             a.runs, cap, out)
+        fig7(a.rates, a.windows, a.windows_indexed, a.measure, a.runs, cap, out)
     elif a.what == "fig9":
         fig9(a.duration, a.window, a.bin, a.runs, cap, out)
     elif a.what == "fig10":
-        fig10(_floats(a.kappas), _floats(a.windows), a.duration, a.runs, cap, out)
+        fig10(a.kappas, a.windows, a.duration, a.runs, cap, out)
     elif a.what == "fig12":
         fig12(a.duration, a.window, a.bw, a.bin, a.runs, cap, out)
     elif a.what == "fig13":
-        fig13(_floats(a.kappas), a.threshold, a.duration, a.window, a.runs, cap, out)
+        fig13(a.kappas, a.threshold, a.duration, a.window, a.runs, cap, out)
     elif a.what == "fig14":
-        parts = a.parts.split(",")
-        bad = [p for p in parts if p not in ("none", "inverted", "inverted-id")]
-        if bad:
-            ap.error(f"unknown part {bad[0]!r}; choose from none, inverted, inverted-id")
-        fig14(_floats(a.bws), _floats(a.kappas), a.rate, a.window, a.window_indexed,
-              a.measure, parts, a.runs, cap, out)
+        fig14(a.bws, a.kappas, a.rate, a.window, a.window_indexed, a.measure, a.parts,
+              a.runs, cap, out)
     elif a.what == "fig16":
-        fig16(_floats(a.ks), a.duration, a.runs, cap, out)
+        fig16(a.ks, a.duration, a.runs, cap, out)
     elif a.what == "fig17":
-        fig17([int(x) for x in _floats(a.types)], _floats(a.factors), a.duration, a.runs,
-              cap, out)
+        fig17(a.types, a.factors, a.duration, a.runs, cap, out)
     else:
-        _fig15_main(ap, a, out, cap)
+        _fig15_main(a, out, cap)
     print(f"{a.what}: {time.time() - t0:.0f} s; wrote {out / (a.what + '.csv')}, "
           f"{out / (a.what + '.png')}")
     return 0
 
 
-def _fig15_main(ap, a, out: Path, cap: float) -> None:
-    rates = _floats(a.rates)
-    rates_indexed = _floats(a.rates_indexed) if a.rates_indexed else None
-    joins = a.joins.split(",") if a.joins else (["overlap"] if a.what == "perf"
-                                                else list(JOINS))
-    bad = [j for j in joins if j not in JOINS]
-    if bad:
-        ap.error(f"unknown join {bad[0]!r}; choose from {', '.join(JOINS)}")
-    rows = fig15(rates, joins, a.duration, a.runs, cap, out,
-                 duration_indexed=a.duration_indexed, rates_indexed=rates_indexed)
+def _fig15_main(a, out: Path, cap: float) -> None:
+    """fig15 and perf (perf: Figure 15's non-indexed overlap join at 500/s, its own files)."""
+    joins = a.joins
+    rows = fig15(a.rates, joins, a.duration, a.runs, cap, out,
+                 duration_indexed=getattr(a, "duration_indexed", None),
+                 rates_indexed=getattr(a, "rates_indexed", None), name=a.what)
     all_rates = sorted({r["rate"] for r in rows})
     summary = summarize(rows, all_rates, joins)
-    plot(summary, out)
+    plot(summary, out, a.what)
     sel = [r for r in rows if r["policy"] == "selective"]
     over = statistics.median(r["overhead"] for r in sel) if sel else 0.0
     print(f"shedder overhead (adaptation steps' CPU / run CPU, median): {over:.3%}")

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from adaptcq.bench._args import nonnegative_int, positive_float, positive_int, refuse_unused
 from adaptcq.bench.spark_scale import write_csv  # the benchmarks' one CSV writer
 
 WINDOW = 20.0                      # §6.4: 20 s windows
@@ -296,16 +297,24 @@ def main(argv: list[str] | None = None) -> int:
                     help="r' values, comma-separated (default 0.05 .. 1)")
     f6 = sub.add_parser("fig6", help="the match distributions of the §6.1 workload")
     for sp in (f5, f6):
-        sp.add_argument("--duration", type=float, default=60.0,
-                        help="seconds of workload generated (default 60)")
-        sp.add_argument("--rate", type=float, default=500.0,
-                        help="tuples per second per stream (default 500)")
-        sp.add_argument("--sample", type=int, default=2000,
-                        help="probing tuples sampled per direction (default 2000)")
-        sp.add_argument("--bins", type=int, default=20, help="lag bins over [0, w]")
-        sp.add_argument("--seed", type=int, default=0)
-        sp.add_argument("--out", default="results/shedding")
+        what = "with --source workload" if sp is f5 else "the §6.1 workload"
+        sp.add_argument("--duration", type=positive_float, default=60.0,
+                        help=f"{what}: seconds of workload generated (default 60)")
+        sp.add_argument("--rate", type=positive_float, default=500.0,
+                        help=f"{what}: tuples per second per stream (default 500)")
+        sp.add_argument("--sample", type=positive_int, default=2000,
+                        help=f"{what}: probing tuples sampled per direction (default 2000)")
+        sp.add_argument("--bins", type=positive_int, default=20,
+                        help=f"{what}: lag bins over [0, w] (default 20)")
+        sp.add_argument("--seed", type=nonnegative_int, default=0,
+                        help=f"{what}: seed of the workload and the sample (default 0)")
+        sp.add_argument("--out", default="results/shedding",
+                        help="folder for the CSV and PNG files (default %(default)s)")
     args = p.parse_args(argv)
+    if args.what == "fig5" and args.source == "normal":
+        # the normals are fixed: no workload is generated or measured
+        refuse_unused(f5, args, ("duration", "rate", "sample", "bins", "seed"),
+                      "with --source normal (the workload's options)")
     return {"fig5": fig5, "fig6": fig6}[args.what](args)
 
 

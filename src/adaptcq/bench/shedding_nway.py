@@ -13,7 +13,8 @@ would look at); this measures whether that carries over to pipelines.
         [--duration 60] [--runs 3] [--capacity 156250] [--out results/shedding]
 
 Writes ``nway.csv`` (case, run, policy, results, work, r_min, drops, estimated_lost) and
-prints the medians of the selective / random output ratios.
+``nway.png`` (the median output of each policy per case), and prints the medians of the
+selective / random output ratios.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from adaptcq.bench._args import choices, positive_float, positive_int
 from adaptcq.bench.shedding import CAPACITY, _rows
 from adaptcq.bench.spark_scale import write_csv
 
@@ -41,7 +43,7 @@ def run_case(case: str, streams: int, rate: float, window: float, duration: floa
     from adaptcq.stream.shed_workload import shed_two_way
 
     join, index, threshold, default_rate = CASES[case]
-    rate = rate or default_rate
+    rate = default_rate if rate is None else rate  # (not `or`: a rate of 0 is no default)
     kw = {"threshold": threshold} if join == "overlap" else {}
     wl = shed_two_way(duration=duration, rate=rate, window=window, join=join, seed=seed,
                       streams=streams, **kw)
@@ -60,24 +62,43 @@ def run_case(case: str, streams: int, rate: float, window: float, duration: floa
             "estimated_lost": round(rep["estimated_lost"], 4)}
 
 
+def _streams(text: str) -> int:
+    """``--streams``: the chain's length, 2 to 8 (``shed_two_way``'s stream names)."""
+    n = positive_int(text)
+    if not 2 <= n <= 8:
+        raise argparse.ArgumentTypeError(f"{n} must be from 2 to 8")
+    return n
+
+
+def _rate(case: str, rate: float | None) -> float:
+    return CASES[case][3] if rate is None else rate
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.shedding_nway",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--streams", type=int, default=3)
-    ap.add_argument("--rate", type=float, default=None,
+    ap.add_argument("--streams", type=_streams, default=3,
+                    help="streams in the chain R ⋈ S ⋈ T ..., 2 to 8 (default 3)")
+    ap.add_argument("--rate", type=positive_float, default=None,
                     help="tuples/s per stream (default: 200, 2,000 for equality-hash, "
                     "whose hash probes need that much to overload the capacity)")
-    ap.add_argument("--window", type=float, default=10.0)
-    ap.add_argument("--duration", type=float, default=60.0)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--capacity", type=float, default=CAPACITY)
-    ap.add_argument("--cases", default=",".join(CASES))
-    ap.add_argument("--out", default="results/shedding")
+    ap.add_argument("--window", type=positive_float, default=10.0,
+                    help="window of every stream, seconds (default 10)")
+    ap.add_argument("--duration", type=positive_float, default=60.0,
+                    help="event seconds per run (default 60)")
+    ap.add_argument("--runs", type=positive_int, default=3,
+                    help="runs per case and policy (seeds 0..N-1), median reported "
+                    "(default 3)")
+    ap.add_argument("--capacity", type=positive_float, default=CAPACITY,
+                    help=f"CPU capacity, work units per second of event time (default "
+                    f"{CAPACITY:,.0f}, bench.shedding's)")
+    ap.add_argument("--cases", type=choices(CASES), default=list(CASES),
+                    metavar="CASE,...", help="joins, comma-separated, from "
+                    f"{', '.join(CASES)} (default all)")
+    ap.add_argument("--out", default="results/shedding",
+                    help="folder for nway.csv and nway.png (default %(default)s)")
     a = ap.parse_args(argv)
-    cases = a.cases.split(",")
-    bad = [c for c in cases if c not in CASES]
-    if bad:
-        ap.error(f"unknown case {bad[0]!r}; choose from {', '.join(CASES)}")
+    cases = a.cases
     rows = []
     for case in cases:
         for k in range(a.runs):
@@ -90,8 +111,9 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "nway.csv")
+    _plot(rows, cases, out / "nway.png", a)
     print(f"{a.streams}-way chain, {a.window:g} s windows, capacity {a.capacity:,.0f} "
-          f"units/s, rates {', '.join(f'{c}: {a.rate or CASES[c][3]:g}/s' for c in cases)}:")
+          f"units/s, rates {', '.join(f'{c}: {_rate(c, a.rate):g}/s' for c in cases)}:")
     for case in cases:
         ratios = []
         for k in range(a.runs):
@@ -104,8 +126,37 @@ def main(argv=None) -> int:
             verdict = "pays" if med >= 1.2 else "does not pay" if med < 1.05 else "pays a little"
             print(f"  {case:14} selective / random output {med:.2f}x (median of "
                   f"{len(ratios)}: {', '.join(f'{x:.2f}' for x in ratios)}): {verdict}")
-    print(f"wrote {out / 'nway.csv'}")
+    print(f"wrote {out / 'nway.csv'}, {out / 'nway.png'}")
     return 0
+
+
+def _plot(rows: list[dict], cases: list[str], path: Path, a) -> None:
+    """nway.csv as bars: the median output of each policy per case (its ratio above)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    med = {(c, p): statistics.median(r["results"] for r in rows
+                                     if r["case"] == c and r["policy"] == p)
+           for c in cases for p in ("random", "selective")}
+    fig, ax = plt.subplots(figsize=(1.8 * len(cases) + 2.5, 3.8))
+    for j, (policy, color) in enumerate((("random", "#4c72b0"), ("selective", "#dd8452"))):
+        xs = [i + (j - 0.5) * 0.38 for i in range(len(cases))]
+        ax.bar(xs, [med[(c, policy)] for c in cases], 0.38, color=color,
+               label=f"{policy} (median of {a.runs})")
+    for i, c in enumerate(cases):
+        if med[(c, "random")]:
+            ax.annotate(f"{med[(c, 'selective')] / med[(c, 'random')]:.2f}×",
+                        (i, max(med[(c, "random")], med[(c, "selective")])),
+                        ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(cases)), [f"{c}\n{_rate(c, a.rate):g}/s" for c in cases])
+    ax.set_ylabel("results")
+    ax.set_title(f"{a.streams}-way chain, {a.window:g} s windows, capacity "
+                 f"{a.capacity:,.0f} units/s", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -38,8 +38,9 @@ multisets (they must be equal).
 group driven as Spark drives it), its CPU and the peak memory it adds.
 
 Writes ``summary.csv``, ``results_over_time.csv``, ``memory.csv``, ``fig16.png`` ...
-``fig20.png`` (figures), ``perf.csv`` (perf), ``spark.csv``, ``spark.png`` (spark) and
-``rebuild.csv`` (rebuild) under OUT.
+``fig20.png`` (figures), ``perf.csv``, ``perf.png`` (perf), ``formats.csv``, ``formats.png``
+(formats), ``spark.csv``, ``spark.png`` (spark) and ``rebuild.csv``, ``rebuild.png``
+(rebuild) under OUT.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from adaptcq.bench._args import choices, fraction, nonnegative_int, positive_float, positive_int
 from adaptcq.bench.spark_scale import write_csv  # the benchmarks' one CSV writer
 
 FIGURES = {16: (3, 1, 1), 19: (1, 3, 3), 20: (3, 2, 3)}
@@ -205,6 +207,26 @@ def _plot_memory(path: Path, title: str, rows, fig: int, names, budget: int) -> 
     plt.close()
 
 
+def _plot_bars(path: Path, title: str, panels: list[tuple]) -> None:
+    """Bar charts side by side, one a panel: (y label, {bar: value}[, (line y, line label)])
+    -- the numbers of perf.csv, formats.csv and rebuild.csv as they are printed."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4), squeeze=False)
+    for ax, (ylabel, bars, *line) in zip(axes[0], panels, strict=True):
+        ax.bar(range(len(bars)), list(bars.values()), color="#4c72b0")
+        ax.set_xticks(range(len(bars)), list(bars), rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel(ylabel)
+        if line:
+            ax.axhline(line[0][0], color="grey", linestyle=":", label=line[0][1])
+            ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 # ----- perf: fresh processes -------------------------------------------------------------
 def single(folder: str, spill: str | None) -> dict:
     """One run in this process (inputs read from ``folder``); CPU from getrusage."""
@@ -312,6 +334,17 @@ def perf(args) -> int:
           f"budget {budget / 2**20:,.2f} MiB + the fixed overhead {fixed / 2**20:,.1f} MiB (a "
           f"{short_n:,}-arrival run's peak above its loaded inputs, same budget): "
           f"{'MET' if ok_rss else 'NOT MET'}")
+    _plot_bars(out / "perf.png", f"spill perf: {args.arrivals:,} arrivals, global-penalty "
+               f"under {budget / 1e6:,.2f} MB", [
+                   ("run-time results per CPU-second",
+                    {"unlimited": rate_base, "global-penalty": rate},
+                    (rate_base / 2, "target: half of unlimited")),
+                   ("CPU seconds (global-penalty)",
+                    {"run": run_cpu, "clean-up": r["cleanup_cpu_s"]}),
+                   ("peak RSS above the loaded inputs (MiB)",
+                    {"global-penalty": above / 2**20, f"{short_n:,} arrivals": fixed / 2**20},
+                    ((budget + fixed) / 2**20, "budget + fixed overhead"))])
+    print(f"  wrote {out / 'perf.csv'}, {out / 'perf.png'}")
     return 0
 
 
@@ -379,6 +412,13 @@ def formats(args) -> int:
                   f"CPU-s, {size / 1e6:8.1f} MB for {rows:,} stored inputs in "
                   f"{len(tables)} spill events")
     write_csv(rows_out, out / "formats.csv")
+    _plot_bars(out / "formats.png", f"spill file formats: {rows:,} stored inputs in "
+               f"{len(tables)} spill events ({args.arrivals:,} arrivals)", [
+                   ("write CPU seconds", {x["format"]: x["write_cpu_s"] for x in rows_out}),
+                   ("read CPU seconds (to Python rows)",
+                    {x["format"]: x["read_cpu_s"] for x in rows_out}),
+                   ("MB on disk", {x["format"]: x["bytes"] / 1e6 for x in rows_out})])
+    print(f"wrote {out / 'formats.csv'}, {out / 'formats.png'}")
     return 0
 
 
@@ -467,10 +507,10 @@ def spark(args) -> int:
 
 
 # ----- rebuild: a spilling Spark group rebuilt from its store ----------------------------
-def single_rebuild(rows: int, folder: str) -> dict:
+def single_rebuild(rows: int, folder: str, seed: int = 0) -> dict:
     """One spilling partition group driven as Spark drives it (``advance_group`` over an
-    in-memory store, no JVM): ``rows`` rows a stream over three unbounded streams, 20,000
-    a micro-batch, a 4 MB budget (global-penalty), then its live copy dropped and one
+    in-memory store, no JVM): ``rows`` rows a stream over three unbounded streams (join
+    keys drawn with ``seed``, ``--seed``), 20,000 a micro-batch, a 4 MB budget (global-penalty), then its live copy dropped and one
     micro-batch that only moves the frontier: a rebuild (the stored rows replayed with the
     journal's spill events). CPU of the rebuild, and the peak RSS during it above the RSS
     before it (VmHWM reset through /proc/self/clear_refs)."""
@@ -499,7 +539,7 @@ def single_rebuild(rows: int, folder: str) -> dict:
         inputs={a: pa.schema([(c, pa.int64()) for c in q.columns[a]]) for a in "ABC"},
         spill=spark_spill_spec({"strategy": "global-penalty", "memory": "4MB",
                                 "directory": folder}, 1))
-    store, rng, per = sg.MemoryStore(), random.Random(1), 20_000
+    store, rng, per = sg.MemoryStore(), random.Random(seed), 20_000
 
     def punct(maxima) -> tuple:
         return (PUNCT, json.dumps({"end": False, "maxima": maxima, "cleanup": False}).encode())
@@ -528,7 +568,7 @@ def single_rebuild(rows: int, folder: str) -> dict:
     stats = sg.advance_group(cfg, 0, store, [punct([(0, 0, 0)])])[4]
     with open("/proc/self/status") as f:
         hwm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
-    return {"rows": 3 * rows, "rebuilt_rows": stats["rebuilt_rows"],
+    return {"rows": 3 * rows, "seed": seed, "rebuilt_rows": stats["rebuilt_rows"],
             "rebuild_cpu_s": round(stats["rebuild_cpu_seconds"], 3),
             "rss_before_mib": round(before / 2**20, 1),
             "peak_above_mib": round((hwm - before) / 2**20, 1),
@@ -543,7 +583,7 @@ def rebuild(args) -> int:
     with tempfile.TemporaryDirectory(prefix="adaptcq-rebuild-bench-") as tmp:
         for r in range(args.repeats):
             cmd = [sys.executable, "-m", "adaptcq.bench.spill", "--single-rebuild",
-                   str(args.rows), str(Path(tmp) / f"run{r}")]
+                   str(args.rows), str(Path(tmp) / f"run{r}"), str(args.seed)]
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if done.returncode:
                 raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
@@ -558,14 +598,51 @@ def rebuild(args) -> int:
           f"(rows turned into Python rows {rows[0]['replay_rows']:,} at a time)"
           if isinstance(rows[0]["replay_rows"], int) else "(rows turned into Python rows "
           "all at once)")
-    print(f"  wrote {out / 'rebuild.csv'}")
+    _plot_bars(out / "rebuild.png", f"rebuild of one spilling group: {3 * args.rows:,} "
+               f"stored rows, seed {args.seed}", [
+                   ("rebuild CPU seconds", {f"repeat {r['repeat'] + 1}": r["rebuild_cpu_s"]
+                                            for r in rows}),
+                   ("peak RSS above the RSS before it (MiB)",
+                    {f"repeat {r['repeat'] + 1}": r["peak_above_mib"] for r in rows})])
+    print(f"  wrote {out / 'rebuild.csv'}, {out / 'rebuild.png'}")
     return 0
+
+
+def _arrivals(text: str) -> int:
+    """Arrivals over the five streams: at least one a stream (``spill_five_way``)."""
+    n = positive_int(text)
+    if n < 5:
+        raise argparse.ArgumentTypeError(f"{n} must be at least 5 (one arrival a stream)")
+    return n
+
+
+def _figures(text: str) -> list[int]:
+    return [int(x) for x in choices(map(str, FIGURES))(text)]
+
+
+def _ratios(text: str) -> list[int]:
+    ratios = [positive_int(x.strip()) for x in text.split(",")]
+    if len(ratios) != 3:
+        raise argparse.ArgumentTypeError(f"{text!r}: three join ratios (Join1, Join2, Join3)")
+    return ratios
+
+
+def _memory(text: str) -> str:
+    """A size ``adaptcq run --memory`` takes, checked here: not after the data is built."""
+    from adaptcq.adapt.spilling import parse_bytes
+    from adaptcq.errors import AdaptcqError
+    try:
+        parse_bytes(text)
+    except AdaptcqError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--single-rebuild"]:
-        print(json.dumps(single_rebuild(int(argv[1]), argv[2])))
+    if argv[:1] == ["--single-rebuild"]:  # ROWS FOLDER [SEED]: rebuild's child process
+        print(json.dumps(single_rebuild(int(argv[1]), argv[2],
+                                        int(argv[3]) if len(argv) > 3 else 0)))
         return 0
     if argv[:1] == ["--single"]:
         spill = argv[argv.index("--spill") + 1] if "--spill" in argv else None
@@ -575,35 +652,49 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
     f = sub.add_parser("figures", help="Figures 16-20 and clean-up times (§6.2)")
-    f.add_argument("--arrivals", type=int, default=300_000,
+    f.add_argument("--arrivals", type=_arrivals, default=300_000,
                    help="arrivals over the five streams (default 300,000: the paper's 50 "
                    "minutes at 50 ms per stream)")
-    f.add_argument("--budget-fraction", type=float, default=0.25,
-                   help="the budget as a fraction of the unlimited run's peak state")
-    f.add_argument("--figures", type=lambda s: [int(x) for x in s.split(",")],
-                   default=list(FIGURES))
+    f.add_argument("--budget-fraction", type=fraction, default=0.25,
+                   help="the budget as a fraction (0, 1] of the unlimited run's peak state "
+                   "(default 0.25)")
+    f.add_argument("--figures", type=_figures, default=list(FIGURES), metavar="N,...",
+                   help="figures, comma-separated, from 16 (join ratios 3,1,1; also "
+                   "Figures 17, 18), 19 (1,3,3), 20 (3,2,3) (default all)")
     q = sub.add_parser("perf", help="the issue's performance check (fresh processes)")
-    q.add_argument("--arrivals", type=int, default=5_000_000)
-    q.add_argument("--window", type=float, default=20.0)
-    q.add_argument("--ratios", type=lambda s: [int(x) for x in s.split(",")],
-                   default=[2, 1, 1])
+    q.add_argument("--arrivals", type=_arrivals, default=5_000_000,
+                   help="arrivals over the five streams, at least 50,000 (default "
+                   "5,000,000)")
+    q.add_argument("--window", type=positive_float, default=20.0,
+                   help="[RANGE W SECONDS] on every stream (default 20)")
+    q.add_argument("--ratios", type=_ratios, default=[2, 1, 1], metavar="R1,R2,R3",
+                   help="average join ratios of Join1, Join2, Join3, whole numbers >= 1 "
+                   "(default 2,1,1)")
     fm = sub.add_parser("formats", help="the spill file format, by measurement")
-    fm.add_argument("--arrivals", type=int, default=100_000)
+    fm.add_argument("--arrivals", type=_arrivals, default=100_000,
+                    help="arrivals of the Figure 16 run whose spill events are stored "
+                    "(default 100,000)")
     sk = sub.add_parser("spark", help="spilling on Spark against local and unspilled Spark")
-    sk.add_argument("--arrivals", type=int, default=100_000)
-    sk.add_argument("--memory", default="64MB")
-    sk.add_argument("--partitions", type=int, default=2)
-    sk.add_argument("--repeats", type=int, default=3)
-    sk.add_argument("--master", default="local[2]")
+    sk.add_argument("--arrivals", type=_arrivals, default=100_000,
+                    help="arrivals over the five streams (default 100,000)")
+    sk.add_argument("--memory", type=_memory, default="64MB",
+                    help="the spill budget, as `adaptcq run --memory` (default 64MB)")
+    sk.add_argument("--partitions", type=positive_int, default=2,
+                    help="Spark partition groups (default 2)")
+    sk.add_argument("--repeats", type=positive_int, default=3,
+                    help="rounds of the three jobs, median reported (default 3)")
+    sk.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     rb = sub.add_parser("rebuild", help="a spilling Spark group's rebuild: CPU and memory")
-    rb.add_argument("--rows", type=int, default=200_000, help="rows per stream")
-    rb.add_argument("--repeats", type=int, default=3)
+    rb.add_argument("--rows", type=positive_int, default=200_000,
+                    help="rows per stream (default 200,000)")
+    rb.add_argument("--repeats", type=positive_int, default=3,
+                    help="fresh processes, median reported (default 3)")
     for sp in (f, q, fm, sk, rb):
-        sp.add_argument("--seed", type=int, default=0)
-        sp.add_argument("--out", default="results/spill")
+        sp.add_argument("--seed", type=nonnegative_int, default=0,
+                        help="seed of the data (default 0)")
+        sp.add_argument("--out", default="results/spill",
+                        help="folder for the CSV and PNG files (default %(default)s)")
     args = p.parse_args(argv)
-    if getattr(args, "figures", None) and any(x not in FIGURES for x in args.figures):
-        p.error(f"--figures: choose from {', '.join(map(str, FIGURES))}")
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     return {"figures": figures, "perf": perf, "formats": formats,
             "spark": spark, "rebuild": rebuild}[args.what](args)

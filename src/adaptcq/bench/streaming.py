@@ -8,7 +8,11 @@ throughput; the target is a peak RSS under 400 MB for 10,000,000 arrivals, which
 if memory is bounded by the state plus a few chunks (the input's Parquet files alone are
 larger than that once decoded, and the output has tens of millions of rows).
 
-    python -m adaptcq.bench.streaming [--arrivals 10000000] [--runs 3] [--out results/streaming]
+    python -m adaptcq.bench.streaming [--arrivals 10000000] [--runs 3] [--r 5]
+        [--out results/streaming]
+
+The input is written once to OUT/input-<arrivals>-r<r> and reused by later runs with the
+same data parameters (its params.json is checked).
 """
 
 from __future__ import annotations
@@ -22,29 +26,57 @@ import sys
 import time
 from pathlib import Path
 
+from adaptcq.bench._args import positive_int
+
 TARGET_MB = 400
+TARGET_ARRIVALS = 10_000_000
+SEED = 0  # three_way uses no randomness; recorded in params.json
+
+
+def workload_dir(out: Path, arrivals: int, r: int) -> Path:
+    """The input folder for these data parameters, written unless already there.
+
+    Its name carries every data parameter, and a folder whose params.json says otherwise
+    (an older layout, a partial write) is rewritten: a cached input is reused only when it
+    is the one asked for (``--r 2`` once reused an r = 5 input of the same size)."""
+    from adaptcq.stream.workloads import three_way, write_workload
+
+    data = out / f"input-{arrivals}-r{r}"
+    want = {"n_updates": arrivals, "r": r, "seed": SEED}
+    try:
+        have = json.loads((data / "params.json").read_text())["params"]
+        cached = all(have.get(k) == v for k, v in want.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        cached = False
+    if not cached:
+        t0 = time.perf_counter()
+        write_workload(three_way(n_updates=arrivals, r=r, seed=SEED), data)
+        print(f"wrote the workload in {time.perf_counter() - t0:.0f} s")
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m adaptcq.bench.streaming", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arrivals", type=int, default=10_000_000)
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--r", type=int, default=5, help="multiplicity of T (paper default 5)")
-    p.add_argument("--out", default="results/streaming")
+    p.add_argument("--arrivals", type=positive_int, default=TARGET_ARRIVALS,
+                   help="arrivals over the three streams (default 10,000,000: the target's)")
+    p.add_argument("--runs", type=positive_int, default=3,
+                   help="runs, each a fresh `adaptcq run` process; the median peak RSS is "
+                   "reported (default 3)")
+    p.add_argument("--r", type=positive_int, default=5,
+                   help="multiplicity of T's values and its rate relative to R and S "
+                   "(paper default 5)")
+    p.add_argument("--out", default="results/streaming",
+                   help="folder for the input, runs.csv, rss.csv and rss.png (default "
+                   "%(default)s)")
     args = p.parse_args(argv)
-
-    from adaptcq.stream.workloads import three_way, write_workload
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    data = out / f"input-{args.arrivals}"
-    if not (data / "params.json").exists():
-        t0 = time.perf_counter()
-        write_workload(three_way(n_updates=args.arrivals, r=args.r, seed=0), data)
-        print(f"wrote the workload in {time.perf_counter() - t0:.0f} s")
+    data = workload_dir(out, args.arrivals, args.r)
     sql = (data / "query.sql").read_text()
-    print(f"workload: {' '.join(sql.split())}\n  {args.arrivals:,} arrivals; inputs in {data}")
+    print(f"workload: {' '.join(sql.split())}\n  {args.arrivals:,} arrivals, r = {args.r}; "
+          f"inputs in {data}")
     runs = []
     for k in range(args.runs):
         summary = out / f"summary-{k}.json"
@@ -85,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nmedian peak RSS over {args.runs} runs: {peak:,.0f} MB for {args.arrivals:,} "
           f"arrivals and {runs[0]['results']:,} results (peak state "
           f"{runs[0]['peak_state_tuples']:,} tuples)")
-    print(f"  target: under {TARGET_MB} MB -> {'MET' if peak < TARGET_MB else 'NOT MET'}")
+    if args.arrivals >= TARGET_ARRIVALS:
+        print(f"  target: under {TARGET_MB} MB -> {'MET' if peak < TARGET_MB else 'NOT MET'}")
+    else:  # a smaller run says nothing about the target's size
+        print(f"  (the target, under {TARGET_MB} MB, is for {TARGET_ARRIVALS:,} arrivals: "
+              f"not checked on this smaller run)")
     print(f"wrote {out / 'runs.csv'}, {out / 'rss.csv'}, {out / 'rss.png'}")
     return 0
 
