@@ -12,7 +12,8 @@ CPU-second, median of ``--runs`` runs, and the engine-only figure beside it.
 ``--baseline SRC`` also runs every executor from another checkout's ``src`` folder (e.g. made
 with ``git worktree add /tmp/before HEAD~3``), interleaved with this one on the same input,
 and reports this tree's throughput as a ratio of the baseline's: the check that a change
-costs no speed.
+costs no speed. SRC must hold ``adaptcq/__init__.py`` (else the runs would silently import
+this tree, and compare it with itself); each baseline run checks that it imported SRC's.
 """
 
 from __future__ import annotations
@@ -27,11 +28,18 @@ import sys
 import time
 from pathlib import Path
 
+from adaptcq.bench._args import choices, positive_int
+
+#: what ``runtime.local.run`` takes as executor= (it is not imported here: the parent process
+#: only spawns the runs)
+EXECUTORS = ("mjoin", "xjoin", "acaching", "tree", "vector", "auto")
+
 
 def single(executor: str, folder: str, mode: str) -> dict:
     """One run in this process; CPU time from getrusage covers the whole process."""
     import resource
 
+    import adaptcq
     from adaptcq.runtime.local import run
     from adaptcq.stream.workloads import read_workload
 
@@ -48,26 +56,47 @@ def single(executor: str, folder: str, mode: str) -> dict:
             "updates_per_cpu_s": s["updates"] / cpu,
             "engine_updates_per_cpu_s": s["throughput"],
             "peak_state_tuples": s["peak_state_tuples"], "peak_state_bytes": s["peak_state_bytes"],
-            "max_rss_kib": ru.ru_maxrss}
+            "max_rss_kib": ru.ru_maxrss,
+            "package": str(Path(adaptcq.__file__).resolve().parent)}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m adaptcq.bench.mjoin_xjoin", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arrivals", type=int, default=600_000, help="input rows over all streams")
-    p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--r", type=int, default=5, help="multiplicity of T (paper default 5)")
-    p.add_argument("--mode", default="retract", choices=["append", "retract"])
-    p.add_argument("--executors", default="mjoin,xjoin")
-    p.add_argument("--out", default="results/mjoin_xjoin")
+    p.add_argument("--arrivals", type=positive_int, default=600_000,
+                   help="input rows over all streams (default 600,000)")
+    p.add_argument("--runs", type=positive_int, default=5,
+                   help="runs per executor, medians reported (default 5)")
+    p.add_argument("--r", type=positive_int, default=5,
+                   help="multiplicity of T (paper default 5)")
+    p.add_argument("--mode", default="retract", choices=["append", "retract"],
+                   help="output mode (default retract)")
+    p.add_argument("--executors", type=choices(EXECUTORS), default=["mjoin", "xjoin"],
+                   help=f"comma-separated, from {', '.join(EXECUTORS)} (default mjoin,xjoin; "
+                        "mjoin,acaching adds issue 14's A-Caching check)")
+    p.add_argument("--out", default="results/mjoin_xjoin",
+                   help="folder of the CSVs, the PNG and the input (default "
+                        "results/mjoin_xjoin)")
     p.add_argument("--baseline", metavar="SRC",
-                   help="also run the executors from this src folder of another checkout")
+                   help="also run the executors from this src folder of another checkout "
+                        "(the folder holding adaptcq/__init__.py)")
     p.add_argument("--single", help=argparse.SUPPRESS)
     p.add_argument("--input", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.single:
         print(json.dumps(single(args.single, args.input, args.mode)))
         return 0
+    if "tree" in args.executors and args.mode != "append":
+        p.error("--executors tree: the operator tree runs in append mode only; add "
+                "--mode append")
+    baseline = None
+    if args.baseline:
+        baseline = Path(args.baseline).resolve()
+        if not (baseline / "adaptcq" / "__init__.py").is_file():
+            hint = (f" (a checkout root? give {baseline / 'src'})"
+                    if (baseline / "src" / "adaptcq" / "__init__.py").is_file() else "")
+            p.error(f"--baseline {args.baseline}: no adaptcq/__init__.py in it{hint}; give "
+                    "the src folder of another checkout")
 
     from adaptcq.stream.workloads import three_way, write_workload
 
@@ -78,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     write_workload(wl, data)
     print(f"workload: {wl.sql}\n  {args.arrivals:,} arrivals, r = {args.r}; inputs in {data}")
     rows = []
-    executors = args.executors.split(",")
-    trees = [("", None)] + ([("baseline:", args.baseline)] if args.baseline else [])
+    executors = args.executors
+    trees = [("", None)] + ([("baseline:", baseline)] if baseline else [])
     runs = [(ex, tag, src) for ex in executors for tag, src in trees]
     for run_no in range(args.runs):
         # interleaved (and alternated), so drift hits every variant alike
@@ -88,13 +117,21 @@ def main(argv: list[str] | None = None) -> int:
                    "--input", str(data), "--mode", args.mode]
             env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
             if src:
-                env["PYTHONPATH"] = str(Path(src).resolve())
+                env["PYTHONPATH"] = str(src)
             res = subprocess.run(["taskset", "-c", "0", *cmd] if _has_taskset() else cmd,
                                  capture_output=True, text=True, env=env, check=False)
             if res.returncode != 0:
                 print(res.stderr, file=sys.stderr)
                 return 1
             row = json.loads(res.stdout.strip().splitlines()[-1])
+            expected = (src or Path(__file__).resolve().parents[2]) / "adaptcq"
+            package = row.pop("package", None)  # (an older baseline does not say)
+            if package is not None and Path(package) != expected:
+                # (an installed copy or an import path ahead of PYTHONPATH won: the ratio
+                # would not be of the two trees)
+                print(f"{tag + ex} imported adaptcq from {package}, not {expected}",
+                      file=sys.stderr)
+                return 1
             row["run"] = run_no
             row["executor"] = tag + ex
             rows.append(row)

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from adaptcq.bench._args import nonnegative_int, positive_int, refuse_unused
 from adaptcq.optimizer import (
     DMJOIN_MAX_STREAMS,
     OBJECTIVES,
@@ -216,6 +217,9 @@ def share_optimal(df: pd.DataFrame) -> pd.DataFrame:
 def ratio_quantiles(df: pd.DataFrame) -> pd.DataFrame:
     d = df[df["optimum"].notna()]
     g = d.groupby(["objective", "algorithm", "shape", "n"])["ratio"]
+    if d.empty:  # no N within --dmjoin-max: no optimum, no ratios (unstack gives no columns)
+        return pd.DataFrame(columns=["objective", "algorithm", "shape", "n", "min", "q1",
+                                     "median", "q3", "max", "mean"])
     q = g.quantile([0.0, 0.25, 0.5, 0.75, 1.0]).unstack()
     q.columns = ["min", "q1", "median", "q3", "max"]
     q["mean"] = g.mean()
@@ -400,7 +404,8 @@ def _pct_panel(ax, pct: pd.DataFrame, alg: str, title: str) -> None:
     ax.set_xlabel("N (streams)")
     ax.set_ylabel("% of settings with an optimal plan")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # (none when no N is within --dmjoin-max)
+        ax.legend(fontsize=8)
 
 
 def _ratio_panel(ax, df: pd.DataFrame, alg: str, shapes: tuple[str, ...], title: str) -> None:
@@ -519,24 +524,27 @@ def build_parser() -> argparse.ArgumentParser:
                     "F-Greedy, TreeOpt, FAB and Q-Aware on random join graphs.")
     p.add_argument("--n", type=parse_ns, default=None,
                    help="numbers of streams, e.g. 3..20 (default 3..20; --quick: 3..8)")
-    p.add_argument("--settings", type=int, default=None,
+    p.add_argument("--settings", type=positive_int, default=None,
                    help="random settings per N and shape (the paper: 500). Default: 500 for "
                         "N<=10, 150 for N<=14, 80 beyond (about 6 minutes on 2 idle cores); "
                         "--quick: 50")
-    p.add_argument("--dmjoin-max", type=int, default=None,
+    p.add_argument("--dmjoin-max", type=nonnegative_int, default=None,
                    help=f"largest N on which DMJoin runs (default 14, at most "
                         f"{DMJOIN_MAX_STREAMS}); above it no optimum is known")
     p.add_argument("--objective", choices=(*OBJECTIVES, "both"), default="both",
                    help="cost: Eq. 3; tuples: intermediate tuples (§3.1); both (default)")
-    p.add_argument("--out", type=Path, default=Path("results/ordering"))
+    p.add_argument("--out", type=Path, default=Path("results/ordering"),
+                   help="folder of the CSVs and PNGs (default results/ordering)")
     p.add_argument("--engine", choices=("spark", "local"), default="spark",
                    help="spark: a Spark batch job on local[cores] (default); local: a "
                         "process pool")
-    p.add_argument("--cores", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cores", type=positive_int, default=2,
+                   help="worker processes or Spark local[cores] (default 2)")
+    p.add_argument("--seed", type=nonnegative_int, default=0,
+                   help="seed of the random settings (default 0)")
     p.add_argument("--reanalyze", action="store_true",
                    help="do not evaluate: re-read --out/settings.csv and redo the tables, "
-                        "claims and figures")
+                        "claims and figures (only --out and --objective apply)")
     p.add_argument("--quick", action="store_true",
                    help="N 3..8, 50 settings per N and shape (under a minute)")
     return p
@@ -583,7 +591,14 @@ def evaluate_all(args: argparse.Namespace, console, settings: pd.DataFrame, dmjo
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.reanalyze:  # the sweep's parameters are those recorded in settings.csv
+        refuse_unused(parser, args, ["n", "settings", "dmjoin_max", "engine", "cores", "seed",
+                                     "quick"],
+                      f"with --reanalyze (it re-reads {args.out / 'settings.csv'} as it is)")
+        if not (args.out / "settings.csv").is_file():
+            parser.error(f"--reanalyze: no {args.out / 'settings.csv'} to re-read (--out)")
     from rich.console import Console
     from rich.table import Table
 
@@ -600,26 +615,31 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
 
-    settings = pd.DataFrame(
-        [(n, shape, i) for n in ns for shape in SHAPES for i in range(per_n[n])],
-        columns=["n", "shape", "index"])
-    console.print(f"[bold]join-ordering.txt §3.3 sweep[/bold]: N = {ns[0]}..{ns[-1]}, "
-                  f"shapes {', '.join(SHAPES)}, {len(settings)} settings, objective(s) "
-                  f"{', '.join(objectives)}, seed {args.seed}")
-    trimmed = sorted({k for k in per_n.values()})
-    if not args.reanalyze and (len(trimmed) > 1 or
-                               (args.settings is None and trimmed[0] != 500)):
-        console.print("settings per N and shape: " + ", ".join(
-            f"N={n}: {k}" for n, k in per_n.items()) + " (the paper uses 500; pass "
-            "--settings 500 for the full run)")
-    console.print(f"DMJoin (exponential) runs only for N <= {dmjoin_max}; optimality and "
-                  f"cost ratios are measured there; above it only plan-generation time")
+    if not args.reanalyze:
+        settings = pd.DataFrame(
+            [(n, shape, i) for n in ns for shape in SHAPES for i in range(per_n[n])],
+            columns=["n", "shape", "index"])
+        console.print(f"[bold]join-ordering.txt §3.3 sweep[/bold]: N = {ns[0]}..{ns[-1]}, "
+                      f"shapes {', '.join(SHAPES)}, {len(settings)} settings, objective(s) "
+                      f"{', '.join(objectives)}, seed {args.seed}")
+        trimmed = sorted({k for k in per_n.values()})
+        if len(trimmed) > 1 or (args.settings is None and trimmed[0] != 500):
+            console.print("settings per N and shape: " + ", ".join(
+                f"N={n}: {k}" for n, k in per_n.items()) + " (the paper uses 500; pass "
+                "--settings 500 for the full run)")
+        console.print(f"DMJoin (exponential) runs only for N <= {dmjoin_max}; optimality "
+                      f"and cost ratios are measured there; above it only plan-generation "
+                      f"time")
 
     if args.reanalyze:
         raw = pd.read_csv(out / "settings.csv", low_memory=False)[RESULT_COLUMNS]
         raw = raw[raw["objective"].isin(objectives)]
+        if raw.empty:
+            parser.error(f"--objective {args.objective}: {out / 'settings.csv'} holds no row "
+                         f"for it")
         ns = sorted(int(n) for n in raw["n"].unique())
-        dmjoin_max = int(raw[raw["algorithm"] == "dmjoin"]["n"].max())
+        dmjoin_ns = raw[raw["algorithm"] == "dmjoin"]["n"]
+        dmjoin_max = int(dmjoin_ns.max()) if len(dmjoin_ns) else 0
         console.print(f"re-analysing {out / 'settings.csv'}: "
                       f"{len(raw.groupby(['n', 'shape', 'index']))} settings, N = "
                       f"{ns[0]}..{ns[-1]}, DMJoin up to N = {dmjoin_max}")

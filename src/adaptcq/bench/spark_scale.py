@@ -45,6 +45,9 @@ import threading
 import time
 from pathlib import Path
 
+from adaptcq.bench._args import choices, positive_float, positive_int, refuse_unused
+
+WORKLOADS = ("chain", "q3", "q5")
 CHAIN = ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R [RANGE 10 SECONDS], "
          "S [RANGE 10 SECONDS], T [RANGE 10 SECONDS] WHERE R.a = S.a AND S.b = T.b")
 GROWTH = ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R, S, T "
@@ -221,6 +224,15 @@ def run_job(engine: str, name: str, args, out: Path, partitions: int = 1) -> dic
     return timed_job(cmd, f"{engine} job on {name}")
 
 
+def positive_ints(text: str) -> list[int]:
+    """An argparse type: a comma-separated list of whole numbers >= 1 (``--partitions 1,2,4``,
+    ``--batches 1000,20000``)."""
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("give at least one number")
+    return [positive_int(x) for x in parts]
+
+
 def write_csv(rows: list[dict], path: Path) -> None:
     """The benchmark's rows (dicts with the same keys) as a CSV file."""
     with open(path, "w", newline="") as f:
@@ -261,13 +273,13 @@ def scale(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     archive = prepare_jvm_archive(args)
-    for name in args.workloads.split(","):
+    for name in args.workloads:
         _, srcs, ids = workload(name, args, Path(args.data))
         n_in = sum(_rows(p) for p in srcs.values())
         print(f"{name}: {n_in:,} input rows", flush=True)
         native = [run_job("native", name, args, out / f"native_{name}")
                   for _ in range(args.repeats)]
-        for P in [int(x) for x in args.partitions.split(",")]:
+        for P in args.partitions:
             runs = [run_job("adaptcq", name, args, out / f"adaptcq_{name}_{P}", P)
                     for _ in range(args.repeats)]
             ok = same_results(out / f"adaptcq_{name}_{P}" / "result",
@@ -281,7 +293,7 @@ def scale(args) -> int:
     write_csv(rows, out / "spark_scale.csv")
     _plot(rows, out / "spark_scale.png")
     _print(rows, args.master)
-    for name in args.workloads.split(","):
+    for name in args.workloads:
         nat = next(r for r in rows if r["workload"] == name and r["engine"] == "native")
         for r in rows:
             if r["workload"] == name and r["engine"] == "adaptcq":
@@ -492,31 +504,54 @@ def _plot_growth(rows, path: Path, groups: int, master: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.spark_scale",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", default="chain,q3,q5")
-    ap.add_argument("--partitions", default="1,2,4,8", help="P values (comma-separated)")
-    ap.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor")
-    ap.add_argument("--arrivals", type=int, default=1_200_000, help="chain arrivals")
-    ap.add_argument("--files", type=int, default=10, help="time slices (micro-batches)")
-    ap.add_argument("--repeats", type=int, default=1, help="runs per point (medians)")
-    ap.add_argument("--out", default="results/spark_scale")
+    ap.add_argument("--workloads", type=choices(WORKLOADS), default=list(WORKLOADS),
+                    help=f"comma-separated, from {', '.join(WORKLOADS)} (default all)")
+    ap.add_argument("--partitions", type=positive_ints, default=[1, 2, 4, 8],
+                    help="P values, comma-separated (default 1,2,4,8)")
+    ap.add_argument("--sf", type=positive_float, default=0.1,
+                    help="TPC-H scale factor of q3 and q5 (default 0.1)")
+    ap.add_argument("--arrivals", type=positive_int, default=1_200_000,
+                    help="chain arrivals (default 1,200,000)")
+    ap.add_argument("--files", type=positive_int, default=10,
+                    help="time slices (micro-batches) of the chain and TPC-H inputs "
+                         "(default 10)")
+    ap.add_argument("--repeats", type=positive_int, default=1,
+                    help="runs per point (medians; default 1)")
+    ap.add_argument("--out", default="results/spark_scale",
+                    help="folder of the CSV, the PNG and the jobs' outputs "
+                         "(default results/spark_scale)")
     ap.add_argument("--data", default=None, help="data folder (default <out>/data)")
     ap.add_argument("--master", default="local[2]",
                     help="Spark master of every job (default local[2]; docs/spark-scale.md "
                     "for a cluster)")
-    ap.add_argument("--shuffle-partitions", type=int, default=None,
+    ap.add_argument("--shuffle-partitions", type=positive_int, default=None,
                     help="spark.sql.shuffle.partitions of every job (default: the master's "
                     "cores; on a cluster give at least the largest P)")
     ap.add_argument("--state-growth", action="store_true",
                     help="measure micro-batch time while the state grows instead")
-    ap.add_argument("--batches", type=int, default=21, help="--state-growth micro-batches")
-    ap.add_argument("--batch-rows", type=int, default=40_000,
-                    help="--state-growth rows per stream and micro-batch")
-    ap.add_argument("--growth-partitions", type=int, default=2)
+    ap.add_argument("--batches", type=positive_int, default=21,
+                    help="--state-growth micro-batches (default 21, at least 2)")
+    ap.add_argument("--batch-rows", type=positive_int, default=40_000,
+                    help="--state-growth rows per stream and micro-batch (default 40,000)")
+    ap.add_argument("--growth-partitions", type=positive_int, default=2,
+                    help="--state-growth partition groups P (default 2)")
     add_jvm_archive_argument(ap)
     ap.add_argument("--job", choices=["adaptcq", "native"], help=argparse.SUPPRESS)
     ap.add_argument("--workload", help=argparse.SUPPRESS)
     ap.add_argument("--job-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if not args.job:  # (a job gets every option from its parent, used or not)
+        if args.state_growth:
+            refuse_unused(ap, args, ["workloads", "partitions", "sf", "arrivals", "files",
+                                     "repeats"],
+                          "with --state-growth (one selective chain of its own, "
+                          "--growth-partitions groups)")
+            if args.batches < 2:
+                ap.error("--batches: at least 2 with --state-growth (batch 0, which starts "
+                         "the workers, is left out of the timing)")
+        else:
+            refuse_unused(ap, args, ["batches", "batch_rows", "growth_partitions"],
+                          "without --state-growth")
     args.data = args.data or str(Path(args.out) / "data")
     if args.job:
         cpu = TreeCPU().start()
@@ -524,7 +559,7 @@ def main(argv=None) -> int:
             sql, srcs = GROWTH, {s: str(Path(args.data) / "growth" / s) for s in "RST"}
         else:
             sql, srcs, _ = workload(args.workload, args, Path(args.data))
-        res = (job_adaptcq(sql, srcs, Path(args.job_out), int(args.partitions), args)
+        res = (job_adaptcq(sql, srcs, Path(args.job_out), args.partitions[0], args)
                if args.job == "adaptcq"
                else job_native(args.workload, srcs, Path(args.job_out), args))
         res["cpu_seconds"] = cpu.stop()

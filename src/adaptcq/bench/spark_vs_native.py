@@ -37,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from adaptcq.bench._args import choices, positive_int, refuse_unused
 from adaptcq.bench.spark_scale import (
     TreeCPU,
     add_jvm_archive_argument,
@@ -213,14 +214,22 @@ def same_results(a: Path, b: Path) -> tuple[bool, int, int]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.spark_vs_native", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arrivals", type=int, default=3_000_000,
-                    help="arrivals of cases a and b (c and d: 3,000,000, fixed)")
-    ap.add_argument("--files", type=int, default=10, help="time slices (micro-batches)")
-    ap.add_argument("--partitions", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=1,
-                    help="runs of each engine per case, alternating (figures are medians)")
-    ap.add_argument("--cases", default="a,b,c,d")
-    ap.add_argument("--out", default="results/spark_vs_native")
+    ap.add_argument("--arrivals", type=positive_int, default=3_000_000,
+                    help="arrivals of cases a and b (default 3,000,000; c and d: 3,000,000, "
+                         "fixed)")
+    ap.add_argument("--files", type=positive_int, default=10,
+                    help="time slices (micro-batches; default 10)")
+    ap.add_argument("--partitions", type=positive_int, default=2,
+                    help="adaptcq's partition groups (default 2)")
+    ap.add_argument("--repeats", type=positive_int, default=1,
+                    help="runs of each engine per case, alternating (figures are medians; "
+                         "default 1)")
+    ap.add_argument("--cases", type=choices(SQL), default=sorted(SQL),
+                    help="comma-separated, from a (R(a)⋈S(a)⋈T(a)), b (R(a)⋈S(a,b)⋈T(b)), "
+                         "c and d (the same two, selective, 3,000,000 rows); default all")
+    ap.add_argument("--out", default="results/spark_vs_native",
+                    help="folder of the CSV, the PNG, the inputs and the jobs' outputs "
+                         "(default results/spark_vs_native)")
     ap.add_argument("--master", default="local[2]", help="Spark master of both jobs")
     ap.add_argument("--executor", default="auto",
                     help="adaptcq's executor in every partition group (auto: the vectorized "
@@ -231,6 +240,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--job-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if not args.job and not set(args.cases) & {"a", "b"}:
+        refuse_unused(ap, args, ["arrivals"], "by cases c and d (their size is fixed)")
 
     if args.job:  # child process: run one job, print its figures as JSON
         cpu = TreeCPU().start()
@@ -248,7 +259,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     archive = prepare_jvm_archive(args)
-    for case in args.cases.split(","):
+    for case in args.cases:
         srcs = make_data(case, args.arrivals, args.files, out / "data")
         n = 3 * SELECTIVE_ROWS if case in "cd" else args.arrivals
         data = Path(srcs["R"]).parent

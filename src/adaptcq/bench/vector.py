@@ -32,8 +32,14 @@ part: the chain scaled to 10,000,000 arrivals with the vectorized executor under
 peak RSS, and s72 with batches of 100,000 under 2× the peak RSS of batches of 10,000 (peak
 RSS and the growth over the process's RSS before the run are both reported).
 
+Results are compared across executors and batch sizes by count and by an order-independent
+digest of every result row (all columns, retractions included); a difference is printed as
+MISMATCH. ``--quick`` runs every workload (and the memory part) at 3% of its size: the
+targets, set for the full sizes, are then reported as not checked.
+
     python -m adaptcq.bench.vector [--runs 3] [--quick] [--workloads s72,chain,...]
-        [--batches 1000,5000,20000,100000] [--no-memory] [--out results/vector]
+        [--batches 1000,5000,20000,100000] [--executors vector,mjoin,xjoin]
+        [--no-memory | --only-memory] [--out results/vector]
 
 Writes ``runs.csv``, ``summary.csv``, ``memory.csv`` and ``throughput.png`` under OUT.
 """
@@ -50,9 +56,12 @@ import sys
 import time
 from pathlib import Path
 
-from adaptcq.bench.spark_scale import write_csv  # the benchmarks' one CSV writer
+from adaptcq.bench._args import choices, positive_int, refuse_unused
+from adaptcq.bench.spark_scale import positive_ints, write_csv  # shared by the benchmarks
 
 BATCHES = (1_000, 5_000, 20_000, 100_000)
+EXECUTORS = ("vector", "mjoin", "xjoin")
+QUICK_SCALE = 0.03  # --quick: 3% of every workload
 DEFAULT_BATCH = 20_000
 WORKLOADS = ("s72", "chain", "many", "cycle5", "star")
 SKIP = {("xjoin", "cycle5"): "its left-deep tree keeps R1⋈R2⋈R3⋈R4 (about 125 tuples per "
@@ -119,12 +128,50 @@ def make_workload(name: str, folder: Path, scale: float = 1.0) -> str:
     for s, t in tables.items():
         pq.write_table(t, folder / f"{s}.parquet")
     (folder / "query.sql").write_text(sql)
+    (folder / "params.json").write_text(json.dumps({"workload": name, "scale": scale}))
     return sql
 
 
+def cached_workload(name: str, folder: Path, scale: float) -> None:
+    """Reuse ``folder`` when it holds workload ``name`` at ``scale`` (its params.json), else
+    write it: an input left by a run at another scale is not this one."""
+    try:
+        same = json.loads((folder / "params.json").read_text()) == {"workload": name,
+                                                                    "scale": scale}
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        make_workload(name, folder, scale)
+
+
+def result_digest(batch, acc: int = 0) -> int:
+    """``acc`` plus an order-independent digest of ``batch``'s rows (all columns): the sum,
+    modulo 2**64, of a mixed 64-bit hash of each row. Executors may emit a batch's results in
+    any order; equal multisets of rows give equal digests."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    def mix(x):  # splitmix64's finaliser (uint64 arithmetic wraps)
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+    h = np.zeros(batch.num_rows, np.uint64)
+    for i, col in enumerate(batch.columns):
+        v = pc.fill_null(col, 0).to_numpy(zero_copy_only=False)
+        v = (v.view(np.uint64) if v.dtype.itemsize == 8 else v.astype(np.int64).view(np.uint64))
+        h = mix(h ^ mix(v + np.uint64((i + 1) * 0x9E3779B97F4A7C15 % 2**64)))
+    return (acc + int(h.sum(dtype=np.uint64))) % 2**64
+
+
 # ----- one measurement (a fresh process) -------------------------------------------------------
-def single(folder: str, executor: str, mode: str, batch: int | None) -> dict:
-    """Run one query in this process; CPU from getrusage covers the whole process."""
+def single(folder: str, executor: str, mode: str, batch: int | None,
+           digest: bool = True) -> dict:
+    """Run one query in this process; CPU from getrusage covers the whole process, less the
+    digest of the results (``digest=False``, for the memory part: no digest, whose arrays
+    grow with the batch)."""
     from adaptcq.runtime.local import current_rss, stream
     sources = {p.stem: str(p) for p in sorted(Path(folder).glob("*.parquet"))}
     sql = (Path(folder) / "query.sql").read_text()
@@ -132,12 +179,19 @@ def single(folder: str, executor: str, mode: str, batch: int | None) -> dict:
     rss0 = current_rss()
     t0 = time.perf_counter()
     run = stream(sql, sources, executor=executor, mode=mode, **options)
-    results = sum(b.num_rows for b in run)
+    results, acc, digest_cpu = 0, 0, 0.0
+    for b in run:
+        results += b.num_rows
+        if digest:
+            c0 = time.process_time()
+            acc = result_digest(b, acc)
+            digest_cpu += time.process_time() - c0
     wall = time.perf_counter() - t0
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = ru.ru_utime + ru.ru_stime
+    cpu = ru.ru_utime + ru.ru_stime - digest_cpu
     s = run.stats
     return {"executor": executor, "batch": batch or "", "mode": mode, "results": results,
+            **({"digest": f"{acc:016x}"} if digest else {}),
             "arrivals": s["arrivals"], "updates": s["updates"], "process_cpu_s": cpu,
             "engine_cpu_s": s["cpu_seconds"], "wall_s": wall,
             "updates_per_cpu_s": s["updates"] / cpu,
@@ -157,9 +211,12 @@ def _peak_rss_mb(ru) -> float:
     return ru.ru_maxrss / 1024
 
 
-def _spawn(folder: Path, executor: str, mode: str, batch: int | None) -> dict:
+def _spawn(folder: Path, executor: str, mode: str, batch: int | None,
+           digest: bool = True) -> dict:
     cmd = [sys.executable, "-m", "adaptcq.bench.vector", "--single", executor,
            "--input", str(folder), "--mode", mode, "--batch", str(batch or 0)]
+    if not digest:
+        cmd.append("--no-digest")
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if res.returncode != 0:
@@ -171,32 +228,48 @@ def _spawn(folder: Path, executor: str, mode: str, batch: int | None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m adaptcq.bench.vector", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runs", type=positive_int, default=None,
+                   help="runs per measurement, medians reported (default 3; --quick: 1)")
     p.add_argument("--quick", action="store_true",
-                   help="tiny inputs (3%% of each workload), one run: a smoke test")
-    p.add_argument("--workloads", default=",".join(WORKLOADS))
-    p.add_argument("--batches", default=",".join(map(str, BATCHES)))
-    p.add_argument("--executors", default="vector,mjoin,xjoin")
-    p.add_argument("--no-memory", action="store_true", help="skip the memory part")
-    p.add_argument("--only-memory", action="store_true", help="run the memory part only")
-    p.add_argument("--out", default="results/vector")
+                   help="tiny inputs (3%% of each workload, memory part included), one run "
+                        "unless --runs: a smoke test; the targets are not checked")
+    p.add_argument("--workloads", type=choices(WORKLOADS), default=list(WORKLOADS),
+                   help=f"comma-separated, from {', '.join(WORKLOADS)} (default all)")
+    p.add_argument("--batches", type=positive_ints, default=list(BATCHES),
+                   help="the vectorized executor's batch sizes in arrivals, comma-separated "
+                        f"(default {','.join(map(str, BATCHES))})")
+    p.add_argument("--executors", type=choices(EXECUTORS), default=list(EXECUTORS),
+                   help=f"comma-separated, from {', '.join(EXECUTORS)} (default all)")
+    memory = p.add_mutually_exclusive_group()
+    memory.add_argument("--no-memory", action="store_true", help="skip the memory part")
+    memory.add_argument("--only-memory", action="store_true",
+                        help="run the memory part only (the chain at 10M arrivals, s72 at "
+                             "batches of 10,000 and 100,000; vectorized executor)")
+    p.add_argument("--out", default="results/vector",
+                   help="folder of the CSVs, the PNG and the inputs (default results/vector)")
     p.add_argument("--single", help=argparse.SUPPRESS)
     p.add_argument("--input", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--no-digest", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.single:
-        print(json.dumps(single(args.input, args.single, args.mode, args.batch or None)))
+        print(json.dumps(single(args.input, args.single, args.mode, args.batch or None,
+                                digest=not args.no_digest)))
         return 0
+    if args.only_memory:  # the memory part has its own workloads, executor and batches
+        refuse_unused(p, args, ["runs", "workloads", "batches", "executors"],
+                      "with --only-memory (its runs are fixed: the vectorized executor on "
+                      "the chain and s72)")
 
-    scale = 0.03 if args.quick else 1.0
-    runs = 1 if args.quick else args.runs
+    scale = QUICK_SCALE if args.quick else 1.0
+    runs = args.runs or (1 if args.quick else 3)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    batches = [int(b) for b in args.batches.split(",")]
-    executors = args.executors.split(",")
+    batches = args.batches
+    executors = args.executors
     rows = []
-    for name in [] if args.only_memory else args.workloads.split(","):
+    for name in [] if args.only_memory else args.workloads:
         folder = out / "data" / name
         sql = make_workload(name, folder, scale)
         mode = MODES[name]
@@ -221,9 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     memory = [] if args.no_memory else _memory(out, scale)
     if memory:
         write_csv(memory, out / "memory.csv")
-    _report(summary, memory, runs)
-    print(f"wrote {out / 'runs.csv'}, {out / 'summary.csv'}, {out / 'throughput.png'}"
-          + (f", {out / 'memory.csv'}" if memory else ""))
+    _report(summary, memory, runs, args.quick)
+    written = ([out / "runs.csv", out / "summary.csv", out / "throughput.png"] if rows else []) \
+        + ([out / "memory.csv"] if memory else [])
+    print(f"wrote {', '.join(map(str, written))}")
     return 0
 
 
@@ -235,13 +309,14 @@ def _summary(rows: list[dict]) -> list[dict]:
         mine = [r for r in rows if (r["workload"], r["executor"], r["batch"]) == (w, ex, b)]
         med = {k: statistics.median(r[k] for r in mine)
                for k in ("process_cpu_s", "engine_cpu_s", "updates_per_cpu_s", "peak_rss_mb")}
-        counts = {r["results"] for r in mine}
+        counts = {(r["results"], r.get("digest")) for r in mine}
         out.append({"workload": w, "executor": ex, "batch": b, "runs": len(mine),
                     "updates": mine[0]["updates"], "results": mine[0]["results"],
+                    "digest": mine[0].get("digest", ""),
                     "results_agree": len(counts) == 1,
                     **{f"median_{k}": round(v, 3) for k, v in med.items()}})
-    for w in {s["workload"] for s in out}:  # every executor and batch size: one result count
-        counts = {s["results"] for s in out if s["workload"] == w}
+    for w in {s["workload"] for s in out}:  # every executor and batch size: the same results
+        counts = {(s["results"], s["digest"]) for s in out if s["workload"] == w}
         for s in out:
             if s["workload"] == w:
                 s["results_agree"] = s["results_agree"] and len(counts) == 1
@@ -254,18 +329,20 @@ def _summary(rows: list[dict]) -> list[dict]:
 
 
 def _memory(out: Path, scale: float) -> list[dict]:
-    """The chain at 10M arrivals (vector), and s72 at batches of 10,000 and 100,000."""
+    """The chain at 10M arrivals (vector), and s72 at batches of 10,000 and 100,000; at
+    ``scale`` < 1 (``--quick``) both scaled down, and labelled with what ran."""
     rows = []
     big = out / "data" / "chain10m"
     make_workload("chain", big, scale * 10 / 3)
-    r = _spawn(big, "vector", "append", DEFAULT_BATCH)
-    rows.append({"what": "chain, 10M arrivals, vector", **r})
+    r = _spawn(big, "vector", "append", DEFAULT_BATCH, digest=False)
+    size = "10M arrivals" if scale == 1.0 else f"{r['arrivals']:,} arrivals (quick)"
+    rows.append({"what": f"chain, {size}, vector", **r})
     s72 = out / "data" / "s72"
-    if not (s72 / "query.sql").exists():
-        make_workload("s72", s72, scale)
+    cached_workload("s72", s72, scale)  # (the main part may have written it at this scale)
     for b in (10_000, 100_000):
-        r = _spawn(s72, "vector", "retract", b)
-        rows.append({"what": f"s72, batches of {b:,}", **r})
+        r = _spawn(s72, "vector", "retract", b, digest=False)
+        tag = "" if scale == 1.0 else f", {r['arrivals']:,} arrivals (quick)"
+        rows.append({"what": f"s72, batches of {b:,}{tag}", **r})
     for r in rows:
         print(f"  memory: {r['what']}: peak RSS {r['peak_rss_mb']:.0f} MB "
               f"({r['peak_rss_mb'] - r['rss_before_mb']:.0f} MB over the "
@@ -274,11 +351,16 @@ def _memory(out: Path, scale: float) -> list[dict]:
     return rows
 
 
-def _report(summary: list[dict], memory: list[dict], runs: int) -> None:
-    print(f"\nmedians of {runs} run(s), whole process (start-up, imports, reading, join, "
-          "output):")
-    print(f"  {'workload':8s} {'executor':8s} {'batch':>7s} {'CPU-s':>7s} {'engine':>7s} "
-          f"{'updates/CPU-s':>14s} {'vs MJoin':>8s} {'results':>11s}")
+def _report(summary: list[dict], memory: list[dict], runs: int, quick: bool = False) -> None:
+    """The table and the targets; a ``quick`` run's inputs are 3% of the targets' sizes, so
+    its targets are reported as not checked."""
+    if summary:
+        print(f"\nmedians of {runs} run(s), whole process (start-up, imports, reading, join, "
+              "output):")
+        print(f"  {'workload':8s} {'executor':8s} {'batch':>7s} {'CPU-s':>7s} {'engine':>7s} "
+              f"{'updates/CPU-s':>14s} {'vs MJoin':>8s} {'results':>11s}")
+    else:
+        print()
     for s in summary:
         flag = "" if s["results_agree"] else "  MISMATCH"
         print(f"  {s['workload']:8s} {s['executor']:8s} {s['batch']!s:>7s} "
@@ -290,18 +372,30 @@ def _report(summary: list[dict], memory: list[dict], runs: int) -> None:
         return next((s for s in summary if s["workload"] == w and s["executor"] == ex
                      and s["batch"] == b), None)
 
+    skip = "not checked (quick: 3% of the size)"
     v72, m72 = row("s72", "vector", DEFAULT_BATCH), row("s72", "mjoin")
-    if v72 and m72:
+    if v72 and m72 and quick:
+        print(f"  target s72: >= 1,500,000 updates per CPU-second, >= 4x MJoin -> {skip}")
+    elif v72 and m72:
         tput = v72["median_updates_per_cpu_s"]
         print(f"  target s72: >= 1,500,000 updates per CPU-second -> "
               f"{'MET' if tput >= 1_500_000 else 'NOT MET'} ({tput:,.0f}); >= 4x MJoin -> "
               f"{'MET' if v72['mjoin_cpu_ratio'] >= 4 else 'NOT MET'} "
               f"({v72['mjoin_cpu_ratio']}x)")
     vc, mc = row("chain", "vector", DEFAULT_BATCH), row("chain", "mjoin")
-    if vc and mc:
+    if vc and mc and quick:
+        print(f"  target chain: >= 8x MJoin's CPU -> {skip}")
+    elif vc and mc:
         print(f"  target chain: >= 8x MJoin's CPU -> "
               f"{'MET' if vc['mjoin_cpu_ratio'] >= 8 else 'NOT MET'} ({vc['mjoin_cpu_ratio']}x)")
-    if memory:
+    if memory and quick:
+        chain, small, large = memory
+        print(f"  target memory, chain 10M arrivals < 400 MB -> not checked (quick: "
+              f"{chain['arrivals']:,} arrivals, peak RSS {chain['peak_rss_mb']:.0f} MB)")
+        print(f"  target memory, s72 batch 100,000 < 2x batch 10,000 -> not checked (quick: "
+              f"{small['arrivals']:,} arrivals, peak RSS "
+              f"{large['peak_rss_mb'] / small['peak_rss_mb']:.2f}x)")
+    elif memory:
         chain = memory[0]
         print(f"  target memory, chain 10M arrivals < 400 MB -> "
               f"{'MET' if chain['peak_rss_mb'] < 400 else 'NOT MET'} "

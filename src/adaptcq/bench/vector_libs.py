@@ -51,9 +51,13 @@ against adaptcq's per-tuple engine (``executor="mjoin"``) for both workloads (co
 sums), unless ``--no-engine-check``.
 
     python -m adaptcq.bench.vector_libs [--quick] [--out results/vector_libs] [--runs 3]
+        [--libs numpy,polars,polars_eager,duckdb] [--workloads a,b] [--batches 1000,10000]
+        [--threads 2] [--no-engine-check]
 
-Writes ``<out>/vector_libs.csv`` and prints the table. ``--quick`` runs workload b at 200,000
-rows per stream, B in {1,000, 10,000}, one run each.
+Writes ``<out>/vector_libs.csv`` and ``.png`` (CPU-seconds against B, per workload, a line per
+library) and prints the table. ``--quick`` runs workload b only, at 200,000 rows per stream,
+B in {1,000, 10,000}, one run each. A library that is not installed is left out, with a
+note, unless ``--libs`` names it (then it is an error).
 """
 
 from __future__ import annotations
@@ -79,6 +83,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from adaptcq.bench._args import choices, positive_int
+from adaptcq.bench.spark_scale import positive_ints
+
 SECOND = 1_000_000_000
 NAMES = ("R", "S", "T")
 KEYS = {"R": ("a",), "S": ("a", "b"), "T": ("b",)}
@@ -90,6 +97,7 @@ PLANS = {
     "T": (("S", "b", ("T", "b")), ("R", "a", ("S", "a"))),
 }
 LIBS = ("numpy", "polars", "polars_eager", "duckdb")
+WORKLOADS = ("a", "b")
 BATCHES = (1_000, 10_000, 20_000, 100_000)
 MASK32 = (1 << 32) - 1
 
@@ -441,16 +449,30 @@ def _versions() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.vector_libs",
+                                 description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default="results/vector_libs")
-    ap.add_argument("--runs", type=int, default=None)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--libs", default=",".join(LIBS))
-    ap.add_argument("--workloads", default="a,b")
-    ap.add_argument("--batches", default=None)
-    ap.add_argument("--no-engine-check", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="workload b only, 200,000 rows per stream, B in 1,000 and 10,000, "
+                         "one run unless --runs")
+    ap.add_argument("--out", default="results/vector_libs",
+                    help="folder of the CSV, the PNG and the versions (default "
+                         "results/vector_libs)")
+    ap.add_argument("--runs", type=positive_int, default=None,
+                    help="runs per (library, workload, B), medians reported (default 3; "
+                         "--quick: 1)")
+    ap.add_argument("--threads", type=positive_int, default=2,
+                    help="threads of Polars and DuckDB (default 2)")
+    ap.add_argument("--libs", type=choices(LIBS), default=None,
+                    help=f"comma-separated, from {', '.join(LIBS)} (default: those installed)")
+    ap.add_argument("--workloads", type=choices(WORKLOADS), default=None,
+                    help="comma-separated, from a (§7.2's join), b (the selective chain); "
+                         "default a,b (--quick: b)")
+    ap.add_argument("--batches", type=positive_ints, default=None,
+                    help="batch sizes B in arrivals, comma-separated (default "
+                         f"{','.join(map(str, BATCHES))}; --quick: 1000,10000)")
+    ap.add_argument("--no-engine-check", action="store_true",
+                    help="do not check the results against adaptcq's MJoin")
     ap.add_argument("--child", nargs=3, metavar=("LIB", "WORKLOAD", "B"), help=argparse.SUPPRESS)
     ap.add_argument("--engine-child", metavar="WORKLOAD", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -463,11 +485,18 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(engine_check(a.engine_child, a.quick)))
         return 0
 
+    if a.quick and a.workloads and "a" in a.workloads:
+        ap.error("--workloads a: --quick runs workload b only (a has no small size)")
     versions = _versions()
-    libs = [x for x in a.libs.split(",") if versions.get(x.split("_")[0], True) is not None]
-    sizes = [int(x) for x in a.batches.split(",")] if a.batches else (
-        [1_000, 10_000] if a.quick else list(BATCHES))
-    workloads = a.workloads.split(",")
+    missing = [x for x in (a.libs or LIBS) if versions[x.split("_")[0]] is None]
+    if a.libs and missing:
+        ap.error(f"--libs: {', '.join(missing)} not installed (pip install "
+                 f"{' '.join(sorted({x.split('_')[0] for x in missing}))})")
+    for x in missing:
+        print(f"{x}: not installed, left out (pip install {x.split('_')[0]})", flush=True)
+    libs = [x for x in (a.libs or LIBS) if x not in missing]
+    sizes = a.batches or ([1_000, 10_000] if a.quick else list(BATCHES))
+    workloads = a.workloads or (["b"] if a.quick else list(WORKLOADS))
     print(f"versions: {versions}; threads={a.threads} (POLARS_MAX_THREADS, DuckDB SET threads);"
           f" runs={runs}{' (quick: workload b at 200,000 rows per stream)' if a.quick else ''}",
           flush=True)
@@ -519,7 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     (out / f"{stem}_versions.json").write_text(
         json.dumps({"versions": versions, "threads": a.threads, "runs": runs,
                     "engine": engine}, indent=1))
-    print(f"\nmedian of {runs}; CPU-s = user+sys over all threads; wrote {path}")
+    _plot(rows, libs, workloads, out / f"{stem}.png", runs, a.threads)
+    print(f"\nmedian of {runs}; CPU-s = user+sys over all threads; wrote {path} and "
+          f"{out / f'{stem}.png'}")
     print(f"{'workload':<8} {'B':>8} " + " ".join(f"{lib + ' cpu/wall':>22}" for lib in libs)
           + f" {'results':>8} agree")
     for wl in workloads:
@@ -533,6 +564,34 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'yes' if ok else 'NO'}")
     bad = [r for r in rows if r["agrees_with"].startswith("NO") or r["matches_engine"] is False]
     return 1 if bad else 0
+
+
+def _plot(rows: list[dict], libs: list[str], workloads: list[str], path: Path, runs: int,
+          threads: int) -> None:
+    """The CSV's CPU-seconds against the batch size B, one panel per workload, a line per
+    library (log-log: B spans two decades)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    title = {"a": "a: §7.2 join", "b": "b: selective chain"}
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.8),
+                             squeeze=False)
+    for ax, wl in zip(axes[0], workloads, strict=True):
+        for lib in libs:
+            mine = sorted((r["batch"], r["cpu_s"]) for r in rows
+                          if r["workload"] == wl and r["lib"] == lib)
+            ax.plot([b for b, _ in mine], [c for _, c in mine], "o-", label=lib)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size B (arrivals)")
+        ax.set_ylabel("CPU-seconds of the join")
+        ax.set_title(f"workload {title[wl]}")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"the band join per library\n(median of {runs}; Polars, DuckDB: {threads} "
+                 "threads)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
