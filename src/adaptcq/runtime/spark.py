@@ -55,7 +55,6 @@ from pathlib import Path
 
 import numpy as np
 
-from adaptcq import errors as _errors
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery, require_equi_joins
 from adaptcq.runtime.output import overlaps, parquet_dictionary
@@ -309,8 +308,9 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     ``write_batch``).
 
     ``spill`` runs the operator tree in every group under a memory budget (the options of
-    the local runtime's ``spill``, ``directory`` required: docs/spill.md, "On Spark"); the
-    results then have a ``_late`` column.
+    the local runtime's ``spill``, ``directory`` required: docs/spill.md, "On Spark"). The
+    operator tree's results (``executor="tree"``, spilling or not) have a ``_late`` column,
+    as locally.
 
     ``adaptivity`` runs adaptive policies inside every partition group, each on its own
     data: the keyword arguments of ``adapt.make_policies`` (``optimizer``: an ordering
@@ -361,7 +361,12 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
         executor = spill_executor(executor)
     arrow = {name: pa.schema([pa.field(f.name, _arrow_time_type(f.dataType, tz))
                               for f in df.schema.fields]) for name, df in streams.items()}
-    executor, options = _vector_choice(executor, query, spec, options, arrow)
+    executor, options, spec = _vector_choice(executor, query, spec, options, arrow)
+    # The operator tree's output has ``_late``, spilling or not, as the local runtime's
+    # (``output_schema(late=executor == "tree")``): every group's tree emits it.
+    late_column = executor == "tree"
+    if late_column and spill is None:  # (a spilling group's tree asks for it itself)
+        options["late_column"] = True
     if options.get("shed") is not None and executor != "shed":
         raise OptionError(f"the load-shedding options are for the load-shedding join "
                           f"(executor 'shed'), not {executor}")
@@ -451,7 +456,7 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     # before Spark starts work: what every group will build.
     _check_engine(query, executor, mode, bool(signed), spec, options, inputs)
     out_types = _output_types(query, col_types, inputs)
-    late = [T.StructField("_late", T.BooleanType())] if spill is not None else []
+    late = [T.StructField("_late", T.BooleanType())] if late_column else []
     result_struct = T.StructType(
         [T.StructField(n, t) for n, t in zip(names, out_types, strict=True)]
         + [T.StructField("_sign", T.ByteType()), T.StructField("_ts", T.LongType())] + late)
@@ -483,16 +488,20 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     res = (raw.where(F.col("_aq_kind") == KIND_RESULT).select("_aq_data")
            .mapInArrow(_unpack, result_struct)
            .select(*names, "_sign", _ts_out(ts_type, timestamp_unit).alias("_ts"),
-                   *(["_late"] if spill is not None else [])))
+                   *(["_late"] if late_column else [])))
     res._adaptcq = info
     return res
 
 
 def _vector_choice(executor: str, query: LogicalQuery, spec: dict | None,
-                   options: Mapping, schemas: Mapping | None = None) -> tuple[str, dict]:
+                   options: Mapping, schemas: Mapping | None = None
+                   ) -> tuple[str, dict, dict | None]:
     """The groups' executor for ``executor`` "auto" or "vector" (the local runtime's rule,
     ``runtime.local.choose_executor``, over the streams' column types as Arrow types,
-    ``schemas``; policies are per tuple), and the options it takes."""
+    ``schemas``; policies are per tuple), the options it takes and the adaptivity spec.
+    When auto falls back to a per-tuple executor, ``ordering`` (the vectorized executor's
+    per-batch algorithm) becomes its optimizer policy in every group, as the local runtime
+    makes it MJoin's (``LocalRun``): never dropped."""
     from adaptcq.runtime.local import choose_executor
     options = dict(options)
     if executor not in ("auto", "vector"):
@@ -500,12 +509,16 @@ def _vector_choice(executor: str, query: LogicalQuery, spec: dict | None,
             raise OptionError("ordering (per-batch pipeline orders) is for the vectorized "
                               f"executor, not {executor}")
         options.pop("ordering", None)
-        return executor, options
+        return executor, options, spec
     given = {**options, "policies": spec is not None}
     chosen, _ = choose_executor(executor, query, given, schemas)
     if chosen != "vector":
-        options.pop("ordering", None)
-    return chosen, options
+        ordering = options.pop("ordering", None)
+        if ordering not in (None, "off"):
+            # (spec is None here: a spec made auto mjoin before, which refuses ordering;
+            # the load-shedding join refuses the policy in continuous_query)
+            spec = _adaptivity("mjoin", {"optimizer": ordering})[1]
+    return chosen, options, spec
 
 
 def _check_engine(query: LogicalQuery, executor: str, mode: str, signed: bool,
@@ -1794,22 +1807,47 @@ def cleanup_checkpoint(spark, checkpoint: str | os.PathLike) -> SparkRun:
 # Errors: one line, not a JVM stack trace
 # ---------------------------------------------------------------------------------------------
 
-_ADAPTCQ_RAISED = re.compile(r"adaptcq\.errors\.(\w+): ([^\n]+)")
+# An adaptcq exception as a traceback's last line names it: ``adaptcq.<module>.<Class>``
+# (adaptcq.errors, adaptcq.state.spill_store, ...).
+_ADAPTCQ_RAISED = re.compile(r"\b(adaptcq(?:\.[A-Za-z_]\w*)*)\.([A-Za-z_]\w*): ([^\n]+)")
 _PY_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): ([^\n]+)$", re.MULTILINE)
+
+
+def _adaptcq_class(module: str, name: str) -> type | None:
+    """The AdaptcqError subclass ``module.name`` names (an adaptcq module only, imported
+    if need be: a worker may raise from one the driver has not loaded); None otherwise."""
+    import importlib
+    import sys
+    if module != "adaptcq" and not module.startswith("adaptcq."):
+        return None
+    mod = sys.modules.get(module)
+    if mod is None:
+        try:
+            mod = importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - not a module of this adaptcq: no class to keep
+            return None
+    cls = getattr(mod, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, AdaptcqError) else None
 
 
 def spark_error(exc: BaseException) -> AdaptcqError:
     """A Spark or py4j failure as one-line AdaptcqError: an adaptcq error raised in a Python
-    worker keeps its class and message; anything else keeps its first line."""
+    worker keeps its class (from whichever adaptcq module defines it) and message; anything
+    else keeps its first line."""
     text = str(getattr(exc, "desc", None) or exc)
     # The last one: a traceback prints an exception's context or cause before it (a row's
     # error raised again with its file named: docs/spark.md).
     m = next(reversed(list(_ADAPTCQ_RAISED.finditer(text))), None)
-    if m:
-        cls = getattr(_errors, m.group(1), None)
-        if not (isinstance(cls, type) and issubclass(cls, AdaptcqError)):
-            cls = AdaptcqError
-        return cls(m.group(2).strip())
+    cls = m and _adaptcq_class(m.group(1), m.group(2))
+    if cls is not None:
+        try:
+            return cls(m.group(3).strip())
+        except TypeError:
+            # A class built from more than a message (UDFError, FilterError): its worker's
+            # arguments do not travel, its class and message do.
+            err = cls.__new__(cls)
+            Exception.__init__(err, m.group(3).strip())
+            return err
     if "Traceback (most recent call last)" in text:
         found = _PY_RAISED.findall(text.split("Traceback (most recent call last)", 1)[1])
         if found:

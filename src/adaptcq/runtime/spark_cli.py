@@ -39,7 +39,7 @@ _HANDLED = {"command", "help", "sql", "input", "timestamp", "timestamp_unit", "e
             "reopt_interval", "no_cache_verify", "shed", "capacity", "basic_window", "index", "buffer",
             "no_join_direction", "utility", "trigger", "max_files_per_trigger", "spill",
             "memory", "spill_partitions", "spill_fraction", "spill_check", "spill_sample",
-            "cleanup"}
+            "cleanup", "shares"}
 
 
 def refuse_unsupported(args) -> None:
@@ -69,7 +69,10 @@ def refuse_unsupported(args) -> None:
         value = getattr(args, dest)
         if value == default or value is None or value is False or value == []:
             continue
-        shown = f"{flag} {value}" if not isinstance(value, bool) else flag
+        # (a repeatable flag's list as the flags typed, not a Python list)
+        shown = (flag if isinstance(value, bool) else
+                 " ".join(f"{flag} {v}" for v in value) if isinstance(value, list | tuple)
+                 else f"{flag} {value}")
         reason = _REFUSED.get(dest, "the Spark runtime does not implement it; use --engine "
                                     "local")
         raise AdaptcqError(f"{shown} is not supported with --engine spark yet: {reason}")
@@ -105,7 +108,8 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
         if args.executor not in ("auto", "shed"):
             raise AdaptcqError(f"the load-shedding options are for the load-shedding join "
                                f"(--executor shed), not {args.executor}")
-    # --optimizer with the vectorized executor is its per-batch ordering (no policy)
+    # --optimizer with the vectorized executor is its per-batch ordering (no policy); if
+    # auto falls back to MJoin, continuous_query makes it the groups' optimizer policy
     adaptivity = None if "ordering" in options else adaptivity_spec(args)
     executor = "mjoin" if args.executor == "acaching" else args.executor
     master = getattr(args, "master", None) or "local[*]"
@@ -115,7 +119,8 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
         raise AdaptcqError(f"--partitions must be >= 1, got {partitions}")
     from adaptcq.cliargs import parse_shares
     shares = parse_shares(getattr(args, "shares", None) or [])
-    partitions = partitions or (None if shares else local_cores(master))
+    # (with --shares their product is P: prepare_files takes 1 as "no --partitions given")
+    partitions = partitions or (1 if shares else local_cores(master))
     unit = getattr(args, "timestamp_unit", None)
     output = (args.output.rstrip("/") or "/") if args.output else None
     with contextlib.ExitStack() as stack:
