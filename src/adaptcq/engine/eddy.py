@@ -53,8 +53,9 @@ with sign -1 to exactly those queries (docs/cacq.md, "Windows and deletions").
 outputs exactly what the single-query engine (``ContinuousQuery``) produces for q alone
 on the arrivals (s_q, s'_q]: its results only combine rows with ``rid > s_q``. With
 ``start="window"`` it also sees the rows still held when it registers (see
-``retain``), for the rows arriving after it: a result of held rows alone is neither
-output nor, in retract mode, retracted (``EddyQuery.since``, ``Eddy.held_only``).
+``retain``), each until its own window has passed it (``Eddy._hold_for_window``), for
+the rows arriving after it: a result of held rows alone is neither output nor, in
+retract mode, retracted (``EddyQuery.since``, ``Eddy.held_only``).
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ class SourceState:
     unbounded: bool = False
     roles: int = 1
     holds: dict = field(default_factory=dict)       # rid -> retention mechanisms holding it
+    until: dict = field(default_factory=dict)       # rid -> end of its start="window" hold
     keep_all: bool = False  # build rows that pass no selection (retain=, start="window")
     ordered: list = field(default_factory=list)  # ops in this epoch's table order (cache)
     count_groups: list = field(default_factory=list)  # per role: [(n, queries)] [ROWS n]
@@ -241,6 +243,10 @@ class Eddy:
         self.heap: list = []          # (time, eff, phase, kind, source, payload)
         self.rid = 0                  # arrivals so far (the global sequence number)
         self.now = -math.inf
+        # The latest ``advance_to``: a registration's time, where a start="window" query
+        # starts (``now`` is the last arrival's; not kept in checkpoints: a registration
+        # follows its own advance_to).
+        self._advanced = -math.inf
         self.last_reg = -1            # the largest registration sequence of a live query
         self.failures: list[tuple[str, str]] = []   # (query handle, error) of failed queries
         self._counts = {"routings": 0, "deletions": 0}
@@ -504,6 +510,7 @@ class Eddy:
                     st.passed[rid] = st.passed.get(rid, 0) | slot
                 else:
                     st.passed[rid] = st.passed.get(rid, 0) & ~slot
+            self._hold_for_window(q, src, k)
             if self.mode == "retract":
                 self._schedule_window_deletions(q, src, k)
 
@@ -562,6 +569,7 @@ class Eddy:
         """The last query reading ``st`` unbounded left: its rows get the retention the
         remaining windows ask for (they were held by none)."""
         recent = set(st.recent)
+        st.until.clear()   # (the retention below covers the running window queries)
         for rid in list(st.stem.rows):
             st.holds.pop(rid, None)
             if st.keep_time is not None:
@@ -736,6 +744,7 @@ class Eddy:
 
     def advance_to(self, now) -> None:
         """Process every deletion due before ``now`` (the end of the input, a watermark)."""
+        self._advanced = max(self._advanced, now)
         heap = self.heap
         while heap and heap[0][0] < now:
             self._due(heapq.heappop(heap))
@@ -750,15 +759,15 @@ class Eddy:
         retention (one heap entry instead of two)."""
         st.stem.insert(rid, row, ts)
         st.passed[rid] = passed
+        # Its position among the source's arrivals: a [ROWS n] query registered later with
+        # start="window" places the held rows in its window by it (``_hold_for_window``).
+        st.pos[rid] = st.count
         self.built += 1
         keep_time = None if st.unbounded else st.keep_time
         if st.keep_rows:
             st.recent[-1] = rid
-            st.pos[rid] = st.count
             if keep_time is not None:
                 st.holds[rid] = 3
-        elif st.keep_all:
-            st.pos[rid] = st.count
         heap = self.heap
         if self.mode == "retract":
             last = st.roles - 1
@@ -791,23 +800,63 @@ class Eddy:
         window on (src, k), for the rows that have none pending (one pass over the pending
         events). A row built while some query had that window has one; a row built before
         (held for ``retain`` or for another window) has none, even when a query registered
-        since has the window. A row whose window ended before now is skipped: it joins no
-        later arrival, so there is nothing of the query's to retract."""
+        since has the window. A row whose window ended before the registration is skipped:
+        it joins no later arrival, so there is nothing of the query's to retract; and a
+        deletion of it would go again to the queries with that window, theirs done."""
         kind, size = q.windows[q.roles.index((src, k))]
         if kind != "range":
             return
         pending = {p[0] for _, _, phase, s, p in self.heap
                    if phase == 0 and s == src and p[1] == k and p[2] == size}
         st = self.sources[src]
+        now = max(self.now, self._advanced)
         for rid in st.stem.rows:
             end = st.stem.times[rid] + size
-            if rid not in pending and end >= self.now:
+            if rid not in pending and end >= now:
                 heapq.heappush(self.heap, (end, rid * ROLE_BITS + k, 0, src,
                                            (rid, k, size, False)))  # (not the retention)
 
+    def _hold_for_window(self, q: EddyQuery, src: str, k: int) -> None:
+        """``start="window"``: the held rows the new query sees on (src, k) stay until its
+        window has passed them, whatever kept them so far (a running query's shorter
+        window, a shorter ``retain``): leaving at their old time, they would take the
+        retraction of the query's results with them, and their matches with later
+        arrivals. [RANGE w]: a hold of its own (flag 4) until the row's time + w, the
+        longest of the window queries seeing it (``until``; a heap entry of phase 2);
+        [ROWS n]: the count hold reaches back over the source's last n arrivals, by the
+        rows' positions. A row already gone stays gone; memory stays bounded by the
+        running queries' windows. While a query reads the source unbounded no row leaves,
+        and ``_bound_rows`` then gives every row the retention of the windows left."""
+        kind, size = q.windows[q.roles.index((src, k))]
+        st = self.sources[src]
+        holds, recent = st.holds, st.recent
+        if kind == "range" and not st.unbounded:
+            slot = self._slot(q, k)
+            counted = set(recent)
+            now = max(self.now, self._advanced)
+            for rid, t in st.stem.times.items():
+                end = t + size
+                if st.passed[rid] & slot and end >= now and end > st.until.get(rid, -math.inf):
+                    # (no entry in ``holds``: its one hold is the count's if in ``recent``)
+                    holds[rid] = (holds.get(rid) or (2 if rid in counted else 1)) | 4
+                    st.until[rid] = end
+                    heapq.heappush(self.heap, (end, rid * ROLE_BITS + ROLE_BITS - 1, 2,
+                                               src, rid))
+        elif kind == "rows":
+            # ``recent`` is the source's last arrivals (keep_rows, just raised for this
+            # query, or fewer): prepend the older ones, the rows still held by position.
+            at = {p: rid for rid, p in st.pos.items()}
+            first = st.count - len(recent)      # the position just before recent[0]
+            while len(recent) < st.keep_rows and first > 0:
+                rid = at.get(first)
+                recent.appendleft(rid)
+                if rid is not None:
+                    holds[rid] = (holds.get(rid) or 1) | 2
+                first -= 1
+
     def _release(self, st: SourceState, rid: int, flag: int) -> None:
-        """A retention hold (1: time, 2: count) lets go of row ``rid``. While a query
-        reads the source unbounded, no row leaves."""
+        """A retention hold (1: time, 2: count, 4: for a start="window" query) lets go of
+        row ``rid``. While a query reads the source unbounded, no row leaves."""
         if st.unbounded or rid not in st.passed:
             # Held by an unbounded query; or already gone (a hold scheduled under an
             # earlier query set: a row is only needed by queries registered before it,
@@ -833,6 +882,12 @@ class Eddy:
         st = self.sources[src]
         if phase == 1:
             self._release(st, payload, 1)
+            return
+        if phase == 2:
+            # A start="window" hold ends, unless a later window query extended it since.
+            if st.until.get(payload) == t:
+                del st.until[payload]
+                self._release(st, payload, 4)
             return
         rid, k, size, release = payload
         row = st.stem.rows.get(rid)
@@ -1195,7 +1250,7 @@ class Eddy:
                 # (deletions, then insertion) has begun.
                 if same_source and (k >= cur_k if cur_del else k > cur_k):
                     c -= 1
-                pos = st.pos.get(rid)   # None: stored before the source had [ROWS n]
+                pos = st.pos.get(rid)   # (None: from a checkpoint that kept no position)
                 if pos is not None and c - pos < size:
                     ok |= wm
             else:
@@ -1217,7 +1272,7 @@ class Eddy:
             "sources": {n: {"rows": dict(st.stem.rows), "times": dict(st.stem.times),
                             "passed": dict(st.passed), "pos": dict(st.pos),
                             "count": st.count, "recent": list(st.recent),
-                            "holds": dict(st.holds)}
+                            "holds": dict(st.holds), "until": dict(st.until)}
                         for n, st in self.sources.items()},
             "heap": list(self.heap), "rid": self.rid, "now": self.now,
             "queries": [(q.handle, q.query.sql, q.bit, q.seq, q.start, q.emitted, q.since)
@@ -1244,6 +1299,7 @@ class Eddy:
             for rid, row in s["rows"].items():
                 st.stem.insert(rid, row, s["times"][rid])
             st.passed, st.pos, st.holds = dict(s["passed"]), dict(s["pos"]), dict(s["holds"])
+            st.until = dict(s.get("until", {}))
         for handle, sql, bit, seq, start, emitted, *since in state["queries"]:
             # (a checkpoint written before ``since`` was kept has none: the old rule)
             q = ed.add_query(handle, parse(sql), emits[handle], start, _bit=bit, _seq=seq,
