@@ -178,3 +178,23 @@ def test_a_query_reading_the_sign_column_is_refused_at_the_name():
     assert e.value.position == len("SELECT R.a FROM R WHERE ")
     with pytest.raises(QueryError, match="unknown column 'nope'"):  # (others as before)
         adaptcq.run("SELECT R.nope FROM R", {"R": r}, sign="sg")
+
+
+def test_the_default_rejected_file_never_deletes_an_input(tmp_path, capsys):
+    """The default (o.rejected.csv beside o.csv) was not checked against the inputs, and a
+    run removed it as a stale file of an earlier run: an input of that name was deleted
+    (found in review). It is now refused as a --rejected given would be."""
+    (tmp_path / "o.rejected.csv").write_text("ts,k\n1,1\n")
+    (tmp_path / "s.csv").write_text("ts,k\n1,1\n")
+    args = ["run", "--sql", "SELECT R.k FROM R, S WHERE R.k = S.k", "--no-progress",
+            "--input", f"R={tmp_path / 'o.rejected.csv'}", "--input", f"S={tmp_path / 's.csv'}"]
+    assert main([*args, "--output", str(tmp_path / "o.csv")]) == 1
+    assert "--rejected's default" in capsys.readouterr().err
+    assert (tmp_path / "o.rejected.csv").read_text() == "ts,k\n1,1\n"
+    # A query set's: its output folder q, the default q.rejected.parquet.
+    pq.write_table(pa.table({"ts": [1.0], "k": [1]}), tmp_path / "q.rejected.parquet")
+    assert main(["run", "--executor", "eddy", "--sql", "SELECT R.k FROM R", "--no-progress",
+                 "--input", f"R={tmp_path / 'q.rejected.parquet'}",
+                 "--output", str(tmp_path / "q")]) == 1
+    assert "--rejected's default" in capsys.readouterr().err
+    assert pq.read_table(tmp_path / "q.rejected.parquet").num_rows == 1

@@ -514,6 +514,10 @@ class RejectedOutput:
         self.given = given
         self.path = given if given is not None else (
             None if output in (None, "-") else _default_rejected(output))
+        if given is None and self.path is not None:
+            # Checked as a given one is: start() removes a stale default file, and an
+            # input of that name was deleted.
+            check_output_path(self.path, inputs, "--rejected's default")
         self.sink = None
 
     def __call__(self, batch) -> None:
