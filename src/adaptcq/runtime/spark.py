@@ -1304,7 +1304,7 @@ _LABELS = {
     "adaptivity": "adaptive policies (--optimizer, --reorder, --executor acaching and its "
                   "cache options)",
     "inputs": "inputs", "schemas": "input columns", "output": "--output",
-    "rejected": "--rejected",
+    "rejected": "--rejected", "columns": "output columns",
 }
 
 
@@ -1312,7 +1312,7 @@ def _fingerprint_diff(old: dict, new: dict) -> list[str]:
     out = []
     for key, label in _LABELS.items():
         a, b = old.get(key), new.get(key)
-        if a == b:
+        if a == b or (key == "columns" and a is None):  # (not recorded before 2026-11-27)
             continue
         if key == "sql":
             out.append("the query text differs")
@@ -1328,6 +1328,7 @@ def _fingerprint_diff(old: dict, new: dict) -> list[str]:
 
 def _shown(value) -> str:
     return "not given" if value is None else str(value)
+
 
 
 @dataclass
@@ -1535,8 +1536,11 @@ def _check_places(inputs: dict, output: str | None, rejected: str | None,
         raise AdaptcqError("--rejected and --output name the same folder")
 
 
-def _checkpoint_state(ck: Path, label: str, fp: dict) -> tuple[dict | None, bool]:
-    """(stored fingerprint, fresh). Fresh: no micro-batch of this checkpoint was completed."""
+def _checkpoint_state(ck: Path, label: str, fp: dict,
+                      columns_then: list[str] | None = None) -> tuple[dict | None, bool]:
+    """(stored fingerprint, fresh). Fresh: no micro-batch of this checkpoint was completed.
+    ``columns_then``: the output columns versions before 2026-11-27 wrote for this query
+    (their fingerprints do not record them)."""
     if ck.exists() and not ck.is_dir():
         raise AdaptcqError(f"checkpoint {label} is a file, not a folder; give --checkpoint a "
                            "new folder, or the folder of an earlier run of this query")
@@ -1565,6 +1569,11 @@ def _checkpoint_state(ck: Path, label: str, fp: dict) -> tuple[dict | None, bool
             "end-of-input folder, among others) and works only where it was written: move it "
             "back, or use a new --checkpoint folder")
     diffs = _fingerprint_diff(stored, fp)
+    if "columns" not in stored and columns_then is not None and columns_then != fp["columns"]:
+        # Written before the fingerprint recorded the output's columns (2026-11-27), by a
+        # version whose columns for this query differ: appending would mix part files.
+        diffs.append(f"its output's columns were {', '.join(columns_then)}; this version "
+                     f"writes {', '.join(fp['columns'])}")
     if diffs:
         raise AdaptcqError(f"checkpoint {label} was written by a different query "
                            f"({'; '.join(diffs)}); use a new --checkpoint folder")
@@ -1618,6 +1627,7 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     reads them), the query, the places (no output inside an input or the checkpoint), the
     checkpoint (its fingerprint must be this query's) and the output folders; choose the
     shares (``shares``, those of the checkpoint, or at the inputs' row counts)."""
+    from adaptcq.query.cql import parse_query
     from adaptcq.runtime.local import parse_signed, require_inputs
     from adaptcq.stream.sources import schema_kinds
 
@@ -1682,8 +1692,17 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
         "output": os.path.realpath(output) if output else None,
         "rejected": os.path.realpath(rejected) if rejected else None,
         "checkpoint": os.path.realpath(ck),
+        # The output's columns: a restart appends part files, which must have them all.
+        "columns": [o.name for o in query.outputs] + ["_sign", "_ts"]
+        + (["_late"] if executor == "tree" else []),
     }
-    stored, fresh = _checkpoint_state(ck, ck_label, fp)
+    # Before 2026-11-27: SELECT * kept the --sign column, and the tree's _late came only
+    # with spilling.
+    then = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()}) \
+        if sign is not None else query
+    columns_then = [o.name for o in then.outputs] + ["_sign", "_ts"] + (
+        ["_late"] if executor == "tree" and options.get("spill") is not None else [])
+    stored, fresh = _checkpoint_state(ck, ck_label, fp, columns_then)
     # The shares: measured at the first run (at the rows each input holds), then kept, so
     # that a restart routes rows to the groups that hold their state.
     rates = None
