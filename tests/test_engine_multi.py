@@ -660,3 +660,27 @@ def test_another_querys_control_event_advances_time():
     shared.deregister(shared.register("SELECT R.a FROM R WHERE R.a > 100"), at=10.0)
     shared.run()
     assert rows(q) == [(1, -1, 3.0), (1, 1, 1.0), (2, -1, 7.0), (2, 1, 5.0)]
+
+
+def test_a_removed_query_finishes_its_output_at_once(tmp_path):
+    """A deregistered query held its unwritten results (up to a chunk) and its open file
+    until the run ended, so a control stream of many queries grew memory and open files
+    with the run (found measuring memory over long runs). Its file is now complete at its
+    removal, and a query's file is opened at its registration."""
+    out1, out2 = tmp_path / "q1.parquet", tmp_path / "q2.parquet"
+    seen = {}
+
+    def rows():
+        for i in range(400):
+            if i == 300:  # long after q1's removal at 100 s, before q2's registration
+                seen["q1 done"] = out1.exists() and pq.read_table(out1).num_rows
+                seen["q2 open"] = any(p.name.startswith(out2.name) for p in tmp_path.iterdir())
+            yield {"ts": float(i), "k": i % 3}
+
+    eng = adaptcq.Engine({"R": rows()}, "ts", chunk_rows=10)  # (read a little ahead only)
+    q1 = eng.register("SELECT R.k FROM R", output=str(out1))
+    eng.deregister(q1, at=100.0)
+    eng.register("SELECT R.k FROM R", at=350.0, output=str(out2))
+    eng.run()
+    assert seen == {"q1 done": 100, "q2 open": False}
+    assert pq.read_table(out1).num_rows == 100 and pq.read_table(out2).num_rows == 50

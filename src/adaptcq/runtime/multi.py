@@ -404,8 +404,7 @@ class Engine:
         self._ran = True
         self._rejected_count = 0
         t0 = time.process_time()
-        for h in self.handles.values():
-            self._open_output(h)
+        self._closed: dict[str, str] = {}  # query id -> its output file, finished
         view = SimpleNamespace(
             streams=[StreamRef(n, n) for n in self.sources],
             columns={n: tuple(s.schema.names) for n, s in self.sources.items()})
@@ -452,9 +451,7 @@ class Engine:
             # An error stops every query: their output files are removed, not left
             # holding what came before it (as the single-query CLI does).
             aborted = True
-            for h in self.handles.values():
-                if h.sink is not None:
-                    h.sink.abort()
+            self._abort_outputs()
             raise
         finally:
             if not aborted:  # (a stop, Ctrl-C, keeps the results so far, as it does there)
@@ -473,20 +470,28 @@ class Engine:
         callback raising at the last flush, a full disk) is an error of the run too: every
         output file is removed, as above (a raising callback left the other queries'
         temporary files behind, their outputs never written)."""
-        closed = []
         try:
             self._flush(True)
             for h in self.handles.values():
-                if h.sink is not None:
-                    h.sink.close()
-                    closed.append(h.sink.path)
+                self._open_output(h)  # (a query never registered gets its empty file)
+                self._close_output(h)
         except BaseException:
-            for h in self.handles.values():
-                if h.sink is not None:
-                    h.sink.abort()
-            for path in closed:
-                Path(path).unlink(missing_ok=True)
+            self._abort_outputs()
             raise
+
+    def _close_output(self, h: QueryHandle) -> None:
+        if h.sink is not None and h.id not in self._closed:
+            h.sink.close()
+            self._closed[h.id] = h.sink.path
+
+    def _abort_outputs(self) -> None:
+        """Every output file removed: those being written, and those finished (queries
+        removed earlier) — an error stops every query."""
+        for h in self.handles.values():
+            if h.sink is not None:
+                h.sink.abort()
+        for path in self._closed.values():
+            Path(path).unlink(missing_ok=True)
 
     def _reject(self, merger: ArrivalMerger) -> None:
         """The late rows found so far leave (``on_rejected``), or are kept: the merger
@@ -519,9 +524,14 @@ class Engine:
                     raise OptionError(f"registering query {h.id!r} {self._when(ev.ts)}: "
                                       f"{e}") from None
                 h.state = "running"
+                self._open_output(h)  # (a file open per running query, not per query)
             elif h.state == "running":
                 ex.remove_query(h.id)
                 h.state = "removed"
+                # Its last results out and its file finished now: a removed query held up
+                # to a chunk of rows and an open file until the end of the run.
+                self._flush_query(h)
+                self._close_output(h)
             self._failures()
         self._failures()
         self._update_watch()
@@ -563,7 +573,7 @@ class Engine:
                 h.state, h.error = "failed", err
 
     def _open_output(self, h: QueryHandle) -> None:
-        if h.output is None or callable(h.output):
+        if h.output is None or callable(h.output) or h.sink is not None:
             return
         from adaptcq.runtime.output import FileSink, format_of
         path = str(h.output)
@@ -573,17 +583,22 @@ class Engine:
     def _flush(self, final: bool) -> None:
         self._failures()
         for h in self.handles.values():
-            if not h.rows or (not final and len(h.rows) < OUT_CHUNK):
-                continue
-            rows, h.rows[:] = list(h.rows), []
-            batch = rows_to_batch(rows, h.schema, self.unit)
-            h.emitted += len(rows)
-            if h.sink is not None:
-                h.sink.write(batch)
-            elif callable(h.output):
-                h.output(batch)
-            else:
-                h.batches.append(batch)
+            if h.rows and (final or len(h.rows) >= OUT_CHUNK):
+                self._flush_query(h)
+
+    def _flush_query(self, h: QueryHandle) -> None:
+        """A query's results so far out to its output."""
+        if not h.rows:
+            return
+        rows, h.rows[:] = list(h.rows), []
+        batch = rows_to_batch(rows, h.schema, self.unit)
+        h.emitted += len(rows)
+        if h.sink is not None:
+            h.sink.write(batch)
+        elif callable(h.output):
+            h.output(batch)
+        else:
+            h.batches.append(batch)
 
     def explain(self) -> dict:
         """The shared operators, virtual sources, tickets per operator and each query's
