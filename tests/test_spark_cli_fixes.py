@@ -103,6 +103,10 @@ def test_cli_shares_reach_prepare_files(tmp_path, monkeypatch):
         main(_cli(CHAIN, srcs, tmp_path / "out", "--shares", "S.b=2", "--shares", "R.a=1"))
     assert seen["kwargs"]["shares"] == {"S.b": 2, "R.a": 1}
     assert seen["args"][8] == 1  # partitions: none given, the shares make P
+    # An explicit --partitions 1 that the shares do not make is refused (it was taken as
+    # "not given": 2 groups ran; found in review).
+    assert main(_cli(CHAIN, srcs, tmp_path / "out", "--shares", "S.b=2",
+                     "--partitions", "1")) == 1
 
 
 def test_cli_shares_run_as_given(spark, tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import tempfile
 import warnings
@@ -119,6 +120,10 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
         raise AdaptcqError(f"--partitions must be >= 1, got {partitions}")
     from adaptcq.cliargs import parse_shares
     shares = parse_shares(getattr(args, "shares", None) or [])
+    if shares and partitions == 1 and math.prod(shares.values()) != 1:
+        # (prepare_files takes 1 as "no --partitions given": an explicit 1 is checked here)
+        raise AdaptcqError(f"--shares make {math.prod(shares.values())} partition groups, "
+                           "but --partitions is 1; give one or make them agree")
     # (with --shares their product is P: prepare_files takes 1 as "no --partitions given")
     partitions = partitions or (1 if shares else local_cores(master))
     unit = getattr(args, "timestamp_unit", None)
