@@ -684,3 +684,23 @@ def test_a_removed_query_finishes_its_output_at_once(tmp_path):
     eng.run()
     assert seen == {"q1 done": 100, "q2 open": False}
     assert pq.read_table(out1).num_rows == 100 and pq.read_table(out2).num_rows == 50
+
+
+@pytest.mark.parametrize("executor", ["pushdown", "pullup"])
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELECT a.a FROM R a, R b WHERE a.a = b.a", "a self-join is not one of NiagaraCQ"),
+    ("SELECT R.a FROM R, S WHERE R.a < S.a", "non-equi predicate"),
+])
+def test_niagara_refuses_what_its_plans_cannot_run_at_registration(tmp_path, executor, sql,
+                                                                    message):
+    """Refused only when the registration's time came, mid-run (which stopped every query,
+    removing their outputs); now at register(), before any data."""
+    eng = adaptcq.Engine(_write(tmp_path, DATA), "ts", executor=executor)
+    with pytest.raises((OptionError, QueryError), match=message):
+        eng.register(sql, at=5.0)
+
+
+def test_a_boolean_control_time_is_refused(tmp_path):
+    eng = adaptcq.Engine(_write(tmp_path, DATA), "ts")
+    with pytest.raises(InputError, match="control time True is not a number"):
+        eng.register("SELECT S.a FROM S", at=True)

@@ -426,23 +426,11 @@ class _Niagara:
         """Register ``query``: it sees the arrivals after the current one."""
         if handle in self.queries:
             raise OptionError(f"a query is already registered as {handle!r}")
-        require_equi_joins(query, "NiagaraCQ")
         if start != "now":
             raise OptionError(f"query {handle!r}: start={start!r} is not supported by the "
                               f"NiagaraCQ {self.name} plan (its plans hold no rows for a "
                               "query registered later); use start='now' or the eddy")
-        seen = {}
-        for s in query.streams:
-            if s.source not in self.columns:
-                raise QueryError(f"unknown source {s.source!r} (this engine's sources: "
-                                 f"{', '.join(self.columns)})", query.sql, s.position)
-            if s.source in seen:
-                raise OptionError(
-                    f"query {handle!r} reads {s.source!r} twice ({seen[s.source]} and "
-                    f"{s.alias}): a self-join is not one of NiagaraCQ's grouped plans "
-                    "(cacq.txt §5, Figure 10 joins distinct streams), and the NiagaraCQ "
-                    "optimizer groups only identical tuple sets; run it with the eddy")
-            seen[s.source] = s.alias
+        seen = self.check_query(handle, query)
         bit = self.free_bits[0] if self.free_bits else self.next_bit
         if bit >= self.capacity:
             raise OptionError(f"more than {self.capacity} queries at once; raise capacity=")
@@ -463,6 +451,25 @@ class _Niagara:
         self.last_reg = max(self.last_reg, q.seq)
         self._windows_changed()
         return q
+
+    def check_query(self, handle: str, query: LogicalQuery) -> dict[str, str]:
+        """What NiagaraCQ's plans cannot run, refused (``runtime.multi.Engine.register``
+        calls it before any data; ``add_query`` again): a non-equi join, an unknown source,
+        a self-join. Returns source -> alias."""
+        require_equi_joins(query, "NiagaraCQ")
+        seen: dict[str, str] = {}
+        for s in query.streams:
+            if s.source not in self.columns:
+                raise QueryError(f"unknown source {s.source!r} (this engine's sources: "
+                                 f"{', '.join(self.columns)})", query.sql, s.position)
+            if s.source in seen:
+                raise OptionError(
+                    f"query {handle!r} reads {s.source!r} twice ({seen[s.source]} and "
+                    f"{s.alias}): a self-join is not one of NiagaraCQ's grouped plans "
+                    "(cacq.txt §5, Figure 10 joins distinct streams), and the NiagaraCQ "
+                    "optimizer groups only identical tuple sets; run it with the eddy")
+            seen[s.source] = s.alias
+        return seen
 
     def remove_query(self, handle: str, error: str | None = None) -> _Query:
         """Deregister: the query gets nothing more; its bit is free for the next query."""

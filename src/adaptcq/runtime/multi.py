@@ -235,6 +235,9 @@ class Engine:
         self._check_clash(qid, output)
         self._check_start(qid, start)
         query = self.parse(sql)
+        check = getattr(self.ex, "check_query", None)
+        if check is not None:  # (NiagaraCQ's plans: refused now, not when its time comes)
+            check(qid, query)
         schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
                                self.timestamp, self.unit)
         ev = ControlEvent(self._ts(at), "register", qid, sql, start)  # (may refuse `at`)
@@ -364,7 +367,10 @@ class Engine:
             d = at - datetime.datetime(1970, 1, 1)
             ns = ((d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds) * 1000 \
                 + getattr(d, "nanoseconds", 0)  # (a pandas Timestamp's)
-        elif isinstance(at, numbers.Integral):  # (bool too, as float(at) took it)
+        elif isinstance(at, bool):  # (an int to Python: it was taken as 1 s)
+            raise InputError(f"control time {at!r} is not a number or a datetime "
+                             f"(times are in {self.unit or 's'})")
+        elif isinstance(at, numbers.Integral):
             ns = int(at) * UNITS[check_unit(self.unit)]
         else:
             try:
