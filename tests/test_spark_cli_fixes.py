@@ -223,3 +223,12 @@ def test_spark_error_names_other_exceptions_in_full(last):
     err = spark_error(_worker_failure(last))
     assert type(err) is AdaptcqError
     assert str(err) == f"the Spark query failed: {last}"
+
+
+def test_summary_json_names_the_executor_that_ran(tmp_path):
+    """--summary-json said "auto" where the local summary names what ran (found in review)."""
+    from adaptcq.runtime.spark import SparkRun
+    from adaptcq.runtime.spark_cli import _write_summary_json
+    path = tmp_path / "s.json"
+    _write_summary_json(str(path), SparkRun(executor="vector"), "auto", "append", "local[1]")
+    assert json.loads(path.read_text())["executor"] == "vector"

@@ -380,7 +380,9 @@ def _write_summary_json(path: str, run: SparkRun, executor: str, mode: str,
                         master: str) -> None:
     from adaptcq.runtime.output import summary_json
     from adaptcq.runtime.spark import _write_text
-    doc = {"executor": executor, "mode": mode, "master": master, **summary(run)}
+    # What every group ran (auto resolved), as the local summary and the table say.
+    doc = {"executor": run.executor or executor, "mode": mode, "master": master,
+           **summary(run)}
     try:
         _write_text(Path(path), summary_json(doc) + "\n")
     except OSError as e:
