@@ -704,3 +704,40 @@ def test_a_boolean_control_time_is_refused(tmp_path):
     eng = adaptcq.Engine(_write(tmp_path, DATA), "ts")
     with pytest.raises(InputError, match="control time True is not a number"):
         eng.register("SELECT S.a FROM S", at=True)
+
+
+def test_a_control_streams_start_column_is_read_and_others_refused(tmp_path):
+    """A control stream's columns other than ts, action, query_id, sql were ignored, a
+    "start" one too (its query ran from now); start is now read, and the others refused."""
+    paths = _write(tmp_path, DATA)
+    sql = "SELECT R.a AS ra, S.c AS sc FROM R [RANGE 5 SECONDS], S WHERE R.a = S.a"
+    rows = [{"ts": 1.2, "action": "register", "query_id": "w", "sql": sql, "start": "window"},
+            {"ts": 1.2, "action": "register", "query_id": "n", "sql": sql, "start": None}]
+    eng = adaptcq.Engine(paths, "ts", retain={"R": 10})
+    eng.load_control(rows)
+    eng.run()
+    w, n = eng.handles["w"].table(), eng.handles["n"].table()
+    # w sees R@0 and R@1 (held) with S@1.5; n sees only what arrives after 1.2.
+    assert sorted(w.column("ra").to_pylist()) == [2] and n.num_rows == 0
+    with pytest.raises(InputError, match="unknown column.*priority"):
+        adaptcq.Engine(paths, "ts").load_control([{**rows[1], "priority": 3}])
+    with pytest.raises(OptionError, match="row 0 .query n.: query n: unknown start .later."):
+        adaptcq.Engine(paths, "ts").load_control([{**rows[1], "start": "later"}])
+
+
+def test_spark_query_sets_refuse_a_window_start_in_the_control_stream():
+    """The Spark query set ran such a query from now (start was ignored): refused."""
+    from adaptcq.runtime.spark_multi import _reference
+    schemas = {s: pa.schema([("ts", pa.float64()), ("a", pa.int64())]) for s in "RS"}
+
+    class Src:  # (what _reference reads of a source: an empty table of its schema)
+        def __init__(self, schema):
+            self.schema = schema
+
+        def empty_table(self):
+            return self.schema.empty_table()
+    ctl = [{"ts": 1.0, "action": "register", "query_id": "w", "sql": "SELECT R.a FROM R",
+            "start": "window"}]
+    with pytest.raises(OptionError, match="start=window.*does not offer"):
+        _reference({n: Src(s) for n, s in schemas.items()}, None, ctl, "ts", None, "append",
+                   "tickets", None, 0, None, None, 1000, 0.0)

@@ -295,8 +295,9 @@ class Engine:
         self._event(ControlEvent(ts, "deregister", qid))
 
     def load_control(self, source) -> None:
-        """Read a control stream: rows (ts, action, query_id, sql) from a Parquet/CSV file,
-        an Arrow table or a list of dicts; ``action`` is register or deregister."""
+        """Read a control stream: rows (ts, action, query_id, sql[, start]) from a
+        Parquet/CSV file, an Arrow table or a list of dicts; ``action`` is register or
+        deregister; ``start`` (optional) is a registration's start, now or window."""
         if isinstance(source, pa.Table):
             table = source
         elif isinstance(source, list) and all(isinstance(r, Mapping) for r in source):
@@ -313,6 +314,12 @@ class Engine:
         if missing:
             raise InputError(f"control stream: missing column(s) {', '.join(missing)} "
                              f"(columns: {', '.join(CONTROL_COLUMNS)})")
+        # Another column was ignored, a "start" one too: refused, or read (start).
+        extra = [c for c in table.column_names if c not in (*CONTROL_COLUMNS, "start")]
+        if extra:
+            raise InputError(f"control stream: unknown column(s) {', '.join(extra)} "
+                             f"(columns: {', '.join(CONTROL_COLUMNS)}, and start: now or "
+                             "window, for a registration)")
         for r, row in enumerate(table.to_pylist()):
             action = row.get("action")
             where = f"control stream row {r}"
@@ -325,12 +332,15 @@ class Engine:
                 if not row.get("sql"):
                     raise InputError(f"{where}: register needs the query's sql")
                 try:
-                    self.register(row["sql"], row["ts"], query_id=str(qid))
+                    self.register(row["sql"], row["ts"], query_id=str(qid),
+                                  start=row.get("start") or "now")
                 except QueryError as e:
                     raise QueryError(f"{where} (query {qid}): {e.message}", e.sql,
                                      e.position) from None
                 except InputError as e:
                     raise InputError(f"{where} (query {qid}): {e}") from None
+                except OptionError as e:  # (a bad start: the row named)
+                    raise OptionError(f"{where} (query {qid}): {e}") from None
             else:
                 if str(qid) not in self.handles:
                     raise InputError(f"{where}: deregisters {qid!r}, which no earlier row "

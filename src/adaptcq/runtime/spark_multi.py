@@ -772,6 +772,10 @@ def _control_part(df, stream_index: int, unit: str | None, canonical: bool):
     if missing:
         raise InputError(f"control stream: missing column(s) {', '.join(missing)} "
                          "(columns: ts, action, query_id, sql)")
+    extra = [c for c in df.columns if c not in ("ts", "action", "query_id", "sql")]
+    if extra:  # (ignored before; a start column would ask for what Spark does not offer)
+        raise InputError(f"control stream: unknown column(s) {', '.join(extra)} (columns: "
+                         "ts, action, query_id, sql; start=window is not offered on Spark)")
     if "sql" not in df.columns:
         df = df.withColumn("sql", F.lit(None).cast("string"))
     tdt = df.schema["ts"].dataType
@@ -1093,6 +1097,12 @@ def _reference(schemas: Mapping, queries, control, timestamp: str, unit: str | N
             ref.register(sql)
     if control is not None:
         ref.load_control(control)  # (ids checked by register: runtime.multi.check_query_id)
+        late_start = [e.query_id for e in ref.control if e.start != "now"]
+        if late_start:  # (the groups would run it from now: refused, not ignored)
+            raise OptionError(f"control stream: query {late_start[0]} starts with the "
+                              "window's contents (start=window), which the Spark query set "
+                              "does not offer (docs/cacq-spark.md); use start=now, or the "
+                              "local engine")
     return ref
 
 
