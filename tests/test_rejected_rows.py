@@ -198,3 +198,17 @@ def test_the_default_rejected_file_never_deletes_an_input(tmp_path, capsys):
                  "--output", str(tmp_path / "q")]) == 1
     assert "--rejected's default" in capsys.readouterr().err
     assert pq.read_table(tmp_path / "q.rejected.parquet").num_rows == 1
+
+
+def test_the_default_rejected_file_takes_the_outputs_format(tmp_path):
+    """With --format naming another format than the output's suffix, the default followed
+    the suffix (-o o.csv --format parquet wrote its rejected rows as CSV; found in
+    review); it now takes the format: o.csv.rejected.parquet."""
+    (tmp_path / "r.csv").write_text("ts,k\n5,1\n1,1\n")
+    (tmp_path / "s.csv").write_text("ts,k\n1,1\n")
+    args = ["run", "--sql", "SELECT R.k FROM R, S WHERE R.k = S.k", "--no-progress",
+            "--input", f"R={tmp_path / 'r.csv'}", "--input", f"S={tmp_path / 's.csv'}"]
+    assert main([*args, "--output", str(tmp_path / "o.csv"), "--format", "parquet"]) == 0
+    assert pq.read_table(tmp_path / "o.csv.rejected.parquet").num_rows == 1
+    assert main([*args, "--output", str(tmp_path / "o.txt"), "--format", "csv"]) == 0
+    assert (tmp_path / "o.txt.rejected.csv").read_text().startswith('"stream","row"')

@@ -284,7 +284,8 @@ def _outputs(args, spark: bool) -> list[tuple[str, str]]:
     elif out is not None:
         kind = "folder" if spark else "file"
         targets.append((f"the rejected rows' {kind} (--rejected's default)",
-                        f"{out.rstrip('/')}.rejected" if spark else _default_rejected(out)))
+                        f"{out.rstrip('/')}.rejected" if spark
+                        else _default_rejected(out, getattr(args, "format", None))))
     targets += [("--spill-dir", getattr(args, "spill_dir", None)),
                 ("--checkpoint", getattr(args, "checkpoint", None))]
     return [(what, path) for what, path in targets if path is not None]
@@ -421,7 +422,7 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
         raise AdaptcqError("--format needs --output (a file, or - for stdout)")
     if args.output not in (None, "-"):
         check_output_path(args.output, inputs)
-    rejected = RejectedOutput(args.rejected, args.output, inputs)
+    rejected = RejectedOutput(args.rejected, args.output, inputs, args.format)
     run = LocalRun(sql, sources, timestamp, args.executor, args.mode, sign=args.sign,
                    allowed_lateness=args.allowed_lateness,
                    timestamp_unit=args.timestamp_unit, max_results=args.max_results,
@@ -502,7 +503,8 @@ class RejectedOutput:
     with no ``--output`` either they are counted, not kept. Paths are checked on creation,
     before any work."""
 
-    def __init__(self, given: str | None, output: str | None, inputs: list[Path]):
+    def __init__(self, given: str | None, output: str | None, inputs: list[Path],
+                 fmt: str | None = None):
         from adaptcq.runtime.output import check_output_path
         if given == "-":  # (its rows would interleave with the results or the summary)
             raise AdaptcqError("--rejected -: stdout carries the results (--output -) or the "
@@ -513,7 +515,7 @@ class RejectedOutput:
                 raise AdaptcqError("--rejected and --output name the same file")
         self.given = given
         self.path = given if given is not None else (
-            None if output in (None, "-") else _default_rejected(output))
+            None if output in (None, "-") else _default_rejected(output, fmt))
         if given is None and self.path is not None:
             # Checked as a given one is: start() removes a stale default file, and an
             # input of that name was deleted.
@@ -554,15 +556,18 @@ class RejectedOutput:
             console.print(f"{count:,} rows were rejected; give --rejected FILE to keep them")
 
 
-def _default_rejected(output: str) -> str:
+def _default_rejected(output: str, fmt: str | None = None) -> str:
     """``--rejected``'s default: the output's name with ``.rejected`` before its format
-    suffix, in its format (``o.csv.gz`` -> ``o.rejected.csv.gz``); Parquet after the whole
-    name when it has no format suffix (a query set's folder, ``o.txt --format csv``).
+    suffix, in its format (``o.csv.gz`` -> ``o.rejected.csv.gz``); with ``--format`` naming
+    another format, that format's suffix after the whole name (``o.txt --format csv`` ->
+    ``o.txt.rejected.csv``); else Parquet after the whole name (a query set's folder).
     Outputs ``o.csv`` and ``o.parquet`` once shared ``o.rejected.parquet``, so a run of
     one removed the other's as stale."""
     from adaptcq.runtime.output import SUFFIXES, _suffix
     p = Path(output)
     suffix, gz = _suffix(output)
+    if fmt is not None and SUFFIXES.get(suffix) != fmt:  # (--format names another format)
+        return str(p.with_name(f"{p.name}.rejected.{fmt}"))
     if suffix in SUFFIXES:
         cut = len(suffix) + (len(".gz") if gz else 0)
         return str(p.with_name(p.name[:-cut] + ".rejected" + p.name[-cut:]))
