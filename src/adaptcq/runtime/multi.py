@@ -252,17 +252,11 @@ class Engine:
         one query's results were lost."""
         if output is None or callable(output):
             return
-        from adaptcq.runtime.output import overlaps
-        for p in self.input_paths:
-            if overlaps(output, p):
-                raise OptionError(f"query {qid}: output {str(output)!r} is the input "
-                                  f"{str(p)!r} (or holds it, or is inside it); writing there "
-                                  "would destroy the input")
-        for h in self.handles.values():
-            if h.output is not None and not callable(h.output) and overlaps(output, h.output):
-                raise OptionError(f"query {qid}: output {str(output)!r} is query {h.id}'s "
-                                  f"output {str(h.output)!r} (or holds it, or is inside it); "
-                                  "one would overwrite the other: give each a file of its own")
+        from adaptcq.runtime.output import refuse_overlaps
+        refuse_overlaps(str(output), self.input_paths, f"query {qid}: output",
+                        [(f"query {h.id}'s output", str(h.output))
+                         for h in self.handles.values()
+                         if h.output is not None and not callable(h.output)], OptionError)
 
     def _check_start(self, qid: str, start) -> None:
         """``start`` is checked here, not when the registration's time comes mid-run (which

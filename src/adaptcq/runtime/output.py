@@ -86,6 +86,22 @@ def overlaps(a: str | Path, b: str | Path) -> bool:
     return pa_ == pb or pa_ in pb.parents or pb in pa_.parents
 
 
+def refuse_overlaps(path: str, inputs: Iterable[Path], what: str,
+                    others: Iterable[tuple[str, str]] = (), error=AdaptcqError) -> None:
+    """Refuse (``error``) an output path that is an input, holds one or is inside one, or
+    is (holds, is inside) another output (``others``: (its name, its path) pairs)."""
+    out = Path(path).expanduser()
+    for p in inputs:
+        if overlaps(out, p):
+            raise error(f"{what} {path!r} is the input {str(p)!r} (or holds it, or is "
+                        "inside it); writing there would destroy the input")
+    for option, other in others:
+        if overlaps(out, other):
+            raise error(f"{what} {path!r} is {option} {other!r} (or holds it, or is "
+                        "inside it); one would overwrite the other: give each a "
+                        "place of its own")
+
+
 def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output",
                       others: Iterable[tuple[str, str]] = (),
                       example: str = "out.parquet") -> Path:
@@ -94,15 +110,7 @@ def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output",
     out = Path(path).expanduser()
     if what == "--rejected":  # (its format is always its suffix's: no --format for it)
         format_of(path, None, what)
-    for p in inputs:
-        if overlaps(out, p):
-            raise AdaptcqError(f"{what} {path!r} is the input {str(p)!r} (or holds it, or is "
-                               "inside it); writing there would destroy the input")
-    for option, other in others:
-        if overlaps(out, other):
-            raise AdaptcqError(f"{what} {path!r} is {option} {other!r} (or holds it, or is "
-                               "inside it); one would overwrite the other: give each a "
-                               "place of its own")
+    refuse_overlaps(path, inputs, what, others)
     if out.is_dir():
         raise AdaptcqError(f"{what} {path!r} is a folder; give a file name, e.g. "
                            f"{str(out / example)!r}")
