@@ -187,10 +187,9 @@ def _run_queryset(args, console) -> int:
         raise AdaptcqError(f"--output {args.output!r}: --executor {args.executor} writes a "
                            "folder of Parquet files per query (OUTPUT/query_id=ID/), not a "
                            f"{suffix} file; give --output a folder name")
-    _check_summary_json(
-        args, _input_paths(_inputs(args.input), args.sql,
-                           [args.queries] if args.queries else []),
-        _outputs(args, spark=args.engine == "spark"))
+    sources = _inputs(args.input)
+    inputs = _input_paths(sources, args.sql or [], [args.queries] if args.queries else [])
+    _check_summary_json(args, inputs, _outputs(args, spark=args.engine == "spark"))
     if args.engine == "spark":  # (run_cli_multi refuses what the Spark query set ignores)
         from adaptcq.runtime.spark_multi import run_cli_multi
         args.seed = args.seed or 0
@@ -207,7 +206,6 @@ def _run_queryset(args, console) -> int:
     if not args.sql and not args.queries:
         raise AdaptcqError(f"--executor {args.executor} needs queries: --sql (repeat it) "
                            "and/or --queries FILE")
-    sources = _inputs(args.input)
     if not sources:
         raise AdaptcqError("give an --input NAME=PATH for each source")
     if args.output in (None, "-"):
@@ -224,9 +222,7 @@ def _run_queryset(args, console) -> int:
     if out.exists() and not out.is_dir():
         raise AdaptcqError(f"--output {args.output!r} is a file; --executor {args.executor} "
                            "writes a folder with one sub-folder per query")
-    rejected = RejectedOutput(args.rejected, args.output,
-                              _input_paths(sources, args.sql or [],
-                                           [args.queries] if args.queries else []))
+    rejected = RejectedOutput(args.rejected, args.output, inputs)
     engine = Engine(sources, args.timestamp, mode=args.mode, executor=args.executor,
                     routing=args.routing or "tickets",
                     routing_options=routing_options(args.routing_option),
@@ -509,17 +505,17 @@ class RejectedOutput:
         if given == "-":  # (its rows would interleave with the results or the summary)
             raise AdaptcqError("--rejected -: stdout carries the results (--output -) or the "
                                "run's summary; give --rejected a file")
-        if given is not None:
-            check_output_path(given, inputs, "--rejected")
-            if output not in (None, "-") and Path(given).resolve() == Path(output).resolve():
-                raise AdaptcqError("--rejected and --output name the same file")
         self.given = given
         self.path = given if given is not None else (
             None if output in (None, "-") else _default_rejected(output, fmt))
-        if given is None and self.path is not None:
-            # Checked as a given one is: start() removes a stale default file, and an
-            # input of that name was deleted.
-            check_output_path(self.path, inputs, "--rejected's default")
+        if self.path is not None:
+            # (the default too: start() removes a stale one, and an input of its name was
+            # deleted)
+            check_output_path(self.path, inputs,
+                              "--rejected" if given is not None else "--rejected's default")
+        if given is not None and output not in (None, "-") and \
+                Path(given).resolve() == Path(output).resolve():
+            raise AdaptcqError("--rejected and --output name the same file")
         self.sink = None
 
     def __call__(self, batch) -> None:
@@ -536,9 +532,10 @@ class RejectedOutput:
         """Once the query is accepted: a stale default file from an earlier run goes with
         the earlier output (a refused run keeps both); a ``--rejected`` file given is
         always written, empty when no row is rejected."""
-        if self.given is None and self.path is not None:
-            Path(self.path).unlink(missing_ok=True)
-        if self.given is not None:
+        if self.given is None:
+            if self.path is not None:
+                Path(self.path).unlink(missing_ok=True)
+        else:
             import pyarrow as pa
 
             from adaptcq.runtime.local import REJECTED_SCHEMA
