@@ -96,6 +96,15 @@ def check_capacity(capacity) -> float | str | None:
     return c
 
 
+def check_mode_and_index(shed, index) -> None:
+    """--shed and --index: one of SHED_MODES and of INDEXES (text: a list is refused as
+    unknown, not a TypeError)."""
+    if not isinstance(shed, str) or shed not in SHED_MODES:
+        raise OptionError(f"unknown --shed {shed!r}; choose one of {', '.join(SHED_MODES)}")
+    if not isinstance(index, str) or index not in INDEXES:
+        raise OptionError(f"unknown --index {index!r}; choose one of {', '.join(INDEXES)}")
+
+
 def check_gamma(gamma) -> float:
     """γ, the sampling probability of full processing (Algorithm 3): a number in (0, 1]."""
     if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0 < gamma <= 1:
@@ -331,10 +340,7 @@ class ShedJoin:
     # ----- set-up ------------------------------------------------------------------------
     @staticmethod
     def _check(query: LogicalQuery, mode: str, shed: str, index: str) -> None:
-        if shed not in SHED_MODES:
-            raise OptionError(f"unknown --shed {shed!r}; choose one of {', '.join(SHED_MODES)}")
-        if index not in INDEXES:
-            raise OptionError(f"unknown --index {index!r}; choose one of {', '.join(INDEXES)}")
+        check_mode_and_index(shed, index)
         if len(query.streams) < 2:
             raise OptionError("the load-shedding join joins two or more streams; this query "
                               "has one")

@@ -71,18 +71,13 @@ def _check_values(spec: Mapping) -> None:
     partition group builds its join), naming the option and its value. The adaptation
     periods are checked by the controller, built in ``shed_engine_options``."""
     from adaptcq.engine.shed_join import (
-        INDEXES,
-        SHED_MODES,
         _seconds,
         check_capacity,
         check_gamma,
+        check_mode_and_index,
     )
-    mode = spec.get("mode", "none")
-    if not isinstance(mode, str) or mode not in SHED_MODES:
-        raise OptionError(f"unknown --shed {mode!r}; choose one of {', '.join(SHED_MODES)}")
-    index = spec.get("index", "auto")
-    if not isinstance(index, str) or index not in INDEXES:
-        raise OptionError(f"unknown --index {index!r}; choose one of {', '.join(INDEXES)}")
+    mode, index = spec.get("mode", "none"), spec.get("index", "auto")
+    check_mode_and_index(mode, index)
     check_capacity(spec.get("capacity"))
     for key, flag in (("basic_window", "--basic-window"), ("buffer", "--buffer")):
         if key in spec:
