@@ -360,8 +360,9 @@ class Engine:
         what int64 nanoseconds hold) is refused naming the value."""
         if at is None:
             return float("-inf")
-        out_of_range = InputError(f"control time {at!r} is out of range (event times span "
-                                  f"{SPAN})")
+        def out_of_range():
+            return InputError(f"control time {at!r} is out of range (event times span "
+                              f"{SPAN})")
         # Exactly as the data's times are converted, so an event at a row's time is at it:
         # through a float (total_seconds() * 1e9, float(an int of ns)) it was up to ~200 ns
         # off, on the wrong side of that row.
@@ -388,9 +389,9 @@ class Engine:
                 ns = int(to_nanoseconds(pa.array([x], pa.float64()), self.unit, "control",
                                         "at")[0])
             except InputError:
-                raise out_of_range from None
+                raise out_of_range() from None
         if not NS_MIN <= ns <= NS_MAX:
-            raise out_of_range
+            raise out_of_range()
         return ns
 
     def _event(self, ev: ControlEvent) -> None:
