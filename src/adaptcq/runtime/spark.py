@@ -1330,7 +1330,6 @@ def _shown(value) -> str:
     return "not given" if value is None else str(value)
 
 
-
 @dataclass
 class FileJob:
     """A checked run of a query over files (``prepare_files``): nothing is written and no
@@ -1628,7 +1627,7 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     checkpoint (its fingerprint must be this query's) and the output folders; choose the
     shares (``shares``, those of the checkpoint, or at the inputs' row counts)."""
     from adaptcq.query.cql import parse_query
-    from adaptcq.runtime.local import parse_signed, require_inputs
+    from adaptcq.runtime.local import output_schema, parse_signed, require_inputs
     from adaptcq.stream.sources import schema_kinds
 
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
@@ -1674,6 +1673,11 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     ck_label = str(checkpoint)
     ck = Path(os.path.expanduser(ck_label))
     _check_places(inputs, output, rejected, str(ck))
+    spilling = options.get("spill") is not None
+
+    def output_columns(q: LogicalQuery, late: bool) -> list[str]:
+        return output_schema(q, {n: i.schema for n, i in inputs.items()}, timestamp,
+                             timestamp_unit, late).names
     fp = {
         "version": FINGERPRINT_VERSION, "sql": normalize_sql(sql),
         "sql_text": sql,  # as given: what `adaptcq cleanup CHECKPOINT` runs again
@@ -1692,17 +1696,14 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
         "output": os.path.realpath(output) if output else None,
         "rejected": os.path.realpath(rejected) if rejected else None,
         "checkpoint": os.path.realpath(ck),
-        # The output's columns: a restart appends part files, which must have them all.
-        "columns": [o.name for o in query.outputs] + ["_sign", "_ts"]
-        + (["_late"] if executor == "tree" else []),
+        # The output's columns (the local runtime's): a restart appends part files, which
+        # must have them all. The operator tree's (spilling: auto runs it) have _late.
+        "columns": output_columns(query, executor == "tree" or spilling),
     }
-    # Before 2026-11-27: SELECT * kept the --sign column, and the tree's _late came only
-    # with spilling.
+    # Before 2026-11-27: SELECT * kept the --sign column, and _late came with spilling only.
     then = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()}) \
         if sign is not None else query
-    columns_then = [o.name for o in then.outputs] + ["_sign", "_ts"] + (
-        ["_late"] if executor == "tree" and options.get("spill") is not None else [])
-    stored, fresh = _checkpoint_state(ck, ck_label, fp, columns_then)
+    stored, fresh = _checkpoint_state(ck, ck_label, fp, output_columns(then, spilling))
     # The shares: measured at the first run (at the rows each input holds), then kept, so
     # that a restart routes rows to the groups that hold their state.
     rates = None
