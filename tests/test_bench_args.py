@@ -37,3 +37,11 @@ def test_choices_and_unused_options_are_refused(capsys):
     with pytest.raises(SystemExit):
         _args.refuse_unused(ap, args, ["duration", "runs"], "by fig7")
     assert "--duration: not used by fig7" in capsys.readouterr().err
+
+
+def test_comma_lists_check_each_value():
+    parse = _args.comma_list(_args.positive_int, "number")
+    assert parse("1, 2,4") == [1, 2, 4]
+    for bad, message in (("", "give at least one number"), ("1,0", "must be at least 1")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            parse(bad)

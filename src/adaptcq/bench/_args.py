@@ -50,6 +50,17 @@ def fraction(text: str) -> float:
     return value
 
 
+def comma_list(item, what: str = "value"):
+    """A comma-separated list of values, each checked by ``item`` (one of the types above),
+    at least one (``--partitions 1,2,4``)."""
+    def parse(text: str) -> list:
+        values = [item(x.strip()) for x in text.split(",") if x.strip()]
+        if not values:
+            raise argparse.ArgumentTypeError(f"give at least one {what}")
+        return values
+    return parse
+
+
 def choices(known: Iterable[str]):
     """A comma-separated list of names, each one of ``known`` (e.g. ``--cases a,b``)."""
     known = list(known)

@@ -99,6 +99,7 @@ from pathlib import Path
 
 from adaptcq.bench._args import (
     choices,
+    comma_list,
     nonnegative_float,
     positive_float,
     positive_int,
@@ -863,16 +864,6 @@ DEFAULTS = {  # per figure: the defaults of the options it reads (see the docstr
 OPTIONS = tuple(dict.fromkeys(k for d in DEFAULTS.values() for k in d))
 
 
-def _list(item):
-    """A comma-separated list of values, each checked by ``item`` (a ``bench._args`` type)."""
-    def parse(text: str) -> list:
-        values = [item(x.strip()) for x in text.split(",") if x.strip()]
-        if not values:
-            raise argparse.ArgumentTypeError("give at least one value")
-        return values
-    return parse
-
-
 def _shown(value) -> str:
     if isinstance(value, list):
         return ",".join(_shown(x) for x in value)
@@ -897,7 +888,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m adaptcq.bench.shedding",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=FIGURES, help="the figure to run: %(choices)s")
-    floats, nonneg = _list(positive_float), _list(nonnegative_float)
+    floats, nonneg = comma_list(positive_float), comma_list(nonnegative_float)
 
     def opt(flag, kind, text, metavar):
         ap.add_argument(flag, type=kind, metavar=metavar,
@@ -924,7 +915,7 @@ def main(argv=None) -> int:
         "(identifier-sorted)", "PART,...")
     opt("--rate", positive_float, "stream rate (tuples/s per stream)", "R")
     opt("--threshold", positive_int, "overlap threshold", "N")
-    opt("--types", _list(positive_int), "numbers of tuple types |Z|, comma-separated",
+    opt("--types", comma_list(positive_int), "numbers of tuple types |Z|, comma-separated",
         "N,...")
     opt("--factors", floats, "value difference factors, comma-separated", "F,...")
     opt("--duration", positive_float, "event seconds per run (fig15, perf: of the "

@@ -45,7 +45,13 @@ import threading
 import time
 from pathlib import Path
 
-from adaptcq.bench._args import choices, positive_float, positive_int, refuse_unused
+from adaptcq.bench._args import (
+    choices,
+    comma_list,
+    positive_float,
+    positive_int,
+    refuse_unused,
+)
 
 WORKLOADS = ("chain", "q3", "q5")
 CHAIN = ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R [RANGE 10 SECONDS], "
@@ -224,13 +230,9 @@ def run_job(engine: str, name: str, args, out: Path, partitions: int = 1) -> dic
     return timed_job(cmd, f"{engine} job on {name}")
 
 
-def positive_ints(text: str) -> list[int]:
-    """An argparse type: a comma-separated list of whole numbers >= 1 (``--partitions 1,2,4``,
-    ``--batches 1000,20000``)."""
-    parts = [x.strip() for x in text.split(",") if x.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError("give at least one number")
-    return [positive_int(x) for x in parts]
+#: An argparse type: a comma-separated list of whole numbers >= 1 (``--partitions 1,2,4``,
+#: ``--batches 1000,20000``).
+positive_ints = comma_list(positive_int, "number")
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
