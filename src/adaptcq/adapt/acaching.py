@@ -75,6 +75,7 @@ from adaptcq.adapt.caching.verify import (
     resolution,
     share_ready,
 )
+from adaptcq.checks import is_finite
 from adaptcq.engine.rules import cache_key, probe_plan
 from adaptcq.stats.costs import KINDS, OperationCosts
 from adaptcq.stats.estimators import W_DEFAULT, BloomMissRate, WindowAverage
@@ -1175,7 +1176,7 @@ class ACaching(PolicyBase):
 
     def set_memory(self, memory: int | None) -> None:
         """Change the cache memory budget (bytes; None = unlimited) while the query runs."""
-        if memory is not None and not (_is_number(memory) and memory >= 0):
+        if memory is not None and not (is_finite(memory) and memory >= 0):
             raise ValueError(f"--cache-memory must be >= 0 bytes, got {memory!r}")
         self.memory = memory
 
@@ -1326,10 +1327,6 @@ def describe_measured(m: dict) -> str:
             f"measured, {ms(m.get('predicted_cpu_saved_per_s'))} predicted")
 
 
-def _is_number(x) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _is_count(x) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
@@ -1342,7 +1339,7 @@ def _check_options(*, W, p, reopt_interval, change, caches, m, memory, W_d, alph
     if not (_is_count(reopt_interval) and reopt_interval > 0):
         raise ValueError(f"--reopt-interval must be a positive number of tuples, "
                          f"got {reopt_interval!r}")
-    if memory is not None and not (_is_number(memory) and memory >= 0):
+    if memory is not None and not (is_finite(memory) and memory >= 0):
         raise ValueError(f"--cache-memory must be >= 0 bytes, got {memory!r}")
     if caches not in ("prefix", "global"):
         raise ValueError(f"--caches must be prefix or global, got {caches!r}")
@@ -1354,12 +1351,12 @@ def _check_options(*, W, p, reopt_interval, change, caches, m, memory, W_d, alph
             raise ValueError(f"A-Caching option {name} must be a whole number ≥ 1, got {value!r}")
     if not (_is_count(m) and m >= 0):
         raise ValueError(f"A-Caching option m (the §6 quota) must be a whole number ≥ 0, got {m!r}")
-    if not (_is_number(p) and 0 <= p <= 1):
+    if not (is_finite(p) and 0 <= p <= 1):
         raise ValueError(f"A-Caching option p (the profiling probability) must be in [0, 1], "
                          f"got {p!r}")
-    if not (_is_number(change) and change >= 0):
+    if not (is_finite(change) and change >= 0):
         raise ValueError(f"A-Caching option change must be a number ≥ 0, got {change!r}")
-    if not (_is_number(alpha) and alpha >= 1):
+    if not (is_finite(alpha) and alpha >= 1):
         raise ValueError(f"A-Caching option alpha (Bloom-filter bits per key) must be ≥ 1 "
                          f"(App. A: alpha·W_d bits), got {alpha!r}")
 

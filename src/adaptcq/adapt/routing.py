@@ -62,6 +62,7 @@ import random
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Protocol, Self, runtime_checkable
 
+from adaptcq.checks import is_finite, is_int
 from adaptcq.errors import OptionError
 from adaptcq.stats.queues import (
     CAPACITY_DEFAULT,
@@ -175,13 +176,6 @@ class RoutingTable(Mapping):
 
 # -- option checking -------------------------------------------------------------------
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
 
 def _bad(option: str, value, wanted: str) -> OptionError:
     return OptionError(f"routing option {option} must be {wanted}, got {value!r}")
@@ -200,7 +194,7 @@ class _Routing:
     def __init__(self, *, seed: int = 0, backpressure: bool | None = None,
                  queue_capacity: float | None = None, queue_clock: str | None = None,
                  eddy_cost: float | None = None, cost_smoothing: float | None = None):
-        if not _is_int(seed):
+        if not is_int(seed):
             raise _bad("seed", seed, "an int")
         bp = self._BACKPRESSURE_DEFAULT if backpressure is None else backpressure
         if not isinstance(bp, bool):
@@ -222,7 +216,7 @@ class _Routing:
         self._admit = self._update = None  # the model's admit/update, bound once
         if bp:
             capacity = given.get("queue_capacity", CAPACITY_DEFAULT)
-            if not _is_number(capacity) or capacity <= 0:
+            if not is_finite(capacity) or capacity <= 0:
                 raise _bad("queue_capacity", capacity, "a positive number of tuples")
             clock = given.get("queue_clock", CLOCK_DEFAULT)
             if clock not in CLOCKS:
@@ -231,10 +225,10 @@ class _Routing:
                 raise OptionError("routing option eddy_cost applies only with "
                                   "queue_clock='eddy'")
             cost = given.get("eddy_cost", EDDY_COST_DEFAULT)
-            if not _is_number(cost) or cost <= 0:
+            if not is_finite(cost) or cost <= 0:
                 raise _bad("eddy_cost", cost, "a positive number of work units")
             smoothing = given.get("cost_smoothing", SMOOTHING_DEFAULT)
-            if not _is_number(smoothing) or not 0 < smoothing <= 1:
+            if not is_finite(smoothing) or not 0 < smoothing <= 1:
                 raise _bad("cost_smoothing", smoothing, "a number in (0, 1]")
             self._set_queues(QueueModel(capacity, clock=clock, eddy_cost=cost,
                                         smoothing=smoothing))
@@ -253,7 +247,7 @@ class _Routing:
     def add_op(self, op: int) -> None:
         """Register ``op`` (idempotent; a re-added op id starts afresh only if it was
         removed)."""
-        if not _is_int(op) or op < 0:
+        if not is_int(op) or op < 0:
             raise ValueError(f"op ids are non-negative ints, got {op!r}")
         if op in self._ops:
             return
@@ -455,7 +449,7 @@ class FixedRouting(_Routing):
             if isinstance(order, (str, bytes)) or not isinstance(order, Sequence):
                 raise _bad("order", order, "a sequence of op ids")
             order = tuple(order)
-            if not all(_is_int(op) and op >= 0 for op in order):
+            if not all(is_int(op) and op >= 0 for op in order):
                 raise _bad("order", order, "a sequence of non-negative int op ids")
             if len(set(order)) != len(order):
                 raise _bad("order", order, "a sequence of distinct op ids")
@@ -514,9 +508,9 @@ class LotteryRouting(_Routing):
 
     def __init__(self, *, decay: float = DECAY_DEFAULT,
                  decay_every: int = DECAY_EVERY_DEFAULT, **kw):
-        if not _is_number(decay) or not 0 < decay <= 1:
+        if not is_finite(decay) or not 0 < decay <= 1:
             raise _bad("decay", decay, "a number in (0, 1] (1: no decay)")
-        if not _is_int(decay_every) or decay_every < 1:
+        if not is_int(decay_every) or decay_every < 1:
             raise _bad("decay_every", decay_every, "a positive int (routings)")
         super().__init__(**kw)
         self._decay = float(decay)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
+from adaptcq.checks import is_int
 from adaptcq.errors import OptionError
 
 __all__ = [
@@ -377,7 +378,7 @@ def basic_window_areas(cdf: Callable[[float], float], w: float, b: float,
     """
     w = _number("w (window size, seconds)", w, low=0.0, strict_low=True)
     b = _number("b (basic window size, seconds)", b, low=0.0, strict_low=True)
-    if isinstance(points, bool) or not isinstance(points, int) or points < 1:
+    if not is_int(points) or points < 1:
         raise OptionError(f"points (Gauss-Legendre nodes) must be a whole number >= 1, "
                           f"got {points!r}")
     n = n_basic_windows(w, b)
@@ -413,7 +414,7 @@ def max_area(cdf: Callable[[float], float], w: float, a: float, grid: int = 2000
     """
     w = _number("w (window size, seconds)", w, low=0.0, strict_low=True)
     a = _number("a (interval length, seconds)", a, low=0.0)
-    if isinstance(grid, bool) or not isinstance(grid, int) or grid < 1:
+    if not is_int(grid) or grid < 1:
         raise OptionError(f"grid (start points) must be a whole number >= 1, got {grid!r}")
     if a >= w:
         f0, fw = _cdf_at(cdf, np.array([0.0, w]))

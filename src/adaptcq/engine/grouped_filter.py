@@ -52,6 +52,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from adaptcq.checks import is_int
 from adaptcq.engine.codegen import exec_source
 from adaptcq.errors import AdaptcqError
 
@@ -102,7 +103,7 @@ class GroupedFilter:
         if op not in OPS:
             raise ValueError(f"grouped filter {self}: unknown predicate {op!r} (one of "
                              f"{', '.join(OPS)})")
-        if isinstance(bit, bool) or not isinstance(bit, int) or bit < 0:
+        if not is_int(bit) or bit < 0:
             raise ValueError(f"grouped filter {self}: tag bit {bit!r} is not an int >= 0")
         if op in _NULL_TESTS:
             constant = None
@@ -400,7 +401,7 @@ class OpaqueFilter:
     def add(self, fn: Callable[[tuple], bool | None], bit: int, disjunct: bool = False,
             label: str = "") -> None:
         """Add predicate ``fn`` (TRUE when it returns a truthy value; None is UNKNOWN)."""
-        if isinstance(bit, bool) or not isinstance(bit, int) or bit < 0:
+        if not is_int(bit) or bit < 0:
             raise ValueError(f"opaque filter {self.source}: tag bit {bit!r} is not an int >= 0")
         if not callable(fn):
             raise TypeError(f"opaque filter {self.source}: {fn!r} is not callable")

@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import bisect
 import math
-import numbers
 import random
 import sys
 import time
 from collections import deque
 from collections.abc import Callable
 
+from adaptcq.checks import is_real
 from adaptcq.engine.codegen import compile_source, projection_source
 from adaptcq.errors import InputError, OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery, SetPredicate
@@ -107,7 +107,7 @@ def check_mode_and_index(shed, index) -> None:
 
 def check_gamma(gamma) -> float:
     """γ, the sampling probability of full processing (Algorithm 3): a number in (0, 1]."""
-    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0 < gamma <= 1:
+    if not is_real(gamma) or not 0 < gamma <= 1:
         raise OptionError(f"gamma (the sampling probability) must be a number in (0, 1], "
                           f"got {gamma!r}")
     return float(gamma)

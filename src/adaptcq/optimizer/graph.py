@@ -11,12 +11,12 @@ C_insert, C_delete, C_join are the unit costs of Table 1.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable, Mapping
 from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from adaptcq.checks import is_real
 from adaptcq.errors import AdaptcqError
 from adaptcq.query.logical import Shape, adjacency_shape
 
@@ -30,7 +30,7 @@ class OptimizerError(AdaptcqError, ValueError):
 
 def _check_positive(what: str, value: float, *, allow_zero: bool = False) -> float:
     # (a bool or a string is no number: float(True) and float("2") took them as 1 and 2)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_real(value):
         raise OptimizerError(f"{what} must be a number, got {value!r}")
     try:
         v = float(value)

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from adaptcq import collector
+from adaptcq.checks import is_int
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
@@ -974,7 +975,7 @@ def open_sources(sources: Mapping[str, object], timestamp: str, unit: str | None
 def _positive(value, name: str, allow_none: bool = False):
     if value is None and allow_none:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not is_int(value) or value < 1:
         raise OptionError(f"{name} must be a positive whole number, got {value!r}")
     return value
 

@@ -35,6 +35,7 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 
+from adaptcq.checks import is_int
 from adaptcq.engine.eddy import START_MODES  # (the baselines take "now" only)
 from adaptcq.errors import InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery, StreamRef
@@ -182,8 +183,7 @@ class Engine:
                             ("retain", retain)):
             if value is not None and not isinstance(value, Mapping):
                 raise OptionError(f"{what} must be a dict, got {type(value).__name__}")
-        if capacity is not None and (isinstance(capacity, bool) or not isinstance(
-                capacity, int) or capacity < 1):
+        if capacity is not None and (not is_int(capacity) or capacity < 1):
             raise OptionError(f"capacity (queries at once) must be a whole number >= 1, got "
                               f"{capacity!r}")
         for src, seconds in (retain or {}).items():
@@ -408,8 +408,7 @@ class Engine:
         with its output)."""
         if self._ran:
             raise OptionError("an Engine runs once")
-        if max_arrivals is not None and (isinstance(max_arrivals, bool) or not isinstance(
-                max_arrivals, int) or max_arrivals < 0):
+        if max_arrivals is not None and (not is_int(max_arrivals) or max_arrivals < 0):
             raise OptionError(f"max_arrivals must be a whole number >= 0 (or None), got "
                               f"{max_arrivals!r}")
         self._ran = True

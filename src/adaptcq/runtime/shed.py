@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from adaptcq.checks import is_int
 from adaptcq.errors import OptionError
 
 KEYS = ("mode", "capacity", "basic_window", "index", "buffer", "gamma", "T_r", "T_c",
@@ -89,7 +90,7 @@ def _check_values(spec: Mapping) -> None:
                           f"{spec['utility']!r}")
     if "seed" in spec:
         seed = spec["seed"]
-        if isinstance(seed, bool) or not isinstance(seed, int):
+        if not is_int(seed):
             raise OptionError(f"seed must be an integer, got {seed!r}")
         if mode == "none" and index != "inverted-id":  # (as the CLI refuses --seed)
             raise OptionError(f"seed {seed}: nothing random in this run uses it (--shed none "

@@ -55,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
+from adaptcq.checks import is_int
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery, require_equi_joins
 from adaptcq.runtime.output import overlaps, parquet_dictionary
@@ -1630,7 +1631,7 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     from adaptcq.runtime.local import output_schema, parse_signed, require_inputs
     from adaptcq.stream.sources import schema_kinds
 
-    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+    if not is_int(partitions) or partitions < 1:
         raise AdaptcqError(f"--partitions must be a whole number >= 1, got {partitions!r}")
     if not isinstance(sql, str):
         raise QueryError("the Spark runtime takes the query as CQL text")

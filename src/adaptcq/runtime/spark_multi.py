@@ -63,6 +63,7 @@ from urllib.parse import quote
 import numpy as np
 from pyspark.sql.streaming import StatefulProcessor
 
+from adaptcq.checks import is_int
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.spark import (
@@ -1249,7 +1250,7 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
                      timestamp_unit, mode, routing, routing_options, seed, udfs, capacity,
                      routing_epoch, allowed_lateness)
     P = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
-    if not isinstance(P, int) or isinstance(P, bool) or P < 1:
+    if not is_int(P) or P < 1:
         raise OptionError(f"partitions must be a whole number >= 1, got {partitions!r}")
     known = {qid: h.query for qid, h in ref.handles.items()}
     plan = plan_partitions(known, {n: list(s.names) for n, s in schemas.items()}, P,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from adaptcq.checks import is_int
 from adaptcq.errors import InputError, OptionError
 from adaptcq.optimizer import shares as shares_mod
 from adaptcq.query.logical import LogicalQuery
@@ -159,7 +160,7 @@ def _given_shares(classes, given: dict, P: int | None) -> tuple[int, ...]:
             known = "; ".join(label for label, _, _ in classes) or "none"
             raise OptionError(f"shares: {name!r} is not a column of a join attribute class "
                               f"(the classes: {known})")
-        if not isinstance(p, int) or isinstance(p, bool) or p < 1:
+        if not is_int(p) or p < 1:
             raise OptionError(f"shares: {name!r} has share {p!r}; a share is a whole "
                               "number >= 1")
         shares[hit[0]] = p

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from adaptcq.checks import is_int
 from adaptcq.errors import OptionError
 
 
@@ -79,8 +80,7 @@ and a spill file stores the id as int32."""
 
 def check_partitions(partitions, name: str = "partitions per operator") -> None:
     """Partition ids per operator: a whole number from 1 to :data:`MAX_PARTITIONS`."""
-    if isinstance(partitions, bool) or not isinstance(partitions, int) or \
-            not 1 <= partitions <= MAX_PARTITIONS:
+    if not is_int(partitions) or not 1 <= partitions <= MAX_PARTITIONS:
         raise OptionError(f"{name} must be a whole number from 1 to {MAX_PARTITIONS:,}, got "
                           f"{partitions!r}")
 

@@ -41,6 +41,7 @@ import numbers
 from collections import deque
 from collections.abc import Mapping, Sequence
 
+from adaptcq.checks import is_real
 from adaptcq.stats.estimators import W_DEFAULT, Rate, WindowAverage
 
 #: Default profiling probability p_i (a-caching.txt Appendix A). Our choice: the papers
@@ -208,7 +209,7 @@ def check_schedule(W, p, interval) -> None:
     messages every policy and the Profiler give). ``interval`` may be None (no ticks)."""
     if isinstance(W, bool) or not isinstance(W, numbers.Integral) or W < 1:
         raise ValueError(f"W must be at least 1, got {W!r}")
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:
+    if not is_real(p) or not 0 <= p <= 1:
         raise ValueError(f"the profiling probability p must be in [0, 1], got {p!r}")
     if interval is not None and (isinstance(interval, bool)
                                  or not isinstance(interval, numbers.Integral) or interval < 1):

@@ -17,12 +17,12 @@ float64. Integers never pass through float64.
 from __future__ import annotations
 
 import math
-import numbers
 from fractions import Fraction
 
 import numpy as np
 import pyarrow as pa
 
+from adaptcq.checks import is_real
 from adaptcq.errors import InputError, OptionError
 from adaptcq.stream.arrays import from_numpy, null_mask, to_numpy
 
@@ -194,7 +194,7 @@ def from_nanoseconds(ns: np.ndarray, out_type: pa.DataType, unit: str | None) ->
 def lateness_ns(seconds) -> int:
     """--allowed-lateness in nanoseconds: finite, >= 0 and within the span of event times.
     A number: ``True`` was 1 s and ``"1.5"`` 1.5 s."""
-    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+    if not is_real(seconds):
         raise OptionError(f"--allowed-lateness must be a number of seconds, got "
                            f"{seconds!r}")
     x = float(seconds)

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from adaptcq.checks import is_int
 from adaptcq.stream.workloads import (
     TIMESTAMP,
     Workload,
@@ -263,7 +264,7 @@ def _utility_case(utilities: Sequence[float]) -> str:
 
 
 def _stream_names(streams) -> tuple[str, ...]:
-    if isinstance(streams, bool) or not isinstance(streams, int) or not 2 <= streams <= 8:
+    if not is_int(streams) or not 2 <= streams <= 8:
         raise WorkloadError(f"streams must be a whole number from 2 to 8, got {streams!r}")
     return STREAMS if streams == 2 else ("R", "S", "T", "U", "V", "X", "Y", "Z")[:streams]
 

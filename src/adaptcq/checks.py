@@ -1,0 +1,28 @@
+"""Whether an option's value is a whole number or a real number; ``True`` is neither.
+
+Python's bool is a subclass of int, so ``isinstance(True, int)`` holds and an option given
+``True`` (or ``False``) would silently mean 1 (or 0). Option checks ask these instead, and
+keep their own messages, which name the option as the user writes it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+__all__ = ["is_finite", "is_int", "is_real"]
+
+
+def is_int(x) -> bool:
+    """A Python int that is not a bool."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_real(x) -> bool:
+    """A real number (``numbers.Real``: int, float, NumPy's) that is not a bool."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def is_finite(x) -> bool:
+    """A real number that is not a bool, NaN or infinite."""
+    return is_real(x) and math.isfinite(x)
