@@ -742,6 +742,11 @@ class Eddy:
         vs = self._singles[(source, k)] = self.vsource(frozenset(((source, k),)))
         return vs
 
+    def _done_until(self):
+        """The event time deletions are done up to: the latest arrival's or the latest
+        ``advance_to``'s, whichever is later."""
+        return max(self.now, self._advanced)
+
     def advance_to(self, now) -> None:
         """Process every deletion due before ``now`` (the end of the input, a watermark)."""
         self._advanced = max(self._advanced, now)
@@ -809,7 +814,7 @@ class Eddy:
         pending = {p[0] for _, _, phase, s, p in self.heap
                    if phase == 0 and s == src and p[1] == k and p[2] == size}
         st = self.sources[src]
-        now = max(self.now, self._advanced)
+        now = self._done_until()
         for rid in st.stem.rows:
             end = st.stem.times[rid] + size
             if rid not in pending and end >= now:
@@ -833,7 +838,7 @@ class Eddy:
         if kind == "range" and not st.unbounded:
             slot = self._slot(q, k)
             counted = set(recent)
-            now = max(self.now, self._advanced)
+            now = self._done_until()
             for rid, t in st.stem.times.items():
                 end = t + size
                 if st.passed[rid] & slot and end >= now and end > st.until.get(rid, -math.inf):
@@ -1428,6 +1433,11 @@ class PerQueryEddies:
             for ed in self.eddies.values():
                 if ed not in self.readers[source]:
                     ed.advance_to(ts)
+
+    def _done_until(self):
+        """The event time deletions are done up to: the latest arrival's or the latest
+        ``advance_to``'s, whichever is later."""
+        return max(self.now, self._advanced)
 
     def advance_to(self, now) -> None:
         for ed in self.eddies.values():
