@@ -442,3 +442,36 @@ def test_explain_shows_the_shares(tmp_path, capsys):
             (["run", "--sql", sql, "--shares", "S.b=2", *inputs], "need --engine spark")):
         assert main(argv) != 0
         assert message in capsys.readouterr().err
+
+
+def test_a_long_run_keeps_a_bounded_history_and_whole_totals(monkeypatch):
+    """``write_batch`` on a query running for days: ``SparkRun.history`` keeps the latest
+    statistics rows only; the totals the summary and the benchmarks read count every row."""
+    import json
+
+    from adaptcq.runtime import spark as spark_rt
+
+    monkeypatch.setattr(spark_rt, "HISTORY_ROWS", 5)
+    run = spark_rt.SparkRun()
+
+    class Batch:  # what foreachBatch hands over: only toArrow is used
+        def __init__(self, rows):
+            self.rows = rows
+
+        def toArrow(self):
+            return pa.table({
+                "_aq_kind": pa.array([spark_rt.KIND_STATS] * len(self.rows), pa.int8()),
+                "_aq_data": pa.array([None] * len(self.rows), pa.binary()),
+                "_aq_info": [json.dumps(r) for r in self.rows]})
+
+    for b in range(20):
+        rows = [{"group": g, "rows_in": 10, "engine_cpu_seconds": 0.5,
+                 "cache_hit": b % 2 == 0, "caught_up": b % 4 == 1, "batch": b}
+                for g in (0, 1)]
+        spark_rt.write_batch(Batch(rows), b, None, None, run, ["x"])
+    assert len(run.history) == 5
+    assert [h["batch"] for h in run.history] == [17, 18, 18, 19, 19]
+    assert run.group_batches == 40 and run.rows_in == 400 and run.batches == 20
+    assert run.engine_cpu_seconds == pytest.approx(20.0)
+    assert (run.live_copies, run.caught_up) == (20, 10)
+    assert sorted(run.groups) == [0, 1] and run.groups[1]["batch"] == 19

@@ -157,7 +157,7 @@ def job_adaptcq(sql: str, srcs: dict, out: Path, partitions: int, args) -> dict:
     return {"rows_in": run.rows_in, "results": run.results, "batches": run.batches,
             "groups": len(run.groups), "shares": getattr(run, "shares", None),
             "shipped": getattr(run, "shipped", None),
-            "engine_cpu_seconds": sum(h["engine_cpu_seconds"] for h in run.history),
+            "engine_cpu_seconds": run.engine_cpu_seconds,
             "progress": [{"ms": p["durationMs"].get("triggerExecution"),
                           "rows": p["numInputRows"]} for p in run.progress],
             "history": [{k: h.get(k) for k in ("group", "state_tuples", "state_bytes",

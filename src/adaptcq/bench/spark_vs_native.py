@@ -132,13 +132,12 @@ def job_adaptcq(case: str, srcs: dict, out: Path, partitions: int,
                     mode="append", partitions=partitions, max_files_per_trigger=1,
                     executor=executor)
     stream_s = time.perf_counter() - t0
-    engine_cpu = sum(h["engine_cpu_seconds"] for h in run.history)
     return {"rows_in": run.rows_in, "results": run.results, "batches": run.batches,
             "stream_seconds": stream_s, "peak_state_tuples": run.peak_state_tuples,
             "peak_state_bytes": run.peak_state_bytes, "groups": len(run.groups),
-            "engine_cpu_seconds": engine_cpu,
-            "cache_hits": sum(bool(h["cache_hit"]) for h in run.history),
-            "group_batches": len(run.history), "executor": run.executor}
+            "engine_cpu_seconds": run.engine_cpu_seconds,
+            "cache_hits": run.live_copies, "group_batches": run.group_batches,
+            "executor": run.executor}
 
 
 def job_native(case: str, srcs: dict, out: Path, master: str = "local[2]") -> dict:

@@ -49,6 +49,7 @@ import re
 import time
 import uuid
 import warnings
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +98,7 @@ __all__ = [
 
 KIND_RESULT, KIND_REJECTED, KIND_STATS = 0, 1, 2
 SIDE_COLUMNS = ("_aq_kind", "_aq_data", "_aq_info")
+HISTORY_ROWS = 1_000  # statistics rows a SparkRun keeps (``SparkRun.history``)
 RESULTS_PER_BLOB = 100_000  # result rows per Arrow IPC table in the operator's output
 CHUNK = 8 << 20  # bytes per state-store chunk of a query-set group's snapshot
 TIME_UNIT = 1e-9  # seconds per engine time unit: event times are int64 nanoseconds
@@ -986,7 +988,14 @@ class SparkRun:
     groups: dict = field(default_factory=dict)  # group key -> its latest statistics
     output: str | None = None
     rejected_path: str | None = None
-    history: list = field(default_factory=list)  # every statistics row, in batch order
+    # The latest HISTORY_ROWS statistics rows (one per group and micro-batch), in batch
+    # order: a query running for days keeps a bounded tail; ``group_batches`` and the
+    # totals below count every row.
+    history: deque = field(default_factory=lambda: deque(maxlen=HISTORY_ROWS))
+    group_batches: int = 0  # statistics rows seen (a group's micro-batch each)
+    engine_cpu_seconds: float = 0.0  # the groups' engine CPU, summed
+    live_copies: int = 0  # group micro-batches that found their live engine in the worker
+    caught_up: int = 0  # ... a stale copy, caught up from the stored changes
     progress: list = field(default_factory=list)  # Spark's progress reports
     run_id: str = ""  # the checkpoint's run (its output folders carry it)
     checkpoint: str | None = None
@@ -1155,6 +1164,10 @@ def write_batch(raw_batch, batch_id: int, output: str | None, rejected: str | No
         run.shipped += info.get("shipped", info["rows_in"])
         run.groups[info["group"]] = info
         run.history.append(info)
+        run.group_batches += 1
+        run.engine_cpu_seconds += info.get("engine_cpu_seconds", 0.0)
+        run.live_copies += bool(info.get("cache_hit"))
+        run.caught_up += bool(info.get("caught_up"))
     if res is not None:
         run._schema = res.schema
 

@@ -352,9 +352,7 @@ def decisions_table(run: SparkRun):
 def _group_starts(run: SparkRun) -> tuple[int, int, int]:
     """How the groups' micro-batches found their engine: the live copy in the worker, a
     stale copy caught up from the stored changes, or one rebuilt from them (or new)."""
-    live = sum(bool(h.get("cache_hit")) for h in run.history)
-    caught = sum(bool(h.get("caught_up")) for h in run.history)
-    return live, caught, len(run.history) - live - caught
+    return run.live_copies, run.caught_up, run.group_batches - run.live_copies - run.caught_up
 
 
 def summary(run: SparkRun) -> dict:
