@@ -176,3 +176,69 @@ def test_a_null_typed_join_column_and_natural_join_are_named():
     assert e.value.position == "SELECT * FROM R NATURAL JOIN S".index("NATURAL")
     assert adaptcq.run("SELECT R.k, S.id FROM R, S WHERE R.id = S.id",
                        {"R": R, "S": S}).table.num_rows == 2
+
+
+# ----- timestamp literals with nanoseconds ------------------------------------------------------
+_B = 1704067200 * 10**9  # 2024-01-01 00:00:00 UTC in ns
+RN = pa.table({"ts": [0, 1, 2], "k": [1, 1, 1], "id": [0, 1, 2],
+               "c": pa.array([_B, _B + 1, _B + 999], pa.timestamp("ns")),
+               "u": pa.array([_B // 1000, _B // 1000 + 1, _B // 1000 + 2], pa.timestamp("us")),
+               "z": pa.array([_B, _B + 1, _B + 999], pa.timestamp("ns", tz="UTC")),
+               "d": pa.array([19723, 19723, 19724], pa.date32())})
+SN = pa.table({"ts": [0], "k": [1]})
+
+
+NS_CASES = [
+    ("R.c = '2024-01-01 00:00:00.000000001'", [1]),
+    ("R.c > TIMESTAMP '2024-01-01 00:00:00.000000500'", [2]),
+    ("R.c IN ('2024-01-01 00:00:00.000000999', '2024-01-01 00:00:00.000000002')", [2]),
+    ("R.c BETWEEN '2024-01-01 00:00:00.000000001' AND '2024-01-01 00:00:00.000000998'", [1]),
+    ("R.z = '2024-01-01 02:00:00.000000001+02:00'", [1]),
+    # a microsecond column never equals a literal with nanoseconds; order is exact
+    ("R.u = '2024-01-01 00:00:00.000001001'", []),
+    ("R.u > '2024-01-01 00:00:00.000001001'", [2]),
+    ("R.c = '2024-01-01 00:00:00.000000001000'", [1]),  # zeros past the ns are exact
+]
+
+
+@pytest.mark.parametrize("executor", ["vector", "mjoin", "xjoin", "acaching", "tree"])
+@pytest.mark.parametrize(("where", "ids"), NS_CASES)
+def test_a_timestamp_literal_keeps_its_nanoseconds(executor, where, ids):
+    """Python's datetime holds microseconds, and fromisoformat dropped the digits past
+    them without a word: R.c = '...000000001' selected the row at .000000000."""
+    res = adaptcq.run(f"SELECT R.id FROM R, S WHERE R.k = S.k AND {where}",
+                      {"R": RN, "S": SN}, executor=executor)
+    assert sorted(res.table.column("id").to_pylist()) == ids
+
+
+@pytest.mark.parametrize(("where", "message"), [
+    ("R.c = '2024-01-01 00:00:00.0000000001'", "digits below a nanosecond"),
+    ("R.d = '2024-01-01 00:00:00.000000001'", "has a time of day"),
+])
+def test_a_literal_finer_than_its_column_is_refused(where, message):
+    with pytest.raises(QueryError, match=message):
+        adaptcq.run(f"SELECT R.id FROM R, S WHERE R.k = S.k AND {where}",
+                    {"R": RN, "S": SN}, executor="mjoin")
+
+
+@pytest.mark.parametrize(("where", "ids"), NS_CASES[:2] + NS_CASES[5:7])
+def test_the_eddy_keeps_a_literal_s_nanoseconds(tmp_path, where, ids):
+    import pyarrow.parquet as pq
+    pq.write_table(RN, tmp_path / "r.parquet")
+    pq.write_table(SN, tmp_path / "s.parquet")
+    out = tmp_path / "o"  # (the eddy writes a folder per query)
+    assert main(["run", "--sql", f"SELECT R.id FROM R, S WHERE R.k = S.k AND {where}",
+                 "--input", f"R={tmp_path / 'r.parquet'}", "--input",
+                 f"S={tmp_path / 's.parquet'}", "--executor", "eddy", "--output", str(out),
+                 "--no-progress"]) == 0
+    assert sorted(pq.read_table(out).column("id").to_pylist()) == ids
+
+
+@pytest.mark.parametrize("executor", ["mjoin", "xjoin", "tree"])
+def test_a_selected_timestamp_literal_keeps_its_nanoseconds(executor):
+    sql = ("SELECT TIMESTAMP '2024-01-01 02:00:00.000000001+02:00' AS x, "
+           "TIMESTAMP '2024-01-01 00:00:00.5' AS y FROM R, S WHERE R.k = S.k")
+    t = adaptcq.run(sql, {"R": RN.slice(0, 1), "S": SN}, executor=executor).table
+    assert t.schema.field("x").type == pa.timestamp("ns")
+    assert t.schema.field("y").type == pa.timestamp("us")
+    assert t.column("x").cast(pa.int64()).to_pylist() == [_B + 1]

@@ -290,7 +290,7 @@ def _as_timestamp(value: datetime.datetime, typ: pa.DataType) -> pa.Scalar:
     if typ.tz is not None:
         value = value.replace(tzinfo=datetime.UTC)
     micros = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": 1}[typ.unit]
-    if value.microsecond % micros:
+    if value.microsecond % micros or (getattr(value, "nanosecond", 0) and typ.unit != "ns"):
         raise pa.ArrowTypeError(f"{value} does not fit a {typ} column exactly")
     return pa.scalar(value, type=typ)
 

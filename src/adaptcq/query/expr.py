@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import sqlglot.expressions as exp
 
 from adaptcq.query import udf as udfmod
-from adaptcq.query.logical import ColumnRef
+from adaptcq.query.logical import ColumnRef, below_microsecond
 
 Resolve = Callable[[ColumnRef], str]
 Types = dict[str, dict[str, str]]
@@ -100,9 +100,18 @@ class ExprError(ValueError):
         self.node = node
 
 
-LITERAL_NAMESPACE = {"datetime": datetime, "Decimal": decimal.Decimal}
-"""The names constants written inline use (``datetime.datetime(...)``, ``Decimal('1.1')``):
-every namespace generated code runs in holds them (``engine.codegen.exec_source``)."""
+def _timestamp_ns(text: str):
+    """``repr`` of a timestamp literal with nanoseconds, a pandas Timestamp, reads
+    ``Timestamp('...')``; pandas is imported only when one is evaluated."""
+    import pandas as pd
+    return pd.Timestamp(text)
+
+
+LITERAL_NAMESPACE = {"datetime": datetime, "Decimal": decimal.Decimal,
+                     "Timestamp": _timestamp_ns}
+"""The names constants written inline use (``datetime.datetime(...)``, ``Decimal('1.1')``,
+``Timestamp('...')``): every namespace generated code runs in holds them
+(``engine.codegen.exec_source``)."""
 
 
 def eval_namespace(udfs: udfmod.UDFs | None = None) -> dict[str, object]:
@@ -151,8 +160,21 @@ def constant_value(node: exp.Expression, against: str | None = None) -> object:
 
 
 def parse_timestamp(text: str) -> datetime.datetime:
-    """A timestamp literal as a naive-UTC datetime (ISO 8601; a date alone means midnight)."""
-    value = datetime.datetime.fromisoformat(text.strip())
+    """A timestamp literal as a naive-UTC datetime (ISO 8601; a date alone means midnight).
+
+    Python's datetime holds microseconds, and ``fromisoformat`` drops further digits
+    without a word: a literal with nanoseconds is a pandas ``Timestamp`` instead (a
+    datetime that holds them), so that it compares exactly with a column in ns. Digits
+    below a nanosecond are refused (ValueError): no column holds them."""
+    text = text.strip()
+    below = below_microsecond(text)
+    if len(below) > 3:
+        raise ValueError(f"'{text}' has digits below a nanosecond")
+    if below:
+        import pandas as pd
+        value = pd.Timestamp(text)
+        return value if value.tzinfo is None else value.tz_convert("UTC").tz_localize(None)
+    value = datetime.datetime.fromisoformat(text)
     if value.tzinfo is not None:
         value = value.astimezone(datetime.UTC).replace(tzinfo=None)
     return value
@@ -630,8 +652,9 @@ class _Compiler:
     def _timestamp(node: exp.Literal) -> datetime.datetime:
         try:
             return parse_timestamp(node.this)
-        except ValueError:
-            raise ExprError(f"invalid timestamp literal '{node.this}' (expected ISO 8601, "
+        except ValueError as e:
+            why = str(e) if "nanosecond" in str(e) else "expected ISO 8601"
+            raise ExprError(f"invalid timestamp literal '{node.this}' ({why}, "
                             "e.g. '2024-01-01 00:00:00')", node) from None
 
     def _time(self, node: exp.Literal, against: str) -> datetime.datetime | datetime.date:
@@ -643,7 +666,7 @@ class _Compiler:
         value = self._timestamp(node)
         if against != "date":
             return value
-        if value.time() != datetime.time(0):
+        if value.time() != datetime.time(0) or getattr(value, "nanosecond", 0):
             raise ExprError(f"a date is compared with '{node.this}', which has a time of day "
                             f"({value.time()} UTC); compare it with a date, e.g. DATE "
                             f"'{value.date()}'", node)

@@ -7,6 +7,7 @@ streams that share a predicate) and a-caching.txt §3.1 (equijoins R_i.attr_j = 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -15,6 +16,16 @@ import pyarrow as pa
 import sqlglot.expressions as exp
 
 from adaptcq.errors import QueryError
+
+_SUB_MICRO = re.compile(r"(?<=:\d\d)[.,]\d{6}(\d+)")  # a fraction's digits past the µs
+
+
+def below_microsecond(text: str) -> str:
+    """The digits of timestamp literal ``text``'s fraction past the microsecond, trailing
+    zeros dropped ('' when it has none): Python's datetime holds microseconds."""
+    m = _SUB_MICRO.search(text)
+    return m.group(1).rstrip("0") if m else ""
+
 
 if TYPE_CHECKING:  # networkx is imported only when a caller asks for an nx.Graph
     import networkx as nx
@@ -391,7 +402,8 @@ class _OutputTyper:
             return _Typed(pa.bool_())
         if (isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal)
                 and node.to.this in _TEMPORAL):
-            return _Typed(pa.timestamp("us"))
+            # (a literal with nanoseconds holds them: expr.parse_timestamp)
+            return _Typed(pa.timestamp("ns" if below_microsecond(node.this.this) else "us"))
         if isinstance(node, exp.Neg):
             return self.arithmetic(node, [node.this])
         if isinstance(node, _ARITHMETIC):
