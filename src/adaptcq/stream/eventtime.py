@@ -3,20 +3,23 @@
 The engine compares event times as int64 nanoseconds since the epoch, so window boundaries
 are exact (docs/semantics.md, "Window boundaries"). A timestamp column is either of an Arrow
 timestamp or date type, or numeric in a unit the user names (``--timestamp-unit``, seconds
-by default). Times that are not finite, or that lie outside what int64 nanoseconds can hold
-(1677-09-21 to 2262-04-11), are refused with the stream, row and value: a common cause is
-epoch milliseconds read as seconds, and the message says so. Both runtimes use these rules.
+by default), rounded to the nanosecond, ties to even (integers and decimals exactly, floats
+from the double's product). Times that are not finite, or that lie outside what int64
+nanoseconds can hold (1677-09-21 to 2262-04-11), are refused with the stream, row and
+value: a common cause is epoch milliseconds read as seconds, and the message says so. Both
+runtimes use these rules.
 
 Output ``_ts`` keeps the input's type: a timestamp type keeps its timezone and its unit
 (made finer only when a window size needs it, e.g. ``[RANGE 500 MILLISECONDS]`` over
 ``timestamp[s]``); integer times stay integers in the input's unit when every window size is
-a whole number of that unit, else they become float64 in that unit; floating times stay
-float64. Integers never pass through float64.
+a whole number of that unit, else they become float64 in that unit; floating and decimal
+times give float64. Integers and decimals never pass through float64 on the way in.
 """
 
 from __future__ import annotations
 
 import math
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
@@ -97,6 +100,8 @@ def to_nanoseconds(col: pa.Array | pa.ChunkedArray, unit: str | None, stream: st
         raw = raw.astype(np.int64, copy=False)
         _check_range(raw, factor, stream, column, first_row, u)
         return raw * factor if factor != 1 else raw
+    if pa.types.is_decimal(t):
+        return _decimal_ns(col, u, stream, column, first_row)
     vals = to_numpy(col if pa.types.is_floating(t) else col.cast(pa.float64()))
     vals = vals.astype(np.float64, copy=False)
     bad = ~np.isfinite(vals)
@@ -112,6 +117,40 @@ def to_nanoseconds(col: pa.Array | pa.ChunkedArray, unit: str | None, stream: st
         row = int(np.flatnonzero(out)[0])
         _raise_range(stream, column, first_row + row, vals[row].item(), u)
     return np.round(ns).astype(np.int64)
+
+
+def _decimal_ns(col: pa.Array, unit: str, stream: str, column: str,
+                first_row: int) -> np.ndarray:
+    """Decimal times as int64 ns, exactly: through float64 1700000000.000000001 s was
+    1700000000 s. Multiplying by the unit only moves the decimal point, so the same digits
+    are read at a scale smaller by the unit's digits (a view), then rounded to the
+    nanosecond, ties to even as ``np.round`` rounds the float path, and cast (checked)."""
+    import pyarrow.compute as pc
+    t = col.type
+    shift = len(str(UNITS[unit])) - 1  # 9, 6, 3 or 0 digits
+    wide = t.bit_width == 256
+    try:
+        if t.bit_width < 128:  # (their casts to integers misjudge negative scales)
+            col = col.cast(pa.decimal128(t.precision, t.scale))
+        ns = col.view(pa.decimal256(76, t.scale - shift) if wide
+                      else pa.decimal128(38, t.scale - shift))
+        if t.scale > shift:
+            ns = pc.round(ns, ndigits=0, round_mode="half_to_even")
+        out = to_numpy(ns.cast(pa.int64()))
+        if not (out == NS_MIN - 1).any():
+            return out
+    except pa.ArrowInvalid:
+        pass
+    # A value out of range (or beyond Arrow's precision on the way): in Python, exactly.
+    out = np.empty(len(col), np.int64)
+    with localcontext() as ctx:
+        ctx.prec = 200
+        for row, value in enumerate(col.to_pylist()):
+            ns = int((value * UNITS[unit]).to_integral_value(ROUND_HALF_EVEN))
+            if not NS_MIN <= ns <= NS_MAX:
+                _raise_range(stream, column, first_row + row, value, unit)
+            out[row] = ns
+    return out
 
 
 def _check_range(raw: np.ndarray, factor: int, stream: str, column: str, first_row: int,
@@ -130,7 +169,8 @@ def _raise_range(stream: str, column: str, row: int, value, unit: str):
     if unit == "s":
         hint = ("; if the column holds epoch milliseconds (or µs, ns), say so with "
                 "--timestamp-unit ms (us, ns)")
-    raise InputError(f"stream {stream}: row {row} has timestamp {value!r} in {column!r}, out "
+    shown = str(value) if isinstance(value, Decimal) else repr(value)
+    raise InputError(f"stream {stream}: row {row} has timestamp {shown} in {column!r}, out "
                      f"of range for unit {unit} (event times span {SPAN}){hint}")
 
 

@@ -16,7 +16,8 @@ Updates are processed in (timestamp, FROM position, row position) order (docs/se
   newest row. Sources far apart in time buffer the one that is ahead, a chunk at a time.
 
 Each stream reads the columns its aliases need; a self-join's two aliases share one source
-and one read.
+and one read. Rows handed out as tuples (the tuple-at-a-time executors) hold Python values:
+a chunk with a value Python cannot hold exactly is refused, naming its row.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class _Feed:
     """One source: its chunks, its lateness watermark and its buffered rows."""
 
     def __init__(self, src: Source, aliases: list[tuple[int, list[str]]], timestamp: str,
-                 unit: str | None, lateness: int, sign: str | None):
+                 unit: str | None, lateness: int, sign: str | None, columnar: bool = False):
         self.src = src
         self.aliases = aliases
         self.timestamp = timestamp
@@ -116,6 +117,8 @@ class _Feed:
         self.columns = sorted({c for _, cols in aliases for c in cols})
         schema = naive_schema(pa.schema([src.schema.field(c) for c in self.columns]))
         self.table = pa.table([pa.nulls(0, f.type) for f in schema], schema=schema)
+        # Rows become Python values (``release``): the columns whose values may not.
+        self.checked = [] if columnar else [f.name for f in schema if _needs_check(f.type)]
         self.ts = np.empty(0, np.int64)
         self.pos = np.empty(0, np.int64)
         self.signs = np.empty(0, np.int64) if sign else None
@@ -139,8 +142,8 @@ class _Feed:
         n = batch.num_rows
         first = self.next_row
         self.next_row += n
-        ts = to_nanoseconds(batch.column(self.timestamp), self.unit, self.src.name,
-                            self.timestamp, first)
+        where, at = self._where(first, n)
+        ts = to_nanoseconds(batch.column(self.timestamp), self.unit, where, self.timestamp, at)
         in_order = bool(np.all(ts[1:] >= ts[:-1]))
         if in_order and (self.max_ts is None or self.max_ts - int(ts[0]) <= self.lateness_int):
             # The usual input: a chunk in time order whose first row is not late has no
@@ -158,7 +161,7 @@ class _Feed:
             top = int(run[-1])
         self.max_ts = top if self.max_ts is None else max(self.max_ts, top)
         pos = np.arange(first, first + n, dtype=np.int64)
-        signs = self._signs(batch, first) if self.sign else None
+        signs = self._signs(batch, where, at) if self.sign else None
         table = pa.Table.from_batches([batch.select(self.columns)])
         if late is not None and late.any():
             for r in np.flatnonzero(late):
@@ -169,6 +172,8 @@ class _Feed:
             keep = np.flatnonzero(~late)
             table, ts, pos = table.take(from_numpy(keep)), ts[keep], pos[keep]
             signs = None if signs is None else signs[keep]
+        for c in self.checked:  # (a late row is rejected whatever its values)
+            _check_python(table.column(c), where, pos - (first - at), c)
         sorted_in = len(ts) == 0 or (
             (len(self.ts) == 0 or ts[0] >= self.ts[-1])
             and (in_order if late is None else bool(np.all(ts[1:] >= ts[:-1]))))
@@ -184,16 +189,25 @@ class _Feed:
             if self.signs is not None:
                 self.signs = self.signs[order]
 
-    def _signs(self, batch: pa.RecordBatch, first: int) -> np.ndarray:
+    def _where(self, first: int, n: int) -> tuple[str, int]:
+        """How messages name a chunk's stream, and the number they give its first row:
+        a file input's file and the row within it (as rejected rows and the Spark runtime
+        name them), else the row within the stream. A chunk never spans two files."""
+        file, row = self.src.locate(first)
+        if file is None or self.src.locate(first + n - 1)[0] != file:
+            return self.src.name, first
+        return f"{self.src.name} (file {file})", row
+
+    def _signs(self, batch: pa.RecordBatch, where: str, first: int) -> np.ndarray:
         col = batch.column(self.sign)
         if col.null_count:
             r = int(np.flatnonzero(null_mask(col))[0])
-            raise InputError(f"stream {self.src.name}: row {first + r} has no sign "
+            raise InputError(f"stream {where}: row {first + r} has no sign "
                              f"({self.sign!r} is null); the sign column holds +1 or -1")
         sg = to_numpy(col)
         bad = np.flatnonzero((sg != 1) & (sg != -1))
         if len(bad):
-            raise InputError(f"stream {self.src.name}: row {first + int(bad[0])} has sign "
+            raise InputError(f"stream {where}: row {first + int(bad[0])} has sign "
                              f"{sg[bad[0]].item()!r}; the sign column {self.sign!r} holds "
                              "+1 or -1")
         return sg.astype(np.int64)
@@ -233,6 +247,112 @@ class _Feed:
         return out
 
 
+_DAY = 86_400
+_DAYS = (-719_162, 2_932_896)  # date(1, 1, 1) and date(9999, 12, 31), in days from 1970
+_TIMEDELTA_DAYS = 999_999_999
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _python_bounds(t: pa.DataType) -> tuple[int, int, int, str] | None:
+    """For a type whose values ``to_pylist`` can fail on or change: the least and greatest
+    storage value Python holds, the multiple every value must be (date64: whole days;
+    time64[ns]: whole microseconds), and the Python type. None: every value converts
+    exactly (timestamp[ns] and duration[ns] become pandas' Timestamp and Timedelta)."""
+    if pa.types.is_timestamp(t) and t.unit != "ns":
+        k = _PER_SECOND[t.unit]
+        return _DAYS[0] * _DAY * k, (_DAYS[1] + 1) * _DAY * k - 1, 1, "datetime"
+    if pa.types.is_date32(t):
+        return _DAYS[0], _DAYS[1], 1, "date"
+    if pa.types.is_date64(t):
+        ms = _DAY * 1_000
+        return _DAYS[0] * ms, _DAYS[1] * ms, ms, "date"
+    if pa.types.is_duration(t) and t.unit in ("s", "ms"):
+        k = _PER_SECOND[t.unit]
+        return (-_TIMEDELTA_DAYS * _DAY * k, ((_TIMEDELTA_DAYS + 1) * _DAY) * k - 1, 1,
+                "timedelta")
+    if pa.types.is_time(t):
+        k = _PER_SECOND[t.unit]
+        return 0, _DAY * k - 1, 1_000 if t.unit == "ns" else 1, "time"
+    return None
+
+
+def _needs_check(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return _needs_check(t.value_type)
+    if pa.types.is_struct(t):
+        return any(_needs_check(f.type) for f in t)
+    if pa.types.is_map(t):
+        return _needs_check(t.key_type) or _needs_check(t.item_type)
+    if pa.types.is_nested(t):  # (lists)
+        return _needs_check(t.value_type)
+    return _python_bounds(t) is not None
+
+
+def _leaves(col: pa.Array):
+    """The arrays of a column and of its items (lists, structs, maps), flattened."""
+    t = col.type
+    if pa.types.is_dictionary(t):
+        yield from _leaves(col.dictionary_decode())
+    elif pa.types.is_struct(t):
+        for child in col.flatten():
+            yield from _leaves(child)
+    elif pa.types.is_map(t):  # (no flatten kernel): its entries, key-value structs
+        o = col.offsets
+        yield from _leaves(col.values.slice(o[0].as_py(), o[-1].as_py() - o[0].as_py()))
+    elif pa.types.is_nested(t):  # lists
+        yield from _leaves(col.flatten())
+    else:
+        yield col
+
+
+def _misfit(leaf: pa.Array) -> str | None:
+    """Why a value of ``leaf`` (a column with no items) has no exact Python value, if one
+    has none."""
+    bounds = _python_bounds(leaf.type)
+    if bounds is None or not len(leaf):
+        return None
+    lo, hi, step, kind = bounds
+    raw = to_numpy(leaf, null=0)  # (NULL: 0, in every range)
+    if raw.min() < lo or raw.max() > hi:
+        if kind == "time":
+            return "not a time of day (0 to 24 h, all that Python's datetime.time holds)"
+        if kind == "timedelta":
+            return "beyond the ±999,999,999 days that Python's timedelta holds"
+        return f"outside the years 1 to 9999 that Python's {kind} holds"
+    if step != 1 and (raw % step).any():
+        if kind == "date":
+            return "not a whole day (date64 holds whole days, as milliseconds)"
+        return "with digits below the microsecond, which Python's datetime.time drops"
+    return None
+
+
+def _check_python(col: pa.Array | pa.ChunkedArray, stream: str, rows: np.ndarray,
+                  column: str) -> None:
+    """Refuse a chunk whose ``column`` holds a value with no exact Python value, which the
+    tuple-at-a-time executors' rows hold (``release``): to_pylist raised a bare
+    OverflowError on a date past 9999, and cut a time64[ns] to the microsecond. The message
+    names the row (``rows``: each value's number); the vectorized executor keeps the
+    column in Arrow."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    why = next((w for leaf in _leaves(col) if (w := _misfit(leaf))), None)
+    if why is None:
+        return
+    row = next(k for k in range(len(col))
+               if any(_misfit(leaf) for leaf in _leaves(col.slice(k, 1))))
+    value, t = col.slice(row, 1), col.type
+    if pa.types.is_nested(t):
+        shown = "an item"
+    elif pa.types.is_date64(t) or pa.types.is_duration(t) or "out of range" in (
+            shown := value.cast(pa.string())[0].as_py()):
+        unit = "ms" if pa.types.is_date64(t) else t.unit
+        shown = f"{to_numpy(value)[0]} {unit}"
+    raise InputError(f"stream {stream}: row {rows[row]} has {shown} in column {column!r} "
+                     f"({col.type}), {why}; the tuple-at-a-time executors take each row as "
+                     "Python values and would lose it, --executor vector keeps columns in "
+                     "Arrow (where it runs the query over columns: docs/vector.md)")
+
+
 class ArrivalMerger:
     """Merges the query's sources into processing order, a chunk at a time.
 
@@ -255,7 +375,7 @@ class ArrivalMerger:
             if not aliases:
                 continue
             self.feeds.append(_Feed(src, aliases, timestamp, unit, lateness,
-                                    sign if sign in src.schema.names else None))
+                                    sign if sign in src.schema.names else None, columnar))
 
     def positions(self) -> dict[str, int]:
         """Rows read so far from each source."""

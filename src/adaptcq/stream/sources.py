@@ -14,7 +14,8 @@ naive UTC, dictionary columns are decoded. A source's schema is fixed when it is
 before any result: by the files' metadata (Parquet footers; CSV: the first rows of the
 first file with rows, whose types every file is read with), or by the first chunk (an
 iterable's columns NULL throughout it: by the chunks read ahead to find their types); a
-later chunk that does not fit it is an error naming the row (and the file).
+later chunk that does not fit it is an error naming the row (and the file): an iterable's
+later chunk is converted only within a family of types, every value exactly (``fit``).
 """
 
 from __future__ import annotations
@@ -114,11 +115,12 @@ class Source:
                 cols.append(pa.nulls(len(col)))
                 continue
             try:
-                cols.append(col.cast(f.type))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                cols.append(fit(col, f.type))
+            except Misfit as e:
+                end = self.rows_read + batch.num_rows - 1
                 raise InputError(
                     f"stream {self.name}: column {f.name!r} is {f.type} in the first rows and "
-                    f"{col.type} in rows {self.rows_read}..{self.rows_read + batch.num_rows - 1}"
+                    f"{col.type} in rows {self.rows_read}..{end}{e.at(self.rows_read)}"
                     f" ({self.what}); give the source one type per column") from None
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
@@ -575,51 +577,191 @@ def _dict_chunks(name: str, box: list, it: Iterator, chunk_rows: int, start: int
 
 
 def _from_dicts(name: str, rows: list, schema: pa.Schema | None, start: int) -> pa.RecordBatch:
+    """A chunk of dicts as a batch of ``schema`` (None: the types its values give). The
+    values' own types are inferred, then fitted to ``schema`` (``fit``): given the schema,
+    pyarrow cut a later 1.5 to 1 in an int64 column, and a datetime to its date."""
     for k, r in enumerate(rows):
         if not isinstance(r, Mapping):
             raise InputError(f"stream {name}: row {start + k} is {type(r).__name__}; an "
                              "iterable source yields dicts of column -> value")
-    if schema is not None and not any(pa.types.is_null(f.type) for f in schema):
-        keys = set(schema.names)
-        for k, r in enumerate(rows):
-            if r.keys() - keys:
-                extra = sorted(r.keys() - keys)
-                raise InputError(f"stream {name}: row {start + k} has column {extra[0]!r}, "
-                                 f"which the first rows did not have ({', '.join(keys)})")
-        try:
-            return pa.RecordBatch.from_pylist(rows, schema=schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
-            raise InputError(f"stream {name}: rows {start}..{start + len(rows) - 1} do not "
-                             f"fit the types of the first rows ({_describe(schema)}): {e}") \
-                from None
     columns = dict.fromkeys(k for r in rows for k in r)
+    if schema is not None:
+        extra = [n for n in columns if n not in schema.names]
+        if extra:
+            k = next(k for k, r in enumerate(rows) if extra[0] in r)
+            raise InputError(f"stream {name}: row {start + k} has column {extra[0]!r}, "
+                             f"which the first rows did not have ({', '.join(schema.names)})")
     if any(len(r) != len(columns) for r in rows):
         # from_pylist takes its columns from the first row: a key only later rows had was
         # dropped, silently. The chunk's columns are all its rows' keys (a row lacking
         # one has NULL there, as in later chunks).
         rows = [{k: r.get(k) for k in columns} for r in rows]
+    end = start + len(rows) - 1
     try:
         batch = pa.RecordBatch.from_pylist(rows)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
-        raise InputError(f"stream {name}: rows {start}..{start + len(rows) - 1}: {e}") from None
-    if schema is not None:
-        missing = [n for n in schema.names if n not in batch.schema.names]
-        if missing:
-            raise InputError(f"stream {name}: rows {start}.. lack column {missing[0]!r}")
-        extra = [n for n in batch.schema.names if n not in schema.names]
-        if extra:
-            k = next(k for k, r in enumerate(rows) if extra[0] in r)
-            raise InputError(f"stream {name}: row {start + k} has column {extra[0]!r}, "
-                             f"which the first rows did not have ({', '.join(schema.names)})")
-        batch = batch.select(schema.names)
-        fields = [f if not pa.types.is_null(f.type) else batch.schema.field(f.name)
-                  for f in schema]
-        try:
-            batch = batch.cast(pa.schema(fields))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-            raise InputError(f"stream {name}: rows {start}..{start + len(rows) - 1} do not "
-                             f"fit the types of the first rows: {e}") from None
-    return batch
+        if schema is None:
+            raise InputError(f"stream {name}: rows {start}..{end}: {e}") from None
+        raise InputError(f"stream {name}: rows {start}..{end} do not fit the types of the "
+                         f"first rows ({_describe(schema)}): {e}") from None
+    if schema is None:
+        return batch
+    cols, fields = [], []
+    for f in schema:
+        if f.name not in columns:  # no row of the chunk has it: NULL
+            col = pa.nulls(len(rows), f.type)
+        else:
+            col = batch.column(f.name)
+            if pa.types.is_null(f.type):  # a type learnt here (while reading ahead)
+                f = f.with_type(col.type)
+            elif col.type != f.type:
+                try:
+                    col = fit(col, f.type, values=True)
+                except Misfit as e:
+                    raise InputError(
+                        f"stream {name}: rows {start}..{end} do not fit the types of the "
+                        f"first rows: column {f.name!r} is {f.type} there, and "
+                        f"{e.describe(start)}; give the column one type in all of its "
+                        "rows") from None
+        cols.append(col)
+        fields.append(f)
+    return pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields))
+
+
+class Misfit(ValueError):
+    """A column that ``fit`` cannot give another type without changing a value."""
+
+    def __init__(self, col: pa.Array, target: pa.DataType, values: bool, why: str):
+        super().__init__(why)
+        self.col, self.target, self.values, self.why = col, target, values, why
+
+    def row(self) -> int | None:
+        """The first row whose value does not fit (None: the type itself is refused). Found
+        a row at a time: an error's cost only."""
+        if not _convertible(self.col.type, self.target, self.values):
+            return None
+        for k in range(len(self.col)):
+            try:
+                fit(self.col.slice(k, 1), self.target, self.values)
+            except Misfit:
+                return k
+        return None
+
+    def at(self, start: int) -> str:
+        """``: row N has V, which does not fit (why)`` for a value that does not fit."""
+        k = self.row()
+        if k is None:
+            return ""
+        return f": row {start + k} has {_shown(self.col, k)}, which does not fit ({self.why})"
+
+    def describe(self, start: int) -> str:
+        k = self.row()
+        if k is None:
+            return f"these rows give it {self.col.type} ({self.why})"
+        return f"row {start + k} has {_shown(self.col, k)} ({self.why})"
+
+
+def _shown(col: pa.Array, k: int) -> str:
+    try:
+        return repr(col.slice(k, 1).to_pylist()[0])
+    except (ValueError, OverflowError, pa.ArrowException):
+        return str(col.slice(k, 1))
+
+
+def _is(*names: str):
+    """A test for any of ``pa.types``' named tests (those a pyarrow lacks: never)."""
+    tests = [getattr(pa.types, n) for n in names if hasattr(pa.types, n)]
+    return lambda t: any(test(t) for test in tests)
+
+
+_FAMILIES = (
+    ("int", pa.types.is_integer), ("float", pa.types.is_floating),
+    ("decimal", pa.types.is_decimal), ("timestamp", pa.types.is_timestamp),
+    ("date", pa.types.is_date), ("time", pa.types.is_time),
+    ("duration", pa.types.is_duration), ("bool", pa.types.is_boolean),
+    ("string", _is("is_string", "is_large_string", "is_string_view")),
+    ("binary", _is("is_binary", "is_large_binary", "is_binary_view")),
+    ("map", pa.types.is_map),  # (a map is a list type too: before "list")
+    ("list", _is("is_list", "is_large_list", "is_fixed_size_list", "is_list_view",
+                 "is_large_list_view")),
+    ("struct", pa.types.is_struct),
+)
+"""Families of types whose values convert exactly, by checked casts (``fit``)."""
+
+# Python values of one type may arrive as another that holds them exactly (2 == 2.0, a
+# datetime at midnight is its date); a float and a decimal never hold each other's values.
+_VALUE_FAMILIES = {("int", "float"), ("float", "int"), ("int", "decimal"), ("decimal", "int"),
+                   ("timestamp", "date")}
+
+
+def _family(t: pa.DataType) -> str | None:
+    return next((name for name, test in _FAMILIES if test(t)), None)
+
+
+def _convertible(a: pa.DataType, b: pa.DataType, values: bool) -> bool:
+    """Whether values of type ``a`` may be read as ``b`` (a cast that then checks them):
+    the same family (lists, structs and maps: of convertible items; floats: no narrower),
+    or with ``values`` (Python values), numbers of another kind, datetimes as dates."""
+    if pa.types.is_dictionary(a):
+        a = a.value_type
+    if pa.types.is_dictionary(b):
+        b = b.value_type
+    if a == b or pa.types.is_null(a):
+        return True
+    fa, fb = _family(a), _family(b)
+    if fa is None or fb is None:
+        return False
+    if fa != fb:
+        return values and (fa, fb) in _VALUE_FAMILIES
+    if fa == "float":
+        return a.bit_width <= b.bit_width
+    if fa == "list":
+        return _convertible(a.value_type, b.value_type, values)
+    if fa == "map":
+        return (_convertible(a.key_type, b.key_type, values)
+                and _convertible(a.item_type, b.item_type, values))
+    if fa == "struct":
+        theirs = {f.name: f.type for f in b}
+        return all(f.name in theirs and _convertible(f.type, theirs[f.name], values)
+                   for f in a)
+    return True
+
+
+def _to_date(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether a cast from ``a`` to ``b`` reads a timestamp as a date (anywhere within)."""
+    if pa.types.is_dictionary(a):
+        a = a.value_type
+    if pa.types.is_timestamp(a):
+        return pa.types.is_date(b)
+    fa = _family(a)
+    if fa == "list" and fa == _family(b):
+        return _to_date(a.value_type, b.value_type)
+    if fa == "map" and fa == _family(b):
+        return _to_date(a.key_type, b.key_type) or _to_date(a.item_type, b.item_type)
+    if fa == "struct" and fa == _family(b):
+        theirs = {f.name: f.type for f in b}
+        return any(_to_date(f.type, theirs[f.name]) for f in a if f.name in theirs)
+    return False
+
+
+def fit(col: pa.Array, target: pa.DataType, values: bool = False) -> pa.Array:
+    """``col`` as type ``target``, every value kept exactly, or ``Misfit``. Only types of
+    one family convert (integers of any width, a float to a wider one, decimals, timestamps,
+    dates, times or durations of any unit, string types, binary types; nested types item by
+    item), and ``values`` (dicts' Python values) adds numbers of another kind and datetimes
+    at midnight as dates. Arrow's checked cast refuses a value that does not fit (an int
+    out of range, 1.5 as an integer, lost digits); a datetime's time of day, which the cast
+    to a date drops unchecked, by casting back. An int never becomes a string, nor a
+    string a number, as ``cast`` alone would do."""
+    if not _convertible(col.type, target, values):
+        raise Misfit(col, target, values, "another type")
+    try:
+        out = col.cast(target)  # safe: refuses a value it would change
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise Misfit(col, target, values, str(e)) from None
+    if _to_date(col.type, target) and not out.cast(col.type).equals(col):
+        raise Misfit(col, target, values, "a time of day, which a date does not hold")
+    return out
 
 
 def normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
