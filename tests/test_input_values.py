@@ -271,3 +271,22 @@ def test_a_later_batch_of_the_same_family_is_taken_when_its_values_fit():
         with pytest.raises(InputError, match=rf"is (int32|timestamp\[ms\]) in the first rows and "
                            rf"(int64|timestamp\[us\]) in rows 1\.\.2: {why}"):
             adaptcq.run(sql, {"R": iter([first, bad]), "S": s})
+
+
+# ----- JSON lines output: written through Python values -------------------------------------
+@pytest.mark.parametrize(("sql", "table", "column"), [
+    (FAR_SQL[1], FAR, "d"),
+    ("SELECT R.t FROM R, S WHERE R.k = S.k", NS, "t"),
+])
+def test_json_lines_refuse_a_value_python_cannot_hold(tmp_path, capsys, sql, table, column):
+    """The vectorized executor keeps such values in Arrow; JSON lines then raised a bare
+    OverflowError (a date past 9999) or wrote a time64[ns] cut to the microsecond."""
+    from adaptcq.cli import main
+    pq.write_table(table, tmp_path / "r.parquet")
+    pq.write_table(S1, tmp_path / "s.parquet")
+    assert main(["run", "--sql", sql, "--input", f"R={tmp_path / 'r.parquet'}", "--input",
+                 f"S={tmp_path / 's.parquet'}", "--executor", "vector", "--output",
+                 str(tmp_path / "o.jsonl"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert f"--format jsonl: output column '{column}'" in err and "write Parquet" in err
+    assert "Traceback" not in err

@@ -268,7 +268,7 @@ class FileSink(Sink):
             self._writer.write_table(batch, row_group_size=max(ROW_GROUP, batch.num_rows))
             return
         if self.fmt == "jsonl":
-            self._file.write(json_lines(batch.to_pylist()).encode())
+            self._file.write(json_lines(_python_rows(batch)).encode())
         else:
             self._writer.write_batch(batch)
         if self.stdout:
@@ -345,6 +345,20 @@ def _check_csv(schema: pa.Schema, what: str) -> None:
         raise AdaptcqError(f"{what}: CSV cannot hold column{'s' if len(bad) > 1 else ''} "
                            f"{cols}; write Parquet or JSON lines (--format parquet|jsonl, or "
                            "a .parquet / .jsonl name; JSON lines write bytes as hex)")
+
+
+def _python_rows(batch) -> list[dict]:
+    """A batch's rows as Python values for JSON lines; a value Python cannot hold exactly (a
+    date past the year 9999 raised a bare OverflowError, a time64[ns] lost its last digits)
+    is refused, naming its column."""
+    from adaptcq.stream.merge import python_misfit
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        why = python_misfit(col)
+        if why is not None:
+            raise AdaptcqError(f"--format jsonl: output column {name!r} ({col.type}) has a "
+                               f"value {why}; JSON lines are written through Python values: "
+                               "write Parquet or CSV")
+    return batch.to_pylist()
 
 
 def json_lines(rows: list[dict]) -> str:

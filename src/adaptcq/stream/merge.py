@@ -326,6 +326,16 @@ def _misfit(leaf: pa.Array) -> str | None:
     return None
 
 
+def python_misfit(col: pa.Array | pa.ChunkedArray) -> str | None:
+    """Why a value of ``col`` (or of its items) has no exact Python value, if one has
+    none: what ``to_pylist`` would raise on, or change, without a word."""
+    if not _needs_check(col.type):
+        return None
+    if isinstance(col, pa.ChunkedArray):
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return next((w for leaf in _leaves(col) if (w := _misfit(leaf))), None)
+
+
 def _check_python(col: pa.Array | pa.ChunkedArray, stream: str, rows: np.ndarray,
                   column: str) -> None:
     """Refuse a chunk whose ``column`` holds a value with no exact Python value, which the
@@ -333,11 +343,11 @@ def _check_python(col: pa.Array | pa.ChunkedArray, stream: str, rows: np.ndarray
     OverflowError on a date past 9999, and cut a time64[ns] to the microsecond. The message
     names the row (``rows``: each value's number); the vectorized executor keeps the
     column in Arrow."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-    why = next((w for leaf in _leaves(col) if (w := _misfit(leaf))), None)
+    why = python_misfit(col)
     if why is None:
         return
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
     row = next(k for k in range(len(col))
                if any(_misfit(leaf) for leaf in _leaves(col.slice(k, 1))))
     value, t = col.slice(row, 1), col.type
