@@ -290,3 +290,12 @@ def test_json_lines_refuse_a_value_python_cannot_hold(tmp_path, capsys, sql, tab
     err = capsys.readouterr().err
     assert f"--format jsonl: output column '{column}'" in err and "write Parquet" in err
     assert "Traceback" not in err
+
+
+def test_the_vectorized_executor_s_row_by_row_paths_refuse_them_naming_the_column():
+    """A selection Arrow compute does not run (a date column against DATE '...') goes row
+    by row in Python values: a bare OverflowError before."""
+    with pytest.raises(InputError, match=r"stream R: column 'd' \(date32\[day\]\) has a value "
+                       "outside the years 1 to 9999"):
+        adaptcq.run("SELECT R.id FROM R, S WHERE R.k = S.k AND R.d < DATE '2020-01-01'",
+                    {"R": FAR, "S": S1}, executor="vector")

@@ -66,7 +66,7 @@ from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.estimators import Ratio
 from adaptcq.stream.arrays import from_numpy, null_mask, numpy_dtype, storage_type, to_numpy
 from adaptcq.stream.eventtime import NS_MAX, UNITS, to_units
-from adaptcq.stream.merge import ArrivalBatch
+from adaptcq.stream.merge import ArrivalBatch, python_misfit
 
 INF = np.iinfo(np.int64).max  # the deletion position of a row still in its window
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier mixing the codes of a several-column key
@@ -1236,11 +1236,29 @@ class VectorJoin:
         return np.fromiter((bool(sel(r)) for r in self._rows(i, table)), bool,
                            table.num_rows)
 
-    def _rows(self, i: int, table: pa.Table):
+    def _rows(self, i: int, table: pa.Table, exact: bool = True):
         """Stream i's rows of ``table`` as the per-tuple engine's tuples (the per-row
-        paths: selections Arrow compute cannot run, explicit deletions)."""
-        return zip(*(table.column(c).to_pylist()
-                     for c in self.query.columns[self.query.aliases[i]]))
+        paths: selections Arrow compute cannot run, explicit deletions). A value Python
+        cannot hold exactly is refused, naming its column (``merge.python_misfit``); with
+        ``exact=False`` (rows only reported, as rejected) such a column is given as text."""
+        cols = self.query.columns[self.query.aliases[i]]
+        values = []
+        for c in cols:
+            col = table.column(c)
+            why = python_misfit(col)
+            if why is not None and exact:
+                raise InputError(
+                    f"stream {self.query.aliases[i]}: column {c!r} ({col.type}) has a value "
+                    f"{why}; this query's selection on it, or an explicit deletion, runs row "
+                    "by row in Python values here")
+            if why is None:
+                values.append(col.to_pylist())
+            else:
+                try:
+                    values.append(col.cast(pa.string()).to_pylist())
+                except pa.ArrowException:  # (a nested column: no text; nothing reads it)
+                    values.append([None] * len(col))
+        return zip(*values)
 
     def _evictions(self, i: int, idx: np.ndarray, cnt: np.ndarray, add, ts) -> None:
         """[ROWS n]: the arrival numbered c + n of stream i deletes the row numbered c."""
@@ -1355,7 +1373,8 @@ class VectorJoin:
         rj = np.flatnonzero(rejected)
         if len(rj):
             alias = self.query.aliases[i]
-            for k, r in zip(idx[rj].tolist(), self._rows(i, table.take(from_numpy(rj)))):
+            for k, r in zip(idx[rj].tolist(),
+                            self._rows(i, table.take(from_numpy(rj)), exact=False)):
                 self.stats.rejected += 1
                 self.rejected_rows.append((i, ts[k], r, f"deletion of a row not in {alias}"))
                 self.rejected_at.append(k)
