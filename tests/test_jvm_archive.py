@@ -111,7 +111,38 @@ def test_a_built_archive_is_mapped_by_the_next_spark_jvm(tmp_path):
         print(sys.argv[1] in open(f"/proc/{pid}/maps").read())
         spark.stop()
     """)
-    for use, expect in (("1", "True"), ("0", "False")):
-        out = subprocess.run([sys.executable, "-c", probe, str(archives[0]), use], env=env,
-                             capture_output=True, text=True, timeout=300, check=False)
-        assert out.stdout.strip().splitlines()[-1:] == [expect], out.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-c", probe, str(archives[0]), "1"], env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.stdout.strip().splitlines()[-1:] == ["True"], out.stderr[-2000:]
+    # jvm_archive=False: test_get_spark_maps_the_archive_only_when_asked (no JVM needed)
+
+
+def test_get_spark_maps_the_archive_only_when_asked(tmp_path, monkeypatch):
+    """``get_spark(jvm_archive=False)`` starts its JVM without the archive though one exists;
+    with the default it passes -XX:SharedArchiveFile (checked on the options given to
+    the builder; no JVM is started)."""
+    pytest.importorskip("pyspark")
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from adaptcq.runtime import spark_session as ss
+    monkeypatch.setenv("ADAPTCQ_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(ja.ENV_SWITCH, raising=False)
+    java = ss.check_java()
+    path = ja.archive_path(java, ss.java_version_text(java))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\0")
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    seen = []
+
+    def fake_get_or_create(self):
+        seen.append(dict(self._options))
+        raise RuntimeError("not started")
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", fake_get_or_create)
+    for use in (True, False):
+        with pytest.raises(ss.SparkStartError):
+            ss.get_spark("local[1]", "probe", jvm_archive=use)
+    mapped = [f"-XX:SharedArchiveFile={path}" in o.get("spark.driver.extraJavaOptions", "")
+              for o in seen]
+    assert mapped == [True, False]

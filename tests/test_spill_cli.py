@@ -259,12 +259,25 @@ def test_the_benchmark_runs_small(tmp_path, capsys):
     assert "trend checks hold" in out
 
 
-def test_the_spark_benchmark_runs_small(tmp_path, capsys):
-    """``bench.spill spark``: the three jobs in fresh processes, their outputs equal (it
-    stops otherwise), the CSV and plot written."""
+def test_the_spark_benchmark_runs_small(spark, tmp_path, capsys, monkeypatch):
+    """``bench.spill spark``: the three jobs, their outputs equal (it stops otherwise), the
+    CSV and plot written. The jobs run in this process on the shared session (the bench
+    starts a process per job to time it; two more JVMs would add nothing to what is
+    checked here)."""
     import csv
+    import subprocess
 
+    import adaptcq.bench.spill as spill_bench
     from adaptcq.bench.spill import main as bench
+
+    real_run, jobs = subprocess.run, []
+
+    def in_process(cmd, **kwargs):  # subprocess is one module: other callers pass through
+        if cmd[1:3] != ["-c", spill_bench.CLI]:
+            return real_run(cmd, **kwargs)
+        jobs.append(cmd)
+        return subprocess.CompletedProcess(cmd, main(cmd[3:]), "", "")
+    monkeypatch.setattr(subprocess, "run", in_process)
     assert bench(["spark", "--arrivals", "2000", "--memory", "200kB", "--repeats", "1",
                   "--out", str(tmp_path)]) == 0
     with open(tmp_path / "spark.csv") as f:
@@ -275,6 +288,7 @@ def test_the_spark_benchmark_runs_small(tmp_path, capsys):
     assert len({r["results"] for r in rows}) == 1
     assert (tmp_path / "spark.png").exists()
     assert "outputs equal in every round" in capsys.readouterr().out
+    assert len(jobs) == 3  # every job ran (in this process)
 
 
 def test_the_rebuild_benchmark_runs_small(tmp_path, capsys):
