@@ -290,7 +290,7 @@ def test_a_self_join_over_rows_windows_stops_before_rows_of_one_time(executor):
             assert h.state == "running" and got == want
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_rows_windows_and_ties_across_sources_stop_or_equal_adaptcq_run(data):
     """A shared engine takes rows of equal time in the order of its sources, for every

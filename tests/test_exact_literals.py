@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import adaptcq
 from adaptcq.errors import QueryError
 from adaptcq.query.cql import parse_query
+from conftest import examples
 
 EXECUTORS = ("vector", "mjoin", "xjoin", "tree", "eddy")
 """Every single-query executor that evaluates selections its own way, and ``eddy``: a query
@@ -144,7 +145,7 @@ def test_minus_zero_is_zero_in_an_in_list(executor):
     assert kept("R.v NOT IN (0.0)", values, executor) == [2]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.one_of(st.none(), st.decimals(min_value=-5, max_value=5, places=2)),
                 min_size=1, max_size=8),
        st.decimals(min_value=-5, max_value=5, places=1),

@@ -869,7 +869,7 @@ def test_a_hand_over_is_read_back_as_one_table_per_batch():
         store.close()
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 15),
                                    st.integers(0, 1)),
                          min_size=1, max_size=12), min_size=2, max_size=3),
