@@ -924,3 +924,19 @@ def test_a_forced_method_a_reordered_plan_no_longer_fits_falls_back_to_greedy():
     assert pol.report()["cache_method_fallbacks"] > 0
     assert any(h["event"] == "method" for h in pol.history)
     assert sorted(map(repr, got)) == sorted(map(repr, want))
+
+
+def test_a_long_run_keeps_the_latest_cache_events(monkeypatch):
+    """``history`` keeps the latest events and ``measured`` the latest verdicts (a query
+    runs for days); the counters count every one, and a tick still sees its own events."""
+    from adaptcq.adapt import base
+    monkeypatch.setattr(base, "HISTORY_MAX", 4)
+    pol = eager(W=5, p=0.2, interval=50, reopt_interval=1000, W_d=20, trial=10)
+    for k in range(10):
+        pol._log(k, float(k), "use" if k % 2 else "keep", f"event {k}")
+    assert [h["what"] for h in pol.history] == [f"event {k}" for k in range(6, 10)]
+    assert pol.logged == 10 and pol.changes == 5 and pol.report()["cache_changes"] == 5
+    before = pol.logged
+    pol._log(10, 10.0, "drop", "event 10")
+    assert [h["what"] for h in pol._logged_since(before)] == ["event 10"]
+    assert pol._logged_since(pol.logged) == []

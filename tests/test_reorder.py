@@ -472,3 +472,27 @@ def test_explain_measures_statistics(tmp_path, capsys):
     for edge in report["edges"]:
         want = wl.params["selectivities"][",".join(edge["streams"])]
         assert edge["sigma"] == pytest.approx(want, rel=0.5)
+
+
+def test_a_long_run_keeps_the_latest_reorderings(monkeypatch):
+    """A query runs for days: ``history`` keeps the latest re-orderings (it grew by one per
+    re-ordering, hundreds per million arrivals), ``reorderings`` counts every one."""
+    from adaptcq.adapt import base
+    monkeypatch.setattr(base, "HISTORY_MAX", 3)
+    q = parse_query(
+        "SELECT R.id AS r, S.id AS s, T.id AS t FROM R [ROWS 6], S [RANGE 3 SECONDS], T [ROWS 5]"
+        " WHERE R.a = S.a AND S.b = T.b AND T.a = R.b",
+        {x: {"a": "number", "b": "number", "id": "number"} for x in "RST"})
+    rnd = random.Random(7)
+    streams, ts, rows, t = [], [], [], 0.0
+    for k in range(400):
+        i = rnd.randrange(3)
+        hot = rnd.random() < 0.8 and i == (k // 40) % 3
+        streams.append(i)
+        t += rnd.choice([0.0, 0.25, 0.5])
+        ts.append(t)
+        rows.append({"a": 0 if hot else rnd.randrange(4), "b": rnd.randrange(3), "id": k})
+    policy = AGreedy(p=1.0, W=2, alpha=1.0, seed=1)
+    run_checked(q, "append", streams, ts, as_tuples(q, streams, rows), policy)
+    assert policy.reorderings > 3 and len(policy.history) == 3
+    assert policy.history[-1]["arrival"] == max(h["arrival"] for h in policy.history)

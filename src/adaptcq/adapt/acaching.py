@@ -49,7 +49,7 @@ import numbers
 from collections import deque
 from dataclasses import dataclass, field
 
-from adaptcq.adapt.base import PolicyBase
+from adaptcq.adapt.base import PolicyBase, log_bounded
 from adaptcq.adapt.caching import (
     METHODS,
     Candidate,
@@ -165,7 +165,9 @@ class ACaching(PolicyBase):
         self.chosen: set[Candidate] = set()     # the last offline selection
         self._arrivals = 0                      # arrivals at the last tick
         self.profiling_since = 0                # arrivals when profiling last started
-        self.history: list[dict] = []        # cache changes over time
+        self.history: list[dict] = []        # the latest cache events (base.HISTORY_MAX)
+        self.logged = 0                      # cache events ever logged
+        self.changes = 0                     # of them, changes (use, drop, shrink, grow)
         self.peak_bytes = 0
         # Decisions checked by measurement (adapt.caching.verify): the trial under way,
         # the changes the re-optimizer just made, the CPU clock at the last tick's end.
@@ -191,7 +193,7 @@ class ACaching(PolicyBase):
         self._pending_since = 0                     # and since when (``_unsettled``)
         self._reorders_seen = 0  # the executor's re-orderings when candidates were made
         self.trials = self.undone = 0
-        self.measured: list[dict] = []          # each verdict's figures (explain, report)
+        self.measured: list[dict] = []  # the latest verdicts' figures (explain, report)
         # CPU per arrival of the latest intervals without a trial: a change's "before"
         self._before: deque = deque(maxlen=max(MIN_BEFORE, trial // 2))
         # Cheap profiling: a factor on p_i while estimates are stable.
@@ -265,7 +267,7 @@ class ACaching(PolicyBase):
             self._clock = (self._tick_done(cq), arrivals, ts)
             return
         stretch, self.interval = self.interval, self.base_interval
-        logged = len(self.history)
+        logged = self.logged
         for st in self.states.values():  # the observers' queued keys (a short queue)
             if st.bloom is not None:
                 st.bloom.flush()
@@ -344,7 +346,7 @@ class ACaching(PolicyBase):
         default; anything else to decide (a trial, a change, profiled candidates, a
         re-profiling due before the ``longer`` interval ends, a memory budget) brings the
         ticks back to every ``interval``."""
-        if (self.trial is not None or len(self.history) != logged or self.memory is not None
+        if (self.trial is not None or self.logged != logged or self.memory is not None
                 or arrivals + longer >= self.next_reopt
                 or any(st.state == "profiled" for st in self.states.values())):
             return False
@@ -838,7 +840,7 @@ class ACaching(PolicyBase):
                                                 if self.arrival_rate.n else None),
                    "predicted_net_benefit": [_net(st) for _, st in t["actions"]],
                    "clock": self.costs().clock}
-        self.measured.append(figures)
+        log_bounded(self.measured, figures)
         if against == "control":  # the trial's resolution, whatever the change
             self.trial_band.update(keep_change(after, control, floor=0.0)[2])
         if all(a == "use" for a, _ in t["actions"]) and None not in (
@@ -1187,7 +1189,7 @@ class ACaching(PolicyBase):
         self._ticks += 1
         if self.memory is None and self._ticks % SHARE_TICKS:
             return False
-        changes = len(self.history)
+        logged = self.logged
         used = [st for st in self.states.values() if st.state == "used" and st.cache is not None]
         total = sum(st.cache.size_bytes() for st in used)
         if self.memory is not None:
@@ -1227,7 +1229,7 @@ class ACaching(PolicyBase):
                 total += after - before
                 self._log(arrivals, ts, "grow", f"{st.candidate.name} to {grown} buckets")
         self.peak_bytes = max(self.peak_bytes, total)
-        return any(h["event"] in ("shrink", "drop") for h in self.history[changes:])
+        return any(h["event"] in ("shrink", "drop") for h in self._logged_since(logged))
 
     # ----- reporting -------------------------------------------------------------------------
     def cost_model(self) -> str:
@@ -1273,7 +1275,15 @@ class ACaching(PolicyBase):
                 for k, v in fit.seconds.items()}
 
     def _log(self, arrivals, ts, event, what) -> None:
-        self.history.append({"arrival": arrivals, "ts": ts, "event": event, "what": what})
+        log_bounded(self.history, {"arrival": arrivals, "ts": ts, "event": event, "what": what})
+        self.logged += 1
+        self.changes += event in ("use", "drop", "shrink", "grow")
+
+    def _logged_since(self, logged: int) -> list[dict]:
+        """The events logged since ``self.logged`` was ``logged`` (within one tick: fewer
+        than the history keeps)."""
+        n = self.logged - logged
+        return self.history[len(self.history) - n:] if n else []
 
     def check_executor(self, ex) -> None:
         """At attach (``ContinuousQuery.attach``): a forced selection method that cannot take
@@ -1291,8 +1301,7 @@ class ACaching(PolicyBase):
                             if st.cache.probes else st.candidate.name for st in used],
             "cache_candidates": len(self.states),
             "cache_selections": self.selections,
-            "cache_changes": sum(h["event"] in ("use", "drop", "shrink", "grow")
-                                 for h in self.history),
+            "cache_changes": self.changes,
             "cache_memory_peak_bytes": self.peak_bytes,
             "cache_method_fallbacks": self.method_fallbacks,
             "cache_trials": self.trials,

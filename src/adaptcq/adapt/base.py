@@ -11,6 +11,18 @@ from __future__ import annotations
 from adaptcq.stats.estimators import W_DEFAULT
 from adaptcq.stats.profiler import INTERVAL_DEFAULT, P_DEFAULT, Profiler, check_schedule
 
+HISTORY_MAX = 1_000
+"""Entries a policy's history keeps, the latest: a query runs for days, and a policy may
+decide hundreds of times per million arrivals (A-Greedy re-ordering a pipeline whose two
+orders cost the same); its counters count every decision."""
+
+
+def log_bounded(history: list, entry) -> None:
+    """Append ``entry`` to a policy's ``history``, keeping the latest HISTORY_MAX."""
+    history.append(entry)
+    if len(history) > HISTORY_MAX:
+        del history[:len(history) - HISTORY_MAX]
+
 
 class PolicyBase:
     """Defaults for the ``Policy`` protocol: one profiling probability p for every

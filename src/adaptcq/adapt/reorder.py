@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
-from adaptcq.adapt.base import PolicyBase
+from adaptcq.adapt.base import PolicyBase, log_bounded
 from adaptcq.adapt.caching.verify import (
     P_MIN,
     SHARE_TICKS,
@@ -149,7 +149,7 @@ class AGreedy(PolicyBase):
         self.alpha = float(alpha)
         self.wait_for = wait_for
         self.reorderings = 0
-        self.history: list[dict] = []  # one entry per re-ordering
+        self.history: list[dict] = []  # the latest re-orderings (base.HISTORY_MAX)
         self._adjacency: dict[str, tuple[str, ...]] | None = None
         # admissible_table per (stream, order): a pipeline has few orders in a run
         self._admissible: dict[tuple, tuple[tuple[str, ...], ...]] = {}
@@ -212,8 +212,8 @@ class AGreedy(PolicyBase):
         if self.p_scale < 1.0:  # something changed: profile at the full p from now on
             self.p_scale = 1.0
             cq.reschedule()
-        self.history.append({"arrival": cq.next_rid, "ts": ts, "stream": stats.stream,
-                             "position": k, "old": list(old), "new": new})
+        log_bounded(self.history, {"arrival": cq.next_rid, "ts": ts, "stream": stats.stream,
+                                   "position": k, "old": list(old), "new": new})
 
     def report(self) -> dict:
         orders = "; ".join(f"ΔR {h['stream']}@{h['arrival']}: " + " ⋈ ".join(h["new"])
