@@ -13,6 +13,7 @@ from adaptcq.cliargs import (
     Parser,
     adaptivity_spec,
     add_run_arguments,
+    check_partitions,
     given_flags,
     parse_inputs,
     parse_orders,
@@ -192,6 +193,7 @@ def _run_queryset(args, console) -> int:
     _check_summary_json(args, inputs, _outputs(args, spark=args.engine == "spark"))
     if args.engine == "spark":  # (run_cli_multi refuses what the Spark query set ignores)
         from adaptcq.runtime.spark_multi import run_cli_multi
+        check_partitions(args.partitions)
         args.seed = args.seed or 0
         return run_cli_multi(args, console)
     # Every option the executor does not use is refused (cliargs.QUERYSET_OPTIONS).
@@ -363,6 +365,9 @@ def _run_options(args) -> dict:
         # if auto falls back to MJoin, the same algorithm becomes its optimizer policy.
         options["ordering"] = spec["optimizer"]
         spec = None
+        if args.seed is not None and args.executor == "auto" and args.engine != "spark" \
+                and not given_flags(args, ("shed", "spill")):
+            options["seed"] = args.seed  # that policy's profiling sample (LocalRun decides)
     if args.batch_rows is not None:
         options["batch_rows"] = args.batch_rows
     if args.batch_seconds is not None:
@@ -471,7 +476,14 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
 
 
 def _write_summary_json(path: str, run) -> None:
-    doc = {k: v for k, v in run.stats.items() if k != "cache_history"}
+    """The printed summary's figures as JSON, with its plan (``plan``: the text of the
+    summary's plan row, as a Spark group's ``plan``) and the memory samples."""
+    doc = {}
+    for k, v in run.stats.items():
+        if k != "cache_history":
+            doc[k] = v
+        if k == "mode":
+            doc["plan"] = run.plan
     doc["rss_samples"] = [{"arrivals": a, "rss_bytes": b} for a, b in run.rss_samples]
     _write_json(path, doc)
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from adaptcq.errors import AdaptcqError
 
-__all__ = ["Parser", "adaptivity_spec", "add_run_arguments", "given_flags", "parse_inputs",
-           "parse_orders", "query_files", "queryset_misfits", "run_defaults", "seed_refusal",
-           "shed_options", "spill_options", "sql_arg"]
+__all__ = ["Parser", "adaptivity_spec", "add_input_argument", "add_run_arguments",
+           "check_partitions", "given_flags", "parse_inputs", "parse_orders", "query_files",
+           "queryset_misfits", "run_defaults", "seed_refusal", "shed_options",
+           "spill_options", "sql_arg"]
 
 
 def sql_arg(text: str) -> str:
@@ -138,26 +139,56 @@ QUERYSET_EXECUTORS = ("eddy", "eddies", "pushdown", "pullup")
 
 def routing_options(items: list[str]) -> dict[str, object]:
     """``--routing-option KEY=VALUE`` items as keyword arguments (numbers, true/false, or
-    text); the policy refuses unknown keys."""
+    text); the policy refuses unknown keys. A key given twice with different values is
+    refused, naming both (a dict kept the last silently)."""
     out: dict[str, object] = {}
+    typed: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise AdaptcqError(f"--routing-option {item!r}: expected KEY=VALUE")
         if key == "seed":  # make_routing takes the seed once, from --seed
             raise AdaptcqError(f"--routing-option {item!r}: give the seed with --seed")
-        low = value.lower()
-        if low in ("true", "false"):
-            out[key] = low == "true"
-            continue
-        try:
-            out[key] = int(value)
-        except ValueError:
-            try:
-                out[key] = float(value)
-            except ValueError:
-                out[key] = value
+        parsed = _routing_value(value)
+        if key in out and (out[key] != parsed  # (true is not 1)
+                           or isinstance(out[key], bool) != isinstance(parsed, bool)):
+            raise AdaptcqError(f"--routing-option {key} is given twice ({typed[key]}, then "
+                               f"{item}); give it once")
+        out[key], typed[key] = parsed, item
     return out
+
+
+def _routing_value(value: str) -> object:
+    """A ``--routing-option`` value: true/false, an int, a float, else the text."""
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(value)
+    except ValueError:
+        try:
+            return float(value)
+        except ValueError:
+            return value
+
+
+# How the inputs are read: options of ``adaptcq run`` that ``adaptcq explain`` shares, so
+# that it reads (and rejects) the rows a run would (add_input_argument).
+INPUT_ARGUMENTS: dict[str, dict] = {
+    "--timestamp-unit": {"choices": ["s", "ms", "us", "ns"],
+                         "help": "unit of a numeric timestamp column (default: s); "
+                         "timestamp-typed columns carry their own"},
+    "--sign": {"help": "column holding +1/-1 (explicit deletions; unbounded streams)"},
+    "--allowed-lateness": {"type": float, "default": None, "metavar": "SECONDS",
+                           "help": "rows later than this behind their stream's newest row "
+                           "are rejected (default 0)"},
+}
+
+
+def add_input_argument(p: argparse.ArgumentParser, flag: str, **overrides) -> None:
+    """One of ``INPUT_ARGUMENTS`` (``overrides``: e.g. run's default, where explain keeps
+    None to tell a value given from none)."""
+    p.add_argument(flag, **{**INPUT_ARGUMENTS[flag], **overrides})
 
 
 def add_run_arguments(r: argparse.ArgumentParser) -> None:
@@ -168,9 +199,7 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
                    help="a stream's input file (Parquet or CSV); repeat for each stream")
     r.add_argument("--timestamp", default="ts", help="the timestamp column (default: ts)")
-    r.add_argument("--timestamp-unit", choices=["s", "ms", "us", "ns"],
-                   help="unit of a numeric timestamp column (default: s); timestamp-typed "
-                   "columns carry their own")
+    add_input_argument(r, "--timestamp-unit")
     r.add_argument("--executor", default="auto",
                    choices=["auto", "vector", "mjoin", "xjoin", "acaching", "tree", "shed",
                             *QUERYSET_EXECUTORS],
@@ -289,9 +318,8 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--nested-loop", action="append", default=[], metavar="STREAM[.COLUMN]",
                    help="MJoin: joins into STREAM (or probing its COLUMN) scan its window "
                    "instead of a hash index (a-caching.txt Figure 10)")
-    r.add_argument("--sign", help="column holding +1/-1 (explicit deletions; unbounded streams)")
-    r.add_argument("--allowed-lateness", type=float, default=0.0, metavar="SECONDS",
-                   help="rows later than this behind their stream's newest row are rejected")
+    add_input_argument(r, "--sign")
+    add_input_argument(r, "--allowed-lateness", default=0.0)
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--summary-json", metavar="FILE",
                    help="also write the run summary as JSON (with the memory samples); - for "
@@ -404,15 +432,36 @@ def adaptivity_spec(args) -> dict | None:
 
 
 def parse_shares(items: list[str]) -> dict[str, int]:
-    """``--shares S.b=4`` (repeated) as {"S.b": 4}."""
-    out = {}
+    """``--shares S.b=4`` (repeated) as {"S.b": 4}. A column given twice with different
+    shares is refused, naming both (``runtime.spark_split.plan_split`` refuses two columns
+    of one attribute class given different shares)."""
+    out: dict[str, int] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
             raise AdaptcqError(f"--shares {item!r}: expected STREAM.COLUMN=P with P a whole "
                                "number >= 1 (e.g. --shares S.b=4)")
-        out[name.strip()] = int(value)
+        name = name.strip()
+        if out.get(name, int(value)) != int(value):
+            raise AdaptcqError(f"--shares {name} is given twice ({name}={out[name]}, then "
+                               f"{name}={int(value)}); give it once")
+        out[name] = int(value)
     return out
+
+
+def check_partitions(partitions: int | None) -> None:
+    """``--partitions P``: a whole number from 1 to ``optimizer.shares.MAX_GROUPS`` (more
+    groups than any cluster has cores; the split and the groups' keys are planned on the
+    driver), refused naming the flag. None: not given."""
+    from adaptcq.optimizer.shares import MAX_GROUPS
+    if partitions is None:
+        return
+    if partitions < 1:
+        raise AdaptcqError(f"--partitions must be >= 1, got {partitions}")
+    if partitions > MAX_GROUPS:
+        raise AdaptcqError(f"--partitions {partitions:,}: at most {MAX_GROUPS:,} partition "
+                           "groups (a group runs on one core at a time, and no cluster has "
+                           "that many; docs/spark.md)")
 
 
 # ``spill_options``' keys (``runtime.spill``'s) -> the ``adaptcq run`` flag that sets each:
@@ -472,8 +521,11 @@ def seed_refusal(args) -> str | None:
     join's drops and samples (--shed random, partial, selective; --index inverted-id's
     random identifiers), the spill policy's random choice and lineage sample (--spill
     bottom-up, global-output, global-penalty), the adaptive policies' profiling samples
-    (--executor acaching, --reorder agreedy, --optimizer with --executor mjoin). The
-    vectorized executor's per-batch ordering counts exactly and samples nothing."""
+    (--executor acaching, --reorder agreedy, --optimizer with --executor mjoin, or with
+    --executor auto when it falls back to MJoin). The vectorized executor's per-batch
+    ordering counts exactly and samples nothing; whether auto falls back is known once
+    the query and the inputs' types are (``runtime.local.LocalRun`` then refuses a seed
+    the vectorized executor would not use)."""
     if getattr(args, "seed", None) is None:
         return None
     ex = args.executor
@@ -487,8 +539,9 @@ def seed_refusal(args) -> str | None:
             return None
         why = ("--spill local-output ranks partition groups deterministically" if args.spill
                else "the operator tree without --spill chooses nothing at random")
-    elif ex == "acaching" or args.reorder == "agreedy" or (args.optimizer and ex == "mjoin"):
-        return None
+    elif ex == "acaching" or args.reorder == "agreedy" or \
+            (args.optimizer and ex in ("mjoin", "auto")):
+        return None  # (auto: the run decides, see above)
     elif args.optimizer:
         why = (f"--optimizer with --executor {ex} orders the vectorized executor's batches "
                "from exact counts; --executor mjoin profiles a seeded sample")

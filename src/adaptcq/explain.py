@@ -20,11 +20,19 @@ graph) a selectivity; names are the query's stream aliases. Values are JSON numb
 booleans or strings; NaN and Infinity are not JSON), finite, rates and the window > 0, σ in
 (0, 1] (a fraction of the pairs that join), unit costs >= 0; statistics under which a plan
 could cost more than ``COST_LIMIT`` (a float near its end) are refused, naming the largest
-rate. ``--engine spark --partitions P --stats FILE`` reads the same file and uses its rates.
+rate, and so are those under which a window's state λ·W, or a probe's matches σ·λ·W, is
+below the smallest normal float (``_check_state_range``), naming the statistics.
+``--engine spark --partitions P --stats FILE`` reads the same file and uses its rates.
 
 ``--code`` prints the Python source generated for every MJoin pipeline of the query
 (``MJoin.pipeline_sources``, engine/codegen.py), for the default orders or the ones given
-with ``--order`` (and ``--nested-loop``, ``--mode``); it needs no statistics.
+with ``--order`` (and ``--nested-loop``, ``--mode``); it needs no statistics. ``--caches``
+shows A-Caching's candidates for the same pipelines (those ``adaptcq run --executor
+acaching`` with these options would consider).
+
+With ``--input`` the inputs are read as ``adaptcq run`` reads them (``--timestamp``,
+``--timestamp-unit``, ``--allowed-lateness``, ``--sign``: ``cliargs.INPUT_ARGUMENTS``), and
+the rows it would reject are counted in the report, by reason and stream.
 
 Each kind of report uses some of the options (``_uses``: the eddy, the vectorized
 executor, the split into partition groups, the load-shedding join, --code alone, plans for
@@ -42,7 +50,7 @@ import os
 import sys
 from pathlib import Path
 
-from adaptcq.cliargs import parse_inputs, parse_orders, sql_arg
+from adaptcq.cliargs import add_input_argument, parse_inputs, parse_orders, sql_arg
 from adaptcq.errors import AdaptcqError
 
 DEFAULT_TIMESTAMP = "ts"
@@ -58,6 +66,16 @@ def _prefix(args) -> int:
     return DEFAULT_PREFIX if n is None else n
 
 
+def _reading(args) -> dict:
+    """How the inputs are read (``--timestamp-unit``, ``--allowed-lateness``, ``--sign``),
+    as ``runtime.local.prepare``'s keyword arguments: the rows a run would read and
+    reject."""
+    lateness = getattr(args, "allowed_lateness", None)
+    return {"sign": getattr(args, "sign", None),
+            "allowed_lateness": 0.0 if lateness is None else lateness,
+            "timestamp_unit": getattr(args, "timestamp_unit", None)}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sql", required=True, action="append",
                    help="the CQL query text, or @FILE (repeat it with --executor eddy)")
@@ -65,6 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure statistics by running over these inputs")
     p.add_argument("--timestamp", default=None,
                    help="the inputs' time column (default ts); with --input")
+    for flag in ("--timestamp-unit", "--allowed-lateness", "--sign"):  # as adaptcq run's
+        add_input_argument(p, flag)
     p.add_argument("--stats", metavar="FILE",
                    help="JSON statistics: {rates: {S: λ}, selectivities: {'R,S': σ}, window: W}")
     p.add_argument("--prefix", type=int, default=None,
@@ -73,17 +93,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--caches", choices=["prefix", "global"],
                    help="also run A-Caching over the measured prefix and show its candidate "
-                   "caches (a-caching.txt §4.2, §6) with benefit and cost, and which it uses")
+                   "caches (a-caching.txt §4.2, §6) with benefit and cost, and which it uses; "
+                   "for the pipelines of --order, --nested-loop and --mode, as adaptcq run "
+                   "--executor acaching with them")
     c = p.add_argument_group("generated code (--code)")
     c.add_argument("--code", action="store_true",
                    help="print the generated Python source of every MJoin pipeline (for the "
                    "default orders, or --order); needs no statistics")
     c.add_argument("--order", action="append", default=[], metavar="STREAM:S2,S3,...",
-                   help="with --code: STREAM's pipeline order (as adaptcq run --order)")
+                   help="with --code or --caches: STREAM's pipeline order (as adaptcq run "
+                   "--order)")
     c.add_argument("--nested-loop", action="append", default=[], metavar="STREAM[.COLUMN]",
-                   help="with --code: joins into STREAM scan its window (as adaptcq run)")
+                   help="with --code or --caches: joins into STREAM scan its window (as "
+                   "adaptcq run)")
     c.add_argument("--mode", choices=["append", "retract"],
-                   help="with --code: retract also has deletion pipelines (default append)")
+                   help="with --code or --caches: retract also has deletion pipelines "
+                   "(default append)")
     c.add_argument("--executor", choices=["mjoin", "xjoin", "acaching", "eddy", "vector",
                                           "shed"],
                    help="with --code: the executor adaptcq run would use (mjoin; xjoin has "
@@ -239,7 +264,8 @@ def graph_from_json(query, data) -> object:
     """The ``JoinGraph`` of a statistics file's parsed JSON, checked against ``query``:
     a rate for every stream, a selectivity for every joined pair, the window (given, or
     the streams' common [RANGE w]); numbers only, finite, rates and the window > 0, σ in
-    (0, 1], unit costs >= 0, and no plan costing more than ``COST_LIMIT``."""
+    (0, 1], unit costs >= 0, no plan costing more than ``COST_LIMIT`` and no λ·W or σ·λ·W
+    below the smallest normal float."""
     from adaptcq.adapt.graph import common_range
     from adaptcq.optimizer import JoinGraph
 
@@ -258,6 +284,7 @@ def graph_from_json(query, data) -> object:
             raise AdaptcqError("statistics: give 'window' (W, seconds): the query's streams "
                                "do not all have the same [RANGE w] window")
     _check_cost_range(rates, window, costs, where)
+    _check_state_range(rates, sel, window, where)
     return JoinGraph(rates, sel, window=window,
                      **{f"c_{k}": v for k, v in costs.items()})
 
@@ -290,6 +317,33 @@ def _check_cost_range(rates: dict, window: float, costs: dict, where: str) -> No
             "keeps every cost a finite float")
 
 
+def _check_state_range(rates: dict, sel: dict, window: float, where: str) -> None:
+    """Refuse statistics under which a window's state λ·W, or a join's output per probe
+    σ·λ·W, is below the smallest normal float (``sys.float_info.min``, about 2.2e-308):
+    the cost model divides by them (TreeOpt's ranks) and compares their products, which
+    would be 0 or have lost their precision. Computed in logarithms, like
+    ``_check_cost_range``."""
+    floor = math.log10(sys.float_info.min)
+    w = math.log10(window)
+    for s, lam in rates.items():
+        if math.log10(lam) + w < floor:
+            raise AdaptcqError(
+                f"statistics: rates.{s} = {lam:g} and {where} = {window:g} are too small for "
+                f"the cost model: the state of {s}'s window, λ·W, would be about "
+                f"1e{math.log10(lam) + w:.0f}, below the smallest float "
+                f"({sys.float_info.min:.1e})")
+    for pair, sigma in sel.items():
+        for s in sorted(pair):
+            if math.log10(sigma) + math.log10(rates[s]) + w < floor:
+                a, b = sorted(pair)
+                raise AdaptcqError(
+                    f"statistics: the selectivity σ of \"{a},{b}\" = {sigma:g}, rates.{s} = "
+                    f"{rates[s]:g} and {where} = {window:g} are too small for the cost "
+                    f"model: the matches of a probe into {s}'s window, σ·λ·W, would be "
+                    f"about 1e{math.log10(sigma) + math.log10(rates[s]) + w:.0f}, below the "
+                    f"smallest float ({sys.float_info.min:.1e})")
+
+
 def _check_split_range(rates: dict, groups: int) -> None:
     """Refuse rates under which the tuples shipped to ``groups`` partition groups
     (Σ λ_s·replicas_s <= n·P·λ_max, ``optimizer.shares.shipped``) could exceed
@@ -302,26 +356,25 @@ def _check_split_range(rates: dict, groups: int) -> None:
                            f"{COST_LIMIT:.0e} per second")
 
 
-def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | None = None):
+def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | None = None,
+            rejected: list | None = None, **reading):
     """Run the query over at most ``prefix`` input rows with the Profiler attached and
-    return (query, join graph from the measured statistics, profiler, rows used)."""
+    return (query, join graph from the measured statistics, profiler, rows used). The
+    inputs are read as ``adaptcq run`` reads them (``reading``: ``sign``,
+    ``allowed_lateness``, ``timestamp_unit``); the rows it rejects are appended to
+    ``rejected`` (dicts with ``stream`` and ``reason``)."""
     from adaptcq.adapt.graph import join_graph_from_stats
-    from adaptcq.engine.continuous import ContinuousQuery
-    from adaptcq.runtime.local import prepare
     from adaptcq.stats.profiler import Profiler
 
-    prepared = prepare(sql, sources, timestamp)
+    prepared = _prepared(sql, sources, timestamp, reading, rejected)
     n = min(len(prepared.rows), max(0, prefix))
     if n == 0:
-        raise AdaptcqError("no input rows to measure statistics on")
+        raise AdaptcqError("no input rows to measure statistics on"
+                           + (f" ({len(rejected):,} rejected)" if rejected else ""))
     # Profile about 2,000 tuples whatever the prefix (at least 1 in 50).
     profiler = Profiler(p=p if p is not None else min(1.0, max(0.02, 2000 / n)),
                         interval=max(1, n // 200))
-    cq = ContinuousQuery(prepared.query, "mjoin", "append", time_unit=prepared.time_unit)
-    cq.attach(profiler)
-    cq.process(prepared.streams[:n].tolist(), None, prepared.timestamps[:n].tolist(),
-               prepared.rows[:n])
-    cq.drain()
+    _replay(prepared, n, profiler, rejected)
     starved = [a for a, k in profiler.observations_at_start().items() if k == 0]
     if profiler.query is None or starved:
         raise AdaptcqError("too few profiled tuples to measure statistics"
@@ -332,6 +385,65 @@ def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | Non
         raise AdaptcqError("cannot measure stream rates: the input's timestamps do not "
                            "advance over the prefix; give --stats FILE")
     return prepared.query, join_graph_from_stats(prepared.query, profiler), profiler, n
+
+
+def _prepared(sql: str, sources: dict, timestamp: str, reading: dict, rejected: list | None):
+    """The inputs in memory, read as a run reads them; their late rows go to
+    ``rejected``."""
+    from adaptcq.runtime.local import prepare
+    prepared = prepare(sql, sources, timestamp, **reading)
+    if rejected is not None:
+        rejected.extend(prepared.rejected)
+    return prepared
+
+
+def _replay(prepared, n: int, policy, rejected: list | None, mode: str = "append",
+            **options):
+    """The first ``n`` arrivals of ``prepared`` through MJoin (``options``: its orders and
+    nested-loop joins) with ``policy`` attached, deletions included (``--sign``); the
+    unmatched deletions it rejects go to ``rejected``, once per input row, as a run
+    reports them."""
+    from adaptcq.engine.continuous import ContinuousQuery
+    signed = prepared.signs is not None
+    try:
+        cq = ContinuousQuery(prepared.query, "mjoin", mode, time_unit=prepared.time_unit,
+                             explicit_deletions=signed, **options)
+    except (ValueError, KeyError, TypeError) as e:
+        raise AdaptcqError(str(e).strip('"')) from None
+    cq.attach(policy)
+    cq.process(prepared.streams[:n].tolist(),
+               prepared.signs[:n].tolist() if signed else None,
+               prepared.timestamps[:n].tolist(), prepared.rows[:n])
+    cq.drain()
+    if rejected is not None:
+        first = {}
+        for i, st in enumerate(prepared.query.streams):
+            first.setdefault(st.source, i)
+        reporting = set(first.values())
+        rejected.extend({"stream": prepared.query.streams[i].source, "reason": why}
+                        for i, _, _, why in cq.rejected_rows if i in reporting)
+    return cq
+
+
+def rejected_summary(rows: list[dict]) -> dict | None:
+    """Rejected input rows (dicts with ``stream`` and ``reason``) as {"rows": count,
+    "reasons": {reason: {stream: count}}}; None when there are none."""
+    if not rows:
+        return None
+    reasons: dict[str, dict[str, int]] = {}
+    for r in rows:
+        per = reasons.setdefault(r["reason"], {})
+        per[r["stream"]] = per.get(r["stream"], 0) + 1
+    return {"rows": len(rows), "reasons": reasons}
+
+
+def _rejected_text(summary: dict | None) -> str:
+    """One line for ``rejected_summary``, or "" when no row was rejected."""
+    if summary is None:
+        return ""
+    return (f"{summary['rows']:,} input rows rejected, as adaptcq run rejects them: "
+            + "; ".join(f"{reason} ({', '.join(f'{s} {k:,}' for s, k in per.items())})"
+                        for reason, per in summary["reasons"].items()))
 
 
 # ----- the report ----------------------------------------------------------------------------
@@ -374,6 +486,9 @@ def _print(report: dict, query, source: str) -> None:
     console = _console(width=None if _console().is_terminal else 140)
     console.print(f"[bold]query[/]: {' '.join(query.sql.split())}")
     console.print(f"[bold]statistics[/]: {source}")
+    if report.get("rejected"):
+        console.print(f"[bold]rejected[/]: {_rejected_text(report['rejected'])}",
+                      highlight=False)
     shape = report["shape"]
     if not report["connected"]:
         shape = ("disconnected (pipelines take cartesian products between its "
@@ -478,21 +593,29 @@ def _main(args) -> int:
         refuse_unused(args, "input")
         if _prefix(args) < 1:
             raise AdaptcqError(f"--prefix must be at least 1, got {_prefix(args)}")
+        rows: list[dict] = []
         query, graph, profiler, n = measure(sql, parse_inputs(args.input), _timestamp(args),
-                                            _prefix(args))
+                                            _prefix(args), rejected=rows, **_reading(args))
         seen = sum(p.observations for p in profiler.pipelines.values())
         source = (f"measured over the first {n:,} input rows "
                   f"({seen:,} profiled tuples, W = {profiler.W})")
+        rejected = rejected_summary(rows)
     else:
         raise AdaptcqError("explain needs statistics: --stats FILE, or --input NAME=PATH for "
                            "each stream to measure them")
     report = explain_graph(graph)
+    if args.input:
+        report["rejected"] = rejected
     if getattr(args, "caches", None):
         report["caches"] = cache_candidates(sql, parse_inputs(args.input), _timestamp(args),
-                                            _prefix(args), args.caches)
+                                            _prefix(args), args.caches, **_plan(args),
+                                            **_reading(args))
     if code is not None:
+        reading = _reading(args)
         report["code"] = pipeline_code(sql, **code, sources=parse_inputs(args.input),
-                                       timestamp=_timestamp(args))
+                                       timestamp=_timestamp(args),
+                                       timestamp_unit=reading["timestamp_unit"],
+                                       sign=reading["sign"])
     if getattr(args, "json", False):
         print(json.dumps({"statistics": source, **report}, indent=2, default=str))
     else:
@@ -507,10 +630,13 @@ def _main(args) -> int:
 # ----- which options each kind of report uses ---------------------------------------------------
 # An option that does not change what explain shows is refused with the reason, never ignored
 # (as adaptcq run refuses options its executor or engine does not use).
-_OPTIONS = ("input", "timestamp", "stats", "prefix", "caches", "code", "order", "nested_loop",
-            "mode", "executor", "batch_rows", "routing", "engine", "partitions", "shares")
+_OPTIONS = ("input", "timestamp", "timestamp_unit", "allowed_lateness", "sign", "stats",
+            "prefix", "caches", "code", "order", "nested_loop", "mode", "executor", "batch_rows",
+            "routing", "engine", "partitions", "shares")
 _PLAN_OPTIONS = frozenset({"code", "order", "nested_loop", "mode", "executor", "engine"})
-_MEASURE = frozenset({"input", "timestamp", "prefix"})
+# How the inputs are read (as adaptcq run reads them: cliargs.INPUT_ARGUMENTS).
+_READING = frozenset({"timestamp_unit", "allowed_lateness", "sign"})
+_MEASURE = frozenset({"input", "timestamp", "prefix"}) | _READING
 
 
 def _uses(mode: str, args) -> frozenset:
@@ -519,14 +645,14 @@ def _uses(mode: str, args) -> frozenset:
     alone), "stats" (plans for --stats) or "input" (plans for statistics measured over
     --input)."""
     inputs = bool(getattr(args, "input", None))
-    if mode == "eddy":
-        return _MEASURE | {"code", "mode", "executor", "routing", "engine"}
+    if mode == "eddy":  # (a query set takes no sign column: adaptcq run refuses it too)
+        return (_MEASURE - {"sign"}) | {"code", "mode", "executor", "routing", "engine"}
     if mode == "vector":
         return (frozenset({"order", "mode", "executor", "engine"})
                 | (_MEASURE | {"batch_rows"} if inputs else frozenset()))
     if mode == "split":
-        rates = ({"stats"} if getattr(args, "stats", None) else
-                 {"input", "timestamp"} if inputs else set())  # timestamp: checked as run does
+        rates = ({"stats"} if getattr(args, "stats", None) else  # timestamp: checked as run
+                 {"input", "timestamp", "timestamp_unit"} if inputs else set())  # does
         return frozenset({"engine", "partitions", "shares"} | rates)
     if mode == "shed":
         return frozenset({"mode", "executor", "engine"})
@@ -568,6 +694,15 @@ def _why(dest: str, mode: str, args) -> str:
         return f"it bounds the input rows measured, {_no_input(mode, args)}"
     if dest == "timestamp":
         return f"it names the inputs' time column, {_no_input(mode, args)}"
+    if dest == "sign" and mode == "eddy":
+        return ("a query set takes insertions only (adaptcq run --executor eddy refuses it "
+                "too)")
+    if dest in ("sign", "allowed_lateness") and mode == "split" and getattr(args, "input",
+                                                                            None):
+        return ("the split weighs the streams by the inputs' whole row counts; it rejects "
+                "no row")
+    if dest in _READING:
+        return f"it says how the inputs are read, {_no_input(mode, args)}"
     if dest == "input":
         return "give either --stats FILE or --input NAME=PATH ..., not both"
     if dest == "batch_rows":
@@ -648,15 +783,18 @@ _CODE_ONLY = ("order", "nested_loop", "mode", "executor", "engine")
 
 def _code_request(args) -> dict | None:
     """``--code`` and its plan options (orders, nested-loop joins, mode), or None. XJoin and
-    Spark are refused with the reason; a plan option without ``--code`` is an error, not
-    ignored."""
+    Spark are refused with the reason; a plan option without ``--code`` (or ``--caches``,
+    whose candidates follow the pipelines' orders) is an error, not ignored."""
     if not getattr(args, "code", False):
         given = [f"--{k.replace('_', '-')}" for k in _CODE_ONLY
                  if getattr(args, k, None) not in (None, [])]
-        if given:
+        if given and getattr(args, "caches", None):
+            _check_cache_plan(args)
+        elif given:
             raise AdaptcqError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} "
                                "for --code (they choose the plan whose generated code it "
-                               "prints); give --code")
+                               "prints) or --caches (the pipelines whose candidate caches "
+                               "it shows); give one of them")
         return None
     if getattr(args, "engine", None) == "spark":
         raise AdaptcqError(
@@ -669,25 +807,50 @@ def _code_request(args) -> dict | None:
             "--code with --executor xjoin: XJoin has no generated pipelines (it runs a tree "
             "of binary joins, operator by operator, with only its output projection "
             "compiled); --code shows MJoin's")
+    return _plan(args)
+
+
+def _plan(args) -> dict:
+    """The pipelines ``--order``, ``--nested-loop`` and ``--mode`` ask for, as
+    ``pipeline_code``'s and ``cache_candidates``' keyword arguments."""
     return {"orders": parse_orders(getattr(args, "order", []) or []),
             "nested_loop": list(getattr(args, "nested_loop", []) or []),
             "mode": getattr(args, "mode", None) or "append"}
 
 
+def _check_cache_plan(args) -> None:
+    """``--caches`` runs MJoin with A-Caching (``adaptcq run --executor acaching``) on the
+    local engine: another executor or Spark is refused with the reason."""
+    executor = getattr(args, "executor", None)
+    if executor not in (None, "mjoin", "acaching"):
+        raise AdaptcqError(f"--executor {executor} with --caches: the candidate caches are "
+                           "A-Caching's, over MJoin's pipelines (adaptcq run --executor "
+                           "acaching); give --executor acaching, or no --executor")
+    if getattr(args, "engine", None) == "spark":
+        raise AdaptcqError("--caches with --engine spark: on Spark every partition group "
+                           "chooses its caches over its own data; --caches shows them for "
+                           "the local engine (--engine local)")
+
+
 def pipeline_code(sql: str, orders: dict | None = None, nested_loop=(), mode: str = "append",
-                  sources: dict | None = None, timestamp: str = "ts") -> dict[str, str]:
+                  sources: dict | None = None, timestamp: str = "ts",
+                  timestamp_unit: str | None = None, sign: str | None = None
+                  ) -> dict[str, str]:
     """The generated source of every MJoin pipeline of ``sql`` for ``orders`` (default: each
     pipeline's connected order), by pipeline name (``<pipeline ΔR: S⋈T>``). With
-    ``sources`` the query is typed by the inputs' columns, as a run would type it."""
+    ``sources`` the query is typed by the inputs' columns (their ``sign`` column apart),
+    as a run would type it."""
     from adaptcq.engine.continuous import ContinuousQuery
     from adaptcq.query.cql import parse_query
 
-    schemas = None
     if sources:
+        from adaptcq.runtime.local import parse_signed
         from adaptcq.stream.sources import open_source, schema_kinds
-        schemas = {n: schema_kinds(open_source(n, p, timestamp).schema)
+        schemas = {n: schema_kinds(open_source(n, p, timestamp, timestamp_unit).schema)
                    for n, p in sources.items()}
-    query = parse_query(sql, schemas)
+        query = parse_signed(sql, schemas, sign)
+    else:
+        query = parse_query(sql)
     options = {k: v for k, v in (("orders", orders), ("nested_loop", nested_loop)) if v}
     try:
         cq = ContinuousQuery(query, "mjoin", mode, **options)
@@ -708,21 +871,22 @@ def _print_code(code: dict[str, str], as_json: bool) -> int:
 
 
 def cache_candidates(sql: str, sources: dict, timestamp: str, prefix: int,
-                     caches: str) -> list[dict]:
+                     caches: str, orders: dict | None = None, nested_loop=(),
+                     mode: str = "append", **reading) -> list[dict]:
     """Run A-Caching (MJoin + ``adapt.acaching``) over the first ``prefix`` rows and list
-    its candidates: state (used/profiled/unused), benefit, cost (§4.1), hit rate."""
+    its candidates: state (used/profiled/unused), benefit, cost (§4.1), hit rate. The
+    pipelines are those ``adaptcq run --executor acaching`` would run with the same
+    ``--order``, ``--nested-loop`` and ``--mode`` (the candidates follow the orders), over
+    the inputs read as it reads them (``reading``, as ``measure``'s)."""
     from adaptcq.adapt.acaching import ACaching
-    from adaptcq.engine.continuous import ContinuousQuery
-    from adaptcq.runtime.local import prepare
 
-    prepared = prepare(sql, sources, timestamp)
+    prepared = _prepared(sql, sources, timestamp, reading, None)
     n = min(len(prepared.rows), max(0, prefix))
     policy = ACaching(caches=caches, p=min(1.0, max(0.01, 2000 / max(n, 1))),
                       interval=max(1, n // 400), reopt_interval=max(1, n // 4))
-    cq = ContinuousQuery(prepared.query, "mjoin", "append", time_unit=prepared.time_unit)
-    cq.attach(policy)
-    cq.process(prepared.streams[:n].tolist(), None, prepared.timestamps[:n].tolist(),
-               prepared.rows[:n])
+    options = {k: v for k, v in (("orders", orders), ("nested_loop", list(nested_loop)))
+               if v}
+    _replay(prepared, n, policy, None, mode, **options)
     out = []
     for cand, st in policy.states.items():
         e = st.estimate or policy.estimate(st)
@@ -807,12 +971,18 @@ def explain_eddy(args) -> int:
     refuse_unused(args, "eddy")
     if _prefix(args) < 1:
         raise AdaptcqError(f"--prefix must be at least 1, got {_prefix(args)}")
+    rows: list[dict] = []
+    reading = _reading(args)
     engine = Engine(parse_inputs(args.input), _timestamp(args), mode=args.mode or "append",
-                    routing=args.routing or "tickets", routing_epoch=min(1000, _prefix(args)))
+                    routing=args.routing or "tickets", routing_epoch=min(1000, _prefix(args)),
+                    timestamp_unit=reading["timestamp_unit"],
+                    allowed_lateness=reading["allowed_lateness"],
+                    on_rejected=lambda batch: rows.extend(batch.to_pylist()))
     for k, text in enumerate(args.sql, 1):
         engine.register(sql_arg(text), query_id=f"q{k}", output=lambda batch: None)
     engine.run(max_arrivals=_prefix(args))
     report = engine.explain()
+    report["rejected"] = rejected_summary(rows)
     if getattr(args, "code", False):
         report["routes"] = engine.ex.route_sources()
     if getattr(args, "json", False):
@@ -822,6 +992,9 @@ def explain_eddy(args) -> int:
     console = _console()
     console.print(f"[bold]eddy[/] over the first {engine.stats['arrivals']:,} arrivals "
                   f"({args.routing or 'tickets'} routing)")
+    if report["rejected"]:
+        console.print(f"[bold]rejected[/]: {_rejected_text(report['rejected'])}",
+                      highlight=False)
     t = Table(title="shared operators")
     for col in ("id", "operator", "predicates / rows", "tickets"):
         t.add_column(col)
@@ -915,14 +1088,19 @@ def explain_vector(args) -> int:
     report: dict = {"executor": "vector", "mode": mode}
     if args.input:
         from adaptcq.runtime.local import LocalRun
+        rows: list[dict] = []
         run = LocalRun(sql, parse_inputs(args.input), _timestamp(args), "vector", mode,
-                       orders=orders, batch_rows=args.batch_rows)
+                       orders=orders, batch_rows=args.batch_rows, **_reading(args),
+                       on_rejected=lambda batch: rows.extend(batch.to_pylist()))
         vj, left = run.cq, _prefix(args)
         for batch, _ in run.iter_batches():  # the batches adaptcq run would make
             vj.process_batch(batch.slice(0, min(len(batch), left)))
+            run._engine_rejected()  # (unmatched deletions, by their input rows)
             left -= len(batch)
             if left <= 0:
                 break
+        run._flush_rejected()
+        report["rejected"] = rejected_summary(rows)
         query = vj.query
         report["measured"] = (f"over the first {vj.stats.arrivals:,} input rows, in "
                               f"batches of {run.batch_rows:,}")
@@ -956,6 +1134,8 @@ def explain_vector(args) -> int:
               "to see them measured")
         return 0
     print(f"\nmeasured {report['measured']}; {report['results']:,} results")
+    if report["rejected"]:
+        print(f"rejected: {_rejected_text(report['rejected'])}")
     print("tuples in each window now: " + ", ".join(f"{a} {n:,}" for a, n in
                                                      report["windows"].items()))
     for k, v in report["selectivities"].items():
@@ -975,7 +1155,7 @@ def explain_split(args, sql: str) -> int:
     """``explain --engine spark --partitions P``: the shares (HyperCube) split of the query
     into P partition groups (``runtime.spark_split.plan_split``), at the rates of
     ``--stats``, or of the inputs' row counts (``--input``), or equal rates."""
-    from adaptcq.cliargs import parse_shares
+    from adaptcq.cliargs import check_partitions, parse_shares
     from adaptcq.query.cql import parse_query
     from adaptcq.runtime.spark_split import plan_split
     if getattr(args, "engine", None) != "spark":
@@ -989,8 +1169,7 @@ def explain_split(args, sql: str) -> int:
                            "the split takes its rates from one of them")
     refuse_unused(args, "split")
     P = args.partitions
-    if P is not None and P < 1:
-        raise AdaptcqError(f"--partitions must be >= 1, got {P}")
+    check_partitions(P)
     shares = parse_shares(args.shares or [])
     rates, source = None, "equal rates"
     if args.stats:
@@ -1002,7 +1181,7 @@ def explain_split(args, sql: str) -> int:
     elif args.input:
         from adaptcq.runtime.spark import _input_rates, _resolve_input
         from adaptcq.stream.sources import schema_kinds
-        inputs = {n: _resolve_input(n, p, _timestamp(args), None)
+        inputs = {n: _resolve_input(n, p, _timestamp(args), _reading(args)["timestamp_unit"])
                   for n, p in parse_inputs(args.input).items()}
         query = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()})
         rates, source = _input_rates(query, inputs), "row counts of the inputs"

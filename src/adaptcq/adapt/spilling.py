@@ -27,6 +27,7 @@ clean-up, stay about a window's state rather than growing with the run.
 
 from __future__ import annotations
 
+import numbers
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -129,6 +130,11 @@ def parse_bytes(text: str | int) -> int:
     return int(value)
 
 
+def _number(value) -> bool:
+    """A real number (not a boolean, not text)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 class SpillPolicy:
     """The state spill controller (a-caching.txt Figure 4's re-optimizer, for memory).
 
@@ -145,11 +151,13 @@ class SpillPolicy:
         if strategy not in STRATEGIES:
             raise OptionError(f"unknown spill strategy {strategy!r}; choose one of "
                               f"{', '.join(STRATEGIES)}")
-        if not 0 < float(fraction) <= 1:
-            raise OptionError(f"the spill fraction f must be in (0, 1], got {fraction!r}")
-        if not isinstance(every, int) or every < 1:
-            raise OptionError(f"the memory check interval k must be a positive number of "
-                              f"insertions, got {every!r}")
+        # (named by the flags that set them: spill options are typed as flags)
+        if not _number(fraction) or not 0 < float(fraction) <= 1:
+            raise OptionError(f"--spill-fraction (the spill fraction f) must be in (0, 1], "
+                              f"got {fraction!r}")
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise OptionError(f"--spill-check (the memory check interval k) must be a "
+                              f"positive whole number of insertions, got {every!r}")
         self.strategy_name = strategy
         self.strategy = STRATEGIES[strategy]
         self.budget = parse_bytes(budget)

@@ -368,6 +368,7 @@ class ContinuousQuery:
     # ----- the query's own CPU clock ----------------------------------------------------
     cpu_spent = 0.0      # CPU seconds inside ``process`` and ``advance_to`` (class defaults:
     _cpu_entered = None  # checkpoints pickled before the clock existed still load)
+    stopped_at = None    # arrivals the last ``process`` counted before an emit raised
 
     def cpu(self) -> float:
         """CPU seconds this query has spent in ``process`` and ``advance_to``, up to now.
@@ -406,61 +407,75 @@ class ContinuousQuery:
         rid = self.next_rid
         n_ins = n_del = n_filtered = 0
         next_sample = self._next_sample - st.updates
-        for k in range(len(rows)):
-            i, ts, row = streams[k], timestamps[k], rows[k]
-            # Time-window deletions due before this arrival (stream.windows), inlined: this
-            # loop is the hot path of every executor. (ExpiryClock.due, merged by hand.)
-            while True:
-                if fifo and fifo[0][0] < ts and (not heap or fifo[0] < heap[0]):
-                    expires_at, _, j, old = fifo.popleft()
-                elif heap and heap[0][0] < ts:
-                    expires_at, _, j, old = heappop(heap)
-                else:
-                    break
-                n_del += 1
-                if trace is not None:
-                    trace.append((j, -1, expires_at, ex.stems[j].rows[old], self.emitted()))
-                deletes[j](old, expires_at)
-            if signs is not None and signs[k] < 0:
-                st.arrivals += 1
-                n_del += self._explicit_delete(i, ts, row)
-                continue
-            rid += 1
-            sel = sels[i]
-            passed = sel is None or sel(row)
-            cw = counts[i]
-            if cw is not None:
-                gone = cw.admit(rid if passed else None)
-                if gone:
+        arrivals0 = st.arrivals
+        try:
+            for k in range(len(rows)):
+                i, ts, row = streams[k], timestamps[k], rows[k]
+                # Time-window deletions due before this arrival (stream.windows), inlined:
+                # this loop is the hot path of every executor (ExpiryClock.due, by hand).
+                while True:
+                    if fifo and fifo[0][0] < ts and (not heap or fifo[0] < heap[0]):
+                        expires_at, _, j, old = fifo.popleft()
+                    elif heap and heap[0][0] < ts:
+                        expires_at, _, j, old = heappop(heap)
+                    else:
+                        break
                     n_del += 1
                     if trace is not None:
-                        trace.append((i, -1, ts, ex.stems[i].rows[gone], self.emitted()))
-                    deletes[i](gone, ts)
-            if not passed:
-                n_filtered += 1
-                if values[i] is not None:
-                    values[i].setdefault(row_key(row), []).append(None)
-                continue
-            n_ins += 1
-            per_stream[i] += 1
-            if trace is not None:
-                trace.append((i, 1, ts, row, self.emitted()))
-            if rid < self._next_event or not self._event(i, rid, row, ts):
-                inserts[i](rid, row, ts)
-            w = ranges[i]
-            if w is not None:
-                due = ts + w
-                if fifo is not None and (not fifo or fifo[-1][0] <= due):
-                    fifo.append((due, rid, i, rid))  # (ExpiryClock.push, inlined)
-                else:
-                    heappush(heap, (due, rid, i, rid))
-            elif values[i] is not None:
-                values[i].setdefault(row_key(row), []).append(rid)
-            if n_ins + n_del >= next_sample:
-                self._add_counts(len(rows), n_ins, n_del, n_filtered)
-                n_ins = n_del = n_filtered = 0
-                self.sample(ts)
-                next_sample = self._next_sample - st.updates
+                        trace.append((j, -1, expires_at, ex.stems[j].rows[old],
+                                      self.emitted()))
+                    deletes[j](old, expires_at)
+                if signs is not None and signs[k] < 0:
+                    st.arrivals += 1
+                    n_del += self._explicit_delete(i, ts, row)
+                    continue
+                rid += 1
+                sel = sels[i]
+                passed = sel is None or sel(row)
+                cw = counts[i]
+                if cw is not None:
+                    gone = cw.admit(rid if passed else None)
+                    if gone:
+                        n_del += 1
+                        if trace is not None:
+                            trace.append((i, -1, ts, ex.stems[i].rows[gone],
+                                          self.emitted()))
+                        deletes[i](gone, ts)
+                if not passed:
+                    n_filtered += 1
+                    if values[i] is not None:
+                        values[i].setdefault(row_key(row), []).append(None)
+                    continue
+                n_ins += 1
+                per_stream[i] += 1
+                if trace is not None:
+                    trace.append((i, 1, ts, row, self.emitted()))
+                if rid < self._next_event or not self._event(i, rid, row, ts):
+                    inserts[i](rid, row, ts)
+                w = ranges[i]
+                if w is not None:
+                    due = ts + w
+                    if fifo is not None and (not fifo or fifo[-1][0] <= due):
+                        fifo.append((due, rid, i, rid))  # (ExpiryClock.push, inlined)
+                    else:
+                        heappush(heap, (due, rid, i, rid))
+                elif values[i] is not None:
+                    values[i].setdefault(row_key(row), []).append(rid)
+                if n_ins + n_del >= next_sample:
+                    self._add_counts(len(rows), n_ins, n_del, n_filtered)
+                    n_ins = n_del = n_filtered = 0
+                    self.sample(ts)
+                    next_sample = self._next_sample - st.updates
+        except BaseException:
+            # An emit that raised (a result bound reached, a failed write) stopped this
+            # call inside an arrival: count what was done, and say where (``stopped_at``:
+            # the arrivals of this call counted, the one it stopped in included).
+            self._add_counts(len(rows), n_ins, n_del, n_filtered)
+            self.next_rid = rid
+            self.stopped_at = done = st.arrivals - arrivals0
+            if done:
+                self.now = timestamps[done - 1]
+            raise
         self._add_counts(len(rows), n_ins, n_del, n_filtered)
         self.next_rid = rid
         self.now = timestamps[-1] if len(timestamps) else self.now

@@ -23,21 +23,56 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 
-__all__ = ["choose_shares", "factorizations", "replication", "shipped"]
+from adaptcq.optimizer.graph import OptimizerError
+
+__all__ = ["MAX_GROUPS", "choose_shares", "divisors", "factorizations", "replication",
+           "shipped"]
+
+MAX_GROUPS = 100_000
+"""The most partition groups a query is split into. A group is a run's unit of parallelism
+(one engine, one grouping key), so groups beyond a cluster's cores only add per-group
+overhead and replication, and the largest Spark clusters have some ten thousand cores. The
+Spark runtime also places every group's grouping key in a shuffle partition of its own on
+the driver (64 candidate keys per group, ``runtime.spark._group_keys``): a few seconds at
+this limit, and unbounded before it (``--partitions 1000000000`` never returned)."""
+
+
+def divisors(P: int) -> list[int]:
+    """The divisors of P >= 1, ascending, from its prime factorization (trial division up
+    to √P, not P steps)."""
+    out, n, p = [1], P, 2
+    while p * p <= n:
+        if n % p == 0:
+            k = 0
+            while n % p == 0:
+                n //= p
+                k += 1
+            out = [d * p ** e for d in out for e in range(k + 1)]
+        p += 1 if p == 2 else 2
+    if n > 1:
+        out = [d * f for d in out for f in (1, n)]
+    return sorted(out)
 
 
 def factorizations(P: int, k: int) -> Iterator[tuple[int, ...]]:
-    """Every ordered k-tuple of positive integers whose product is P."""
+    """Every ordered k-tuple of positive integers whose product is P (in lexicographic
+    order), taken from P's divisors: as many steps as there are tuples, not P per class."""
     if k == 0:
         if P == 1:
             yield ()
         return
+    yield from _factorizations(P, k, divisors(P))
+
+
+def _factorizations(P: int, k: int, divs: list[int]) -> Iterator[tuple[int, ...]]:
     if k == 1:
         yield (P,)
         return
-    for d in range(1, P + 1):
+    for d in divs:  # (the divisors of P's divisors are among P's)
+        if d > P:
+            break
         if P % d == 0:
-            for rest in factorizations(P // d, k - 1):
+            for rest in _factorizations(P // d, k - 1, divs):
                 yield (d, *rest)
 
 
@@ -65,6 +100,9 @@ def choose_shares(covers: Sequence[frozenset], rates: dict, P: int,
     """
     if P < 1:
         raise ValueError(f"P must be at least 1, got {P}")
+    if P > MAX_GROUPS:
+        raise OptimizerError(f"{P:,} partition groups: at most {MAX_GROUPS:,} (more than any "
+                             "cluster has cores to run them on)")
     k = len(covers)
     if k == 0:
         if P != 1:

@@ -31,6 +31,7 @@ is computed once per graph and rooted at each start. O(n² log n) per MJoin.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 
 from adaptcq.optimizer._components import by_components
@@ -48,7 +49,10 @@ class Module:
 
     @property
     def rank(self) -> float:
-        """rank(ζ) = (T(ζ) − 1)/C(ζ) (§4)."""
+        """rank(ζ) = (T(ζ) − 1)/C(ζ) (§4). A C that underflowed to 0 (rates and a window
+        near the smallest floats) is the limit C → 0+: ±inf, or 0 when T = 1."""
+        if self.c == 0:
+            return 0.0 if self.t == 1.0 else math.copysign(math.inf, self.t - 1.0)
         return (self.t - 1.0) / self.c
 
     def then(self, other: Module) -> Module:

@@ -60,8 +60,11 @@ REJECTED_SCHEMA = pa.schema([("stream", pa.string()), ("row", pa.int64()),
                              ("reason", pa.string())])
 
 RUN_OPTIONS = ("orders", "tree", "nested_loop", "policies", "cache_options", "trace",
-               "sample_every", "batch_rows", "batch_seconds", "ordering", "spill", "shed")
-"""Keyword options of ``run``/``stream`` passed on to the engine (anything else is refused)."""
+               "sample_every", "batch_rows", "batch_seconds", "ordering", "spill", "shed",
+               "seed")
+"""Keyword options of ``run``/``stream`` passed on to the engine (anything else is refused).
+``seed`` seeds the profiling sample of the policy ``ordering`` becomes when ``auto`` falls
+back to MJoin; a run that would not use it refuses it."""
 
 
 @dataclass
@@ -136,6 +139,7 @@ class LocalRun:
         self.sign = self._check_sign(sign)
         self.executor_name, self.executor_reason = choose_executor(
             executor, query, options, {n: s.schema for n, s in self.sources.items()})
+        _check_plan_options(self.executor_name, self.executor_reason, options)
         self.schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
                                     timestamp, timestamp_unit,
                                     late=self.executor_name == "tree")
@@ -145,7 +149,20 @@ class LocalRun:
         self.batch_rows, self.batch_seconds = batch_options(
             self.executor_name, options.pop("batch_rows", None),
             options.pop("batch_seconds", None))
+        seed = options.pop("seed", None)
+        if seed is not None and not is_int(seed):
+            raise OptionError(f"seed must be a whole number, got {seed!r}")
         if self.vector:
+            if seed is not None:
+                raise OptionError(
+                    f"--seed {seed}: nothing random in this run uses it (--optimizer with "
+                    f"--executor {executor} orders the vectorized executor's batches from "
+                    f"exact counts, and this run is vectorized: {self.executor_reason}; "
+                    "MJoin, when auto falls back to it, profiles a seeded sample)"
+                    if options.get("ordering") not in (None, "off") else
+                    f"seed={seed!r}: nothing in this run uses it (the vectorized executor "
+                    "draws nothing at random)")
+            _check_fixed_orders(options, query)
             self.cq = self._vector_engine(mode, options)
         else:
             ordering = options.pop("ordering", None)
@@ -155,8 +172,13 @@ class LocalRun:
                                       f"vectorized executor; {self.executor_name} orders "
                                       "with policies (--optimizer, --reorder)")
                 from adaptcq.adapt import make_policies  # auto fell back: the same algorithm
-                options["policies"] = [*(options.get("policies") or []),
-                                       *make_policies(optimizer=ordering)]
+                options["policies"] = [*(options.get("policies") or []), *make_policies(
+                    optimizer=ordering, **({} if seed is None else {"seed": seed}))]
+            elif seed is not None:
+                raise OptionError(f"seed={seed!r}: nothing in this run uses it (it seeds the "
+                                  "policy that ordering= becomes when executor='auto' falls "
+                                  "back to MJoin; seed the policies you pass with "
+                                  "make_policies(seed=...))")
             if self.executor_name == "shed":
                 from adaptcq.runtime.shed import shed_engine_options
                 spec = dict(options.pop("shed", None) or {})
@@ -602,10 +624,21 @@ class LocalRun:
             yield batch
 
     def _process(self, arr: Arrivals, lo: int, hi: int) -> list:
-        with collector.paused():  # one collection a batch, not hundreds (adaptcq.collector)
-            ((_, _, out, cpu),) = self.cq.run_batches(arr.streams, arr.signs,
-                                                       arr.timestamps, arr.rows, [hi],
-                                                       start=lo)
+        t0 = time.process_time()
+        try:
+            with collector.paused():  # one collection a batch, not hundreds (adaptcq.collector)
+                ((_, _, out, cpu),) = self.cq.run_batches(arr.streams, arr.signs,
+                                                           arr.timestamps, arr.rows, [hi],
+                                                           start=lo)
+        except (_ResultBound, OutputClosed):
+            # Stopped inside the slice (the bound reached, or stdout closed): the arrivals up
+            # to the one it stopped in were processed (``ContinuousQuery.stopped_at``).
+            self.engine_cpu += time.process_time() - t0
+            done = self.cq.stopped_at or 0
+            self._at = (arr, lo + done)
+            if done:
+                self.last_ts = arr.timestamps[lo + done - 1]
+            raise
         self.engine_cpu += cpu
         self.last_ts = arr.timestamps[hi - 1]
         return out
@@ -696,9 +729,15 @@ class LocalRun:
                                     for a, used in self.cq.order_log.items()}
         return stats
 
+    @property
+    def plan(self) -> str:
+        """The plan running now, as the summary shows it (``describe()``: pipeline orders
+        and nested-loop joins, the XJoin or operator tree)."""
+        return self.cq.executor.describe()
+
     def result(self, table: pa.Table) -> RunResult:
         return RunResult(table, self.stats, self.rejected_table(), self.cq.stats.samples,
-                         self.query, self.cq.executor.describe())
+                         self.query, self.plan)
 
 
 class _ResultBound(Exception):
@@ -769,11 +808,19 @@ def _check_option_types(options: Mapping) -> None:
                           f"{nested!r}")
 
 
-def _check_fixed_orders(options: Mapping) -> None:
+def _check_fixed_orders(options: Mapping, query: LogicalQuery | None = None) -> None:
     """``--order`` fixes pipelines; the per-tuple executors' ordering policies (an initial
     plan, A-Greedy) order every pipeline, so the two together are refused (the orders were
-    silently replaced). The vectorized executor keeps the fixed pipelines and orders the
-    others (``adapt.batch_order``)."""
+    silently replaced). The vectorized executor (``query`` given) keeps the fixed pipelines
+    and orders the others (``adapt.batch_order``): with every one fixed its ``--optimizer``
+    would order nothing, so that is refused too."""
+    if query is not None:
+        orders, ordering = options.get("orders") or {}, options.get("ordering")
+        if ordering not in (None, "off") and set(query.aliases) <= set(orders):
+            raise OptionError(f"--order fixes every pipeline ({', '.join(query.aliases)}), so "
+                              f"--optimizer {ordering} has nothing left to order: give one of "
+                              "them (with --order for some pipelines it orders the others)")
+        return
     from adaptcq.adapt.reorder import AGreedy, InitialPlan
     if options.get("orders") and any(isinstance(p, (InitialPlan, AGreedy))
                                      for p in options.get("policies") or ()):
@@ -781,6 +828,23 @@ def _check_fixed_orders(options: Mapping) -> None:
                           "order every pipeline of this executor: give one of them (the "
                           "vectorized executor takes both: it keeps the pipelines --order "
                           "fixes and orders the others)")
+
+
+# The executors without MJoin pipelines that auto (or an option) can choose, for messages.
+_NO_PIPELINES = {"tree": "the operator tree, a plan of m-way operators (--tree)",
+                 "shed": "the load-shedding join, which orders its own joins"}
+
+
+def _check_plan_options(executor: str, reason: str, options: Mapping) -> None:
+    """``--order`` and ``--nested-loop`` shape MJoin's pipelines: a run on the operator
+    tree or the load-shedding join (chosen by auto for ``--spill`` or ``--shed``) has none,
+    so they are refused with the reason (the engine named them as unknown keywords)."""
+    given = [flag for key, flag in (("orders", "--order"), ("nested_loop", "--nested-loop"))
+             if options.get(key)]
+    if given and executor in _NO_PIPELINES:
+        raise OptionError(f"{' and '.join(given)} shape{'' if len(given) > 1 else 's'} MJoin's "
+                          f"pipelines, and this run uses {_NO_PIPELINES[executor]} ({reason}): "
+                          "give one of them")
 
 
 def _arrivals_of(rejected: list, arr: Arrivals, lo: int, hi: int) -> list[int]:

@@ -116,9 +116,8 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
     master = getattr(args, "master", None) or "local[*]"
     check_master(master)
     partitions = getattr(args, "partitions", None)
-    if partitions is not None and partitions < 1:
-        raise AdaptcqError(f"--partitions must be >= 1, got {partitions}")
-    from adaptcq.cliargs import parse_shares
+    from adaptcq.cliargs import check_partitions, parse_shares
+    check_partitions(partitions)
     shares = parse_shares(getattr(args, "shares", None) or [])
     if shares and partitions == 1 and math.prod(shares.values()) != 1:
         # (prepare_files takes 1 as "no --partitions given": an explicit 1 is checked here)

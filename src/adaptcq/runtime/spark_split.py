@@ -150,8 +150,10 @@ def join_classes(query: LogicalQuery) -> list[tuple[str, frozenset, dict]]:
 
 def _given_shares(classes, given: dict, P: int | None) -> tuple[int, ...]:
     """Shares named by the user: ``{"S.b": 4, "R.a": 2}`` (any column of a class, or its
-    label); classes not named get 1."""
+    label); classes not named get 1. Two names of one class with different shares are
+    refused, naming both (the last one was kept silently)."""
     shares = [1] * len(classes)
+    named: dict[int, str] = {}  # class -> the name that gave its share
     for name, p in given.items():
         hit = [k for k, (label, _, per) in enumerate(classes)
                if name == label or name in {f"{a}.{c}" for a, c in per.items()}
@@ -163,10 +165,20 @@ def _given_shares(classes, given: dict, P: int | None) -> tuple[int, ...]:
         if not is_int(p) or p < 1:
             raise OptionError(f"shares: {name!r} has share {p!r}; a share is a whole "
                               "number >= 1")
+        first = named.get(hit[0])
+        if first is not None and shares[hit[0]] != p:
+            raise OptionError(f"shares: {first}={shares[hit[0]]} and {name}={p} give the "
+                              f"attribute class {classes[hit[0]][0]} two shares; give it "
+                              "one")
+        named[hit[0]] = name
         shares[hit[0]] = p
     if P is not None and math.prod(shares) != P:
         raise OptionError(f"shares {dict(given)} multiply to {math.prod(shares)} groups, but "
                           f"partitions is {P}; their product must equal it")
+    if math.prod(shares) > shares_mod.MAX_GROUPS:
+        raise OptionError(f"shares {dict(given)} multiply to {math.prod(shares):,} groups: at "
+                          f"most {shares_mod.MAX_GROUPS:,} (more than any cluster has cores "
+                          "to run them on)")
     return tuple(shares)
 
 

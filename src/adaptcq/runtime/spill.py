@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import numbers
 from pathlib import Path
 
 import pyarrow as pa
@@ -58,8 +59,11 @@ def _checked(spill: dict | None) -> dict:
     if spill.get("strategy") is None and tuning:  # (they would change nothing)
         raise OptionError(f"{', '.join(dict.fromkeys(tuning))}: tune spilling, which needs "
                           "--spill STRATEGY and --memory BUDGET")
-    if not 0 <= float(spill.get("sample", 0.1)) <= 1:
-        raise OptionError(f"the lineage sample must be in [0, 1], got {spill['sample']!r}")
+    sample = spill.get("sample", 0.1)
+    if isinstance(sample, bool) or not isinstance(sample, numbers.Real) or \
+            not 0 <= sample <= 1:
+        raise OptionError(f"--spill-sample (the fraction of results traced) must be in "
+                          f"[0, 1], got {sample!r}")
     if spill.get("sample") is not None and spill.get("strategy") in ("bottom-up",
                                                                      "local-output"):
         why = ("chooses partition groups at random" if spill["strategy"] == "bottom-up" else
