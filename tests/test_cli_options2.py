@@ -334,3 +334,14 @@ def test_mjoin_plan_options_with_another_executor_name_the_flags(tmp_path, capsy
     assert msg.startswith(f"adaptcq: error: {plan_opts[0]} shapes MJoin's pipelines, and this "
                           f"run uses {uses}")
     assert "unknown option" not in msg and "orders" not in msg.replace("orders its", "")
+
+
+def test_a_query_set_s_huge_partitions_are_refused_at_once():
+    """The Spark query set's own partition plan (its Python API) has the bound too."""
+    from adaptcq.errors import OptionError
+    from adaptcq.query.cql import parse_query
+    from adaptcq.runtime.spark_multi import plan_partitions
+    q = parse_query("SELECT R.id FROM R, S WHERE R.a = S.a",
+                    {"R": {"a": "number", "id": "number"}, "S": {"a": "number"}})
+    with pytest.raises(OptionError, match="at most 100,000 partition groups"):
+        plan_partitions({"q": q}, {"R": ["a", "id", "ts"], "S": ["a", "ts"]}, 10**9)
