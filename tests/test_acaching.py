@@ -940,3 +940,15 @@ def test_a_long_run_keeps_the_latest_cache_events(monkeypatch):
     pol._log(10, 10.0, "drop", "event 10")
     assert [h["what"] for h in pol._logged_since(before)] == ["event 10"]
     assert pol._logged_since(pol.logged) == []
+
+
+def test_events_since_a_point_the_history_no_longer_keeps_all_of(monkeypatch):
+    """More events in one tick than the history keeps: those it keeps (a negative slice
+    start wrapped around and returned fewer)."""
+    from adaptcq.adapt import base
+    monkeypatch.setattr(base, "HISTORY_MAX", 4)
+    pol = eager(W=5, p=0.2, interval=50, reopt_interval=1000, W_d=20, trial=10)
+    before = pol.logged
+    for k in range(6):
+        pol._log(k, float(k), "shrink", f"event {k}")
+    assert [h["what"] for h in pol._logged_since(before)] == [f"event {k}" for k in range(2, 6)]

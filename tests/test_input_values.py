@@ -299,3 +299,16 @@ def test_the_vectorized_executor_s_row_by_row_paths_refuse_them_naming_the_colum
                        "outside the years 1 to 9999"):
         adaptcq.run("SELECT R.id FROM R, S WHERE R.k = S.k AND R.d < DATE '2020-01-01'",
                     {"R": FAR, "S": S1}, executor="vector")
+
+
+def test_unions_and_run_end_encoded_columns_are_looked_into():
+    """``is_nested`` holds for unions and run-end encoding too, which have no list items:
+    the check raised AttributeError on them."""
+    from adaptcq.stream.merge import python_misfit
+    ree = pa.RunEndEncodedArray.from_arrays(pa.array([1], pa.int32()),
+                                            pa.array([2_932_897], pa.date32()))
+    assert "outside the years 1 to 9999" in python_misfit(ree)
+    union = pa.UnionArray.from_sparse(pa.array([0, 1], pa.int8()),
+                                      [pa.array([0, 2_932_897], pa.date32()),
+                                       pa.array(["a", "b"])])
+    assert "outside the years 1 to 9999" in python_misfit(union)

@@ -242,3 +242,22 @@ def test_a_selected_timestamp_literal_keeps_its_nanoseconds(executor):
     assert t.schema.field("x").type == pa.timestamp("ns")
     assert t.schema.field("y").type == pa.timestamp("us")
     assert t.column("x").cast(pa.int64()).to_pylist() == [_B + 1]
+
+
+@pytest.mark.parametrize("executor", ["vector", "mjoin"])
+@pytest.mark.parametrize("literal", ["2024-01-01 00:00:00,000000001",
+                                     "2024-01-01T00:00:00,000000001Z",
+                                     "20240101T000000.000000001"])
+def test_every_iso_form_keeps_its_nanoseconds(executor, literal):
+    """A comma before the fraction went to pandas' fallback parser, which cut it to the
+    microsecond; the ISO basic form went to fromisoformat, which cut it too."""
+    res = adaptcq.run(f"SELECT R.id FROM R, S WHERE R.k = S.k AND R.c = '{literal}'",
+                      {"R": RN, "S": SN}, executor=executor)
+    assert res.table.column("id").to_pylist() == [1]
+
+
+def test_a_nanosecond_literal_outside_the_ns_span_says_so():
+    with pytest.raises(QueryError, match="lies within 1677-09-21 and 2262-04-11"):
+        adaptcq.run("SELECT R.id FROM R, S WHERE R.k = S.k AND "
+                    "R.c = '3000-01-01 00:00:00.000000001'", {"R": RN, "S": SN},
+                    executor="mjoin")

@@ -475,3 +475,18 @@ def test_a_long_run_keeps_a_bounded_history_and_whole_totals(monkeypatch):
     assert run.engine_cpu_seconds == pytest.approx(20.0)
     assert (run.live_copies, run.caught_up) == (20, 10)
     assert sorted(run.groups) == [0, 1] and run.groups[1]["batch"] == 19
+
+
+def test_a_value_python_cannot_hold_is_refused_naming_file_row_and_column():
+    """A group's released rows become Python values: a date past 9999 raised a bare
+    OverflowError from the Spark query; now the local runtime's message, with the file."""
+    from types import SimpleNamespace
+
+    from adaptcq.runtime.spark_split import _SEP
+    t = pa.table({"d": pa.array([0, 2_932_897], pa.date32()),
+                  "_o1": [f"{_SEP}data{_SEP}R.parquet"] * 2, "_o2": pa.array([7, 8], pa.int64())})
+    cfg = SimpleNamespace(stream_columns=[["d"]], sources=["R"])
+    with pytest.raises(AdaptcqError, match=r"stream R \(file /data/R\.parquet\): row 8 has a "
+                       r"value in column 'd' \(date32\[day\]\) outside the years 1 to 9999"):
+        sg._check_python_values(cfg, 0, t)
+    sg._check_python_values(cfg, 0, t.slice(0, 1))  # (in range: nothing to say)

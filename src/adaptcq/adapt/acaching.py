@@ -1280,10 +1280,10 @@ class ACaching(PolicyBase):
         self.changes += event in ("use", "drop", "shrink", "grow")
 
     def _logged_since(self, logged: int) -> list[dict]:
-        """The events logged since ``self.logged`` was ``logged`` (within one tick: fewer
-        than the history keeps)."""
+        """The events logged since ``self.logged`` was ``logged`` that the history still
+        keeps (all of them, unless one tick logged more than it keeps)."""
         n = self.logged - logged
-        return self.history[len(self.history) - n:] if n else []
+        return self.history[max(0, len(self.history) - n):] if n else []
 
     def check_executor(self, ex) -> None:
         """At attach (``ContinuousQuery.attach``): a forced selection method that cannot take

@@ -1434,11 +1434,6 @@ class PerQueryEddies:
                 if ed not in self.readers[source]:
                     ed.advance_to(ts)
 
-    def _done_until(self):
-        """The event time deletions are done up to: the latest arrival's or the latest
-        ``advance_to``'s, whichever is later."""
-        return max(self.now, self._advanced)
-
     def advance_to(self, now) -> None:
         for ed in self.eddies.values():
             ed.advance_to(now)

@@ -1247,8 +1247,10 @@ class VectorJoin:
             col = table.column(c)
             why = python_misfit(col)
             if why is not None and exact:
+                stream = self.query.streams[i]
+                alias = f" (as {stream.alias})" if stream.alias != stream.source else ""
                 raise InputError(
-                    f"stream {self.query.aliases[i]}: column {c!r} ({col.type}) has a value "
+                    f"stream {stream.source}{alias}: column {c!r} ({col.type}) has a value "
                     f"{why}; this query's selection on it, or an explicit deletion, runs row "
                     "by row in Python values here")
             if why is None:

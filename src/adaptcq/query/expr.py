@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import sqlglot.expressions as exp
 
 from adaptcq.query import udf as udfmod
-from adaptcq.query.logical import ColumnRef, below_microsecond
+from adaptcq.query.logical import ColumnRef, sub_micro_span
 
 Resolve = Callable[[ColumnRef], str]
 Types = dict[str, dict[str, str]]
@@ -164,20 +164,26 @@ def parse_timestamp(text: str) -> datetime.datetime:
 
     Python's datetime holds microseconds, and ``fromisoformat`` drops further digits
     without a word: a literal with nanoseconds is a pandas ``Timestamp`` instead (a
-    datetime that holds them), so that it compares exactly with a column in ns. Digits
-    below a nanosecond are refused (ValueError): no column holds them."""
+    datetime that holds them), so that it compares exactly with a column in ns. It is read
+    as ``fromisoformat`` reads the literal cut to the microsecond (any ISO form: a comma
+    before the fraction, the basic form) plus the digits past it. Digits below a
+    nanosecond, or nanoseconds outside what a ns timestamp spans, are refused (ValueError
+    saying so)."""
     text = text.strip()
-    below = below_microsecond(text)
-    if len(below) > 3:
+    start, end, extra = sub_micro_span(text) or (0, 0, "")
+    if len(extra.rstrip("0")) > 3:
         raise ValueError(f"'{text}' has digits below a nanosecond")
-    if below:
-        import pandas as pd
-        value = pd.Timestamp(text)
-        return value if value.tzinfo is None else value.tz_convert("UTC").tz_localize(None)
-    value = datetime.datetime.fromisoformat(text)
+    value = datetime.datetime.fromisoformat(text[:start] + text[end:] if extra else text)
     if value.tzinfo is not None:
         value = value.astimezone(datetime.UTC).replace(tzinfo=None)
-    return value
+    if not extra.rstrip("0"):
+        return value
+    import pandas as pd
+    try:
+        return pd.Timestamp(value) + pd.Timedelta(nanoseconds=int(extra[:3].ljust(3, "0")))
+    except (OverflowError, pd.errors.OutOfBoundsDatetime):
+        raise ValueError(f"'{text}' has nanoseconds, and a timestamp with nanoseconds lies "
+                         "within 1677-09-21 and 2262-04-11") from None
 
 
 def is_temporal_cast(node: exp.Expression) -> bool:
@@ -653,8 +659,9 @@ class _Compiler:
         try:
             return parse_timestamp(node.this)
         except ValueError as e:
-            why = str(e) if "nanosecond" in str(e) else "expected ISO 8601"
-            raise ExprError(f"invalid timestamp literal '{node.this}' ({why}, "
+            if "nanosecond" in str(e) and str(e).startswith(f"'{node.this.strip()}'"):
+                raise ExprError(f"invalid timestamp literal: {e}", node) from None
+            raise ExprError(f"invalid timestamp literal '{node.this}' (expected ISO 8601, "
                             "e.g. '2024-01-01 00:00:00')", node) from None
 
     def _time(self, node: exp.Literal, against: str) -> datetime.datetime | datetime.date:

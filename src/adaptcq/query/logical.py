@@ -17,14 +17,21 @@ import sqlglot.expressions as exp
 
 from adaptcq.errors import QueryError
 
-_SUB_MICRO = re.compile(r"(?<=:\d\d)[.,]\d{6}(\d+)")  # a fraction's digits past the µs
+_SUB_MICRO = re.compile(r"(?<=\d\d)[.,]\d{6}(\d+)")  # a fraction's digits past the µs
+
+
+def sub_micro_span(text: str) -> tuple[int, int, str] | None:
+    """Where timestamp literal ``text``'s fraction has digits past the microsecond: (start,
+    end, the digits); None when it has none. Python's datetime holds microseconds."""
+    m = _SUB_MICRO.search(text)
+    return (m.start(1), m.end(1), m.group(1)) if m else None
 
 
 def below_microsecond(text: str) -> str:
     """The digits of timestamp literal ``text``'s fraction past the microsecond, trailing
-    zeros dropped ('' when it has none): Python's datetime holds microseconds."""
-    m = _SUB_MICRO.search(text)
-    return m.group(1).rstrip("0") if m else ""
+    zeros dropped ('' when it has none)."""
+    span = sub_micro_span(text)
+    return span[2].rstrip("0") if span else ""
 
 
 if TYPE_CHECKING:  # networkx is imported only when a caller asks for an nx.Graph

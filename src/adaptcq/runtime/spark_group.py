@@ -52,12 +52,13 @@ import numpy as np
 from pyspark.sql.streaming import StatefulProcessor
 
 from adaptcq import collector
-from adaptcq.errors import AdaptcqError
+from adaptcq.errors import AdaptcqError, InputError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.shed import engine_options
 from adaptcq.runtime.spark_daemon import freeze_imports
 from adaptcq.runtime.spark_split import PUNCT, _Config, _file_of, _ipc
 from adaptcq.stream.eventtime import to_units
+from adaptcq.stream.merge import python_misfit
 
 __all__ = ["MemoryStore", "PartitionGroup", "SparkStore", "read_part", "release"]
 
@@ -985,6 +986,24 @@ def _rejected_row(cfg: _Config, i: int, f1, r, ts, why) -> tuple:
     return (cfg.sources[i], r if f is not None or not (f1 or "") else -1, f, ts, why)
 
 
+def _check_python_values(cfg: _Config, i: int, t) -> None:
+    """Stream i's released rows become Python values: one Python cannot hold exactly (a date
+    past 9999, a time64[ns] below the µs) is refused naming its file, row and column, as
+    the local runtime refuses it (``merge.python_misfit``), not a bare OverflowError."""
+    for c in cfg.stream_columns[i]:
+        col = t.column(c)
+        why = python_misfit(col)
+        if why is None:
+            continue
+        k = next(k for k in range(t.num_rows) if python_misfit(col.slice(k, 1)))
+        f = _file_of(t.column("_o1")[k].as_py())
+        raise InputError(
+            f"stream {cfg.sources[i]}{f' (file {f})' if f else ''}: row "
+            f"{t.column('_o2')[k].as_py()} has a value in column {c!r} ({col.type}) {why}; "
+            "the tuple-at-a-time executors take each row as Python values and would lose "
+            "it, --executor vector keeps columns in Arrow")
+
+
 def _ordered(cfg: _Config, go: list, pc, keys: bool = False) -> tuple:
     """The released rows of every stream, merged in the local runtime's order: (streams,
     signs or None, times, rows, ids of rows that are not primary replicas of a deletion),
@@ -994,6 +1013,7 @@ def _ordered(cfg: _Config, go: list, pc, keys: bool = False) -> tuple:
         return ([], None, [], [], set(), []) if keys else ([], None, [], [], set())
     per_rows = {}
     for i, t in go:
+        _check_python_values(cfg, i, t)
         cols = [t.column(c).to_pylist() for c in cfg.stream_columns[i]]
         per_rows[i] = list(zip(*cols, strict=True)) if cols else [()] * t.num_rows
     k = _order_keys(cfg, go, pc)

@@ -283,13 +283,23 @@ def _needs_check(t: pa.DataType) -> bool:
         return any(_needs_check(f.type) for f in t)
     if pa.types.is_map(t):
         return _needs_check(t.key_type) or _needs_check(t.item_type)
-    if pa.types.is_nested(t):  # (lists)
+    if pa.types.is_union(t):
+        return any(_needs_check(f.type) for f in t)
+    if pa.types.is_run_end_encoded(t) or _is_list(t):
         return _needs_check(t.value_type)
     return _python_bounds(t) is not None
 
 
+def _is_list(t: pa.DataType) -> bool:
+    """A list type of any kind (``is_nested`` holds for unions and run-end encoding too)."""
+    return any(getattr(pa.types, n, lambda _: False)(t) for n in (
+        "is_list", "is_large_list", "is_fixed_size_list", "is_list_view",
+        "is_large_list_view"))
+
+
 def _leaves(col: pa.Array):
-    """The arrays of a column and of its items (lists, structs, maps), flattened."""
+    """The arrays of a column and of its items (lists, structs, maps, unions, run-end
+    encoded values), flattened."""
     t = col.type
     if pa.types.is_dictionary(t):
         yield from _leaves(col.dictionary_decode())
@@ -299,7 +309,12 @@ def _leaves(col: pa.Array):
     elif pa.types.is_map(t):  # (no flatten kernel): its entries, key-value structs
         o = col.offsets
         yield from _leaves(col.values.slice(o[0].as_py(), o[-1].as_py() - o[0].as_py()))
-    elif pa.types.is_nested(t):  # lists
+    elif pa.types.is_union(t):
+        for k in range(t.num_fields):
+            yield from _leaves(col.field(k))
+    elif pa.types.is_run_end_encoded(t):  # its values, each run once
+        yield from _leaves(col.values)
+    elif _is_list(t):
         yield from _leaves(col.flatten())
     else:
         yield col
