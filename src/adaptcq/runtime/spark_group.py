@@ -990,16 +990,20 @@ def _check_python_values(cfg: _Config, i: int, t) -> None:
     """Stream i's released rows become Python values: one Python cannot hold exactly (a date
     past 9999, a time64[ns] below the µs) is refused naming its file, row and column, as
     the local runtime refuses it (``merge.python_misfit``), not a bare OverflowError."""
-    for c in cfg.stream_columns[i]:
+    for j, c in enumerate(cfg.stream_columns[i]):
         col = t.column(c)
         why = python_misfit(col)
         if why is None:
             continue
         k = next(k for k in range(t.num_rows) if python_misfit(col.slice(k, 1)))
         f = _file_of(t.column("_o1")[k].as_py())
+        try:  # the user's name of the column (it travels as c<i>_<j>)
+            name = _logical(cfg).columns[cfg.aliases[i]][j]
+        except (AttributeError, KeyError, IndexError):
+            name = c
         raise InputError(
             f"stream {cfg.sources[i]}{f' (file {f})' if f else ''}: row "
-            f"{t.column('_o2')[k].as_py()} has a value in column {c!r} ({col.type}) {why}; "
+            f"{t.column('_o2')[k].as_py()} has a value in column {name!r} ({col.type}) {why}; "
             "the tuple-at-a-time executors take each row as Python values and would lose "
             "it, --executor vector keeps columns in Arrow")
 
