@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -247,19 +248,32 @@ def _run_queryset(args, console) -> int:
             shutil.rmtree(stale)
     for h in engine.handles.values():
         Path(h.output).parent.mkdir(parents=True, exist_ok=True)
-    rejected.start()
-    try:
-        engine.run()
-    except BaseException:
-        rejected.abort()
-        raise
-    rejected.close(console, engine.stats["rejected"])
+    # Ctrl-C and SIGTERM stop between two arrivals, as for one query (_run_local).
+    with _StopSignals(engine.stop) as signals:
+        try:
+            rejected.start()
+            engine.run()  # (it removes the queries' outputs when it fails)
+            rejected.close(console, engine.stats["rejected"])
+        except BaseException as exc:
+            rejected.abort()
+            engine.abort_outputs()  # (the rejected rows' file failed: none looks complete)
+            _failed_summary(args, lambda: dict(engine.stats), engine.stats.get("stopped"),
+                            exc, signals)
+            if signals.forced:
+                console.print(f"[bold]stopped at once[/] by a second {signals.name}; the "
+                              "outputs were removed")
+                return signals.code
+            raise
     console.print(queryset_summary(engine, args))
     for h in engine.handles.values():
         console.print(f"query {h.id}: {h.emitted:,} result rows -> {h.output}"
                       + (f"  [red]failed: {h.error}[/]" if h.error else ""))
     if args.summary_json:
         _write_json(args.summary_json, engine.stats)
+    if engine.interrupted:
+        console.print(f"[bold]{signals.said}[/]: {_where(engine.stats)}; each query's output "
+                      "holds exactly the results of the arrivals processed")
+        return signals.code
     return 0
 
 
@@ -332,6 +346,12 @@ def queryset_summary(engine, args):
     if s.get("arrivals") and "routings" in s:
         t.add_row("routings per arrival", f"{s['routings'] / s['arrivals']:.3f}")
     t.add_row("rejected rows (late)", f"{s['rejected']:,}")
+    if s.get("rows_read"):
+        t.add_row("input rows read", ", ".join(f"{n}: {k:,}" for n, k in s["rows_read"].items()))
+    if s.get("stopped"):
+        t.add_row("stopped", s["stopped"])
+        t.add_row("input rows processed",
+                  ", ".join(f"{n}: {k:,}" for n, k in s["rows_processed"].items()))
     return t
 
 
@@ -406,8 +426,6 @@ def _run_options(args) -> dict:
 
 
 def _run_local(args, sql, sources, timestamp, options, console) -> int:
-    import signal
-
     import pyarrow as pa
     # The system allocator hands freed memory back; Arrow's default pool keeps ~50 MB more
     # resident on a long run (measured on the §7.2 join).
@@ -424,58 +442,145 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
     if args.output not in (None, "-"):
         check_output_path(args.output, inputs)
     rejected = RejectedOutput(args.rejected, args.output, inputs, args.format)
-    run = LocalRun(sql, sources, timestamp, args.executor, args.mode, sign=args.sign,
-                   allowed_lateness=args.allowed_lateness,
-                   timestamp_unit=args.timestamp_unit, max_results=args.max_results,
-                   on_rejected=rejected, **options)
-    sink = FileSink(args.output, run.schema, fmt) if args.output is not None else None
-    rejected.start()
-
-    def interrupt(signum, frame):
-        if run.interrupted or run._stop:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop at once
-        run.stop()
-
-    previous = signal.signal(signal.SIGINT, interrupt)
-    try:
-        with _progress(args, console, run) as update:
-            run.progress = update
-            run.sink = sink  # results are written as they leave the engine
-            for _ in run:
-                pass
-    except OutputClosed:  # `adaptcq run --output - | head`: the reader has what it wanted
-        run.stopped = "stdout was closed by its reader"
+    # Ctrl-C and SIGTERM stop the run between two updates; while it is set up (its spill
+    # folder is made then) they stop at once: nothing is left.
+    with _StopSignals() as signals:
+        try:
+            run = LocalRun(sql, sources, timestamp, args.executor, args.mode, sign=args.sign,
+                           allowed_lateness=args.allowed_lateness,
+                           timestamp_unit=args.timestamp_unit, max_results=args.max_results,
+                           on_rejected=rejected, **options)
+        except KeyboardInterrupt:
+            if not signals.forced:
+                raise
+            console.print(f"[bold]stopped[/] by {signals.name} before the run began")
+            return signals.code
+        signals.stop = run.stop
         sink = None
-    except BaseException:
-        if sink is not None:
-            sink.abort()
-        rejected.abort()
-        raise
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if sink is not None:
-        sink.close()
-        if args.output != "-":
-            console.print(f"wrote {sink.rows:,} result rows to {args.output}")
-    rejected.close(console, run.rejected_count)
+        try:
+            sink = FileSink(args.output, run.schema, fmt) if args.output is not None else None
+            rejected.start()
+            try:
+                with _progress(args, console, run) as update:
+                    run.progress = update
+                    run.sink = sink  # results are written as they leave the engine
+                    for _ in run:
+                        pass
+            except OutputClosed:  # `adaptcq run --output - | head`: the reader has its rows
+                run.stopped = "stdout was closed by its reader"
+                sink = None
+            # (inside the try: an output failing here removes the others too)
+            if sink is not None:
+                sink.close()
+                if args.output != "-":
+                    console.print(f"wrote {sink.rows:,} result rows to {args.output}")
+            rejected.close(console, run.rejected_count)
+        except BaseException as exc:
+            if sink is not None:
+                sink.abort()
+            rejected.abort()
+            _failed_summary(args, lambda: _summary_doc(run), run.stopped, exc, signals)
+            if signals.forced:
+                console.print(f"[bold]stopped at once[/] by a second {signals.name}; the "
+                              "outputs were removed")
+                return signals.code
+            raise
     console.print(summary_table(run.result(None)))
     if args.summary_json:
-        _write_summary_json(args.summary_json, run)
+        _write_json(args.summary_json, _summary_doc(run))
     if run.stopped == "stdout was closed by its reader":
         console.print(f"stdout was closed by its reader after {run.stats['results']:,} "
                       "result rows; the run stopped there")
         return 0
     if run.interrupted:
-        console.print(f"[bold]interrupted[/]: {_where(run)}; the output holds exactly the "
-                      "results of the arrivals processed")
-        return 130
+        console.print(f"[bold]{signals.said}[/]: {_where(run.stats)}; the output holds "
+                      "exactly the results of the arrivals processed")
+        return signals.code
     if run.stopped:
-        raise AdaptcqError(f"stopped: {run.stopped} ({_where(run)}); the output holds the "
-                           "results so far")
+        raise AdaptcqError(f"stopped: {run.stopped} ({_where(run.stats)}); the output holds "
+                           "the results so far")
     return 0
 
 
-def _write_summary_json(path: str, run) -> None:
+_SIGNALS = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM"}  # the signals that stop a run
+
+
+class _StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM (kill, timeout, docker stop) stop a run at the next
+    boundary between two updates (``stop(reason)``), so that its outputs are valid and
+    say so; a second signal stops at once (KeyboardInterrupt, ``forced``: the outputs are
+    removed). The exit code is 128 + the signal's number, as a shell reports a process
+    killed by it."""
+
+    def __init__(self, stop=None):
+        self.stop = stop  # (None while the run is set up: a signal stops at once)
+        self.signum: int | None = None
+        self.forced = False
+        self.previous: dict = {}
+
+    def __enter__(self):
+        import signal
+        for name in _SIGNALS:
+            num = getattr(signal, name)
+            self.previous[num] = signal.signal(num, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        for num, handler in self.previous.items():
+            signal.signal(num, handler)
+        return False
+
+    def _handle(self, signum, frame):
+        if self.signum is not None or self.stop is None:
+            self.signum = self.signum or signum
+            self.forced = True
+            raise KeyboardInterrupt  # a second signal: stop at once
+        self.signum = signum
+        self.stop(self.said)
+
+    @property
+    def name(self) -> str:
+        import signal
+        return _SIGNALS.get(signal.Signals(self.signum or signal.SIGINT).name, "a signal")
+
+    @property
+    def said(self) -> str:
+        return "interrupted" if self.name == "Ctrl-C" else f"terminated ({self.name})"
+
+    @property
+    def code(self) -> int:
+        import signal
+        return 128 + (self.signum or signal.SIGINT)
+
+
+def _failed_summary(args, doc, stopped: str | None, exc: BaseException, signals) -> None:
+    """``--summary-json`` of a run that failed once its outputs were begun: its figures
+    with ``stopped`` = "failed: ..." (an earlier run's summary stayed, saying it had
+    succeeded); if they cannot be had, the stale file is removed. Never raises: the
+    error that failed the run is the one reported."""
+    path = args.summary_json
+    if path is None:
+        return
+    if signals is not None and signals.forced:
+        why = f"failed: stopped at once by a second {signals.name}; the outputs were removed"
+    elif stopped is not None and stopped.startswith("failed: "):
+        why = stopped
+    elif isinstance(exc, AdaptcqError):
+        why = f"failed: {exc}"
+    else:
+        why = f"failed: {type(exc).__name__}: {exc}".rstrip(": ")
+    try:
+        d = doc()
+        d["stopped"] = why
+        _write_json(path, d)
+    except Exception:  # noqa: BLE001 - no figures: at least no stale summary
+        if path != "-":
+            with contextlib.suppress(OSError):
+                Path(path).unlink(missing_ok=True)
+
+
+def _summary_doc(run) -> dict:
     """The printed summary's figures as JSON, with its plan (``plan``: the text of the
     summary's plan row, as a Spark group's ``plan``) and the memory samples."""
     doc = {}
@@ -485,21 +590,25 @@ def _write_summary_json(path: str, run) -> None:
         if k == "mode":
             doc["plan"] = run.plan
     doc["rss_samples"] = [{"arrivals": a, "rss_bytes": b} for a, b in run.rss_samples]
-    _write_json(path, doc)
+    return doc
 
 
 def _write_json(path: str, doc) -> None:
     """``--summary-json``: valid JSON; a figure that does not exist (the throughput of a
-    run that took no CPU time) is null, never a bare Infinity / NaN token."""
-    from adaptcq.runtime.output import summary_json
+    run that took no CPU time) is null, never a bare Infinity / NaN token. Written as the
+    outputs are (a full disk left an empty, invalid file); if it fails, none is left."""
+    from adaptcq.runtime.output import summary_json, write_text
     text = summary_json(doc)
     try:
         if path == "-":  # (every message went to stderr: cmd_run's console)
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
             return
-        Path(path).write_text(text)
+        write_text(path, text)  # (a temporary renamed into place: never a partial file)
     except OSError as e:
+        if path != "-":  # an earlier run's summary must not pass for this run's
+            with contextlib.suppress(OSError):
+                Path(path).unlink(missing_ok=True)
         raise AdaptcqError(f"--summary-json {path!r}: cannot write: {e.strerror or e}") \
             from None
 
@@ -583,8 +692,8 @@ def _default_rejected(output: str, fmt: str | None = None) -> str:
     return str(p.with_name(p.name + ".rejected.parquet"))
 
 
-def _where(run) -> str:
-    s = run.stats
+def _where(s: dict) -> str:
+    """Where the inputs stopped, from a run's (or a query set's) stats."""
     done = ", ".join(f"{n} {k:,} rows" for n, k in s["rows_processed"].items())
     read = ", ".join(f"{n} {k:,}" for n, k in s["rows_read"].items())
     at = f" (the last at event time {s['last_event_time']:g} s)" \

@@ -13,13 +13,15 @@ is the query's state plus a few chunks, never the size of the input or of the ou
   inputs whose output fits in memory).
 * The CLI writes each batch to a Parquet, CSV or JSON-lines file (or stdout) as it comes.
 
-A run can be stopped between two updates (``stop()``, which the CLI calls on Ctrl-C): the
-output then holds exactly the results of the arrivals processed, and ``stats`` says where
-the input stopped. ``max_results`` stops a run whose output exceeds a bound.
+A run can be stopped between two updates (``stop()``, which the CLI calls on Ctrl-C and
+SIGTERM): the output then holds exactly the results of the arrivals processed, and
+``stats`` says where the input stopped. ``max_results`` stops a run whose output exceeds a
+bound.
 """
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import os
 import resource
@@ -208,12 +210,12 @@ class LocalRun:
             self.cq = self._engine(self.executor_name, mode, options)
             if self.executor_name == "tree":  # a batch clean-up's late results as Arrow
                 self.cq.executor.emit_table = self._emit_late_table
-        # With a sign column the engine can reject a row (an unmatched deletion): the
-        # merger then also numbers the arrivals, so that it is reported by its input row.
-        merger = ArrivalMerger if self.sign is None else _NumberedMerger
-        self.merger = merger(query, self.sources, timestamp, timestamp_unit,
-                             self.lateness, self.sign, columnar=self.vector)
+        # The merger numbers the arrivals: a rejected deletion (with a sign column) is
+        # reported by its input row, and a stop says where each input stopped.
+        self.merger = _NumberedMerger(query, self.sources, timestamp, timestamp_unit,
+                                      self.lateness, self.sign, columnar=self.vector)
         self._numbers: np.ndarray | None = None  # row numbers of the arrivals in process
+        self._rest_numbers: np.ndarray | None = None  # and of those from ``_at``'s start
         # An input row reaches every alias of its source, and each alias rejects it alike
         # (one sign column, unbounded windows): it is reported by the source's first alias.
         first: dict[str, int] = {}
@@ -234,13 +236,15 @@ class LocalRun:
         self._next_rss, self._rss_every = 0, 100_000  # (``_sample_rss``)
         self.sink = None  # a Sink: batches are written to it instead of being yielded
         self._stop = False
+        self._stop_reason = "interrupted"
+        self._in_batch = False  # the vectorized executor is inside a batch
         self._started = False
         self._bounded = False
         self._results = 0
         self._delivered = 0  # result rows the iterator yielded (adaptcq.stream)
         self._buf: list = []
         self._ready: list[pa.RecordBatch] = []
-        self._left: dict[str, int] = {}  # rows read but not processed, at a stop
+        self._done: dict[str, int] | None = None  # at a stop: rows processed, per source
         self._at: tuple | None = None     # (arrivals, end of the last slice processed)
         self._lo = 0                      # and its start
         self.batches = 0  # batches the vectorized executor processed
@@ -328,8 +332,10 @@ class LocalRun:
         return vj
 
     # ----- running -----------------------------------------------------------------------
-    def stop(self) -> None:
-        """Stop at the next boundary between two updates (safe from a signal handler)."""
+    def stop(self, reason: str = "interrupted") -> None:
+        """Stop at the next boundary between two updates (safe from a signal handler);
+        ``reason`` becomes ``stats["stopped"]``."""
+        self._stop_reason = reason
         self._stop = True
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
@@ -339,9 +345,25 @@ class LocalRun:
         return self._run()
 
     def _run(self) -> Iterator[pa.RecordBatch]:
-        if self.vector:
-            yield from self._run_vector()
-            return
+        """The run, whichever executor; how it ended is recorded in ``stats``: closed by
+        its consumer, failed, or cut by a KeyboardInterrupt (raised as it is). Its input
+        files are closed when it ends, however it ends."""
+        try:
+            yield from (self._run_vector() if self.vector else self._run_tuples())
+        except GeneratorExit:  # the consumer closed the iterator: the summary says so
+            self._closed_early()
+            raise
+        except OutputClosed:  # (where each input stopped is known where it was raised)
+            raise
+        except BaseException as exc:  # a source, a row, a callback, Ctrl-C: recorded
+            self._failed(exc)
+            raise
+        finally:
+            self._release_inputs()
+
+    def _run_tuples(self) -> Iterator[pa.RecordBatch]:
+        """The per-tuple executors' loop: slices of arrivals sized so that one slice's
+        results stay near OUT_CHUNK."""
         cq, merger = self.cq, self.merger
         batch = 256  # arrivals per call; adapted so that one call's results stay near OUT_CHUNK
         finished = False  # the spills' clean-up (or hand-over) ran
@@ -349,12 +371,13 @@ class LocalRun:
             self._bound()
         try:
             for arr in merger:
-                self._flush_rejected()
-                self._numbers = getattr(merger, "row_numbers", None)
+                self._numbers = self._rest_numbers = merger.row_numbers
+                self._at = (arr, 0)
+                self._flush_rejected(arr.streams, self._numbers)
                 n, lo = len(arr), 0
                 while lo < n:
                     if self._stop:
-                        self.interrupted, self.stopped = True, "interrupted"
+                        self.interrupted, self.stopped = True, self._stop_reason
                         self._unprocessed(arr, lo)
                         break
                     hi = min(n, lo + batch)
@@ -400,15 +423,8 @@ class LocalRun:
                 finished = True
         except _ResultBound:
             self._unprocessed(*self._at)
-        except GeneratorExit:  # the consumer closed the iterator: the summary says so
-            self._closed_early()
-            raise
         except OutputClosed:  # the reader closed stdout: say where each input stopped
-            if self._at is not None:
-                self._unprocessed(*self._at)
-            raise
-        except Exception as exc:  # a source or a row failed: raised as it is, and recorded
-            self._failed(exc)
+            self._stopped_at_output()
             raise
         finally:
             if self.spill is not None:
@@ -419,11 +435,42 @@ class LocalRun:
         cq.sample(cq.now)
         self.rss_samples.append((cq.stats.arrivals, current_rss()))
 
-    def _failed(self, exc: Exception) -> None:
-        """The summary of a run that raised (a source's own generator, a bad row): it names
-        the error, where ``stopped`` was None, as if the input had ended."""
+    def _failed(self, exc: BaseException) -> None:
+        """The summary of a run that raised (a source's own generator, a bad row, a
+        KeyboardInterrupt): it names the error, where ``stopped`` was None, as if the
+        input had ended, and ``rows_processed`` where each input stopped."""
         if self.stopped is None:
-            self.stopped = f"failed: {type(exc).__name__}: {exc}"
+            if isinstance(exc, KeyboardInterrupt):
+                self.interrupted, self.stopped = True, "interrupted"
+            else:
+                self.stopped = f"failed: {type(exc).__name__}: {exc}"
+        if self._done is None:
+            arr, lo = self._at if self._at is not None else (None, 0)
+            self._unprocessed(arr, 0 if self._in_batch else lo)  # (a batch failed: none)
+        # The late rows before that point out (the error that ended the run is the one
+        # raised, not one of on_rejected's).
+        with contextlib.suppress(Exception):
+            self._flush_rejected()
+
+    def _stopped_at_output(self) -> None:
+        """stdout was closed: where each input stopped, and the late rows before it out."""
+        if self._done is None:
+            self._unprocessed(*(self._at or (None, 0)))
+        self._flush_rejected()
+
+    def _release_inputs(self) -> None:
+        """The run is over: its input files are closed now (a stopped run's stayed open as
+        long as the run object lived), and the engine lets go of this run's methods (a
+        reference cycle that only a garbage collection freed)."""
+        close_inputs(self.merger)
+        ex = self.cq
+        if self.vector:
+            ex.emit = None
+        else:
+            if self._bounded:
+                ex.bound_output(None)
+            if self.executor_name == "tree":
+                ex.executor.emit_table = None
 
     def _run_vector(self) -> Iterator[pa.RecordBatch]:
         """The vectorized executor's loop: batches of ``batch_rows`` arrivals (or
@@ -434,15 +481,17 @@ class LocalRun:
         try:
             for batch, rest in self.iter_batches():
                 if self._stop:
-                    self.interrupted, self.stopped = True, "interrupted"
+                    self.interrupted, self.stopped = True, self._stop_reason
                     self._unprocessed(rest, 0)
                     break
                 self._at = (rest, len(batch))
                 t0 = time.process_time()
+                self._in_batch = True
                 try:
                     vj.process_batch(batch)  # its output went to _emit_table (vj.emit)
                 finally:
                     self.engine_cpu += time.process_time() - t0
+                self._in_batch = False
                 self.batches += 1
                 self.last_ts = int(batch.timestamps[-1])
                 if vj.rejected_rows:
@@ -455,17 +504,12 @@ class LocalRun:
                 if self.stopped:
                     self._unprocessed(rest, len(batch))
                     break
-        except _ResultBound:
+        except _ResultBound:  # (the whole batch counts as processed)
+            self._in_batch = False
             self._unprocessed(*self._at)
-        except GeneratorExit:  # the consumer closed the iterator: the summary says so
-            self._closed_early()
-            raise
         except OutputClosed:
-            if self._at is not None:
-                self._unprocessed(*self._at)
-            raise
-        except Exception as exc:
-            self._failed(exc)
+            self._in_batch = False
+            self._stopped_at_output()
             raise
         yield from self._take_ready()
         self._flush_rejected()
@@ -490,22 +534,22 @@ class LocalRun:
         """(batch, the arrivals from its start on) for each batch: ``batch_rows`` arrivals,
         cut earlier when ``batch_seconds`` of event time have passed; the last one may be
         shorter. Arrivals wait in ``buf`` (at most one batch plus one released chunk), their
-        row numbers (with a sign column) in ``nums``: ``_numbers`` is the batch's."""
+        row numbers in ``nums``: ``_numbers`` is the batch's, ``_rest_numbers`` the
+        buffer's."""
         from adaptcq.stream.merge import ArrivalBatch
         buf = nums = None
-        numbered = isinstance(self.merger, _NumberedMerger)
         span = None if self.batch_seconds is None else round(self.batch_seconds / TIME_UNIT)
         # Sources of unknown length (iterators, generators: possibly live) close a batch at
         # every release, so their results leave as soon as the per-tuple executors' would.
         live = any(s.num_rows is None for s in self.sources.values())
         for arr in self.merger:
-            self._flush_rejected()
             buf = arr if buf is None else ArrivalBatch.concat([buf, arr])
-            if numbered:
-                got = self.merger.row_numbers
-                nums = got if nums is None else np.concatenate([nums, got])
+            got = self.merger.row_numbers
+            nums = got if nums is None else np.concatenate([nums, got])
+            self._at, self._rest_numbers = (buf, 0), nums  # (none of it processed yet)
+            self._flush_rejected(buf.streams, nums)
             if live and len(buf) < self.batch_rows and span is None:
-                self._numbers = nums
+                self._numbers = self._rest_numbers = nums
                 yield buf, buf
                 buf = nums = None
                 continue
@@ -519,14 +563,14 @@ class LocalRun:
                             buf.timestamps, np.int64(end), "left"))))
                 if cut == len(buf) < self.batch_rows:
                     break  # not a whole batch yet: wait for more arrivals
-                self._numbers = None if nums is None else nums[:cut]
+                self._numbers, self._rest_numbers = nums[:cut], nums
                 yield buf.slice(0, cut), buf
                 buf = buf.slice(cut, len(buf)) if cut < len(buf) else None
-                nums = None if nums is None or buf is None else nums[cut:]
+                nums = None if buf is None else nums[cut:]
                 if self.stopped or self._stop:
                     break
         if buf is not None and len(buf) and not self.stopped:
-            self._numbers = nums
+            self._numbers = self._rest_numbers = nums
             yield buf, buf
 
     def _emit_table(self, out: pa.Table) -> None:
@@ -550,23 +594,22 @@ class LocalRun:
         """The iterator was closed (``close()``, or dropped) before the input ended."""
         if self.stopped is None:
             self.stopped = "closed by its consumer"
-        if self._at is not None:
-            self._unprocessed(*self._at)
+        if self._done is None:
+            self._unprocessed(*(self._at or (None, 0)))
+        self._flush_rejected()
 
-    def _unprocessed(self, arr: Arrivals, lo: int) -> None:
-        """At a stop: per source, the rows read but not processed (buffered in the merger,
-        or left in the current chunk), counted once per source (not per alias)."""
-        first = {}
-        for i, s in enumerate(self.query.streams):
-            first.setdefault(s.source, i)
-        by_index = {i: src for src, i in first.items()}
-        left = dict.fromkeys(first, 0)
-        for i in arr.streams[lo:]:
-            if i in by_index:
-                left[by_index[i]] += 1
-        for f in self.merger.feeds:
-            left[f.src.name] += len(f.ts)
-        self._left = left
+    def _unprocessed(self, arr: Arrivals | None, lo: int) -> None:
+        """At a stop: per source, the rows before its first row not processed
+        (``rows_processed``): the arrivals of ``arr`` from ``lo`` on, those the merger
+        buffers and a chunk that failed were not. Late rows read past that point were
+        not reached: neither processed nor reported (a run resumed there reads them)."""
+        streams = numbers = None
+        if arr is not None and self._rest_numbers is not None and \
+                len(self._rest_numbers) == len(arr):
+            streams, numbers = np.asarray(arr.streams)[lo:], self._rest_numbers[lo:]
+        self._done = done = self.merger.first_unprocessed(streams, numbers)
+        late = self.merger.rejected
+        late[:] = [r for r in late if r["row"] < done[r["stream"]]]
 
     def _bound(self) -> None:
         """Results leave the engine every OUT_CHUNK rows, even within one update."""
@@ -630,9 +673,9 @@ class LocalRun:
                 ((_, _, out, cpu),) = self.cq.run_batches(arr.streams, arr.signs,
                                                            arr.timestamps, arr.rows, [hi],
                                                            start=lo)
-        except (_ResultBound, OutputClosed):
-            # Stopped inside the slice (the bound reached, or stdout closed): the arrivals up
-            # to the one it stopped in were processed (``ContinuousQuery.stopped_at``).
+        except BaseException:
+            # Stopped inside the slice (the bound reached, stdout closed, an error): the
+            # arrivals up to the one it stopped in were processed (``stopped_at``).
             self.engine_cpu += time.process_time() - t0
             done = self.cq.stopped_at or 0
             self._at = (arr, lo + done)
@@ -643,11 +686,18 @@ class LocalRun:
         self.last_ts = arr.timestamps[hi - 1]
         return out
 
-    def _flush_rejected(self) -> None:
-        rows = self.merger.rejected
-        if rows:
-            self._reject(rejected_batch(rows, self.sources))
-            rows.clear()
+    def _flush_rejected(self, streams=None, numbers=None) -> None:
+        """The late rows the run has reached out (every earlier row of their source
+        processed; ``streams``, ``numbers``: the arrivals released and not processed yet,
+        and their row numbers); the others wait, so that a stop never reports a row
+        beyond where its input stopped."""
+        merger = self.merger
+        if not merger.rejected:
+            return
+        due = merger.due_rejected(self._done if self._done is not None
+                                  else merger.first_unprocessed(streams, numbers))
+        if due:
+            self._reject(rejected_batch(due, self.sources))
 
     def _engine_rejected(self) -> None:
         """The engine's rejected rows (unmatched deletions) out, as late rows are: named by
@@ -656,6 +706,9 @@ class LocalRun:
         rows = cq.rejected_rows
         if not rows:
             return
+        if self.merger.rejected and self._at is not None:  # the late rows before them first
+            arr, lo = self._at
+            self._flush_rejected(np.asarray(arr.streams)[lo:], self._rest_numbers[lo:])
         if self.vector:  # each one's arrival in the batch processed
             at = cq.rejected_at
         else:
@@ -699,8 +752,8 @@ class LocalRun:
             "peak_state_tuples": peak_t, "peak_state_bytes": peak_b,
             "peak_rss_bytes": peak_rss(),
             "rows_read": self.merger.positions(),
-            "rows_processed": {n: k - self._left.get(n, 0)
-                               for n, k in self.merger.positions().items()},
+            "rows_processed": dict(self._done) if self._done is not None
+            else self.merger.positions(),
             "stopped": self.stopped,
         }
         if self.stopped == "closed by its consumer" and self.sink is None:
@@ -755,15 +808,17 @@ class _NoColumns(tuple):
 class _NumberedMerger(ArrivalMerger):
     """The merger, also keeping each released arrival's row number in its source's input
     (``row_numbers``, parallel to the last arrivals yielded): a rejected deletion is
-    reported by its input row, as a late row is. Used with a sign column only, the one
-    way the engine rejects a row, so that other runs carry no numbers."""
+    reported by its input row, as a late row is, and a stop knows each input's first row
+    not processed (``first_unprocessed``), which late rows it reached (``due_rejected``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.row_numbers = np.empty(0, np.int64)
         self._released: dict[int, np.ndarray] = {}
+        self.unread: dict[str, int] = {}  # source -> first row of a chunk that failed
         for f in self.feeds:  # a feed's release has the numbers; the merged order drops them
             f.release = self._numbered(f.release)
+            f.pull = self._pulling(f, f.pull)
 
     def _numbered(self, release):
         def numbered(frontier, columnar=False):
@@ -773,11 +828,21 @@ class _NumberedMerger(ArrivalMerger):
             out = []
             for i, ts, pos, signs, rows in parts:
                 self._released[i] = pos
-                if not columnar and rows and len(rows[0]) == 0:
+                if self.signed and not columnar and rows and len(rows[0]) == 0:
                     rows = [_NoColumns() for _ in rows]
                 out.append((i, ts, pos, signs, rows))
             return out
         return numbered
+
+    def _pulling(self, feed, pull):
+        def pulling(rejected):
+            start = feed.next_row  # (a chunk that fails may have counted its rows read)
+            try:
+                pull(rejected)
+            except BaseException:
+                self.unread.setdefault(feed.src.name, start)
+                raise
+        return pulling
 
     def _release(self, frontier):
         self._released = {}
@@ -789,6 +854,49 @@ class _NumberedMerger(ArrivalMerger):
                 numbers[streams == i] = pos
             self.row_numbers = numbers
         return merged
+
+    def first_unprocessed(self, streams=None, numbers=None) -> dict[str, int]:
+        """Per source, its first row not processed: the least row number among the
+        arrivals released but not processed (``streams``: their aliases, ``numbers``: their
+        row numbers), the rows buffered here and a chunk that failed; with none, every row
+        read."""
+        out = self.positions()
+        st = None if numbers is None or not len(numbers) else np.asarray(streams)
+        for f in self.feeds:
+            name = f.src.name
+            least = min(out[name], self.unread.get(name, out[name]))
+            if len(f.pos):
+                least = min(least, int(f.pos.min()))
+            if st is not None:
+                mine = numbers[np.isin(st, [i for i, _ in f.aliases])]
+                if len(mine):
+                    least = min(least, int(mine.min()))
+            out[name] = least
+        return out
+
+    def due_rejected(self, first: Mapping[str, int]) -> list[dict]:
+        """The late rows found so far that lie before ``first`` (per source, its first row
+        not processed), taken from ``rejected``; the later ones stay there."""
+        rows = self.rejected
+        due = [r for r in rows if r["row"] < first[r["stream"]]]
+        if len(due) == len(rows):
+            rows.clear()
+        elif due:
+            rows[:] = [r for r in rows if r["row"] >= first[r["stream"]]]
+        return due
+
+
+def close_inputs(merger: ArrivalMerger) -> None:
+    """Close a run's input files now (a stopped or failed run's stayed open until it was
+    collected): each source's chunk generators (the iterables a caller gave are left to
+    the caller)."""
+    for f in merger.feeds:
+        for chunks in (f.it, f.src._chunks):
+            close = getattr(chunks, "close", None)
+            if close is None:
+                continue
+            with contextlib.suppress(Exception):  # (a running generator, or its own error)
+                close()
 
 
 def _check_option_types(options: Mapping) -> None:

@@ -23,6 +23,7 @@ few thousand at a time: memory is the engine's state plus a few chunks.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import datetime
 import math
 import numbers
@@ -42,6 +43,8 @@ from adaptcq.query.logical import LogicalQuery, StreamRef
 from adaptcq.runtime.local import (
     REJECTED_SCHEMA,
     TIME_UNIT,
+    _NumberedMerger,
+    close_inputs,
     open_sources,
     output_schema,
     rejected_batch,
@@ -57,10 +60,10 @@ from adaptcq.stream.eventtime import (
     lateness_ns,
     to_nanoseconds,
 )
-from adaptcq.stream.merge import ArrivalMerger
 from adaptcq.stream.sources import CHUNK_ROWS, CSV_NULLS, schema_kinds
 
 OUT_CHUNK = 65_536          # result rows per output batch, per query
+STOP_EVERY = 256            # arrivals between two looks for a stop (``Engine.stop``)
 ROUTING_EPOCH = 1000        # arrivals per routing table (compiled routes); None: per step
 ACTIONS = ("register", "deregister")
 CONTROL_COLUMNS = ("ts", "action", "query_id", "sql")
@@ -208,6 +211,11 @@ class Engine:
         self.control: list[ControlEvent] = []
         self._order = 0
         self._ran = False
+        self._stop = False
+        self._stop_reason = "interrupted"
+        self._closed: dict[str, str] = {}  # query id -> its output file, finished
+        self.interrupted = False
+        self.stopped: str | None = None  # why the run stopped before its input ended
         self.stats: dict = {}
         # Running queries that self-join a source over [ROWS n] windows, by source (``_tie``)
         self._watch: dict[str, dict[str, list[str]]] = {}
@@ -403,9 +411,17 @@ class Engine:
         self.control.insert(bisect.bisect(keys, (ev.ts, ev.order)), ev)
 
     # ----- running ------------------------------------------------------------------------
+    def stop(self, reason: str = "interrupted") -> None:
+        """Stop at the next boundary between two arrivals (safe from a signal handler):
+        every output then holds exactly the results of the arrivals processed, and
+        ``stats`` says where each input stopped (``reason``: its ``stopped``)."""
+        self._stop_reason = reason
+        self._stop = True
+
     def run(self, max_arrivals: int | None = None) -> dict[str, QueryHandle]:
         """Process every input (or the first ``max_arrivals``); returns the handles (each
-        with its output)."""
+        with its output). An error, or a KeyboardInterrupt, stops every query and removes
+        their output files (``stats["stopped"]`` names it); ``stop()`` keeps them."""
         if self._ran:
             raise OptionError("an Engine runs once")
         if max_arrivals is not None and (not is_int(max_arrivals) or max_arrivals < 0):
@@ -418,14 +434,19 @@ class Engine:
         view = SimpleNamespace(
             streams=[StreamRef(n, n) for n in self.sources],
             columns={n: tuple(s.schema.names) for n, s in self.sources.items()})
-        merger = ArrivalMerger(view, self.sources, self.timestamp, self.unit, self.lateness)
+        # (numbered: a stop knows each input's first row not processed)
+        merger = _NumberedMerger(view, self.sources, self.timestamp, self.unit, self.lateness)
         names = list(self.sources)
         aborted = False
         control, ci = self.control, 0
         ex = self.ex
         arrivals = 0
+        last = None  # the time of the last arrival processed
+        done = None  # at a stop: per source, its first row not processed
+        at: tuple = (None, 0)  # (the arrivals in process, the first not processed)
         try:
             for arr in merger:
+                at = (arr, 0)
                 ts_list = arr.timestamps
                 lo, n = 0, len(ts_list)
                 if max_arrivals is not None:
@@ -440,9 +461,18 @@ class Engine:
                         hi = tie
                     process = ex.process
                     streams, rows = arr.streams, arr.rows
-                    for k in range(lo, hi):
-                        process(names[streams[k]], ts_list[k], rows[k])
-                    arrivals += hi - lo
+                    k = lo
+                    while k < hi and not self._stop:  # (a stop is seen every STOP_EVERY)
+                        end = min(hi, k + STOP_EVERY)
+                        for j in range(k, end):
+                            process(names[streams[j]], ts_list[j], rows[j])
+                        arrivals += end - k
+                        last, k = ts_list[end - 1], end
+                        at = (arr, k)
+                    if self._stop and k < n:
+                        self.interrupted, self.stopped = True, self._stop_reason
+                        n = k
+                        break
                     lo = hi
                     if tie is not None:
                         self._fail_ties(arr, names, tie)
@@ -451,29 +481,79 @@ class Engine:
                         ci = self._apply(ci, ts_list[lo])
                     self._flush(False)
                 self._flush(False)
-                self._reject(merger)
-                if max_arrivals is not None and arrivals >= max_arrivals:
+                if self.stopped or (max_arrivals is not None and arrivals >= max_arrivals):
+                    done = self._stopped_at(merger, arr, n)
+                    self._reject(merger, done)
                     break
+                self._reject(merger)
             else:
                 while ci < len(control):
                     ci = self._apply(ci, float("inf"))
-        except Exception:
-            # An error stops every query: their output files are removed, not left
-            # holding what came before it (as the single-query CLI does).
+        except BaseException as exc:
+            # An error (or Ctrl-C inside an arrival) stops every query: their output files
+            # are removed, not left holding what came before it (as the single-query CLI
+            # does); the figures say where it stopped.
             aborted = True
             self._abort_outputs()
+            self._failed(exc)
+            done = self._stopped_at(merger, *at)
+            with contextlib.suppress(Exception):  # the late rows before it (the error
+                self._reject(merger, done)        # raised is the run's, not on_rejected's)
+            self._set_stats(merger, arrivals, t0, last, done)
             raise
         finally:
-            if not aborted:  # (a stop, Ctrl-C, keeps the results so far, as it does there)
-                self._finish_outputs()
-        self._reject(merger)
+            close_inputs(merger)  # (the input files: closed now, however the run ended)
+            if not aborted:  # (a stop keeps the results so far, as it does there)
+                try:
+                    self._finish_outputs()
+                except BaseException as exc:
+                    self._failed(exc)
+                    self._set_stats(merger, arrivals, t0, last, done)
+                    raise
+        self._reject(merger, done)
         self.rejected = pa.Table.from_batches(self.rejected, schema=REJECTED_SCHEMA)
+        self._set_stats(merger, arrivals, t0, last, done)
+        return self.handles
+
+    def _failed(self, exc: BaseException) -> None:
+        """``stopped`` of a run that raised: "interrupted" (a KeyboardInterrupt) or the
+        error."""
+        if self.stopped is None:
+            self.interrupted = isinstance(exc, KeyboardInterrupt)
+            self.stopped = "interrupted" if self.interrupted else \
+                f"failed: {type(exc).__name__}: {exc}"
+
+    @staticmethod
+    def _stopped_at(merger: _NumberedMerger, arr, k: int) -> dict[str, int]:
+        """Per source, its first row not processed when the run stopped at arrival ``k``
+        of ``arr``; the late rows past it, not reached, are dropped from the merger's."""
+        numbers = merger.row_numbers
+        if arr is not None and len(numbers) == len(arr):
+            done = merger.first_unprocessed(arr.streams[k:], numbers[k:])
+        else:
+            done = merger.first_unprocessed()
+        late = merger.rejected
+        late[:] = [r for r in late if r["row"] < done[r["stream"]]]
+        return done
+
+    def _set_stats(self, merger, arrivals: int, t0: float, last, done) -> None:
+        """The run's figures (``done``: at a stop, per source, the rows processed)."""
+        ex = self.ex
         self.stats = {"arrivals": arrivals, "cpu_seconds": time.process_time() - t0,
                       "rejected": self._rejected_count, **getattr(ex, "counts", {}),
                       "queries": {h.id: {"emitted": h.emitted, "state": h.state,
                                          **({"error": h.error} if h.error else {})}
-                                  for h in self.handles.values()}}
-        return self.handles
+                                  for h in self.handles.values()},
+                      "rows_read": merger.positions(),
+                      "rows_processed": done if done is not None else merger.positions(),
+                      "stopped": self.stopped}
+        if last is not None:
+            self.stats["last_event_time"] = last / 1e9
+
+    def abort_outputs(self) -> None:
+        """Remove every query's output file, finished or not (a later step of the run
+        failed, e.g. writing the rejected rows)."""
+        self._abort_outputs()
 
     def _finish_outputs(self) -> None:
         """The last results out and every output file closed. An output failing here (a
@@ -503,13 +583,16 @@ class Engine:
         for path in self._closed.values():
             Path(path).unlink(missing_ok=True)
 
-    def _reject(self, merger: ArrivalMerger) -> None:
-        """The late rows found so far leave (``on_rejected``), or are kept: the merger
-        holds none past a chunk."""
+    def _reject(self, merger: _NumberedMerger, done=None) -> None:
+        """The late rows reached so far leave (``on_rejected``), or are kept: those before
+        the first row of their source not processed (``done`` at a stop; else the rows
+        the merger buffers), so that a stop reports none beyond where it stopped."""
         if not merger.rejected:
             return
-        batch = rejected_batch(merger.rejected, self.sources)
-        merger.rejected.clear()
+        due = merger.due_rejected(done if done is not None else merger.first_unprocessed())
+        if not due:
+            return
+        batch = rejected_batch(due, self.sources)
         self._rejected_count += batch.num_rows
         if self.on_rejected is not None:
             self.on_rejected(batch)
@@ -618,15 +701,17 @@ class Engine:
 
 def _check_output(qid: str, output) -> None:
     """A query's output: None (kept in memory), a callable given each RecordBatch, or a
-    file path whose suffix names a format, checked at registration (a bad one failed at
-    run(), losing every query's results; output=5 wrote a file named 5)."""
+    file path whose suffix names a format (not a name ending with '/', nor a device or
+    FIFO), checked at registration (a bad one failed at run(), losing every query's
+    results; output=5 wrote a file named 5)."""
     if output is None or callable(output):
         return
     if not isinstance(output, (str, os.PathLike)):
         raise OptionError(f"query {qid}: output {output!r} is neither a file path nor a "
                           "callable")
-    from adaptcq.runtime.output import format_of
+    from adaptcq.runtime.output import check_file_name, format_of
     format_of(str(output), None, f"query {qid} output")
+    check_file_name(str(output), f"query {qid}: output", error=OptionError)
 
 
 def check_query_id(qid: str) -> None:

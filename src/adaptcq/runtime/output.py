@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -106,7 +107,9 @@ def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output",
                       others: Iterable[tuple[str, str]] = (),
                       example: str = "out.parquet") -> Path:
     """Refuse an output path that would destroy an input, that another output (``others``:
-    (option, path) pairs) also writes, or that cannot be written."""
+    (option, path) pairs) also writes, or that cannot be written: also a name ending with
+    '/' (the finished file could not be renamed there: the whole run was lost) and a
+    device, FIFO or socket (the file renamed into its place deleted it)."""
     out = Path(path).expanduser()
     if what == "--rejected":  # (its format is always its suffix's: no --format for it)
         format_of(path, None, what)
@@ -114,7 +117,10 @@ def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output",
     if out.is_dir():
         raise AdaptcqError(f"{what} {path!r} is a folder; give a file name, e.g. "
                            f"{str(out / example)!r}")
+    check_file_name(path, what, example)
     parent = out.parent
+    if parent.exists() and not parent.is_dir():
+        raise AdaptcqError(f"{what} {path!r}: {str(parent)!r} is a file, not a folder")
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -123,6 +129,67 @@ def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output",
     if not os.access(parent, os.W_OK | os.X_OK):
         raise AdaptcqError(f"{what} {path!r}: the folder {str(parent)!r} is not writable")
     return out
+
+
+def check_file_name(path: str, what: str = "--output", example: str = "out.parquet",
+                    error=AdaptcqError) -> None:
+    """Refuse (``error``) a file output named with a trailing '/' (or '.', '..'), and one
+    that is a device, FIFO or socket."""
+    out = Path(path).expanduser()
+    base = os.path.basename(os.path.expanduser(str(path)))
+    if base == "":  # (the finished file could not be renamed to NAME/: the run was lost)
+        raise error(f"{what} {path!r} ends with '/', so it names a folder; give a file "
+                    f"name: {str(out)!r} (without the '/') or a file inside it, e.g. "
+                    f"{str(out / example)!r}")
+    if base in (".", ".."):
+        raise error(f"{what} {path!r} names a folder ({base!r}); give a file name, e.g. "
+                    f"{str(out / example)!r}")
+    stdout = "; - writes to stdout" if what == "--output" else ""
+    kind = special_file(out)
+    if kind is not None:
+        raise error(f"{what} {path!r} is {kind}, not a regular file: an output is written "
+                    "under a temporary name and renamed into place, which would replace "
+                    f"it; give a file name{stdout}")
+    # /dev/stdout, /dev/fd/N, /proc/self/fd/N lead to a descriptor's file, even a regular
+    # one: the file renamed into place would replace the link (as root, /dev/stdout).
+    folder = Path(os.path.realpath(out.parent))
+    if folder == Path("/dev") or folder == Path("/proc") or Path("/proc") in folder.parents:
+        raise error(f"{what} {path!r}: an output cannot go in {str(folder)!r}, among "
+                    "devices and links to open files (renamed into place, it would "
+                    f"replace one); give a file name{stdout}")
+
+
+def special_file(path: Path) -> str | None:
+    """What ``path`` is when it is neither missing nor a regular file nor a folder (after
+    links: /dev/stdout is the terminal or pipe it leads to): "a character device", "a
+    FIFO"...; else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # missing (or a dangling link): a file is made
+        return None
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
+
+
+def write_text(path: str, text: str) -> None:
+    """``text`` to the file ``path`` as FileSink writes: under a temporary name beside it,
+    fsynced, renamed into place; on failure the temporary is removed and an earlier file
+    at ``path`` is left as it was (a full disk left an empty, invalid file). Raises
+    OSError."""
+    dest = Path(path)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 ROW_GROUP = 1 << 16  # rows per Parquet row group a FileSink writes (at most one pending)
@@ -191,6 +258,7 @@ class FileSink(Sink):
         self._file = None
         self._fd: int | None = None  # gzip: the temporary file's, for fsync once it is closed
         self._closed = False
+        self._placed = False  # the finished file was renamed into place
         self._pending: list = []  # Parquet: batches not yet in a row group
         self._pending_rows = 0
         if self.stdout:
@@ -300,10 +368,19 @@ class FileSink(Sink):
             os.fsync(self._file.fileno())
             self._file.close()
         os.replace(self._tmp, self.path)
+        self._placed = True
 
     def abort(self) -> None:
+        """Nothing left: the temporary file, and the finished one if it was already
+        renamed into place (a later output of the run failed)."""
         self._closed = True
         self._discard()
+        if self._placed:
+            self._placed = False
+            try:
+                Path(self.path).unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def _discard(self) -> None:
         self._pending, self._pending_rows = [], 0
