@@ -254,9 +254,10 @@ def test_bad_times_stop_with_the_local_message(spark, tmp_path):
         adaptcq.run(PAIR, srcs)
     with pytest.raises(InputError) as remote:
         run_files(spark, PAIR, srcs, str(tmp_path / "ck"), str(tmp_path / "out"))
-    assert str(local.value) == "stream R: row 3 has timestamp nan in 'ts'; a time must be a finite number"
-    assert str(remote.value) == str(local.value).replace(
-        "stream R:", f"stream R (file {srcs['R']}):")
+    # both name the file and the row in it (as the local runtime names file inputs' rows)
+    assert str(local.value) == (f"stream R (file {srcs['R']}): row 3 has timestamp nan in "
+                                "'ts'; a time must be a finite number")
+    assert str(remote.value) == str(local.value)
 
 
 def test_integer_times_in_milliseconds(spark, tmp_path, capsys):
