@@ -346,13 +346,19 @@ def queryset_summary(engine, args):
     if s.get("arrivals") and "routings" in s:
         t.add_row("routings per arrival", f"{s['routings'] / s['arrivals']:.3f}")
     t.add_row("rejected rows (late)", f"{s['rejected']:,}")
+    _where_inputs_stopped(t, s)
+    return t
+
+
+def _where_inputs_stopped(t, s: dict) -> None:
+    """The summary's rows read per input and, for a run that stopped before the end of its
+    input, why and the rows processed per input."""
     if s.get("rows_read"):
         t.add_row("input rows read", ", ".join(f"{n}: {k:,}" for n, k in s["rows_read"].items()))
     if s.get("stopped"):
         t.add_row("stopped", s["stopped"])
         t.add_row("input rows processed",
                   ", ".join(f"{n}: {k:,}" for n, k in s["rows_processed"].items()))
-    return t
 
 
 def _run_options(args) -> dict:
@@ -748,12 +754,7 @@ def summary_table(result):
     t.add_row("rejected rows", f"{s['rejected']:,}")
     if "peak_rss_bytes" in s:
         t.add_row("peak memory (RSS)", f"{s['peak_rss_bytes'] / 2**20:,.0f} MiB")
-    if s.get("rows_read"):
-        t.add_row("input rows read", ", ".join(f"{n}: {k:,}" for n, k in s["rows_read"].items()))
-    if s.get("stopped"):
-        t.add_row("stopped", s["stopped"])
-        t.add_row("input rows processed",
-                  ", ".join(f"{n}: {k:,}" for n, k in s["rows_processed"].items()))
+    _where_inputs_stopped(t, s)
     for key, value in s.items():  # what the adaptive policies report
         if key in _CORE or key == "cache_history":
             continue
