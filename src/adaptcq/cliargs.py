@@ -453,15 +453,12 @@ def check_partitions(partitions: int | None) -> None:
     """``--partitions P``: a whole number from 1 to ``optimizer.shares.MAX_GROUPS`` (more
     groups than any cluster has cores; the split and the groups' keys are planned on the
     driver), refused naming the flag. None: not given."""
-    from adaptcq.optimizer.shares import MAX_GROUPS
+    from adaptcq.optimizer.shares import check_groups
     if partitions is None:
         return
     if partitions < 1:
         raise AdaptcqError(f"--partitions must be >= 1, got {partitions}")
-    if partitions > MAX_GROUPS:
-        raise AdaptcqError(f"--partitions {partitions:,}: at most {MAX_GROUPS:,} partition "
-                           "groups (a group runs on one core at a time, and no cluster has "
-                           "that many; docs/spark.md)")
+    check_groups(partitions, f"--partitions {partitions:,}", AdaptcqError)
 
 
 # ``spill_options``' keys (``runtime.spill``'s) -> the ``adaptcq run`` flag that sets each:

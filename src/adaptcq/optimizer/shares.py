@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 
 from adaptcq.optimizer.graph import OptimizerError
 
-__all__ = ["MAX_GROUPS", "choose_shares", "divisors", "factorizations", "replication",
+__all__ = ["MAX_GROUPS", "check_groups", "choose_shares", "divisors", "factorizations", "replication",
            "shipped"]
 
 MAX_GROUPS = 100_000
@@ -35,6 +35,14 @@ overhead and replication, and the largest Spark clusters have some ten thousand 
 Spark runtime also places every group's grouping key in a shuffle partition of its own on
 the driver (64 candidate keys per group, ``runtime.spark._group_keys``): a few seconds at
 this limit, and unbounded before it (``--partitions 1000000000`` never returned)."""
+
+
+def check_groups(P: int, what: str, error: type[Exception] = OptimizerError) -> None:
+    """Refuse (``error``) more than MAX_GROUPS partition groups; ``what`` names them as the
+    caller's user gave them (``--partitions 1,000,000,000``, the shares, ...)."""
+    if P > MAX_GROUPS:
+        raise error(f"{what}: at most {MAX_GROUPS:,} partition groups (a group runs on one "
+                    "core at a time, and no cluster has that many; docs/spark.md)")
 
 
 def divisors(P: int) -> list[int]:
@@ -100,9 +108,7 @@ def choose_shares(covers: Sequence[frozenset], rates: dict, P: int,
     """
     if P < 1:
         raise ValueError(f"P must be at least 1, got {P}")
-    if P > MAX_GROUPS:
-        raise OptimizerError(f"{P:,} partition groups: at most {MAX_GROUPS:,} (more than any "
-                             "cluster has cores to run them on)")
+    check_groups(P, f"{P:,} partition groups")
     k = len(covers)
     if k == 0:
         if P != 1:

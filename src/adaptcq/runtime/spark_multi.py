@@ -65,7 +65,7 @@ from pyspark.sql.streaming import StatefulProcessor
 
 from adaptcq.checks import is_int
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
-from adaptcq.optimizer.shares import MAX_GROUPS
+from adaptcq.optimizer.shares import check_groups
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.spark import (
     CHUNK,
@@ -188,9 +188,7 @@ def plan_partitions(queries: Mapping[str, LogicalQuery], columns: Mapping[str, S
     that will be registered later. Without a fitting choice, or with a ``[ROWS n]`` window
     (the n most recent rows of a whole stream, which no partition knows), one group."""
     single = {s: None for s in columns}
-    if partitions > MAX_GROUPS:  # (the groups' keys are placed on the driver, 64 tries each)
-        raise OptionError(f"partitions={partitions:,}: at most {MAX_GROUPS:,} partition groups "
-                          "(a group runs on one core at a time, and no cluster has that many)")
+    check_groups(partitions, f"partitions={partitions:,}", OptionError)
     if partition_by:
         for s, c in partition_by.items():
             if s not in columns:

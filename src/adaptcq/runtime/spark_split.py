@@ -175,10 +175,8 @@ def _given_shares(classes, given: dict, P: int | None) -> tuple[int, ...]:
     if P is not None and math.prod(shares) != P:
         raise OptionError(f"shares {dict(given)} multiply to {math.prod(shares)} groups, but "
                           f"partitions is {P}; their product must equal it")
-    if math.prod(shares) > shares_mod.MAX_GROUPS:
-        raise OptionError(f"shares {dict(given)} multiply to {math.prod(shares):,} groups: at "
-                          f"most {shares_mod.MAX_GROUPS:,} (more than any cluster has cores "
-                          "to run them on)")
+    shares_mod.check_groups(math.prod(shares), f"shares {dict(given)} multiply to "
+                            f"{math.prod(shares):,} groups", OptionError)
     return tuple(shares)
 
 
