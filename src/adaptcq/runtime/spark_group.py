@@ -58,7 +58,7 @@ from adaptcq.runtime.shed import engine_options
 from adaptcq.runtime.spark_daemon import freeze_imports
 from adaptcq.runtime.spark_split import PUNCT, _Config, _file_of, _ipc
 from adaptcq.stream.eventtime import to_units
-from adaptcq.stream.merge import python_misfit
+from adaptcq.stream.merge import first_misfit_row, python_misfit
 
 __all__ = ["MemoryStore", "PartitionGroup", "SparkStore", "read_part", "release"]
 
@@ -995,7 +995,7 @@ def _check_python_values(cfg: _Config, i: int, t) -> None:
         why = python_misfit(col)
         if why is None:
             continue
-        k = next(k for k in range(t.num_rows) if python_misfit(col.slice(k, 1)))
+        k = first_misfit_row(col)
         f = _file_of(t.column("_o1")[k].as_py())
         try:  # the user's name of the column (it travels as c<i>_<j>)
             name = _logical(cfg).columns[cfg.aliases[i]][j]

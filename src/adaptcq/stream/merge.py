@@ -351,6 +351,12 @@ def python_misfit(col: pa.Array | pa.ChunkedArray) -> str | None:
     return next((w for leaf in _leaves(col) if (w := _misfit(leaf))), None)
 
 
+def first_misfit_row(col: pa.Array | pa.ChunkedArray) -> int:
+    """The first row of ``col`` whose value ``python_misfit`` refuses (it has one): row by
+    row, an error's cost only."""
+    return next(k for k in range(len(col)) if python_misfit(col.slice(k, 1)))
+
+
 def _check_python(col: pa.Array | pa.ChunkedArray, stream: str, rows: np.ndarray,
                   column: str) -> None:
     """Refuse a chunk whose ``column`` holds a value with no exact Python value, which the
@@ -363,8 +369,7 @@ def _check_python(col: pa.Array | pa.ChunkedArray, stream: str, rows: np.ndarray
         return
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
-    row = next(k for k in range(len(col))
-               if any(_misfit(leaf) for leaf in _leaves(col.slice(k, 1))))
+    row = first_misfit_row(col)
     value, t = col.slice(row, 1), col.type
     if pa.types.is_nested(t):
         shown = "an item"
