@@ -74,8 +74,8 @@ def test_seed_seeds_the_fallback_policy_of_auto(tmp_path, capsys, monkeypatch):
         made.append(kwargs)
         return real(*args, **kwargs)
     monkeypatch.setattr(adapt, "make_policies", spy)
-    inputs = _write(tmp_path, "RS")
-    sql = "SELECT R.id + 1 AS r, S.id AS s FROM R [RANGE 5], S [RANGE 5] WHERE R.a = S.a"
+    inputs = _write(tmp_path, "RST")  # (three streams: on two, --optimizer orders nothing)
+    sql = SQL3.replace("R.id AS r", "R.id + 1 AS r")
     summary = tmp_path / "s.json"
     assert main(["run", "--sql", sql, *inputs, "--optimizer", "fab", "--seed", "3",
                  "--no-progress", "--summary-json", str(summary)]) == 0
@@ -83,7 +83,7 @@ def test_seed_seeds_the_fallback_policy_of_auto(tmp_path, capsys, monkeypatch):
     assert doc["executor"] == "mjoin" and doc["optimizer"] == "fab"
     assert {"optimizer": "fab", "seed": 3} in made
     # A run that stays vectorized draws nothing at random: still refused, with that reason.
-    msg = error_of(capsys, ["run", "--sql", SQL2, *inputs, "--optimizer", "fab", "--seed",
+    msg = error_of(capsys, ["run", "--sql", SQL3, *inputs, "--optimizer", "fab", "--seed",
                             "3", "--no-progress"])
     assert msg.startswith("adaptcq: error: --seed 3: nothing random in this run uses it "
                           "(--optimizer with --executor auto")

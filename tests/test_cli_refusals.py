@@ -15,6 +15,9 @@ from adaptcq.cliargs import QUERYSET_OPTIONS, run_defaults
 
 SQL = ("SELECT R.a AS ra, S.c AS sc FROM R [RANGE 2 SECONDS], S [RANGE 2 SECONDS] "
        "WHERE R.a = S.a")
+# --optimizer and --reorder need three streams (on two, each pipeline has one order)
+SQL3 = ("SELECT R.a AS ra, S.c AS sc, T.c AS tc FROM R [RANGE 2 SECONDS], S [RANGE 2 SECONDS], "
+        "T [RANGE 2 SECONDS] WHERE R.a = S.a AND S.c = T.c")
 
 
 @pytest.fixture(scope="module")
@@ -22,11 +25,17 @@ def inputs(tmp_path_factory):
     d = tmp_path_factory.mktemp("in")
     rng = np.random.default_rng(1)
     n = 300
-    for s in "RS":
+    for s in "RST":
         pq.write_table(pa.table({"ts": np.sort(rng.integers(0, 600, n)) / 10.0,
                                  "a": rng.integers(0, 20, n), "c": rng.integers(0, 5, n)}),
                        d / f"{s}.parquet")
     return [f"--input={s}={d / f'{s}.parquet'}" for s in "RS"]
+
+
+@pytest.fixture(scope="module")
+def inputs3(inputs):
+    r = inputs[0]  # --input=R=<folder>/R.parquet (the fixture wrote T.parquet beside it)
+    return [*inputs, "--input=T=" + r[len("--input=R="):-len("R.parquet")] + "T.parquet"]
 
 
 def error_of(capsys, argv) -> str:
@@ -142,7 +151,8 @@ def test_the_query_sets_run_with_the_options_they_use(tmp_path, capsys, inputs):
 # ----- --seed on one query -----------------------------------------------------------------
 
 def _one(inputs, tmp_path, *extra):
-    return ["run", "--sql", SQL, *inputs, "--output", str(tmp_path / "o.parquet"),
+    sql = SQL3 if any("T=" in i for i in inputs) else SQL
+    return ["run", "--sql", sql, *inputs, "--output", str(tmp_path / "o.parquet"),
             "--no-progress", *extra]
 
 
@@ -159,9 +169,10 @@ def _one(inputs, tmp_path, *extra):
     (["--executor", "shed"], "--shed none drops and samples no tuple at random"),
     (["--executor", "shed", "--shed", "none", "--capacity", "100"], "--shed none"),
 ])
-def test_a_seed_nothing_uses_is_refused(tmp_path, capsys, inputs, extra, why):
+def test_a_seed_nothing_uses_is_refused(tmp_path, capsys, inputs, inputs3, extra, why):
     for seed in ("4", "0"):  # an explicit 0 too: it is not the default, just the value
-        msg = error_of(capsys, _one(inputs, tmp_path, *extra, "--seed", seed))
+        given = inputs3 if "--optimizer" in extra else inputs
+        msg = error_of(capsys, _one(given, tmp_path, *extra, "--seed", seed))
         assert msg.startswith(f"adaptcq: error: --seed {seed}: nothing random in this run "
                               f"uses it ({why}")
     assert not (tmp_path / "o.parquet").exists()
@@ -204,8 +215,9 @@ def test_no_seed_leaves_the_defaults():
     ["--executor", "shed", "--shed", "selective", "--capacity", "100"],
     ["--executor", "tree", "--spill", "bottom-up", "--memory", "1MB"],
 ])
-def test_seeded_runs_still_run(tmp_path, capsys, inputs, extra):
-    assert main(_one(inputs, tmp_path, *extra, "--seed", "4")) == 0, capsys.readouterr().err
+def test_seeded_runs_still_run(tmp_path, capsys, inputs, inputs3, extra):
+    given = inputs3 if "--reorder" in extra else inputs
+    assert main(_one(given, tmp_path, *extra, "--seed", "4")) == 0, capsys.readouterr().err
     assert (tmp_path / "o.parquet").exists()
 
 

@@ -24,5 +24,13 @@ def is_real(x) -> bool:
 
 
 def is_finite(x) -> bool:
-    """A real number that is not a bool, NaN or infinite."""
-    return is_real(x) and math.isfinite(x)
+    """A real number that is not a bool, NaN or infinite.
+
+    A rational (int, Fraction, NumPy's ints) is always finite: ``math.isfinite`` converts
+    to float first and raised OverflowError for one beyond float's range (``10**400``).
+    """
+    if not is_real(x):
+        return False
+    if isinstance(x, numbers.Rational):
+        return True
+    return math.isfinite(x)

@@ -155,6 +155,7 @@ def cmd_run(args) -> int:
         sql, sources, timestamp = _sql_arg(args.sql), _inputs(args.input), args.timestamp
         if not sources:
             raise AdaptcqError("--sql needs an --input NAME=PATH for each stream")
+        _refuse_nothing_to_order(args, sql)
     _check_summary_json(args, _input_paths(sources, [args.sql] if args.sql else []),
                         _outputs(args, spark=args.engine == "spark"))
     console.print(f"query: {' '.join(sql.split())}", highlight=False)
@@ -168,6 +169,35 @@ def cmd_run(args) -> int:
         raise AdaptcqError("--checkpoint, --partitions, --shares, --master, --trigger and "
                            "--max-files-per-trigger need --engine spark")
     return _run_local(args, sql, sources, timestamp, options, console)
+
+
+def _refuse_nothing_to_order(args, sql: str) -> None:
+    """``--optimizer`` / ``--reorder`` on a query of one or two streams: a pipeline orders
+    the other streams (join-ordering.txt §2.1, Fig. 2b), so each of its pipelines has a single order
+    (ΔR: S) and the policy, or the vectorized executor's per-batch ordering, would run
+    and order nothing. Refused, as other options that would do nothing are."""
+    flags = [f"{flag} {value}" for flag, value in (("--optimizer", args.optimizer),
+                                                   ("--reorder", args.reorder))
+             if value not in (None, "off")]
+    if not flags:
+        return
+    from adaptcq.errors import QueryError
+    from adaptcq.query.cql import parse_streams
+    try:
+        streams = parse_streams(sql)
+    except QueryError:
+        return  # the run reports it, where it parses the query against the inputs
+    if len(streams) > 2:
+        return
+    names = ", ".join(s.alias for s in streams)
+    what = (f"joins two streams ({names}): each pipeline has a single order "
+            f"(Δ{streams[0].alias}: {streams[1].alias}, Δ{streams[1].alias}: "
+            f"{streams[0].alias})" if len(streams) == 2
+            else f"reads one stream ({names}): it has no join")
+    raise AdaptcqError(f"{' and '.join(flags)} order{'s' if len(flags) == 1 else ''} the "
+                       f"joins of each pipeline, but this query {what}, so there is nothing "
+                       f"to order; drop {' and '.join(f.split()[0] for f in flags)} "
+                       "(ordering matters from three streams on)")
 
 
 def _run_queryset(args, console) -> int:

@@ -424,6 +424,30 @@ def adaptivity_spec(args) -> dict | None:
         raise AdaptcqError("--optimizer and --reorder order MJoin pipelines; use them with "
                            "--executor mjoin or acaching (--optimizer also with vector or "
                            f"auto), not {args.executor}")
+    if args.executor == "auto":
+        # auto runs the operator tree for spill options and the load-shedding join for
+        # shedding ones (runtime.local.choose_executor); neither runs MJoin's pipelines, and
+        # the executor's "cannot be profiled" did not say that auto had chosen it, or why.
+        asked = " and ".join(f"{flag} {value}" for flag, value in (
+            ("--optimizer", args.optimizer), ("--reorder", args.reorder))
+            if value not in (None, "off"))
+        spill, shed = given_flags(args, _SPILL_DESTS), given_flags(args, _SHED_DESTS)
+        if bool(spill) != bool(shed):  # (both: the run refuses the pair, the root cause)
+            one = len(spill or shed) == 1
+            if spill:
+                chosen = "the operator tree (--executor tree)"
+                why = (f"ask{'s' if one else ''} to spill state, which only the operator "
+                       "tree does")
+            else:
+                chosen = "the load-shedding join (--executor shed)"
+                why = f"{'is' if one else 'are'} the load-shedding join's"
+            given = " and ".join(spill or shed)
+            raise AdaptcqError(
+                f"{asked} order{'s' if ' and ' not in asked else ''} MJoin pipelines, but "
+                f"--executor auto runs {chosen} here, because {given} {why}; a policy cannot "
+                "order or profile that executor: drop "
+                f"{' and '.join(w for w in asked.split() if w.startswith('--'))}, or drop "
+                f"{given}")
     if args.executor == "vector" and (args.reorder != "off" or caching is not None):
         raise AdaptcqError("--executor vector orders its pipelines per batch (--optimizer "
                            "chooses the algorithm); --reorder agreedy and caches act between "

@@ -57,7 +57,8 @@ KINDS = frozenset({"number", "decimal", "string", "timestamp", "date", "bool", "
 """Column kinds a schema may give. Only the scalar ones (:data:`expr.SCALAR_KINDS`) can be
 joined on or compared; "list", "struct", "map", "null" (a column of Arrow type null: every
 value NULL, e.g. an all-empty Parquet column) and "other" (any other type) can be selected
-and tested with IS [NOT] NULL."""
+and tested with IS [NOT] NULL; a union (or a type holding one) only tested, as no executor can
+write it (``logical.output_types``)."""
 
 RESERVED_OUTPUTS = ("_sign", "_ts")
 """Output column names the runtimes add after the SELECT values (case-insensitive)."""
@@ -113,6 +114,17 @@ def parse_query(sql: str, schemas: Schemas | None = None, *,
     cannot run.
     """
     return _Parser(sql, schemas, udfs).parse()
+
+
+def parse_streams(sql: str) -> tuple[StreamRef, ...]:
+    """The FROM items of ``sql`` (alias, source, window), read without the schemas: for a
+    check that needs no more, made before the inputs are read (the CLI refuses pipeline
+    ordering on a query whose pipelines have one order each). Raises :class:`QueryError`
+    as :func:`parse_query` does for what it reads (the text, the clauses, the FROM list)."""
+    parser = _Parser(sql, None, None)
+    select = parser.parse_select()
+    parser.check_supported(select)
+    return tuple(parser.collect_streams(select))
 
 
 # ----- window clauses (CQL / STREAM) ---------------------------------------------------------
@@ -770,8 +782,17 @@ class _Parser:
         if self.schemas is None:
             raise self.error(f"'{item.sql()}' needs the stream schemas to expand (pass "
                              "schemas=, or list the columns)", item)
-        return [OutputColumn(f"{s.alias}_{c}", exp.column(c, table=s.alias))
-                for s in streams for c in self.stream_schemas[s.alias] or {}]
+        # The expanded columns are not in the text: an error about one (logical.output_types
+        # refuses a union column) points at the star that brought it.
+        span = {k: v for k, v in (("start", self.start(item)), ("end", self.end(item)))
+                if v is not None}
+        out = []
+        for s in streams:
+            for c in self.stream_schemas[s.alias] or {}:
+                column = exp.column(c, table=s.alias)
+                column.meta.update(span)
+                out.append(OutputColumn(f"{s.alias}_{c}", column))
+        return out
 
     # ----- the result ---------------------------------------------------------------------
     def build(self, predicates: list[JoinPredicate], classes: tuple[frozenset[ColumnRef], ...],

@@ -63,7 +63,7 @@ _BOOLEAN_NODES = (exp.And, exp.Or, exp.Not, exp.Between, exp.In, exp.Is, exp.Boo
 SCALAR_KINDS = frozenset({"number", "decimal", "string", "timestamp", "date", "bool"})
 """Column kinds whose values can be compared, hashed (joined) and, for numbers, computed on.
 The other kinds ("list", "struct", "map", "null", "other") may only be selected or tested with
-IS [NOT] NULL."""
+IS [NOT] NULL (a union, of kind "other", only tested: ``logical.output_types``)."""
 
 _FAMILY = {"decimal": "number", "date": "timestamp"}
 """A decimal column is a number and a date column a time for every check of kinds; the
@@ -83,7 +83,7 @@ _KIND_WORDS = {
     "bool": "a boolean", "list": "a list column", "struct": "a struct column",
     "map": "a map column",
     "null": "a column of type null (all its values NULL): give the column a type",
-    "other": "a column of a non-scalar type (such as a list, struct or binary)",
+    "other": "a column of a non-scalar type (such as binary or a union)",
 }
 
 

@@ -439,6 +439,18 @@ class _OutputTyper:
         t = schema.field(index).type
         if pa.types.is_dictionary(t):
             t = t.value_type
+        union = _union_in(t)
+        if union is not None:
+            # Every executor builds its output columns from Python values, which pyarrow
+            # cannot convert to a union: refused here, before any row is read, rather than
+            # failing at the first result with a bare ArrowNotImplementedError.
+            where = "" if union == t else f" (inside its type {t})"
+            raise self.error(
+                f"{node.sql()} (stream {node.table!r}, source {source!r}, column "
+                f"{node.name!r}) holds a union type, {union}{where}: no executor (vector, "
+                "mjoin, xjoin, acaching, tree, shed, the multi-query eddy, Spark) can write "
+                "union values to its output, so it cannot be a SELECT column; test it with "
+                "IS [NOT] NULL, or give the input a single type for it", node)
         bound = 0
         if pa.types.is_integer(t):
             bound = 2 ** t.bit_width - 1 if pa.types.is_unsigned_integer(t) \
@@ -474,6 +486,21 @@ class _OutputTyper:
         else:
             bound = sum(t.bound for t in known) if len(known) == 2 else 0
         return _Typed(pa.int64(), bound, True)
+
+
+def _union_in(t: pa.DataType) -> pa.DataType | None:
+    """The first (sparse or dense) union type in ``t``, ``t`` itself or nested in a list,
+    struct, map or dictionary; None when it holds none."""
+    t = getattr(t, "storage_type", t)  # an extension type: its values are the storage's
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_union(t):
+        return t
+    for i in range(t.num_fields):
+        found = _union_in(t.field(i).type)
+        if found is not None:
+            return found
+    return None
 
 
 def require_equi_joins(query: LogicalQuery, what: str) -> None:
