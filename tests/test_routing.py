@@ -589,6 +589,9 @@ def test_unknown_option_names_it_and_the_accepted_ones(name):
     ("tickets", {"queue_clock": "wall"}, "queue_clock"),
     ("tickets", {"queue_clock": "share", "eddy_cost": 2}, "eddy_cost"),
     ("tickets", {"eddy_cost": -1}, "eddy_cost"),
+    # past float's range: the queue model computes in floats (an OverflowError before)
+    ("tickets", {"queue_capacity": 10**400}, "queue_capacity"),
+    ("tickets", {"eddy_cost": 10**400}, "eddy_cost"),
     ("tickets", {"cost_smoothing": 0}, "cost_smoothing"),
     ("tickets", {"backpressure": False, "queue_capacity": 4}, "queue_capacity"),
     ("random", {"queue_capacity": 4}, "backpressure"),

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Protocol, Self, runtime_checkable
 
@@ -216,7 +217,8 @@ class _Routing:
         self._admit = self._update = None  # the model's admit/update, bound once
         if bp:
             capacity = given.get("queue_capacity", CAPACITY_DEFAULT)
-            if not is_finite(capacity) or capacity <= 0:
+            # (the model computes in floats: an int past float's range is refused here)
+            if not is_finite(capacity) or not 0 < capacity <= sys.float_info.max:
                 raise _bad("queue_capacity", capacity, "a positive number of tuples")
             clock = given.get("queue_clock", CLOCK_DEFAULT)
             if clock not in CLOCKS:
@@ -225,7 +227,7 @@ class _Routing:
                 raise OptionError("routing option eddy_cost applies only with "
                                   "queue_clock='eddy'")
             cost = given.get("eddy_cost", EDDY_COST_DEFAULT)
-            if not is_finite(cost) or cost <= 0:
+            if not is_finite(cost) or not 0 < cost <= sys.float_info.max:
                 raise _bad("eddy_cost", cost, "a positive number of work units")
             smoothing = given.get("cost_smoothing", SMOOTHING_DEFAULT)
             if not is_finite(smoothing) or not 0 < smoothing <= 1:
