@@ -22,6 +22,7 @@ bound.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import numbers
 import os
 import resource
@@ -119,135 +120,140 @@ class LocalRun:
         if not isinstance(sources, Mapping) or not sources:
             raise InputError("no inputs: give a source for each stream of the query")
         self.sources = open_sources(sources, timestamp, timestamp_unit, chunk_rows)
-        if isinstance(sql, LogicalQuery):
-            query = sql
-        else:
-            from adaptcq.query.cql import parse_query
-            try:
-                query = parse_signed(sql, {n: schema_kinds(s.schema)
-                                           for n, s in self.sources.items()}, sign)
-            except QueryError:
-                # A stream without an input is named as such, not as an unknown stream.
+        try:  # a set-up error closes the inputs opened (not a later garbage collection)
+            if isinstance(sql, LogicalQuery):
+                query = sql
+            else:
+                from adaptcq.query.cql import parse_query
                 try:
-                    bare = parse_query(sql)
+                    query = parse_signed(sql, {n: schema_kinds(s.schema)
+                                               for n, s in self.sources.items()}, sign)
                 except QueryError:
-                    bare = None
-                if bare is not None:
-                    require_inputs(bare, self.sources)
-                raise
-        self.query = query
-        require_inputs(query, self.sources)
-        self._check_columns()
-        self.sign = self._check_sign(sign)
-        self.executor_name, self.executor_reason = choose_executor(
-            executor, query, options, {n: s.schema for n, s in self.sources.items()})
-        _check_plan_options(self.executor_name, self.executor_reason, options)
-        self.schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
-                                    timestamp, timestamp_unit,
-                                    late=self.executor_name == "tree")
-        self.ts_type = self.schema.field("_ts").type
-        self.spill = None  # runtime.spill.SpillSetup of the operator tree
-        self.vector = self.executor_name == "vector"
-        self.batch_rows, self.batch_seconds = batch_options(
-            self.executor_name, options.pop("batch_rows", None),
-            options.pop("batch_seconds", None))
-        seed = options.pop("seed", None)
-        if seed is not None and not is_int(seed):
-            raise OptionError(f"seed must be a whole number, got {seed!r}")
-        if self.vector:
-            if seed is not None:
-                raise OptionError(
-                    f"--seed {seed}: nothing random in this run uses it (--optimizer with "
-                    f"--executor {executor} orders the vectorized executor's batches from "
-                    f"exact counts, and this run is vectorized: {self.executor_reason}; "
-                    "MJoin, when auto falls back to it, profiles a seeded sample)"
-                    if options.get("ordering") not in (None, "off") else
-                    f"seed={seed!r}: nothing in this run uses it (the vectorized executor "
-                    "draws nothing at random)")
-            _check_fixed_orders(options, query)
-            self.cq = self._vector_engine(mode, options)
-        else:
-            ordering = options.pop("ordering", None)
-            if ordering is not None and ordering != "off":
-                if executor != "auto":
-                    raise OptionError("ordering (per-batch pipeline orders) is for the "
-                                      f"vectorized executor; {self.executor_name} orders "
-                                      "with policies (--optimizer, --reorder)")
-                from adaptcq.adapt import make_policies  # auto fell back: the same algorithm
-                options["policies"] = [*(options.get("policies") or []), *make_policies(
-                    optimizer=ordering, **({} if seed is None else {"seed": seed}))]
-            elif seed is not None:
-                raise OptionError(f"seed={seed!r}: nothing in this run uses it (it seeds the "
-                                  "policy that ordering= becomes when executor='auto' falls "
-                                  "back to MJoin; seed the policies you pass with "
-                                  "make_policies(seed=...))")
-            if self.executor_name == "shed":
-                from adaptcq.runtime.shed import shed_engine_options
-                spec = dict(options.pop("shed", None) or {})
-                _, shed = shed_engine_options(spec)  # checks them all
-                utility = spec.get("utility")
-                if utility is not None:
-                    from adaptcq.runtime.shed import utility_types
-                    self.query, fns, values, _ = utility_types(
-                        self.query, utility, {n: schema_kinds(s.schema)
-                                              for n, s in self.sources.items()})
-                    query = self.query
-                    shed["types"] = (fns, values)
-                options.update(shed)
-            else:  # (choose_executor refused shedding options for another executor)
-                options.pop("shed", None)
-            if self.executor_name == "tree":
-                from adaptcq.runtime.spill import SpillSetup
-                self.spill = SpillSetup(query, options.pop("spill", None),
-                                        self._stream_schemas(), timestamp_unit, self.schema,
-                                        {n: schema_kinds(src.schema)
-                                         for n, src in self.sources.items()})
-                options.update(self.spill.engine_options())
-            elif options.pop("spill", None) is not None:
-                raise OptionError("spill options (--spill, --memory) need the operator "
-                                  f"tree (--executor tree); this run uses {self.executor_name}")
-            _check_fixed_orders(options)
-            self.cq = self._engine(self.executor_name, mode, options)
-            if self.executor_name == "tree":  # a batch clean-up's late results as Arrow
-                self.cq.executor.emit_table = self._emit_late_table
-        # The merger numbers the arrivals: a rejected deletion (with a sign column) is
-        # reported by its input row, and a stop says where each input stopped.
-        self.merger = _NumberedMerger(query, self.sources, timestamp, timestamp_unit,
-                                      self.lateness, self.sign, columnar=self.vector)
-        self._numbers: np.ndarray | None = None  # row numbers of the arrivals in process
-        self._rest_numbers: np.ndarray | None = None  # and of those from ``_at``'s start
-        # An input row reaches every alias of its source, and each alias rejects it alike
-        # (one sign column, unbounded windows): it is reported by the source's first alias.
-        first: dict[str, int] = {}
-        for i, s in enumerate(query.streams):
-            first.setdefault(s.source, i)
-        self._reporting = frozenset(first.values())
-        self.on_rejected = on_rejected
-        self.rejected: list[pa.RecordBatch] = []
-        self.rejected_count = 0
-        self.progress = progress
-        self.total_rows = _total(self.sources.values())
-        self.engine_cpu = 0.0
-        self.open_cpu = time.process_time() - t0
-        self.interrupted = False
-        self.stopped: str | None = None   # why the run stopped before its input ended
-        self.last_ts: int | None = None
-        self.rss_samples: list[tuple[int, int]] = []
-        self._next_rss, self._rss_every = 0, 100_000  # (``_sample_rss``)
-        self.sink = None  # a Sink: batches are written to it instead of being yielded
-        self._stop = False
-        self._stop_reason = "interrupted"
-        self._in_batch = False  # the vectorized executor is inside a batch
-        self._started = False
-        self._bounded = False
-        self._results = 0
-        self._delivered = 0  # result rows the iterator yielded (adaptcq.stream)
-        self._buf: list = []
-        self._ready: list[pa.RecordBatch] = []
-        self._done: dict[str, int] | None = None  # at a stop: rows processed, per source
-        self._at: tuple | None = None     # (arrivals, end of the last slice processed)
-        self._lo = 0                      # and its start
-        self.batches = 0  # batches the vectorized executor processed
+                    # A stream without an input is named as such, not as an unknown stream.
+                    try:
+                        bare = parse_query(sql)
+                    except QueryError:
+                        bare = None
+                    if bare is not None:
+                        require_inputs(bare, self.sources)
+                    raise
+            self.query = query
+            require_inputs(query, self.sources)
+            self._check_columns()
+            self.sign = self._check_sign(sign)
+            self.executor_name, self.executor_reason = choose_executor(
+                executor, query, options, {n: s.schema for n, s in self.sources.items()})
+            _check_plan_options(self.executor_name, self.executor_reason, options)
+            self.schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
+                                        timestamp, timestamp_unit,
+                                        late=self.executor_name == "tree")
+            self.ts_type = self.schema.field("_ts").type
+            self.spill = None  # runtime.spill.SpillSetup of the operator tree
+            self.vector = self.executor_name == "vector"
+            self.batch_rows, self.batch_seconds = batch_options(
+                self.executor_name, options.pop("batch_rows", None),
+                options.pop("batch_seconds", None))
+            seed = options.pop("seed", None)
+            if seed is not None and not is_int(seed):
+                raise OptionError(f"seed must be a whole number, got {seed!r}")
+            if self.vector:
+                if seed is not None:
+                    raise OptionError(
+                        f"--seed {seed}: nothing random in this run uses it (--optimizer with "
+                        f"--executor {executor} orders the vectorized executor's batches from "
+                        f"exact counts, and this run is vectorized: {self.executor_reason}; "
+                        "MJoin, when auto falls back to it, profiles a seeded sample)"
+                        if options.get("ordering") not in (None, "off") else
+                        f"seed={seed!r}: nothing in this run uses it (the vectorized executor "
+                        "draws nothing at random)")
+                _check_fixed_orders(options, query)
+                self.cq = self._vector_engine(mode, options)
+            else:
+                ordering = options.pop("ordering", None)
+                if ordering is not None and ordering != "off":
+                    if executor != "auto":
+                        raise OptionError("ordering (per-batch pipeline orders) is for the "
+                                          f"vectorized executor; {self.executor_name} orders "
+                                          "with policies (--optimizer, --reorder)")
+                    from adaptcq.adapt import make_policies  # auto fell back: the same algorithm
+                    options["policies"] = [*(options.get("policies") or []), *make_policies(
+                        optimizer=ordering, **({} if seed is None else {"seed": seed}))]
+                elif seed is not None:
+                    raise OptionError(f"seed={seed!r}: nothing in this run uses it (it seeds the "
+                                      "policy that ordering= becomes when executor='auto' falls "
+                                      "back to MJoin; seed the policies you pass with "
+                                      "make_policies(seed=...))")
+                if self.executor_name == "shed":
+                    from adaptcq.runtime.shed import shed_engine_options
+                    spec = dict(options.pop("shed", None) or {})
+                    _, shed = shed_engine_options(spec)  # checks them all
+                    utility = spec.get("utility")
+                    if utility is not None:
+                        from adaptcq.runtime.shed import utility_types
+                        self.query, fns, values, _ = utility_types(
+                            self.query, utility, {n: schema_kinds(s.schema)
+                                                  for n, s in self.sources.items()})
+                        query = self.query
+                        shed["types"] = (fns, values)
+                    options.update(shed)
+                else:  # (choose_executor refused shedding options for another executor)
+                    options.pop("shed", None)
+                if self.executor_name == "tree":
+                    from adaptcq.runtime.spill import SpillSetup
+                    self.spill = SpillSetup(query, options.pop("spill", None),
+                                            self._stream_schemas(), timestamp_unit, self.schema,
+                                            {n: schema_kinds(src.schema)
+                                             for n, src in self.sources.items()})
+                    options.update(self.spill.engine_options())
+                elif options.pop("spill", None) is not None:
+                    raise OptionError("spill options (--spill, --memory) need the operator "
+                                      f"tree (--executor tree); this run uses {self.executor_name}")
+                _check_fixed_orders(options)
+                self.cq = self._engine(self.executor_name, mode, options)
+                if self.executor_name == "tree":  # a batch clean-up's late results as Arrow
+                    self.cq.executor.emit_table = self._emit_late_table
+            # The merger numbers the arrivals: a rejected deletion (with a sign column) is
+            # reported by its input row, and a stop says where each input stopped.
+            self.merger = _NumberedMerger(query, self.sources, timestamp, timestamp_unit,
+                                          self.lateness, self.sign, columnar=self.vector)
+            self._numbers: np.ndarray | None = None  # row numbers of the arrivals in process
+            self._rest_numbers: np.ndarray | None = None  # and of those from ``_at``'s start
+            # An input row reaches every alias of its source, and each alias rejects it alike
+            # (one sign column, unbounded windows): it is reported by the source's first alias.
+            first: dict[str, int] = {}
+            for i, s in enumerate(query.streams):
+                first.setdefault(s.source, i)
+            self._reporting = frozenset(first.values())
+            self.on_rejected = on_rejected
+            self.rejected: list[pa.RecordBatch] = []
+            self.rejected_count = 0
+            self.progress = progress
+            self.total_rows = _total(self.sources.values())
+            self.engine_cpu = 0.0
+            self.open_cpu = time.process_time() - t0
+            self.interrupted = False
+            self.stopped: str | None = None   # why the run stopped before its input ended
+            self.last_ts: int | None = None
+            self.rss_samples: list[tuple[int, int]] = []
+            self._next_rss, self._rss_every = 0, 100_000  # (``_sample_rss``)
+            self.sink = None  # a Sink: batches are written to it instead of being yielded
+            self._stop = False
+            self._stop_reason = "interrupted"
+            self._in_batch = False  # the vectorized executor is inside a batch
+            self._started = False
+            self._bounded = False
+            self._results = 0
+            self._delivered = 0  # result rows the iterator yielded (adaptcq.stream)
+            self._buf: list = []
+            self._ready: list[pa.RecordBatch] = []
+            self._done: dict[str, int] | None = None  # at a stop: rows processed, per source
+            self._at: tuple | None = None     # (arrivals, end of the last slice processed)
+            self._lo = 0                      # and its start
+            self.batches = 0  # batches the vectorized executor processed
+        except BaseException:
+            for src in self.sources.values():
+                src.close()
+            raise
 
     # ----- set-up checks -----------------------------------------------------------------
     def _check_columns(self) -> None:
@@ -342,7 +348,7 @@ class LocalRun:
         if self._started:
             raise AdaptcqError("a run can be iterated once")
         self._started = True
-        return self._run()
+        return _Results(self, self._run())
 
     def _run(self) -> Iterator[pa.RecordBatch]:
         """The run, whichever executor; how it ended is recorded in ``stats``: closed by
@@ -590,6 +596,18 @@ class LocalRun:
         if self.stopped and not self.interrupted:  # (--max-results reached)
             raise _ResultBound
 
+    def _close_unstarted(self) -> None:
+        """The iterator was closed before its first batch: as a close after it would, the
+        summary says so, a spill folder is emptied and the inputs are closed."""
+        try:
+            self._closed_early()
+        finally:
+            try:
+                if self.spill is not None:
+                    self.spill.close(False)
+            finally:
+                self._release_inputs()
+
     def _closed_early(self) -> None:
         """The iterator was closed (``close()``, or dropped) before the input ended."""
         if self.stopped is None:
@@ -793,6 +811,31 @@ class LocalRun:
                          self.query, self.plan)
 
 
+class _Results(Iterator):
+    """The iterator of a run (``iter(LocalRun)``): ``_run``'s generator, except that closing
+    it before its first batch (``close()``, or dropping it) ends the run as a close after
+    it would: its inputs are closed now and ``stats`` says it was closed by its consumer.
+    A generator not started runs none of its code when closed, so files opened at set-up
+    stayed open until a garbage collection freed the run."""
+
+    def __init__(self, run: LocalRun, gen):
+        self._run, self._gen = run, gen
+
+    def __next__(self) -> pa.RecordBatch:
+        return next(self._gen)
+
+    def close(self) -> None:
+        gen, self._gen = self._gen, iter(())
+        unstarted = inspect.getgeneratorstate(gen) == inspect.GEN_CREATED
+        gen.close()
+        if unstarted:
+            self._run._close_unstarted()
+
+    def __del__(self):
+        with contextlib.suppress(Exception):  # (at interpreter exit)
+            self.close()
+
+
 class _ResultBound(Exception):
     """``max_results`` reached: the run stops (raised through the engine's emit)."""
 
@@ -888,15 +931,12 @@ class _NumberedMerger(ArrivalMerger):
 
 def close_inputs(merger: ArrivalMerger) -> None:
     """Close a run's input files now (a stopped or failed run's stayed open until it was
-    collected): each source's chunk generators (the iterables a caller gave are left to
-    the caller)."""
+    collected): each source's chunk generators, and a file opened at set-up and never read
+    (``Source.close``; the iterables a caller gave are left to the caller)."""
     for f in merger.feeds:
-        for chunks in (f.it, f.src._chunks):
-            close = getattr(chunks, "close", None)
-            if close is None:
-                continue
-            with contextlib.suppress(Exception):  # (a running generator, or its own error)
-                close()
+        with contextlib.suppress(Exception):  # (a running generator, or its own error)
+            f.it.close()
+        f.src.close()
 
 
 def _check_option_types(options: Mapping) -> None:
@@ -1140,8 +1180,15 @@ def open_sources(sources: Mapping[str, object], timestamp: str, unit: str | None
     if bad:
         raise InputError(f"source name {bad[0]!r}: a source is named by a string, as FROM "
                          "names it")
-    return {name: open_source(name, src, timestamp, unit, chunk_rows)
-            for name, src in sources.items()}
+    opened: dict[str, Source] = {}
+    try:
+        for name, src in sources.items():
+            opened[name] = open_source(name, src, timestamp, unit, chunk_rows)
+    except BaseException:  # a later input's error: the ones opened before it are closed
+        for src in opened.values():
+            src.close()
+        raise
+    return opened
 
 
 def _positive(value, name: str, allow_none: bool = False):
