@@ -749,15 +749,52 @@ def _group_keys(spark, P: int, n: int | None = None) -> list[int]:
         n = int(spark.conf.get("spark.sql.shuffle.partitions"))
     if P <= 1:
         return [0]
-    by_part: dict[int, list[int]] = {}
-    for k in range(64 * max(n, P)):
-        by_part.setdefault(spark_int_hash(k) % n, []).append(k)
-    keys = []
-    for g in range(P):
-        cands = by_part.get(g % n, [])
-        used = set(keys)
-        keys.append(next(k for k in cands if k not in used))
-    return keys
+    # Group g takes the (g // n)-th smallest key of partition g mod n (the partitions'
+    # keys are disjoint, so an earlier group of another partition never took it), among
+    # the keys 0 .. 64·max(n, P) - 1; in numpy, a block of keys at a time until every
+    # partition has the keys its groups need (a loop over the keys in Python took 6 s
+    # at 100,000 groups).
+    need = np.bincount(np.arange(P) % n, minlength=n)  # groups per partition
+    limit, block = 64 * max(n, P), max(n, P)
+    keys, parts, have = [], [], np.zeros(n, np.int64)
+    for lo in range(0, limit, block):
+        k = np.arange(lo, min(limit, lo + block), dtype=np.int64)
+        part = _spark_int_hashes(k) % n
+        keys.append(k)
+        parts.append(part)
+        have += np.bincount(part, minlength=n)
+        if (have >= need).all():
+            break
+    k, part = np.concatenate(keys), np.concatenate(parts)
+    short = np.flatnonzero(have < need)
+    if len(short):
+        raise AdaptcqError(f"{P:,} partition groups over {n:,} shuffle partitions: "
+                           f"partition {int(short[0])} has {int(have[short[0]])} of the "
+                           f"{int(need[short[0]])} grouping keys it needs among the first "
+                           f"{limit:,} integers")
+    order = np.argsort(part, kind="stable")  # by partition, each one's keys ascending
+    first = np.concatenate([[0], np.cumsum(have)[:-1]])
+    g = np.arange(P)
+    return k[order][first[g % n] + g // n].tolist()
+
+
+def _spark_int_hashes(values: np.ndarray) -> np.ndarray:
+    """``spark_int_hash`` of each of ``values`` (int64 within 32 bits), vectorized: the
+    same Murmur3_x86_32 steps in uint32 arithmetic (numpy wraps at 2^32 as ``& m`` does)."""
+    def rotl(x, r):
+        return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+    with np.errstate(over="ignore"):
+        k1 = values.astype(np.uint32) * np.uint32(0xCC9E2D51)
+        k1 = rotl(k1, 15) * np.uint32(0x1B873593)
+        h1 = rotl(np.uint32(42) ^ k1, 13)
+        h1 = h1 * np.uint32(5) + np.uint32(0xE6546B64)
+        h1 ^= np.uint32(4)  # the length in bytes
+        h1 ^= h1 >> np.uint32(16)
+        h1 = h1 * np.uint32(0x85EBCA6B)
+        h1 ^= h1 >> np.uint32(13)
+        h1 = h1 * np.uint32(0xC2B2AE35)
+        h1 ^= h1 >> np.uint32(16)
+    return h1.view(np.int32).astype(np.int64)
 
 
 def _given_keys(keys, P: int) -> list[int]:
