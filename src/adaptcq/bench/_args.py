@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Sequence
 
 
 def _number(kind, text: str):
@@ -40,6 +41,19 @@ positive_int = _at_least(int, 1, False, "A whole number >= 1 (runs, arrivals, ro
 nonnegative_int = _at_least(int, 0, False, "A whole number >= 0 (a seed, a count).")
 positive_float = _at_least(float, 0, True, "A finite number > 0 (seconds, rates).")
 nonnegative_float = _at_least(float, 0, False, "A finite number >= 0.")
+
+
+def whole_at_least(low: int, why: str):
+    """An argparse type: a whole number >= ``low``, the error saying ``why`` (``--arrivals``
+    of a 3-stream workload: at least one arrival per stream, checked here rather than by
+    the generator, whose error names its own ``--n-updates``)."""
+    def parse(text: str) -> int:
+        value = _number(int, text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {low} ({why})")
+        return value
+    parse.__doc__ = f"A whole number >= {low} ({why})."
+    return parse
 
 
 def fraction(text: str) -> float:
@@ -77,12 +91,64 @@ def choices(known: Iterable[str]):
     return parse
 
 
-def refuse_unused(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                  unused: Iterable[str], why: str) -> None:
-    """``parser.error`` naming each option in ``unused`` (dests) given a value other than
-    its default: an option the chosen figure or mode does not read."""
-    given = [dest for dest in unused
-             if getattr(args, dest, None) != parser.get_default(dest)]
-    if given:
-        flags = ", ".join("--" + d.replace("_", "-") for d in given)
+class _Unset(list):
+    """Stands for an option not on the command line when ``given`` re-parses it: every
+    action that takes a value replaces it (``store``), or copies it first (``append``,
+    ``extend``: a list, so that they can) or adds to it (``count``): a new object each."""
+
+    def __add__(self, other):  # count: "not given" + 1
+        return other
+
+
+def given(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+          dests: Iterable[str]) -> list[str]:
+    """Which of ``dests`` (options' dests) ``argv`` (None: ``sys.argv[1:]``) gives, typed
+    out, whatever the value: ``parser`` parses it again into a namespace where each of
+    them stands unset (argparse sets a default only where the namespace has none). For a
+    sub-command's parser, ``argv`` is what follows the sub-command's name."""
+    unset = _Unset()
+    dests = list(dests)
+    ns = argparse.Namespace(**{d: unset for d in dests})
+    parser.parse_known_args(sys.argv[1:] if argv is None else list(argv), ns)
+    return [d for d in dests if getattr(ns, d, unset) is not unset]
+
+
+def refuse_unused(parser: argparse.ArgumentParser, unused: Iterable[str], why: str, *,
+                  argv: Sequence[str] | None) -> None:
+    """``parser.error`` naming each option in ``unused`` (dests) that the command line
+    gives: an option the chosen figure or mode does not read.
+
+    ``argv``: the arguments ``parser`` parsed (None: ``sys.argv[1:]``; for a sub-command's
+    parser, those after its name); an option typed there counts even with its default
+    value (``--runs 3`` where 3 is the default), which comparing values could not see."""
+    named = given(parser, argv, unused)
+    if named:
+        flags = ", ".join("--" + d.replace("_", "-") for d in named)
         parser.error(f"{flags}: not used {why}")
+
+
+def physical_memory() -> int:
+    """This machine's physical memory in bytes (``os.sysconf``; 0 where unknown)."""
+    import os
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX hosts
+        return 0
+
+
+def refuse_oversized(parser: argparse.ArgumentParser, flag: str, value: float,
+                     nbytes: float, what: str, limit: float | None = None,
+                     side: str = "at most") -> None:
+    """``parser.error`` when ``flag``'s ``value`` makes the run allocate ``nbytes`` (an
+    estimate: ``what`` says what is counted) beyond this machine's physical memory, naming
+    the bound ``side`` ``limit`` (by default the largest value that fits, the estimate
+    growing in proportion to ``value``). Before any work: a huge ``--seconds`` once ended in
+    an ``_ArrayMemoryError`` traceback."""
+    memory = physical_memory()
+    if memory <= 0 or nbytes <= memory:
+        return
+    if limit is None:
+        limit = value * memory / nbytes
+    parser.error(f"{flag} {value:g}: {what} needs about {nbytes / 2**30:,.3g} GiB, more "
+                 f"than this machine's {memory / 2**30:,.3g} GiB of memory; {flag} must be "
+                 f"{side} about {limit:.3g}")

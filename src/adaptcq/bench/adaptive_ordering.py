@@ -26,7 +26,8 @@ Three plans run on the MJoin executor in retract mode, in one process, on the sa
   asks both together to stay within 0.9× of the best static plan in each phase).
 
 The four plans run side by side: each run advances every plan by one chunk of ``--chunk``
-arrivals in turn (the order rotating from chunk to chunk), so that the machine's drifts in
+arrivals in turn (the order rotating from chunk to chunk; a chunk is also cut at the
+selectivity change, so that each lies in one phase), so that the machine's drifts in
 speed fall on all four alike and each ratio is measured within one run. A chunk runs with
 Python's collector paused, as the local runtime runs a batch (``adaptcq.collector``), and its
 CPU includes the young collection it deferred: each plan pays for its own allocations, not
@@ -54,12 +55,21 @@ import numpy as np
 import pyarrow as pa
 
 from adaptcq import collector
-from adaptcq.bench._args import fraction, nonnegative_int, positive_float, positive_int
+from adaptcq.bench._args import (
+    fraction,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    refuse_oversized,
+)
 
 LEAVES = (("A", "a"), ("B", "b"), ("C", "c"))
 #: σ between the hub and each leaf, per phase.
 BEFORE = {"A": 1 / 20000, "B": 1 / 1000, "C": 1 / 100}
 AFTER = {"A": 1 / 100, "B": 1 / 1000, "C": 1 / 20000}
+#: memory per arrival, measured (peak RSS, four plans, one run: ~0.8 KB), rounded up: the
+#: bound on --seconds x --rate
+BYTES_PER_ARRIVAL = 1000
 
 
 def drift_workload(seconds_per_phase: float = 30.0, rate: float = 1000.0, window: float = 1.0,
@@ -123,17 +133,19 @@ def phase_graph(wl, k: int):
     return JoinGraph(rates, sel, window=p["window"])
 
 
-def run_plans(prepared, mode: str, chunk: int, plans: dict) -> dict:
+def run_plans(prepared, mode: str, chunk: int, plans: dict, cuts: tuple[int, ...] = ()
+              ) -> dict:
     """Run the plans side by side (module docstring), one chunk of each in turn.
 
-    ``plans``: name → (orders or None, policies). Returns name → (per-chunk rows, output
-    Counter, the query)."""
+    ``plans``: name → (orders or None, policies). A chunk is ``chunk`` arrivals, also cut
+    at each arrival index in ``cuts`` (the selectivity change: no chunk spans two phases).
+    Returns name → (per-chunk rows, output Counter, the query)."""
     from adaptcq.engine.continuous import ContinuousQuery
 
     n = len(prepared.rows)
     streams = prepared.streams.tolist()
     ts = prepared.timestamps.tolist()
-    bounds = [*range(chunk, n, chunk), n]
+    bounds = sorted({*range(chunk, n, chunk), n, *(c for c in cuts if 0 < c < n)})
     runs = {}
     for name, (orders, policies) in plans.items():
         cq = ContinuousQuery(prepared.query, "mjoin", mode, orders=orders,
@@ -197,10 +209,15 @@ def main(argv: list[str] | None = None) -> int:
     if round(2 * args.rate * args.seconds) < 2:  # drift_workload's arrivals per edge and phase
         p.error(f"--seconds {args.seconds:g} at --rate {args.rate:g} gives no arrival per "
                 "stream in a phase; raise either")
+    arrivals = (1 + len(LEAVES)) * 2 * args.rate * args.seconds  # hub and leaves, 2 phases
+    refuse_oversized(p, "--seconds", args.seconds, arrivals * BYTES_PER_ARRIVAL,
+                     f"at --rate {args.rate:g}, {arrivals:,.0f} arrivals (2 phases x 4 "
+                     f"streams x rate x seconds, ~{BYTES_PER_ARRIVAL:,} bytes each)")
 
     from adaptcq.adapt.acaching import ACaching
     from adaptcq.adapt.reorder import AGreedy
     from adaptcq.optimizer import plan, plan_cost
+    from adaptcq.optimizer.graph import OptimizerError
     from adaptcq.runtime.local import prepare
 
     out_dir = Path(args.out)
@@ -213,8 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     change_arrival = int(np.searchsorted(prepared.timestamps,
                                          round(change_ts / prepared.time_unit)))
     graphs = [phase_graph(wl, k) for k in (0, 1)]
-    static = {"static-before": plan(graphs[0], "dmjoin"),
-              "static-after": plan(graphs[1], "dmjoin")}
+    try:
+        static = {"static-before": plan(graphs[0], "dmjoin"),
+                  "static-after": plan(graphs[1], "dmjoin")}
+    except OptimizerError as e:  # e.g. a --window so large that the costs overflow
+        p.error(f"--rate {args.rate:g}, --window {args.window:g}: no static plan: {e}")
     print(f"workload: {wl.name}, {len(prepared.rows):,} arrivals, change at event time "
           f"{change_ts:g} s (arrival {change_arrival:,})")
     print(f"query: {wl.sql}")
@@ -235,15 +255,16 @@ def main(argv: list[str] | None = None) -> int:
             plans[name][1].append(policy)
         # listed after A-Greedy (adapt.make_policies)
         plans["agreedy+acaching"][1].append(ACaching(W=args.W, seed=args.seed + r))
-        done = run_plans(prepared, "retract", args.chunk, plans)
+        done = run_plans(prepared, "retract", args.chunk, plans, cuts=(change_arrival,))
         for name in names:
             rows, out, cq = done[name]
             chunks[name].append(rows)
             if r == 0:
                 outputs[name] = out
+            cpu = sum(x["cpu_s"] for x in rows)
             print(f"run {r + 1}/{args.runs} {name}: "
-                  f"{sum(x['updates'] for x in rows) / sum(x['cpu_s'] for x in rows):,.0f} "
-                  "updates/CPU-s")
+                  + (f"{sum(x['updates'] for x in rows) / cpu:,.0f} updates/CPU-s" if cpu > 0
+                     else "no CPU time measured"))
         if r == 0:  # policy_info describes A-Greedy alone
             policy, cq = agreedy["agreedy"], done["agreedy"][2]
             policy_info = {"reorderings": policy.reorderings, "history": policy.history,
@@ -275,12 +296,13 @@ def main(argv: list[str] | None = None) -> int:
             w.writerow([a, f"{event[i]:.3f}", *[f"{series[n][i]:.0f}" for n in names]])
 
     def phase_rates(name: str, phase: int) -> list[float]:
-        """Each run's throughput over a phase (its updates over its CPU)."""
+        """Each run's throughput over a phase (its updates over its CPU); the chunks are
+        cut at the change (``run_plans``), so a chunk ending by it lies wholly in phase 1.
+        NaN for a run with no CPU time measured in the phase (too short a phase)."""
         vals = []
         for run in chunks[name]:
             sel = [x for x in run if (x["arrivals"] <= change_arrival) == (phase == 0)]
             cpu = sum(x["cpu_s"] for x in sel)
-            # A phase too short to hold one chunk has no figure (short --seconds).
             vals.append(sum(x["updates"] for x in sel) / cpu if cpu > 0 else math.nan)
         return vals
 
@@ -297,7 +319,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"outputs identical (same multiset of {n_rows:,} rows) across "
           f"{', '.join(names)}: {'yes' if same else 'NO'}")
     for phase in (0, 1):
-        med = {n: statistics.median(phase_rates(n, phase)) for n in names}
+        rates = {n: phase_rates(n, phase) for n in names}
+        if any(math.isnan(v) for vals in rates.values() for v in vals):
+            summary["phases"][f"phase{phase + 1}"] = {"measured": False}
+            print(f"phase {phase + 1}: not measured (no CPU time measured over its "
+                  f"arrivals in some run: raise --seconds or --rate); no best static plan "
+                  f"named, no ratio")
+            continue
+        med = {n: statistics.median(rates[n]) for n in names}
         best_static = max(static, key=lambda n: med[n])
         winner = max(names, key=lambda n: med[n])
         ag, agac = (within_runs(n, best_static, phase) for n in ("agreedy", "agreedy+acaching"))

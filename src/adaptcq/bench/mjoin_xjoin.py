@@ -28,7 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-from adaptcq.bench._args import choices, positive_int
+from adaptcq.bench._args import choices, positive_int, whole_at_least
+
+#: ``--arrivals``: the workloads here have three streams
+ARRIVALS = whole_at_least(3, "one arrival per stream of the three")
 
 #: what ``runtime.local.run`` takes as executor= (it is not imported here: the parent process
 #: only spawns the runs)
@@ -40,6 +43,7 @@ def single(executor: str, folder: str, mode: str) -> dict:
     import resource
 
     import adaptcq
+    from adaptcq.bench.vector import result_digest
     from adaptcq.runtime.local import run
     from adaptcq.stream.workloads import read_workload
 
@@ -50,8 +54,14 @@ def single(executor: str, folder: str, mode: str) -> dict:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     cpu = ru.ru_utime + ru.ru_stime
     s = res.stats
+    # After the measurement: an order-independent digest of every result row, of the
+    # query's columns (the operator tree adds a flag _late, False here: nothing spills).
+    table = res.table.drop_columns([c for c in ("_late",) if c in res.table.column_names])
+    digest = 0
+    for batch in table.to_batches():
+        digest = result_digest(batch, digest)
     return {"executor": executor, "mode": mode, "arrivals": s["arrivals"],
-            "updates": s["updates"], "results": s["results"],
+            "updates": s["updates"], "results": s["results"], "digest": f"{digest:016x}",
             "process_cpu_s": cpu, "engine_cpu_s": s["cpu_seconds"], "wall_s": wall,
             "updates_per_cpu_s": s["updates"] / cpu,
             "engine_updates_per_cpu_s": s["throughput"],
@@ -63,7 +73,7 @@ def single(executor: str, folder: str, mode: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m adaptcq.bench.mjoin_xjoin", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arrivals", type=positive_int, default=600_000,
+    p.add_argument("--arrivals", type=ARRIVALS, default=600_000,
                    help="input rows over all streams (default 600,000)")
     p.add_argument("--runs", type=positive_int, default=5,
                    help="runs per executor, medians reported (default 5)")
@@ -178,13 +188,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  MJoin / XJoin throughput ratio: {ratio:.2f}")
     if "mjoin" in summary and "acaching" in summary:
         _acaching_check(rows)
+    agree = _results_agree(rows)
     if "mjoin" in summary:
         target = 150_000
         got = summary["mjoin"]["updates_per_cpu_s"]
         print(f"  target for MJoin: {target:,} per CPU-second -> "
               f"{'MET' if got >= target else 'NOT MET'} ({got / target:.2f}x)")
     print(f"wrote {out / 'runs.csv'}, {out / 'summary.csv'}, {out / 'throughput.png'}")
-    return 0
+    return 0 if agree else 1
+
+
+def _results_agree(rows: list[dict]) -> bool:
+    """Every run of every executor gave the same results: the same count and, where the
+    run reports one (an older ``--baseline`` may not), the same digest of the result rows
+    (``bench.vector.result_digest``: equal multisets, equal digests). Prints the verdict."""
+    seen: dict[tuple, list[str]] = {}
+    for r in rows:
+        seen.setdefault((r["results"], r.get("digest")), []).append(
+            f"{r['executor']} run {r['run'] + 1}")
+    digests = {d for _, d in seen if d is not None}
+    counts = {n for n, _ in seen}
+    if len(counts) == 1 and len(digests) <= 1:
+        print(f"  results agree: every run of {', '.join(dict.fromkeys(r['executor'] for r in rows))} "
+              f"gave the same {next(iter(counts)):,} results"
+              + (" (same digest of the rows)" if digests else ""))
+        return True
+    print("error: the executors' results differ: " + "; ".join(
+        f"{n:,} results{'' if d is None else f' (digest {d})'} from {', '.join(who)}"
+        for (n, d), who in seen.items()), flush=True)
+    return False
 
 
 ACACHING_LIMIT = 1.05  # issue 14: A-Caching's whole-process CPU at most 1.05× MJoin's

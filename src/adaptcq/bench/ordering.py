@@ -496,11 +496,19 @@ def parse_ns(text: str) -> list[int]:
     for part in text.split(","):
         part = part.strip()
         sep = ".." if ".." in part else ("-" if "-" in part[1:] else None)
-        if sep:
-            lo, hi = part.split(sep, 1)
-            out.extend(range(int(lo), int(hi) + 1))
-        elif part:
-            out.append(int(part))
+        try:
+            if sep:
+                lo, hi = (int(x) for x in part.split(sep, 1))
+                if hi < lo:
+                    raise argparse.ArgumentTypeError(
+                        f"the range {part!r} is empty ({lo} > {hi}; write {hi}{sep}{lo})")
+                out.extend(range(lo, hi + 1))
+            elif part:
+                out.append(int(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} in {text!r} is not a whole number or a range such as 3..20"
+            ) from None
     if not out or min(out) < 3:
         raise argparse.ArgumentTypeError(f"N must be 3 or more, got {text!r}")
     return sorted(set(out))
@@ -594,9 +602,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.reanalyze:  # the sweep's parameters are those recorded in settings.csv
-        refuse_unused(parser, args, ["n", "settings", "dmjoin_max", "engine", "cores", "seed",
+        refuse_unused(parser, ["n", "settings", "dmjoin_max", "engine", "cores", "seed",
                                      "quick"],
-                      f"with --reanalyze (it re-reads {args.out / 'settings.csv'} as it is)")
+                      f"with --reanalyze (it re-reads {args.out / 'settings.csv'} as it is)", argv=argv)
         if not (args.out / "settings.csv").is_file():
             parser.error(f"--reanalyze: no {args.out / 'settings.csv'} to re-read (--out)")
     from rich.console import Console

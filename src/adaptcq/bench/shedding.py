@@ -101,8 +101,10 @@ from adaptcq.bench._args import (
     choices,
     comma_list,
     nonnegative_float,
+    physical_memory,
     positive_float,
     positive_int,
+    refuse_oversized,
     refuse_unused,
 )
 from adaptcq.bench.spark_scale import write_csv
@@ -930,18 +932,19 @@ def main(argv=None) -> int:
                     "%(default)s)")
     a = ap.parse_args(argv)
     # An option the figure does not read is refused, not ignored (before any work).
-    refuse_unused(ap, a, [d for d in OPTIONS if d not in DEFAULTS[a.what]],
-                  f"by {a.what}")
+    refuse_unused(ap, [d for d in OPTIONS if d not in DEFAULTS[a.what]],
+                  f"by {a.what}", argv=argv)
     if a.what == "fig15" and a.joins and all(JOINS[j][2] == "none" for j in a.joins):
-        refuse_unused(ap, a, ["rates_indexed", "duration_indexed"],
-                      "without an indexed join in --joins")
+        refuse_unused(ap, ["rates_indexed", "duration_indexed"],
+                      "without an indexed join in --joins", argv=argv)
     if a.what == "fig14" and a.parts and "none" not in a.parts:
-        refuse_unused(ap, a, ["window"], "by fig14 without 'none' in --parts")
+        refuse_unused(ap, ["window"], "by fig14 without 'none' in --parts", argv=argv)
     if a.what == "fig14" and a.parts == ["none"]:
-        refuse_unused(ap, a, ["window_indexed"], "by fig14 with --parts none alone")
+        refuse_unused(ap, ["window_indexed"], "by fig14 with --parts none alone", argv=argv)
     for key, value in DEFAULTS[a.what].items():
         if getattr(a, key) is None:
             setattr(a, key, value)
+    _refuse_oversized_runs(ap, a)
     out, cap = Path(a.out), a.capacity
     t0 = time.time()
     if a.what == "fig7":
@@ -966,6 +969,66 @@ def main(argv=None) -> int:
     print(f"{a.what}: {time.time() - t0:.0f} s; wrote {out / (a.what + '.csv')}, "
           f"{out / (a.what + '.png')}")
     return 0
+
+
+#: memory per arrival of a prepared run, measured (peak RSS of ``prepare`` on the overlap
+#: join: ~1.2 KB), rounded up for the run's state: the bound on the run lengths
+BYTES_PER_ARRIVAL = 2000
+#: the rate profile of each figure that runs one (see the figure functions)
+FIGURE_PROFILES = {"fig9": "fig8", "fig10": "fig8", "fig12": "fig11", "fig13": "fig11"}
+
+
+def _arrivals(rate: float | str, duration: float) -> float:
+    """Expected arrivals of both streams over ``duration`` s at ``rate`` (or a profile)."""
+    return 2 * sum((end - start) * r for start, end, r in _phases(rate, duration))
+
+
+def _refuse_oversized_runs(ap: argparse.ArgumentParser, a) -> None:
+    """Refuse (exit 2) a run length whose arrivals would not fit in memory, or output bins
+    too many to count, naming the option and its bound: before any work (a --duration of
+    1e12 ended in an _ArrayMemoryError traceback)."""
+    b = BYTES_PER_ARRIVAL
+    each = f"~{b:,} bytes each"
+    if a.what in ("fig7", "fig14"):  # runs of window + measure seconds
+        if a.what == "fig7":
+            runs = [(r, w, "--windows" if w in a.windows else "--windows-indexed")
+                    for r in a.rates for w in [*a.windows, *a.windows_indexed]]
+        else:
+            runs = [(a.rate, w, "--window" if w == a.window else "--window-indexed")
+                    for w in ([a.window] if "none" in a.parts else [])
+                    + ([a.window_indexed] if set(a.parts) - {"none"} else [])]
+        for rate, w, wflag in runs:
+            nbytes = _arrivals(rate, w + a.measure) * b
+            what = (f"a run of window {w:g} + --measure {a.measure:g} s at {rate:g} "
+                    f"tuples/s per stream ({each})")
+            fits = physical_memory() / (2 * rate * b)  # seconds of arrivals that fit
+            if fits > w:
+                refuse_oversized(ap, "--measure", a.measure, nbytes, what, fits - w)
+            refuse_oversized(ap, wflag, w, nbytes, what, max(fits - a.measure, 0.0))
+        return
+    runs = []
+    if a.what in FIGURE_PROFILES:
+        runs.append(("--duration", a.duration, FIGURE_PROFILES[a.what]))
+    elif a.what in ("fig16", "fig17"):
+        runs.append(("--duration", a.duration, 500.0))
+    else:  # fig15, perf (perf runs every join --duration long at --rates)
+        indexed = a.what == "fig15" and any(JOINS[j][2] != "none" for j in a.joins)
+        if not indexed or any(JOINS[j][2] == "none" for j in a.joins):
+            runs.append(("--duration", a.duration, max(a.rates)))
+        if indexed:
+            runs.append(("--duration-indexed", a.duration_indexed,
+                         max(a.rates_indexed or a.rates)))
+    for flag, duration, rate in runs:
+        shown = (f"the {rate} rate profile" if isinstance(rate, str)
+                 else f"{rate:g} tuples/s per stream")
+        refuse_oversized(ap, flag, duration, _arrivals(rate, duration) * b,
+                         f"a run's {_arrivals(rate, duration):,.0f} arrivals at {shown} "
+                         f"({each})")
+    if a.what in ("fig9", "fig12"):  # a count per output bin, per run
+        bins = a.duration / a.bin + 1
+        refuse_oversized(ap, "--bin", a.bin, bins * 8 * 8,
+                         f"{bins:,.0f} output bins of a {a.duration:g} s run",
+                         8 * 8 * a.duration / max(physical_memory(), 1), "at least")
 
 
 def _fig15_main(a, out: Path, cap: float) -> None:

@@ -2,9 +2,10 @@
 
 ``fig5`` computes ϕ of §5.1.1 (``adapt/shedding.py``: how close to optimal selective
 processing with basic windows of b seconds is when a fraction r' of the windows can be
-processed) over a grid of b/w (x) and r' (y) for two match distributions, one more skewed
-than the other, and prints the paper's three observations as checks (HOLDS / DOES NOT
-HOLD). The distributions (``--source``):
+processed) over a grid of b/w (x) and r' (y), both in (0, 1] and taken in ascending
+order, for two match distributions, one more skewed than the other, and prints the paper's
+three observations as checks (HOLDS / DOES NOT HOLD; "not measured" for a trend along an
+axis given only one value). The distributions (``--source``):
 
 * ``workload`` (default): measured — the match distribution f_2 (R probing the window of S,
   Figure 6's peaked one) of the §6.1 workload at κ = 0.6 (less skewed) and κ = 0.8 (more
@@ -48,14 +49,34 @@ DEFAULT_RATIOS = tuple(round(x, 3) for x in np.arange(0.02, 0.501, 0.02))
 DEFAULT_LOADS = tuple(round(x, 3) for x in np.arange(0.05, 1.001, 0.05))
 
 
-def _floats(text: str) -> list[float]:
+def _floats(text: str, what: str = "value", high: float | None = None,
+            why: str = "") -> list[float]:
+    """A comma-separated list of finite numbers in (0, ``high``], sorted ascending with
+    repeats dropped (the trends of ``fig5_checks`` and the "smallest"/"largest" lines read
+    the list in order)."""
     try:
         out = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"a comma-separated list of numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"a comma-separated list of numbers, got {text!r}") from None
     if not out or any(not np.isfinite(x) or x <= 0 for x in out):
         raise argparse.ArgumentTypeError(f"positive numbers, got {text!r}")
-    return out
+    if high is not None and max(out) > high:
+        raise argparse.ArgumentTypeError(
+            f"{what} {max(out):g} is above {high:g}: {why}")
+    return sorted(set(out))
+
+
+def _ratios(text: str) -> list[float]:
+    """``--ratios``: b/w values in (0, 1]."""
+    return _floats(text, "b/w", 1.0, "a basic window cannot be longer than the window "
+                   "it divides (Figure 5 spans b/w up to 0.5)")
+
+
+def _loads(text: str) -> list[float]:
+    """``--loads``: r' values in (0, 1]."""
+    return _floats(text, "r'", 1.0, "r' is the fraction of the windows that can be "
+                   "processed; above 1 nothing is shed and phi is not what Figure 5 plots")
 
 
 # ----- distributions ---------------------------------------------------------------------------
@@ -122,41 +143,55 @@ def _monotone(ys, sign: int, tol: float = 1e-6) -> bool:
 
 
 def fig5_checks(grid: dict[str, np.ndarray], ratios: list[float], loads: list[float]
-                ) -> list[tuple[str, bool, str]]:
+                ) -> list[tuple[str, bool | None, str]]:
     """The paper's three observations on Figure 5 (§5.1.1) as checks on ϕ[b index, r'
-    index] per distribution. ϕ is a sawtooth in b/w and r' (whether r'·w/b is a whole
-    number of basic windows matters), so a trend is its least-squares slope; how often it
-    is also monotone step by step is printed alongside."""
+    index] per distribution, ``ratios`` and ``loads`` ascending. ϕ is a sawtooth in b/w and
+    r' (whether r'·w/b is a whole number of basic windows matters), so a trend is its
+    least-squares slope; how often it is also monotone step by step is printed alongside.
+    A trend needs at least two values along its axis: with one, the verdict is None (not
+    measured) and the detail says which option to widen."""
     less, more = grid[NAMES[0]], grid[NAMES[1]]
+    checks: list[tuple[str, bool | None, str]] = []
     # 1. Fewer resources, lower ϕ, for each fixed b: ϕ rises with r'.
-    cols = [grid[n][k] for n in NAMES for k in range(len(ratios))]
-    up = [_slope(loads, c) >= -1e-6 for c in cols]
-    step1 = sum(_monotone(c, +1) for c in cols)
-    # 2. More skew, lower ϕ, for each fixed b (on average over the loads).
+    what = "decreasing resources lower the optimality for a fixed basic window size"
+    if len(loads) < 2:
+        checks.append((what, None, (f"a trend in r' needs at least 2 --loads values, got "
+                                   f"{len(loads)}")))
+    else:
+        cols = [grid[n][k] for n in NAMES for k in range(len(ratios))]
+        up = [_slope(loads, c) >= -1e-6 for c in cols]
+        step1 = sum(_monotone(c, +1) for c in cols)
+        checks.append((what, all(up),
+                       (f"phi rises with r' (least-squares slope >= 0) in {sum(up)} of "
+                       f"{len(up)} (distribution, b/w) columns; step by step in {step1}")))
+    # 2. More skew, lower ϕ, for each fixed b (on average over the loads): a comparison
+    # at each b/w, measured from one value on.
     lower = [float(np.mean(more[k])) <= float(np.mean(less[k])) + 1e-9
              for k in range(len(ratios))]
     points = float(np.mean(more <= less + 1e-6))
     excess = float(np.max(more - less, initial=0.0))
+    checks.append(("more skew lowers the optimality for a fixed basic window size",
+                   all(lower),
+                   (f"mean phi over r' lower for the more skewed f at {sum(lower)} of "
+                   f"{len(lower)} b/w values; pointwise at {points:.0%} of the grid, "
+                   f"elsewhere higher by at most {excess:.3f}")))
     # 3. Smaller basic windows better at low loads (r' <= 0.3) or for the skewed f: ϕ
     # falls with b/w there.
-    low = [j for j, r in enumerate(loads) if r <= 0.3]
-    rows = [grid[n][:, j] for n in NAMES for j in low] + [
-        more[:, j] for j in range(len(loads)) if j not in low]
-    down = [_slope(ratios, r) <= 1e-6 for r in rows]
-    step3 = sum(_monotone(r, -1) for r in rows)
-    return [
-        ("decreasing resources lower the optimality for a fixed basic window size",
-         all(up), (f"phi rises with r' (least-squares slope >= 0) in {sum(up)} of "
-                   f"{len(up)} (distribution, b/w) columns; step by step in {step1}")),
-        ("more skew lowers the optimality for a fixed basic window size",
-         all(lower), (f"mean phi over r' lower for the more skewed f at {sum(lower)} of "
-                      f"{len(lower)} b/w values; pointwise at {points:.0%} of the grid, "
-                      f"elsewhere higher by at most {excess:.3f}")),
-        ("smaller basic windows are better at low resources or for a skewed f",
-         all(down), (f"phi falls with b/w (least-squares slope <= 0) in {sum(down)} of "
-                     f"{len(down)} rows (r' <= 0.3 for both f, every r' for the skewed "
-                     f"one); step by step in {step3}")),
-    ]
+    what = "smaller basic windows are better at low resources or for a skewed f"
+    if len(ratios) < 2:
+        checks.append((what, None, (f"a trend in b/w needs at least 2 --ratios values, got "
+                                   f"{len(ratios)}")))
+    else:
+        low = [j for j, r in enumerate(loads) if r <= 0.3]
+        rows = [grid[n][:, j] for n in NAMES for j in low] + [
+            more[:, j] for j in range(len(loads)) if j not in low]
+        down = [_slope(ratios, r) <= 1e-6 for r in rows]
+        step3 = sum(_monotone(r, -1) for r in rows)
+        checks.append((what, all(down),
+                       (f"phi falls with b/w (least-squares slope <= 0) in {sum(down)} of "
+                       f"{len(down)} rows (r' <= 0.3 for both f, every r' for the skewed "
+                       f"one); step by step in {step3}")))
+    return checks
 
 
 def fig5(args) -> int:
@@ -187,9 +222,14 @@ def fig5(args) -> int:
     _plot_fig5(out / "fig5.png", grid, ratios, loads)
     checks = fig5_checks(grid, ratios, loads)
     for what, ok, detail in checks:
-        print(f"paper's observation: {what}: {'HOLDS' if ok else 'DOES NOT HOLD'} ({detail})")
-    print(f"{sum(ok for _, ok, _ in checks)} of {len(checks)} observations hold; "
-          f"files under {out}")
+        verdict = "not measured" if ok is None else "HOLDS" if ok else "DOES NOT HOLD"
+        print(f"paper's observation: {what}: {verdict} ({detail})")
+    measured = [ok for _, ok, _ in checks if ok is not None]
+    unmeasured = len(checks) - len(measured)
+    print(f"{sum(measured)} of {len(measured)} "
+          + (f"measured observations hold ({unmeasured} not measured)" if unmeasured
+             else "observations hold")
+          + f"; files under {out}")
     return 0
 
 
@@ -291,10 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     f5.add_argument("--source", choices=("workload", "normal"), default="workload",
                     help="the two match distributions: measured on the §6.1 workload at "
                     "kappa 0.6 and 0.8 (default), or two truncated normals")
-    f5.add_argument("--ratios", type=_floats, default=list(DEFAULT_RATIOS),
-                    help="b/w values, comma-separated (default 0.02 .. 0.5)")
-    f5.add_argument("--loads", type=_floats, default=list(DEFAULT_LOADS),
-                    help="r' values, comma-separated (default 0.05 .. 1)")
+    f5.add_argument("--ratios", type=_ratios, default=list(DEFAULT_RATIOS),
+                    help="b/w values in (0, 1], comma-separated, taken in ascending order "
+                    "(default 0.02 .. 0.5); the b/w trend needs at least 2")
+    f5.add_argument("--loads", type=_loads, default=list(DEFAULT_LOADS),
+                    help="r' values in (0, 1], comma-separated, taken in ascending order "
+                    "(default 0.05 .. 1); the r' trend needs at least 2")
     f6 = sub.add_parser("fig6", help="the match distributions of the §6.1 workload")
     for sp in (f5, f6):
         what = "with --source workload" if sp is f5 else "the §6.1 workload"
@@ -313,8 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.what == "fig5" and args.source == "normal":
         # the normals are fixed: no workload is generated or measured
-        refuse_unused(f5, args, ("duration", "rate", "sample", "bins", "seed"),
-                      "with --source normal (the workload's options)")
+        refuse_unused(f5, ("duration", "rate", "sample", "bins", "seed"),
+                      "with --source normal (the workload's options)",
+                      argv=argv[argv.index("fig5") + 1:])  # (f5 parses what follows fig5)
     return {"fig5": fig5, "fig6": fig6}[args.what](args)
 
 

@@ -115,17 +115,25 @@ def main(argv=None) -> int:
     print(f"{a.streams}-way chain, {a.window:g} s windows, capacity {a.capacity:,.0f} "
           f"units/s, rates {', '.join(f'{c}: {_rate(c, a.rate):g}/s' for c in cases)}:")
     for case in cases:
-        ratios = []
+        ratios, empty = [], []
         for k in range(a.runs):
             pick = {r["policy"]: r["results"] for r in rows
                     if r["case"] == case and r["run"] == k}
             if pick.get("random"):
                 ratios.append(pick["selective"] / pick["random"])
+            else:  # no ratio to random dropping's output of 0
+                empty.append(f"run {k} (selective {pick['selective']:,})")
+        left = (f"; left out, random dropping gave 0 results: {', '.join(empty)}"
+                if empty else "")
         if ratios:
             med = statistics.median(ratios)
             verdict = "pays" if med >= 1.2 else "does not pay" if med < 1.05 else "pays a little"
             print(f"  {case:14} selective / random output {med:.2f}x (median of "
-                  f"{len(ratios)}: {', '.join(f'{x:.2f}' for x in ratios)}): {verdict}")
+                  f"{len(ratios)}: {', '.join(f'{x:.2f}' for x in ratios)}): {verdict}{left}")
+        else:
+            print(f"  {case:14} selective / random output: not measured (random dropping "
+                  f"gave 0 results in every run: {', '.join(empty)}; raise --duration or "
+                  "--capacity, or lower --rate)")
     print(f"wrote {out / 'nway.csv'}, {out / 'nway.png'}")
     return 0
 

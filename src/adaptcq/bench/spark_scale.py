@@ -51,7 +51,11 @@ from adaptcq.bench._args import (
     positive_float,
     positive_int,
     refuse_unused,
+    whole_at_least,
 )
+
+#: ``--arrivals``: the workloads here have three streams
+ARRIVALS = whole_at_least(3, "one arrival per stream of the three")
 
 WORKLOADS = ("chain", "q3", "q5")
 CHAIN = ("SELECT R.id AS rid, S.id AS sid, T.id AS tid FROM R [RANGE 10 SECONDS], "
@@ -273,7 +277,7 @@ def same_results(a: Path, b: Path, ids: list[str]) -> bool:
 def scale(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, differ = [], []
     archive = prepare_jvm_archive(args)
     for name in args.workloads:
         _, srcs, ids = workload(name, args, Path(args.data))
@@ -282,10 +286,13 @@ def scale(args) -> int:
         native = [run_job("native", name, args, out / f"native_{name}")
                   for _ in range(args.repeats)]
         for P in args.partitions:
-            runs = [run_job("adaptcq", name, args, out / f"adaptcq_{name}_{P}", P)
-                    for _ in range(args.repeats)]
-            ok = same_results(out / f"adaptcq_{name}_{P}" / "result",
-                              out / f"native_{name}" / "result", ids)
+            runs, ok = [], True
+            for k in range(args.repeats):  # each run's output checked before the next's
+                runs.append(run_job("adaptcq", name, args, out / f"adaptcq_{name}_{P}", P))
+                if not same_results(out / f"adaptcq_{name}_{P}" / "result",
+                                    out / f"native_{name}" / "result", ids):
+                    ok = False
+                    differ.append(f"{name} P={P} run {k + 1}")
             rows.append(_row(name, "adaptcq", P, runs, n_in, ok))
             print(_line(rows[-1]), flush=True)
         rows.append(_row(name, "native", None, native, n_in, True))
@@ -303,6 +310,10 @@ def scale(args) -> int:
                       "native by wall time (start-up included), "
                       f"{nat['cpu_seconds'] / r['cpu_seconds']:.2f}x per CPU-second")
     print(f"wrote {out / 'spark_scale.csv'} and {out / 'spark_scale.png'}")
+    if differ:
+        print(f"error: adaptcq's results differ from Spark native's in {', '.join(differ)}: "
+              "the timings compare different work", flush=True)
+        return 1
     return 0
 
 
@@ -512,7 +523,7 @@ def main(argv=None) -> int:
                     help="P values, comma-separated (default 1,2,4,8)")
     ap.add_argument("--sf", type=positive_float, default=0.1,
                     help="TPC-H scale factor of q3 and q5 (default 0.1)")
-    ap.add_argument("--arrivals", type=positive_int, default=1_200_000,
+    ap.add_argument("--arrivals", type=ARRIVALS, default=1_200_000,
                     help="chain arrivals (default 1,200,000)")
     ap.add_argument("--files", type=positive_int, default=10,
                     help="time slices (micro-batches) of the chain and TPC-H inputs "
@@ -544,16 +555,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not args.job:  # (a job gets every option from its parent, used or not)
         if args.state_growth:
-            refuse_unused(ap, args, ["workloads", "partitions", "sf", "arrivals", "files",
+            refuse_unused(ap, ["workloads", "partitions", "sf", "arrivals", "files",
                                      "repeats"],
                           "with --state-growth (one selective chain of its own, "
-                          "--growth-partitions groups)")
+                          "--growth-partitions groups)", argv=argv)
             if args.batches < 2:
                 ap.error("--batches: at least 2 with --state-growth (batch 0, which starts "
                          "the workers, is left out of the timing)")
         else:
-            refuse_unused(ap, args, ["batches", "batch_rows", "growth_partitions"],
-                          "without --state-growth")
+            refuse_unused(ap, ["batches", "batch_rows", "growth_partitions"],
+                          "without --state-growth", argv=argv)
     args.data = args.data or str(Path(args.out) / "data")
     if args.job:
         cpu = TreeCPU().start()

@@ -26,7 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-from adaptcq.bench._args import positive_int
+from adaptcq.bench._args import positive_int, whole_at_least
+
+#: ``--arrivals``: the workloads here have three streams
+ARRIVALS = whole_at_least(3, "one arrival per stream of the three")
 
 TARGET_MB = 400
 TARGET_ARRIVALS = 10_000_000
@@ -58,7 +61,7 @@ def workload_dir(out: Path, arrivals: int, r: int) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m adaptcq.bench.streaming", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arrivals", type=positive_int, default=TARGET_ARRIVALS,
+    p.add_argument("--arrivals", type=ARRIVALS, default=TARGET_ARRIVALS,
                    help="arrivals over the three streams (default 10,000,000: the target's)")
     p.add_argument("--runs", type=positive_int, default=3,
                    help="runs, each a fresh `adaptcq run` process; the median peak RSS is "

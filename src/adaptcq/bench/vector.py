@@ -237,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"comma-separated, from {', '.join(WORKLOADS)} (default all)")
     p.add_argument("--batches", type=positive_ints, default=list(BATCHES),
                    help="the vectorized executor's batch sizes in arrivals, comma-separated "
-                        f"(default {','.join(map(str, BATCHES))})")
+                        f"(default {','.join(map(str, BATCHES))}; only with vector among "
+                        "--executors)")
     p.add_argument("--executors", type=choices(EXECUTORS), default=list(EXECUTORS),
                    help=f"comma-separated, from {', '.join(EXECUTORS)} (default all)")
     memory = p.add_mutually_exclusive_group()
@@ -258,9 +259,12 @@ def main(argv: list[str] | None = None) -> int:
                                 digest=not args.no_digest)))
         return 0
     if args.only_memory:  # the memory part has its own workloads, executor and batches
-        refuse_unused(p, args, ["runs", "workloads", "batches", "executors"],
+        refuse_unused(p, ["runs", "workloads", "batches", "executors"],
                       "with --only-memory (its runs are fixed: the vectorized executor on "
-                      "the chain and s72)")
+                      "the chain and s72)", argv=argv)
+    elif "vector" not in args.executors:  # the batch sizes are the vectorized executor's
+        refuse_unused(p, ["batches"], "without vector in --executors (the batch "
+                      "sizes are the vectorized executor's)", argv=argv)
 
     scale = QUICK_SCALE if args.quick else 1.0
     runs = args.runs or (1 if args.quick else 3)

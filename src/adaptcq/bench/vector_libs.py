@@ -83,7 +83,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from adaptcq.bench._args import choices, positive_int
+from adaptcq.bench._args import choices, positive_int, refuse_unused
 from adaptcq.bench.spark_scale import positive_ints
 
 SECOND = 1_000_000_000
@@ -97,6 +97,7 @@ PLANS = {
     "T": (("S", "b", ("T", "b")), ("R", "a", ("S", "a"))),
 }
 LIBS = ("numpy", "polars", "polars_eager", "duckdb")
+THREADED = ("polars", "polars_eager", "duckdb")  # the libraries --threads limits
 WORKLOADS = ("a", "b")
 BATCHES = (1_000, 10_000, 20_000, 100_000)
 MASK32 = (1 << 32) - 1
@@ -462,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="runs per (library, workload, B), medians reported (default 3; "
                          "--quick: 1)")
     ap.add_argument("--threads", type=positive_int, default=2,
-                    help="threads of Polars and DuckDB (default 2)")
+                    help="threads of Polars and DuckDB (default 2; refused when neither "
+                    "runs)")
     ap.add_argument("--libs", type=choices(LIBS), default=None,
                     help=f"comma-separated, from {', '.join(LIBS)} (default: those installed)")
     ap.add_argument("--workloads", type=choices(WORKLOADS), default=None,
@@ -495,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     for x in missing:
         print(f"{x}: not installed, left out (pip install {x.split('_')[0]})", flush=True)
     libs = [x for x in (a.libs or LIBS) if x not in missing]
+    if not any(x in THREADED for x in libs):  # numpy alone runs on one thread
+        refuse_unused(ap, ["threads"], f"without a threaded library ({', '.join(THREADED)}) "
+                      f"among those run ({', '.join(libs) or 'none'})", argv=argv)
     sizes = a.batches or ([1_000, 10_000] if a.quick else list(BATCHES))
     workloads = a.workloads or (["b"] if a.quick else list(WORKLOADS))
     print(f"versions: {versions}; threads={a.threads} (POLARS_MAX_THREADS, DuckDB SET threads);"
