@@ -273,6 +273,26 @@ def test_mjoin_worked_example_holds():
     assert result.attempted > 10 and result.failed == 0
 
 
+def test_a_reordering_without_caches_replans_only_its_stream(monkeypatch):
+    """Without caches no other pipeline depends on a stream's order: a re-ordering builds
+    only that stream's two plans and keeps every other pipeline's plan and compiled
+    function (A-Greedy may flip two orders of equal cost hundreds of times); results under
+    re-orderings are checked against the oracle by
+    test_engine_oracle.test_mjoin_equals_oracle_with_reorderings."""
+    ex = MJoin(chain())
+    plans_before, compiled_before = dict(ex.plans), dict(ex.compiled)
+    built = []
+    real = plans.build
+    monkeypatch.setattr(plans, "build", lambda q, stream, *a, **k: (
+        built.append(stream), real(q, stream, *a, **k))[1])
+    ex.set_order("R", ["T", "S"])
+    assert built == ["R", "R"]  # its insertion and its deletion (or maintenance) pipeline
+    assert ex.plans[("R", "insert")] is not plans_before[("R", "insert")]
+    others = [k for k in plans_before if k[0] != "R"]
+    assert others and all(ex.plans[k] is plans_before[k] for k in others)
+    assert all(ex.compiled.get(k) is compiled_before.get(k) for k in others)
+
+
 def test_linecache_holds_only_the_sources_in_use():
     """Re-planning for days must not grow linecache: a source leaves it with the last
     function compiled from it."""

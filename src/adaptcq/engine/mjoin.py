@@ -272,11 +272,14 @@ class MJoin:
             self.placements[pipeline] = [
                 (j, k, c) for j, k, c in placed
                 if prefix_invariant(self.orders, c.members + tuple(sorted(c.extra)))]
-        self._rebuild()
+        # Without caches no other pipeline's plan depends on this order (a cache's updates
+        # are placed in every pipeline that feeds it): re-planning only this stream's keeps
+        # a re-ordering cheap; A-Greedy may flip two orders of equal cost often.
+        self._rebuild(only=None if self.caches else stream)
 
-    def _rebuild(self) -> None:
-        """Re-plan and recompile every pipeline for the current orders and caches; drop
-        indexes and caches no longer used."""
+    def _rebuild(self, only: str | None = None) -> None:
+        """Re-plan and recompile every pipeline (or ``only`` that stream's two) for the
+        current orders and caches; drop indexes and caches no longer used."""
         used = {c for placed in self.placements.values() for _, _, c in placed}
         for key in [k for k, c in self.caches.items() if c not in used]:
             self.caches.pop(key).clear()
@@ -301,9 +304,10 @@ class MJoin:
         self._distinct = bool(self.caches)
         self._projections.clear()
         for i, a in enumerate(self.query.aliases):
-            self._compile(a, "insert")
-            self._compile(a, self._delete_kind)
-            self._wire(i)
+            if only is None or a == only:
+                self._compile(a, "insert")
+                self._compile(a, self._delete_kind)
+                self._wire(i)
         self._forget_stale(self._drop_unused_indexes())
 
     def _forget_stale(self, dropped: bool) -> None:
