@@ -87,29 +87,6 @@ def test_a_set_up_error_closes_the_inputs_opened_before_it(csvs):
     assert open_files(csvs) == []
 
 
-def test_a_csv_with_an_empty_first_column_is_opened_once(tmp_path, monkeypatch):
-    """Its first block is typed (the empty column as text) and its rows read from the one
-    stream: it was opened, read for its types, closed and opened again."""
-    path = tmp_path / "r.csv"
-    monkeypatch.setattr(sources, "CSV_BLOCK", 64)
-    lines = ["ts,a,note"] + [f"{k},{k % 3}," for k in range(8)] + \
-        [f"{k},{k % 3},n{k}" for k in range(8, 40)]
-    path.write_text("\n".join(lines) + "\n")
-    opened = []
-    real = pa.input_stream
-
-    def counting(where, *a, **kw):
-        opened.append(str(where))
-        return real(where, *a, **kw)
-    monkeypatch.setattr(pa, "input_stream", counting)
-    src = sources.open_source("R", str(path), "ts")
-    t = pa.Table.from_batches(list(src.chunks()))
-    assert opened == [str(path)]
-    assert src.schema.field("note").type == pa.string()
-    assert t.column("note").to_pylist() == [None] * 8 + [f"n{k}" for k in range(8, 40)]
-    assert t.column("ts").to_pylist() == list(range(40))
-
-
 def _reference(path: Path, block: int) -> pa.Table:
     """pyarrow's streaming reader with the same block size: types from the first block, a
     column NULL throughout it as text (the file read again with the types corrected)."""
@@ -137,8 +114,8 @@ _cell = st.one_of(st.integers(-99, 999).map(str), st.sampled_from(["1.5", "-2.25
     block=st.integers(40, 200), cells=st.data())
 def test_csv_rows_and_types_are_pyarrows_whatever_the_block(tmp_path, monkeypatch, rows, cols,
                                                             block, cells):
-    """A CSV read once (first block typed in memory, the rest from the same stream) gives
-    the types and values pyarrow's reader gives, at every block boundary."""
+    """A CSV source gives the types and values pyarrow's streaming reader gives, at every
+    block size: types from the first block, a column empty throughout it as text."""
     path = tmp_path / "h.csv"
     columns = [[str(float(k)) for k in range(rows)]]
     for kind, empty in cols:

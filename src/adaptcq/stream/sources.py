@@ -266,13 +266,13 @@ def _open_path(name: str, source, chunk_rows: int) -> Source:
                 if j > k:
                     read.append(q)
         except BaseException:
-            first.stream.close()
+            first[0].close()
             raise
         total = None
         files = []
         chunks = _csv_chunks(name, read, chunk_rows, first, schema, files)
         return Source(name, schema, what if len(paths) > 1 else repr(str(paths[0])),
-                      chunks, total, paths, files=files, opened=[first.stream])
+                      chunks, total, paths, files=files, opened=[first[0]])
     return Source(name, schema, what if len(paths) > 1 else repr(str(paths[0])), chunks,
                   total, paths, files=files)
 
@@ -317,133 +317,29 @@ class _EmptyFile(InputError):
 
 
 def _csv(name: str, path: Path, skip_empty: bool = False):
-    """The first CSV file of a source: its schema (types inferred from its first block, as
-    pyarrow's reader infers them) and a ``_CsvStart`` (the open file, the first block's
-    rows); None for an empty file (no rows) if ``skip_empty``.
-
-    The file is opened and read once. The first block is read here, its types inferred
-    and its rows parsed from memory; the rest of the file is read from the same stream
-    (``_CsvStart.rest``). A column empty in all of the first block is typed null by
-    pyarrow, whose reader then refuses any later value, and its types are fixed when it
-    opens: that file was read a second time with the types corrected.
-    """
-    import pyarrow.csv as pacsv
-    stream = _csv_input(name, path)
+    """The first CSV file of a source: its schema (types inferred from its first block)
+    and its open stream and reader; None for an empty file (no rows) if ``skip_empty``."""
     try:
-        head = _read_full(stream, CSV_BLOCK)
-        full = len(head) == CSV_BLOCK
-        # pyarrow's reader cuts its first block after the block's last line end: the same
-        # rows give the same types. (A file shorter than a block is one block.)
-        cut = max(head.rfind(b"\n"), head.rfind(b"\r")) + 1 if full else len(head)
-        if full and cut == 0:
-            raise InputError(f"stream {name}: cannot read {str(path)!r}: no line ends in "
-                             f"its first {CSV_BLOCK:,} bytes")
-        block = pa.py_buffer(head)
-        try:
-            reader = pacsv.open_csv(pa.BufferReader(block.slice(0, cut)),
-                                    convert_options=pacsv.ConvertOptions(**CSV_NULLS),
-                                    read_options=pacsv.ReadOptions(block_size=CSV_BLOCK))
-        except (pa.ArrowInvalid, OSError) as e:
-            if "Empty CSV file" in str(e):
-                if skip_empty:
-                    stream.close()
-                    return None
-                raise _EmptyFile(f"stream {name}: {str(path)!r} is empty (no header, no "
-                                 "rows)") from None
-            raise _csv_error(name, path, e, None, None, 0, 1) from None
-        schema = reader.schema
-        batches = list(_guard(name, path, reader))
-        if any(pa.types.is_null(f.type) for f in schema):
-            if not full and not any(b.num_rows for b in batches):
-                if skip_empty:
-                    stream.close()
-                    return None
-                raise InputError(f"stream {name}: {str(path)!r} has a header but no rows; "
-                                 "the types of a CSV file's columns are read from its rows")
-            # A column empty in all of the first block is text, as Spark and DuckDB read a
-            # CSV column with no value (it was refused, even when the query never reads
-            # it); its values there are all NULL.
-            schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f
-                                for f in schema])
-            batches = [pa.RecordBatch.from_arrays(
-                [c.cast(f.type) for c, f in zip(b.columns, schema, strict=True)],
-                schema=schema) for b in batches]
-    except BaseException:
-        stream.close()
-        raise
-    return schema, _CsvStart(stream, batches, block.slice(cut) if full else None)
-
-
-@dataclass
-class _CsvStart:
-    """A source's first CSV file once its first block is read: the open stream, the
-    block's rows, and what of the block follows its last line end (None: the block was
-    the whole file)."""
-
-    stream: pa.NativeFile
-    batches: list[pa.RecordBatch]
-    tail: pa.Buffer | None
-
-    def rest(self, name: str, path: Path, schema: pa.Schema, where: tuple = (None, 0, 1)):
-        """A reader of the file's rows after the first block (None: there are none), with
-        the types of ``schema``; ``where`` as for ``_csv_open``."""
-        import pyarrow.csv as pacsv
-        if self.tail is None:
+        stream, reader = _csv_open(name, path)
+    except _EmptyFile:
+        if skip_empty:
             return None
-        rest = pa.PythonFile(_Rest(self.tail, self.stream), mode="r")
-        try:
-            return pacsv.open_csv(
-                rest, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK,
-                                                     column_names=schema.names),
-                convert_options=pacsv.ConvertOptions(
-                    column_types={f.name: f.type for f in schema}, **CSV_NULLS))
-        except (pa.ArrowInvalid, OSError) as e:
-            if "Empty CSV file" in str(e):  # the file ended with the first block
+        raise
+    schema = reader.schema
+    if any(pa.types.is_null(f.type) for f in schema):
+        first = next(iter(_guard(name, path, reader)), None)
+        stream.close()
+        if first is None:
+            if skip_empty:
                 return None
-            raise _csv_error(name, path, e, schema, *where) from None
-
-
-class _Rest:
-    """The bytes of ``tail``, then the rest of ``stream`` (a file object for
-    ``pa.PythonFile``). Each read is filled whole, up to the end: pyarrow's CSV reader
-    takes a short read for a block of its own."""
-
-    closed = False
-
-    def __init__(self, tail: pa.Buffer, stream: pa.NativeFile):
-        self.tail, self.stream = tail, stream
-
-    def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            out, self.tail = self.tail.to_pybytes(), pa.py_buffer(b"")
-            return out + self.stream.read()
-        k = min(n, self.tail.size)
-        out = self.tail.slice(0, k).to_pybytes()
-        self.tail = self.tail.slice(k)
-        return out + _read_full(self.stream, n - k) if k < n else out
-
-    def close(self) -> None:
-        self.closed = True
-        self.stream.close()
-
-
-def _read_full(stream: pa.NativeFile, n: int) -> bytes:
-    """``n`` bytes of ``stream``, fewer only at its end."""
-    out = stream.read(n)
-    while len(out) < n:
-        more = stream.read(n - len(out))
-        if not more:
-            break
-        out += more
-    return out
-
-
-def _csv_input(name: str, path: Path) -> pa.NativeFile:
-    """An input stream on a CSV file, decompressed by its suffix."""
-    try:
-        return pa.input_stream(str(path), compression="detect")
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
+            raise InputError(f"stream {name}: {str(path)!r} has a header but no rows; the "
+                             "types of a CSV file's columns are read from its rows")
+        # A column empty in all of the first block is text, as Spark and DuckDB read a CSV
+        # column with no value (it was refused, even when the query never reads it).
+        schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f
+                            for f in schema])
+        return schema, _csv_open(name, path, schema)
+    return schema, (stream, reader)
 
 
 def _csv_open(name: str, path: Path, schema: pa.Schema | None = None,
@@ -499,26 +395,18 @@ def _csv_header(name: str, path: Path, skip_empty: bool = False) -> list[str] | 
 def _csv_chunks(name: str, paths: list[Path], chunk_rows: int, first, schema: pa.Schema,
                 files: list[tuple[int, str]]):
     """The rows of ``paths``, a file at a time (each closed when read); ``first``: the
-    first file's ``_CsvStart`` (``_csv``), whose types (``schema``) every later file is read
+    first file's open stream and reader, whose types (``schema``) every later file is read
     with, as if the files were one: a value that does not fit is an error naming its file,
     row and column. Each file's first row number goes to ``files`` as it is reached."""
     start = 0  # rows of the stream before this file
     for k, path in enumerate(paths):
-        if k == 0:
-            stream, reader = first.stream, None
-        else:
-            stream, reader = _csv_open(name, path, schema, (paths[0], start, len(paths)))
+        stream, reader = first if k == 0 else _csv_open(name, path, schema,
+                                                        (paths[0], start, len(paths)))
         files.append((start, str(path)))
         with stream:
             in_file = 0
-            if k == 0:  # the first block, read at opening; then the rest of the file
-                for batch in first.batches:
-                    in_file += batch.num_rows
-                    yield from _rechunk([batch], chunk_rows)
-                first.batches = []
-                reader = first.rest(name, path, schema, (paths[0], 0, len(paths)))
-            for batch in _guard(name, path, reader or (), lambda e, p=path, s=start:
-                                _csv_error(name, p, e, schema, paths[0], s, len(paths))):
+            for batch in _guard(name, path, reader, lambda e, p=path, s=start: _csv_error(
+                    name, p, e, schema, paths[0], s, len(paths))):
                 in_file += batch.num_rows
                 yield from _rechunk([batch], chunk_rows)
         start += in_file
