@@ -266,16 +266,19 @@ class MJoin:
         the new order breaks (a-caching.txt §4.5 step 5)."""
         self.orders[stream] = check_order(self.query.aliases, stream, order)
         self.reorders += 1  # policies that keep per-plan state notice a re-ordering by it
+        dropped = bool(self.placements[stream])
         self.placements[stream] = []
         self.observers = {k: v for k, v in self.observers.items() if k[0] != stream}
         for pipeline, placed in self.placements.items():
-            self.placements[pipeline] = [
-                (j, k, c) for j, k, c in placed
-                if prefix_invariant(self.orders, c.members + tuple(sorted(c.extra)))]
-        # Without caches no other pipeline's plan depends on this order (a cache's updates
-        # are placed in every pipeline that feeds it): re-planning only this stream's keeps
-        # a re-ordering cheap; A-Greedy may flip two orders of equal cost often.
-        self._rebuild(only=None if self.caches else stream)
+            kept = [(j, k, c) for j, k, c in placed
+                    if prefix_invariant(self.orders, c.members + tuple(sorted(c.extra)))]
+            dropped |= len(kept) < len(placed)
+            self.placements[pipeline] = kept
+        # Another pipeline's plan depends on this order only through the caches (each
+        # cache's updates are placed in every pipeline that feeds it): while no cache was
+        # dropped, only this stream's pipelines are re-planned. A-Greedy may flip two
+        # orders of equal cost hundreds of times.
+        self._rebuild(only=stream if not dropped else None)
 
     def _rebuild(self, only: str | None = None) -> None:
         """Re-plan and recompile every pipeline (or ``only`` that stream's two) for the
