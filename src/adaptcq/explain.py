@@ -366,7 +366,7 @@ def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | Non
     from adaptcq.adapt.graph import join_graph_from_stats
     from adaptcq.stats.profiler import Profiler
 
-    prepared = _prepared(sql, sources, timestamp, reading, rejected)
+    prepared = _prepared(sql, sources, timestamp, reading, rejected, prefix)
     n = min(len(prepared.rows), max(0, prefix))
     if n == 0:
         raise AdaptcqError("no input rows to measure statistics on"
@@ -387,11 +387,12 @@ def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | Non
     return prepared.query, join_graph_from_stats(prepared.query, profiler), profiler, n
 
 
-def _prepared(sql: str, sources: dict, timestamp: str, reading: dict, rejected: list | None):
-    """The inputs in memory, read as a run reads them; their late rows go to
-    ``rejected``."""
+def _prepared(sql: str, sources: dict, timestamp: str, reading: dict, rejected: list | None,
+              prefix: int):
+    """The first ``prefix`` arrivals in memory (not the whole input), read as a run reads
+    them; the late rows among those read go to ``rejected``."""
     from adaptcq.runtime.local import prepare
-    prepared = prepare(sql, sources, timestamp, **reading)
+    prepared = prepare(sql, sources, timestamp, limit=max(0, prefix), **reading)
     if rejected is not None:
         rejected.extend(prepared.rejected)
     return prepared
@@ -880,7 +881,7 @@ def cache_candidates(sql: str, sources: dict, timestamp: str, prefix: int,
     the inputs read as it reads them (``reading``, as ``measure``'s)."""
     from adaptcq.adapt.acaching import ACaching
 
-    prepared = _prepared(sql, sources, timestamp, reading, None)
+    prepared = _prepared(sql, sources, timestamp, reading, None, prefix)
     n = min(len(prepared.rows), max(0, prefix))
     policy = ACaching(caches=caches, p=min(1.0, max(0.01, 2000 / max(n, 1))),
                       interval=max(1, n // 400), reopt_interval=max(1, n // 4))

@@ -1305,18 +1305,26 @@ class PreparedInput:
 
 def prepare(sql: str | LogicalQuery, sources: Mapping[str, object], timestamp: str,
             sign: str | None = None, allowed_lateness: float = 0.0,
-            timestamp_unit: str | None = None) -> PreparedInput:
-    """Read and merge every input into memory, in processing order."""
+            timestamp_unit: str | None = None, limit: int | None = None) -> PreparedInput:
+    """Read and merge every input into memory, in processing order; with ``limit``, only
+    the first ``limit`` arrivals (``adaptcq explain --prefix``: memory follows the prefix,
+    not the input). ``rejected`` holds the rows rejected among those read."""
     t0 = time.process_time()
     r = LocalRun(sql, sources, timestamp, "mjoin",  # rows as tuples: the per-tuple merger
                  sign=sign, allowed_lateness=allowed_lateness, timestamp_unit=timestamp_unit)
     streams, signs, ts, rows = [], [], [], []
-    for arr in r.merger:
-        streams.extend(arr.streams)
-        ts.extend(arr.timestamps)
-        rows.extend(arr.rows)
-        if arr.signs is not None:
-            signs.extend(arr.signs)
+    try:
+        for arr in r.merger:
+            streams.extend(arr.streams)
+            ts.extend(arr.timestamps)
+            rows.extend(arr.rows)
+            if arr.signs is not None:
+                signs.extend(arr.signs)
+            if limit is not None and len(rows) >= limit:
+                del streams[limit:], ts[limit:], rows[limit:], signs[limit:]
+                break
+    finally:
+        close_inputs(r.merger)
     rejected = r.merger.rejected
     return PreparedInput(r.query, np.asarray(streams, np.int64),
                          np.asarray(signs, np.int64) if sign is not None else None,
