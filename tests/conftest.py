@@ -81,3 +81,23 @@ def run_to_end(spark, frame, name: str, end_folder):
     finally:
         q.stop()
     return spark.table(name).toArrow()
+
+
+def refused(main, argv, capsys, *words) -> str:
+    """A benchmark's ``main(argv)`` stops with argparse's exit 2 (before any work), its
+    message naming every one of ``words``; returns the message."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+def read_csv(path) -> list[dict]:
+    """A benchmark's CSV output, one dict per row."""
+    import csv
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+

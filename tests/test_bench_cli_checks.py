@@ -9,7 +9,6 @@ option has a help text. Fast: parsing, or tiny runs."""
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib
 import json
 from types import SimpleNamespace
@@ -27,24 +26,7 @@ from adaptcq.bench import (
     spill,
     streaming,
 )
-
-
-def _refused(main, argv, *names, capsys):
-    """``main(argv)`` stops with argparse's exit 2, its message naming every one of
-    ``names`` (before any work: these would otherwise run a benchmark)."""
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    for name in names:
-        assert name in err, err
-    return err
-
-
-def _csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
+from conftest import read_csv, refused
 
 # ----- every option documented ------------------------------------------------------------------
 
@@ -84,7 +66,7 @@ def test_shedding_perf_writes_and_prints_its_own_files(tmp_path, capsys):
     assert shedding.main(["perf", "--runs", "1", "--duration", "3", "--rates", "100",
                           "--out", str(tmp_path)]) == 0
     assert not (tmp_path / "fig15.csv").exists() and not (tmp_path / "fig15.png").exists()
-    rows = _csv(tmp_path / "perf.csv")
+    rows = read_csv(tmp_path / "perf.csv")
     assert {r["policy"] for r in rows} == {"random", "selective"}
     assert (tmp_path / "perf.png").stat().st_size > 0
     assert f"wrote {tmp_path / 'perf.csv'}, {tmp_path / 'perf.png'}" in capsys.readouterr().out
@@ -108,26 +90,26 @@ def test_shedding_perf_writes_and_prints_its_own_files(tmp_path, capsys):
     (["fig9", "--bin", "0"], ["--bin"]),
 ])
 def test_shedding_refuses_bad_and_unread_options(argv, names, capsys):
-    _refused(shedding.main, argv, *names, capsys=capsys)
+    refused(shedding.main, argv, capsys, *names)
 
 
 def test_shedding_analysis_refuses_bad_and_unread_options(capsys):
-    _refused(shedding_analysis.main, ["fig5", "--source", "normal", "--duration", "5",
-                                      "--rate", "3", "--sample", "7"],
-             "--duration", "--rate", "--sample", "--source normal", capsys=capsys)
+    refused(shedding_analysis.main, ["fig5", "--source", "normal", "--duration", "5",
+                                      "--rate", "3", "--sample", "7"], capsys,
+             "--duration", "--rate", "--sample", "--source normal")
     for opt, value in (("--bins", "0"), ("--sample", "0"), ("--duration", "-1"),
                        ("--rate", "0"), ("--seed", "-1")):
-        _refused(shedding_analysis.main, ["fig6", opt, value], opt, capsys=capsys)
+        refused(shedding_analysis.main, ["fig6", opt, value], capsys, opt)
 
 
 def test_shedding_nway_refuses_a_zero_rate_and_writes_a_png(tmp_path, capsys):
     """--rate 0 ran at the default rate (`rate or default`); only nway.csv was written."""
     for opt, value in (("--rate", "0"), ("--runs", "0"), ("--cases", "bogus"),
                        ("--streams", "9"), ("--window", "-1"), ("--capacity", "0")):
-        _refused(shedding_nway.main, [opt, value], opt, capsys=capsys)
+        refused(shedding_nway.main, [opt, value], capsys, opt)
     assert shedding_nway.main(["--runs", "1", "--duration", "3", "--rate", "40", "--window",
                                "2", "--cases", "overlap", "--out", str(tmp_path)]) == 0
-    assert len(_csv(tmp_path / "nway.csv")) == 2
+    assert len(read_csv(tmp_path / "nway.csv")) == 2
     assert (tmp_path / "nway.png").stat().st_size > 0
     assert f"{tmp_path / 'nway.png'}" in capsys.readouterr().out
 
@@ -154,7 +136,7 @@ def test_streaming_reuses_only_the_input_asked_for(tmp_path, capsys):
 
 def test_streaming_refuses_bad_values(tmp_path, capsys):
     for opt, value in (("--runs", "0"), ("--arrivals", "-3"), ("--r", "0")):
-        _refused(streaming.main, [opt, value, "--out", str(tmp_path)], opt, capsys=capsys)
+        refused(streaming.main, [opt, value, "--out", str(tmp_path)], capsys, opt)
     assert not (tmp_path / "runs.csv").exists()
 
 
@@ -164,14 +146,14 @@ def test_spill_rebuild_uses_the_seed_and_writes_a_png(tmp_path, capsys):
     """rebuild --seed 7 drew its join keys with random.Random(1) whatever the seed."""
     assert spill.main(["rebuild", "--rows", "300", "--repeats", "1", "--seed", "7",
                        "--out", str(tmp_path)]) == 0
-    (row,) = _csv(tmp_path / "rebuild.csv")
+    (row,) = read_csv(tmp_path / "rebuild.csv")
     assert row["seed"] == "7"  # reported by the child process that drew the keys
     assert (tmp_path / "rebuild.png").stat().st_size > 0
 
 
 def test_spill_formats_writes_a_png(tmp_path):
     assert spill.main(["formats", "--arrivals", "2000", "--out", str(tmp_path)]) == 0
-    assert len(_csv(tmp_path / "formats.csv")) == 5
+    assert len(read_csv(tmp_path / "formats.csv")) == 5
     assert (tmp_path / "formats.png").stat().st_size > 0
 
 
@@ -191,7 +173,7 @@ def test_spill_perf_writes_a_png(tmp_path, monkeypatch):
     monkeypatch.setattr(spill, "_workload_folder", fake_folder)
     monkeypatch.setattr(spill, "_fresh", fake_fresh)
     assert spill.main(["perf", "--arrivals", "50000", "--out", str(tmp_path)]) == 0
-    assert len(_csv(tmp_path / "perf.csv")) == 3
+    assert len(read_csv(tmp_path / "perf.csv")) == 3
     assert (tmp_path / "perf.png").stat().st_size > 0
 
 
@@ -208,7 +190,7 @@ def test_spill_perf_writes_a_png(tmp_path, monkeypatch):
     (["rebuild", "--seed", "-1"], "--seed"),
 ])
 def test_spill_refuses_bad_values(argv, name, capsys):
-    _refused(spill.main, argv, name, capsys=capsys)
+    refused(spill.main, argv, capsys, name)
 
 
 # ----- bench.adaptive_ordering ------------------------------------------------------------------
@@ -223,7 +205,7 @@ def test_spill_refuses_bad_values(argv, name, capsys):
     (["--W", "0"], "--W"),
 ])
 def test_adaptive_ordering_refuses_bad_values(argv, name, tmp_path, capsys):
-    _refused(adaptive_ordering.main, [*argv, "--out", str(tmp_path)], name, capsys=capsys)
+    refused(adaptive_ordering.main, [*argv, "--out", str(tmp_path)], capsys, name)
 
 
 # ----- bench.cacq, cacq_fig11, acaching_figures ------------------------------------------------
@@ -240,4 +222,4 @@ def test_adaptive_ordering_refuses_bad_values(argv, name, tmp_path, capsys):
 ])
 def test_cacq_and_acaching_refuse_bad_runs(module, argv, name, tmp_path, capsys):
     main = importlib.import_module(f"adaptcq.bench.{module}").main
-    _refused(main, [*argv, "--out", str(tmp_path)], name, capsys=capsys)
+    refused(main, [*argv, "--out", str(tmp_path)], capsys, name)

@@ -12,16 +12,7 @@ import pyarrow as pa
 import pytest
 
 from adaptcq.bench import mjoin_xjoin, ordering, spark_scale, spark_vs_native, vector, vector_libs
-
-
-def _refused(main, argv, capsys, *words) -> str:
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    for w in words:
-        assert w in err, err
-    return err
+from conftest import refused
 
 
 # ----- bench.vector ---------------------------------------------------------------------------
@@ -36,7 +27,7 @@ def _refused(main, argv, capsys, *words) -> str:
     (["--only-memory", "--workloads", "s72"], ["--workloads: not used"]),
 ])
 def test_vector_refuses_bad_and_unused_options(argv, words, capsys, tmp_path):
-    _refused(vector.main, [*argv, "--out", str(tmp_path / "v")], capsys, *words)
+    refused(vector.main, [*argv, "--out", str(tmp_path / "v")], capsys, *words)
     assert not (tmp_path / "v").exists()  # refused before any work
 
 
@@ -130,14 +121,14 @@ def test_vector_summary_flags_equal_counts_with_other_rows():
     (["--baseline", "/nonexistent/src"], ["--baseline /nonexistent/src", "adaptcq/__init__.py"]),
 ])
 def test_mjoin_xjoin_refuses_bad_options(argv, words, capsys, tmp_path):
-    _refused(mjoin_xjoin.main, [*argv, "--out", str(tmp_path / "m")], capsys, *words)
+    refused(mjoin_xjoin.main, [*argv, "--out", str(tmp_path / "m")], capsys, *words)
     assert not (tmp_path / "m").exists()
 
 
 def test_mjoin_xjoin_baseline_must_be_a_src_folder(capsys, tmp_path):
     (tmp_path / "src" / "adaptcq").mkdir(parents=True)
     (tmp_path / "src" / "adaptcq" / "__init__.py").write_text("")
-    _refused(mjoin_xjoin.main, ["--baseline", str(tmp_path), "--out", str(tmp_path / "m")],
+    refused(mjoin_xjoin.main, ["--baseline", str(tmp_path), "--out", str(tmp_path / "m")],
              capsys, "--baseline", f"give {tmp_path / 'src'}")
 
 
@@ -151,7 +142,7 @@ def test_mjoin_xjoin_baseline_must_be_a_src_folder(capsys, tmp_path):
     (["--reanalyze"], ["--reanalyze: no", "settings.csv"]),
 ])
 def test_ordering_refuses_bad_and_unused_options(argv, words, capsys, tmp_path):
-    _refused(ordering.main, [*argv, "--out", str(tmp_path / "o")], capsys, *words)
+    refused(ordering.main, [*argv, "--out", str(tmp_path / "o")], capsys, *words)
 
 
 def test_ordering_beyond_dmjoin_max_and_reanalysis(tmp_path, capsys):
@@ -189,7 +180,7 @@ def _fake_libs(monkeypatch, calls, installed=("numpy", "pyarrow", "duckdb")):
 def test_vector_libs_refuses_bad_options(argv, words, monkeypatch, capsys, tmp_path):
     calls = []
     _fake_libs(monkeypatch, calls)
-    _refused(vector_libs.main, [*argv, "--out", str(tmp_path)], capsys, *words)
+    refused(vector_libs.main, [*argv, "--out", str(tmp_path)], capsys, *words)
     assert calls == []
 
 
@@ -221,7 +212,7 @@ def test_vector_libs_quick_runs_workload_b_only_and_draws_it(monkeypatch, tmp_pa
      ["--batch-rows, --growth-partitions: not used without --state-growth"]),
 ])
 def test_spark_scale_refuses_bad_and_unused_options(argv, words, capsys, tmp_path):
-    _refused(spark_scale.main, [*argv, "--out", str(tmp_path / "s")], capsys, *words)
+    refused(spark_scale.main, [*argv, "--out", str(tmp_path / "s")], capsys, *words)
     assert not (tmp_path / "s").exists()
 
 
@@ -232,7 +223,7 @@ def test_spark_scale_refuses_bad_and_unused_options(argv, words, capsys, tmp_pat
     (["--cases", "c,d", "--arrivals", "30000"], ["--arrivals: not used by cases c and d"]),
 ])
 def test_spark_vs_native_refuses_bad_options(argv, words, capsys, tmp_path):
-    _refused(spark_vs_native.main, [*argv, "--out", str(tmp_path / "s")], capsys, *words)
+    refused(spark_vs_native.main, [*argv, "--out", str(tmp_path / "s")], capsys, *words)
     assert not (tmp_path / "s").exists()
 
 

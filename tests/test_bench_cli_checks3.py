@@ -9,7 +9,6 @@ mjoin_xjoin). Fast: parsing, tiny runs, or the measuring jobs replaced by fakes 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import subprocess
 import types
@@ -35,23 +34,7 @@ from adaptcq.bench import (
     vector,
     vector_libs,
 )
-
-
-def _refused(main, argv, capsys, *words) -> str:
-    """``main(argv)`` exits 2 (argparse) naming every one of ``words``."""
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    for w in words:
-        assert w in err, err
-    return err
-
-
-def _csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
+from conftest import read_csv, refused
 
 # ----- 1. shedding_analysis fig5 ----------------------------------------------------------------
 
@@ -82,7 +65,7 @@ def test_fig5_one_load_is_not_measured_and_ratios_are_sorted(tmp_path, capsys):
             "not measured (a trend in r' needs at least 2 --loads values, got 1)") in out
     assert "phi at the smallest b/w (0.1)" in out and "phi at the largest b/w (0.5)" in out
     assert "of 2 measured observations hold (1 not measured)" in out
-    rows = _csv(tmp_path / "fig5.csv")
+    rows = read_csv(tmp_path / "fig5.csv")
     assert [float(r["b_over_w"]) for r in rows[:2]] == [0.1, 0.5]
 
 
@@ -92,7 +75,7 @@ def test_fig5_one_load_is_not_measured_and_ratios_are_sorted(tmp_path, capsys):
     (["--ratios", "0.1,-1"], ["--ratios", "positive"]),
 ])
 def test_fig5_refuses_values_outside_the_figure(argv, words, tmp_path, capsys):
-    _refused(shedding_analysis.main, ["fig5", "--source", "normal", *argv, "--out",
+    refused(shedding_analysis.main, ["fig5", "--source", "normal", *argv, "--out",
                                       str(tmp_path / "o")], capsys, *words)
     assert not (tmp_path / "o").exists()
 
@@ -100,7 +83,7 @@ def test_fig5_refuses_values_outside_the_figure(argv, words, tmp_path, capsys):
 # ----- 2. options read only with some executors or libraries ------------------------------------
 
 def test_vector_refuses_batches_without_the_vector_executor(tmp_path, capsys):
-    _refused(vector.main, ["--executors", "mjoin", "--batches", "777", "--out",
+    refused(vector.main, ["--executors", "mjoin", "--batches", "777", "--out",
                            str(tmp_path / "v")], capsys,
              "--batches: not used without vector in --executors")
     assert not (tmp_path / "v").exists()
@@ -142,12 +125,12 @@ def test_vector_libs_refuses_threads_without_a_threaded_library(monkeypatch, tmp
                                                                 capsys):
     calls = []
     _fake_libs(monkeypatch, calls, ("numpy", "pyarrow", "duckdb"))
-    _refused(vector_libs.main, ["--libs", "numpy", "--threads", "4", "--quick", "--out",
+    refused(vector_libs.main, ["--libs", "numpy", "--threads", "4", "--quick", "--out",
                                 str(tmp_path / "o")], capsys,
              "--threads: not used without a threaded library", "(numpy)")
     # the default libraries, none threaded installed: the same
     _fake_libs(monkeypatch, calls, ("numpy", "pyarrow"))
-    _refused(vector_libs.main, ["--threads", "4", "--quick", "--out", str(tmp_path / "o")],
+    refused(vector_libs.main, ["--threads", "4", "--quick", "--out", str(tmp_path / "o")],
              capsys, "--threads: not used")
     assert calls == [] and not (tmp_path / "o").exists()
     _fake_libs(monkeypatch, calls, ("numpy", "pyarrow", "duckdb"))
@@ -184,7 +167,7 @@ def test_adaptive_ordering_one_chunk_per_phase_when_the_chunk_is_longer(tmp_path
     summary = json.loads((tmp_path / "summary.json").read_text())
     change, n = summary["change_arrival"], summary["arrivals"]
     assert 0 < change < n
-    assert [int(r["arrivals"]) for r in _csv(tmp_path / "throughput.csv")] == [change, n]
+    assert [int(r["arrivals"]) for r in read_csv(tmp_path / "throughput.csv")] == [change, n]
     for k in (1, 2):
         line = next(x for x in out.splitlines() if x.startswith(f"phase {k}:"))
         assert "nan" not in line and "best static plan" in line
@@ -212,8 +195,8 @@ def test_adaptive_ordering_phase_without_cpu_is_not_measured(tmp_path, capsys, m
     (spark_scale.main, ["--workloads", "chain"]),
 ])
 @pytest.mark.parametrize("n", ["1", "2"])
-def test_arrivals_below_one_a_stream_are_refused(main, argv, n, tmp_path, capsys):
-    err = _refused(main, [*argv, "--arrivals", n, "--out", str(tmp_path / "o")], capsys,
+def test_arrivals_below_one_a_stream_arerefused(main, argv, n, tmp_path, capsys):
+    err = refused(main, [*argv, "--arrivals", n, "--out", str(tmp_path / "o")], capsys,
                    "argument --arrivals", f"{n} must be at least 3")
     assert "n-updates" not in err
     assert not (tmp_path / "o").exists()
@@ -258,8 +241,8 @@ def test_spill_figures_trends_measured_when_the_strategies_differ(tmp_path, caps
     (shedding.main, ["fig7", "--measure", "1e12"], ["--measure 1e+12", "at most about"]),
     (shedding.main, ["fig15", "--duration-indexed", "1e12"], ["--duration-indexed"]),
 ])
-def test_runs_larger_than_the_memory_are_refused(main, argv, words, tmp_path, capsys):
-    err = _refused(main, [*argv, "--out", str(tmp_path / "o")], capsys, *words,
+def test_runs_larger_than_the_memory_arerefused(main, argv, words, tmp_path, capsys):
+    err = refused(main, [*argv, "--out", str(tmp_path / "o")], capsys, *words,
                    "GiB of memory")
     assert "Traceback" not in err
     assert not (tmp_path / "o").exists()
@@ -275,7 +258,7 @@ def test_refuse_oversized_names_the_value_that_fits(monkeypatch, capsys):
 
 
 def test_adaptive_ordering_window_overflowing_the_cost_is_an_option_error(tmp_path, capsys):
-    err = _refused(adaptive_ordering.main, ["--runs", "1", "--seconds", "0.5", "--rate", "300",
+    err = refused(adaptive_ordering.main, ["--runs", "1", "--seconds", "0.5", "--rate", "300",
                                             "--window", "1e300", "--out", str(tmp_path)],
                    capsys, "--window 1e+300", "no static plan")
     assert "Traceback" not in err
@@ -307,7 +290,7 @@ def test_spark_vs_native_fails_when_results_differ(monkeypatch, tmp_path, capsys
 
 
 def test_spark_vs_native_executor_is_checked_at_parsing(tmp_path, capsys):
-    _refused(spark_vs_native.main, ["--executor", "bogus", "--cases", "b", "--out",
+    refused(spark_vs_native.main, ["--executor", "bogus", "--cases", "b", "--out",
                                     str(tmp_path / "o")], capsys, "--executor", "bogus")
     assert not (tmp_path / "o").exists()
 
@@ -330,7 +313,7 @@ def test_spark_scale_checks_every_repeat(monkeypatch, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "error: adaptcq's results differ from Spark native's in chain P=1 run 2" in out
     assert seen.count("adaptcq") == 2
-    rows = _csv(tmp_path / "spark_scale.csv")
+    rows = read_csv(tmp_path / "spark_scale.csv")
     assert next(r for r in rows if r["engine"] == "adaptcq")["results_equal"] == "False"
     monkeypatch.setattr(spark_scale, "same_results", lambda a, b, ids: True)
     assert spark_scale.main(argv) == 0
@@ -415,13 +398,13 @@ def test_shedding_nway_says_which_runs_it_left_out(monkeypatch, tmp_path, capsys
 
 def test_cacq_fig6a_peak_check_needs_points_around_five(monkeypatch, tmp_path):
     assert cacq.main(["fig6a", "--scale", "tiny", "--out", str(tmp_path)]) == 0
-    row = next(r for r in _csv(tmp_path / "fig6a_trends.csv") if "about 5" in r["trend"])
+    row = next(r for r in read_csv(tmp_path / "fig6a_trends.csv") if "about 5" in r["trend"])
     assert "3 to 10 queries" in row["trend"]
     peak = int(row["evidence"].rsplit("maximum at ", 1)[1].split()[0])
     assert row["verdict"] == ("HOLDS" if 3 <= peak <= 10 else "DOES NOT HOLD")
     monkeypatch.setitem(cacq.SIZES["tiny"], "fig6a_queries", (1, 3))
     assert cacq.main(["fig6a", "--scale", "tiny", "--out", str(tmp_path)]) == 0
-    row = next(r for r in _csv(tmp_path / "fig6a_trends.csv") if "about 5" in r["trend"])
+    row = next(r for r in read_csv(tmp_path / "fig6a_trends.csv") if "about 5" in r["trend"])
     assert row["verdict"] == "NOT MEASURED" and "above 10" in row["evidence"]
 
 
