@@ -158,8 +158,10 @@ def test_ordering_beyond_dmjoin_max_and_reanalysis(tmp_path, capsys):
 
 # ----- bench.vector_libs ----------------------------------------------------------------------
 def _fake_libs(monkeypatch, calls, installed=("numpy", "pyarrow", "duckdb")):
+    """vector_libs with its measuring children replaced: ``calls`` gets each child's
+    (arguments, threads); ``installed``: the libraries it finds."""
     def spawn(args, threads):
-        calls.append(args)
+        calls.append((args, threads))
         if args[0] == "--engine-child":
             return {"results": 3, "sums": [1, 2, 3], "seconds": 0.1}
         return {"cpu": [0.1], "wall": [0.1], "counts": [1, 2], "sums": [1, 2, 3],
@@ -188,9 +190,9 @@ def test_vector_libs_quick_runs_workload_b_only_and_draws_it(monkeypatch, tmp_pa
     calls = []
     _fake_libs(monkeypatch, calls)
     assert vector_libs.main(["--quick", "--out", str(tmp_path)]) == 0
-    assert {c[1] for c in calls if c[0] == "--engine-child"} == {"b"}
-    assert {c[2] for c in calls if c[0] == "--child"} == {"b"}
-    assert {c[1] for c in calls if c[0] == "--child"} == {"numpy", "duckdb"}
+    assert {c[1] for c, _ in calls if c[0] == "--engine-child"} == {"b"}
+    assert {c[2] for c, _ in calls if c[0] == "--child"} == {"b"}
+    assert {c[1] for c, _ in calls if c[0] == "--child"} == {"numpy", "duckdb"}
     out = capsys.readouterr().out
     assert "polars: not installed, left out" in out
     png = tmp_path / "vector_libs_quick.png"

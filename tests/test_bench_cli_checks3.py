@@ -35,6 +35,7 @@ from adaptcq.bench import (
     vector_libs,
 )
 from conftest import read_csv, refused
+from test_bench_cli_checks2 import _fake_libs
 
 # ----- 1. shedding_analysis fig5 ----------------------------------------------------------------
 
@@ -107,18 +108,6 @@ def test_vector_takes_batches_with_the_vector_executor(monkeypatch, tmp_path):
     assert vector.main(["--quick", "--workloads", "chain", "--executors", "vector,mjoin",
                         "--batches", "777", "--no-memory", "--out", str(tmp_path)]) == 0
     assert ("vector", 777) in calls and ("mjoin", None) in calls
-
-
-def _fake_libs(monkeypatch, calls, installed):
-    def spawn(args, threads):
-        calls.append((args, threads))
-        if args[0] == "--engine-child":
-            return {"results": 3, "sums": [1, 2, 3], "seconds": 0.1}
-        return {"cpu": [0.1], "wall": [0.1], "counts": [1, 2], "sums": [1, 2, 3],
-                "max_intermediate": 4, "rss_mb": 1.0}
-    monkeypatch.setattr(vector_libs, "_spawn", spawn)
-    monkeypatch.setattr(vector_libs, "_versions", lambda: {
-        m: ("1" if m in installed else None) for m in ("numpy", "pyarrow", "polars", "duckdb")})
 
 
 def test_vector_libs_refuses_threads_without_a_threaded_library(monkeypatch, tmp_path,
