@@ -37,11 +37,19 @@ class ShedController:
     the trigger interval) the rate step runs once per micro-batch (``batch_step``, from
     the batch's CPU time) instead of every T_r; the time correlation still runs every T_c
     of event time. Then ``random`` is a mode too: the same r is the share of arrivals
-    kept, the rest dropped at random (the §6.1 baseline without an input buffer)."""
+    kept, the rest dropped at random (the §6.1 baseline without an input buffer).
+
+    ``direction`` left out (None) means join direction on where it applies: selective
+    processing of a two-way join. Given (True or False), it is refused for an n-way join
+    (``bind``): Algorithm 4 (§5.2) is a two-way algorithm, not applied there."""
+
+    # Utility-based shedding (Algorithm 5) replaces join direction: set by ``bind`` (a
+    # class default, so a controller restored from an older saved state has it too).
+    by_utility = False
 
     def __init__(self, mode: str = "selective", T_r: float = T_R_DEFAULT,
                  T_c: float = T_C_DEFAULT, delta_r: float = DELTA_R_DEFAULT,
-                 direction: bool = True, utility: bool = True,
+                 direction: bool | None = None, utility: bool = True,
                  budget: float | None = None):
         if mode not in ("partial", "selective") and not (mode == "random" and budget):
             raise OptionError(f"a shedding controller is for --shed partial or selective, "
@@ -57,11 +65,12 @@ class ShedController:
         T_c = _number("T_c (time correlation period, seconds)", T_c, low=0.0,
                       strict_low=True)
         delta_r = _number("delta_r (fraction boost factor)", delta_r, low=1.0)
-        if not isinstance(direction, bool):
+        if direction is not None and not isinstance(direction, bool):
             raise OptionError(f"direction (join direction adaptation) must be True or "
                               f"False, got {direction!r}")
         self.mode, self.T_r, self.T_c, self.delta_r = mode, T_r, T_c, delta_r
-        self.direction = direction and mode == "selective"
+        self.direction_option = direction  # as given (None: left out), for ``bind``
+        self.direction = direction is not False and mode == "selective"
         self.use_utility = utility  # Algorithm 5 when the join has tuple types
         self.correlation = mode == "selective"
         self.r = 1.0
@@ -70,7 +79,9 @@ class ShedController:
         self.o: list[list[float]] = [[], []]
         self.next_rate: float | None = None
         self.start = 0.0
-        self.two_way = True  # join direction is a two-way algorithm (off for n-way)
+        # Join direction is a two-way algorithm: off for n-way joins. Unknown until the
+        # join binds the controller (``bind``); until then nothing is reported as on.
+        self.two_way = False
         self.next_corr: float | None = None
         self.last_batch: float | None = None
         self.steps = 0
@@ -78,6 +89,21 @@ class ShedController:
         self.u: dict = {}  # u_{i,z} last measured (utility-based shedding)
         self.min_r = 1.0
         self.series: list[tuple] = []  # (time, r, r_1, r_2, β, drops, delay, results)
+
+    def bind(self, streams: int, typed: bool = False) -> None:
+        """The join this controller moves has ``streams`` streams and, when ``typed``, tuple
+        types (called by the join when it is built, so the summary is right before any rate
+        step; with types, Algorithm 5 of §5.3 replaces Algorithm 4). A ``direction`` given
+        for three or more streams is refused: Algorithm 4 (§5.2) sets r_1, r_2 of a
+        two-way join and is not applied to n-way pipelines, so it would change nothing."""
+        if streams > 2 and self.direction_option is not None:
+            flag = ("direction=True" if self.direction_option else
+                    "direction=False (--no-join-direction)")
+            raise OptionError(f"{flag}: join direction (Algorithm 4) is a two-way "
+                              f"algorithm and is not applied to an n-way join; this query "
+                              f"joins {streams} streams, so leave the option out")
+        self.two_way = streams == 2
+        self.by_utility = typed and bool(self.use_utility) and self.mode == "selective"
 
     def at(self, join, seconds: float) -> None:
         """Called at every arrival (event time in seconds): the steps now due."""
@@ -165,7 +191,6 @@ class ShedController:
 
     def _apply(self, join, now: float, k: int) -> None:
         """The new r into the join's fractions: Algorithm 5 or 4 for two streams."""
-        self.two_way = k == 2
         if k > 2:  # n-way pipelines: one r for every step
             fractions = [self.r] * k
         elif (join.type_of is not None and self.use_utility and self.mode == "selective"
@@ -255,7 +280,7 @@ class ShedController:
     def report(self) -> dict:
         return {"shed_policy": self.mode, "fraction_r_final": round(self.r, 6),
                 "fraction_r_min": round(self.min_r, 6), "rate_steps": self.steps,
-                "join_direction": self.direction and self.two_way,
+                "join_direction": self.direction and self.two_way and not self.by_utility,
                 **({} if self.budget is None else {"budget_seconds": self.budget,
                                                    "beta_last": round(self.beta, 6)})}
 

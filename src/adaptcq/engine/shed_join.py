@@ -321,6 +321,8 @@ class ShedJoin:
         nz = len(self.V)
         self.type_counts = [[0] * nz for _ in range(k)]  # ω_{i,z}: arrivals per type
         self.u_stats: dict = {}                     # (i, z) -> [utility, comparisons]
+        if controller is not None:  # (join direction: two streams, no tuple types)
+            controller.bind(k, typed=self.type_of is not None)
         # Each arrival's fate (Spark: what a rebuild from stored rows needs, "On Spark"
         # in docs/shedding.md): per stream, for the arrivals since ``fate_base``, PROCESSED,
         # DROPPED or BUFFERED, with their times (trimmed by ``shed_state``).
@@ -492,12 +494,17 @@ class ShedJoin:
         win = self.windows[i]
         self._expire(i, ts)
         size = sum(len(bw) for bw in win)
-        if size == 0:
-            return
         r = self.fractions[i]
         if self.type_fractions is not None:
             r = self.type_fractions.get((i, z), r)
         adaptive = self.shed in ("partial", "selective")
+        if size == 0:
+            # Nothing to compare with: a tuple that would be processed whole (no shedding,
+            # or r_i = 1) is, as the n-way join counts it. No sample is drawn for the
+            # others: it would record no match, and the random sequence stays as it was.
+            if not adaptive or r >= 1.0:
+                self.full[p] += 1
+            return
         # Full processing with probability r·γ (Algorithm 3, line 2, with the rate
         # adaptation's r in both directions, as the paper keeps it when join direction
         # replaces r by r_i in line 7): its matches feed ô (the time correlation) and the

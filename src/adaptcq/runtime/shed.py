@@ -18,7 +18,8 @@ def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
     ``mode`` (none, random, partial, selective; default none), ``capacity`` (work units
     per second of event time, or "wall"), ``basic_window`` (seconds), ``index``,
     ``buffer`` (seconds), ``gamma`` (γ), ``T_r``, ``T_c``, ``delta_r`` (δ_r),
-    ``direction`` (join direction adaptation, default on), ``seed``; ``budget`` (seconds
+    ``direction`` (join direction adaptation, default on; a two-way algorithm, so the
+    n-way join refuses it: ``ShedController.bind``), ``seed``; ``budget`` (seconds
     of CPU per micro-batch, set by the Spark runtime for ``capacity="wall"``: r then
     moves once per micro-batch, and ``random`` drops arrivals at random at the rate)."""
     spec = dict(spec or {})

@@ -12,10 +12,12 @@ every          k: insertions between two memory checks (default 1,000)
 partitions     partition ids per operator (default 300, §6.1)
 directory      where spilled generations go (default: a temporary folder)
 sample         the fraction of results traced for the global statistics (default 0.1)
-seed           the seed of the sampling and of bottom-up's random choice
+seed           the seed of the sampling and of bottom-up's random choice (an integer;
+               a local run refuses it for local-output, which draws nothing)
 cleanup        "end" (default): produce the held-back results at the end of the input;
                "off": leave them on disk (every group is written) for `adaptcq cleanup`
-when_free      clean up while running once the spilled state fits again (default True)
+when_free      clean up while running once the spilled state fits again: True (default
+               with cleanup "end") or False (--cleanup never-while-running)
 =============  ===========================================================================
 """
 
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from adaptcq.checks import is_int
 from adaptcq.errors import AdaptcqError, OptionError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.stats.partitions import check_partitions
@@ -46,7 +49,8 @@ _TUNING = {"partitions": "--spill-partitions", "fraction": "--spill-fraction",
 
 def _checked(spill: dict | None) -> dict:
     """The checks every ``spill`` option gets, locally or on Spark: known keys, a strategy
-    and a budget together, the lineage sample in [0, 1]. Returns a copy."""
+    and a budget together, the lineage sample in [0, 1], the seed an integer. Returns a
+    copy."""
     spill = dict(spill or {})
     unknown = sorted(set(spill) - set(KEYS))
     if unknown:
@@ -73,7 +77,24 @@ def _checked(spill: dict | None) -> dict:
                           "global-penalty")
     if spill.get("partitions") is not None:
         check_partitions(spill["partitions"], "--spill-partitions")
+    if "seed" in spill and not is_int(spill["seed"]):  # (True or 1.5 would become 1)
+        raise OptionError(f"spill option seed must be an integer, got {spill['seed']!r}")
     return spill
+
+
+def _seed_refusal(spill: dict) -> None:
+    """A seed that nothing random would use is refused, as the CLI refuses ``--seed``
+    there (``cliargs.seed_refusal``): local-output ranks partition groups by each
+    operator's own output, and without a strategy nothing spills."""
+    if "seed" not in spill:
+        return
+    strategy = spill.get("strategy")
+    if strategy is None or strategy == "local-output":
+        why = ("--spill local-output ranks partition groups deterministically" if strategy
+               else "without --spill STRATEGY nothing spills")
+        raise OptionError(f"spill seed {spill['seed']}: nothing random uses it ({why}); it "
+                          "seeds --spill bottom-up's random choice and global-output's and "
+                          "global-penalty's sample of results")
 
 
 def _cleanup_mode(spill: dict) -> tuple[str, bool]:
@@ -83,7 +104,10 @@ def _cleanup_mode(spill: dict) -> tuple[str, bool]:
     cleanup = spill.get("cleanup", "end")
     if cleanup not in ("end", "off"):
         raise OptionError(f"--cleanup {cleanup!r}: choose end or off")
-    when_free = bool(spill.get("when_free", cleanup == "end"))
+    when_free = spill.get("when_free", cleanup == "end")
+    if not isinstance(when_free, bool):  # ("no" or "false" would be true)
+        raise OptionError(f"spill option when_free (clean up while running once memory "
+                          f"frees up) must be True or False, got {when_free!r}")
     if when_free and cleanup == "off":
         raise OptionError("--cleanup off leaves every held-back result for `adaptcq "
                           "cleanup`: it cannot also clean up while running")
@@ -126,6 +150,7 @@ def spark_spill_spec(spill: dict, groups: int) -> dict:
     spill = _checked(spill)
     if spill.get("strategy") is None:
         raise OptionError("spilling needs --spill STRATEGY and --memory BUDGET")
+    _seed_refusal(spill)
     cleanup, when_free = _cleanup_mode(spill)
     if spill.get("directory") is None:
         raise OptionError("spilling on Spark needs a folder for the spilled generations "
@@ -141,7 +166,7 @@ def spark_spill_spec(spill: dict, groups: int) -> dict:
     out = {"strategy": spill["strategy"], "memory": total, "budget": budget,
            "fraction": spill.get("fraction", 0.2), "every": spill.get("every", 1000),
            "partitions": partitions, "sample": float(spill.get("sample", 0.1)),
-           "seed": int(spill.get("seed", 0)),
+           "seed": spill.get("seed", 0),
            "when_free": when_free, "cleanup": cleanup,
            "directory": str(spill["directory"])}
     SpillPolicy(out["strategy"], budget, fraction=out["fraction"], every=out["every"])
@@ -175,18 +200,20 @@ class SpillSetup:
             raise OptionError("--spill-dir needs --spill STRATEGY and --memory BUDGET")
         self.partitions = spill.get("partitions", 300)
         self.sample = float(spill.get("sample", 0.1))
-        self.seed = int(spill.get("seed", 0))
+        _seed_refusal(spill)
+        self.seed = spill.get("seed", 0)
         self.schema = schema
         self.unit = timestamp_unit
         self.types = types
         self.policy = self.store = None
+        self.discarded = False  # the spill files removed: the run did not finish
         if self.strategy is not None:
             from adaptcq.adapt.spilling import SpillPolicy
             from adaptcq.state.spill_store import SpillStore
             self.policy = SpillPolicy(self.strategy, memory,
                                       fraction=spill.get("fraction", 0.2),
                                       every=spill.get("every", 1000), seed=self.seed,
-                                      cleanup_when_free=bool(when_free))
+                                      cleanup_when_free=when_free)
             self.store = SpillStore(directory, query.columns, types, fresh=True,
                                     time_type=pa.int64())  # the runtime's times: int64 ns
 
@@ -230,10 +257,15 @@ class SpillSetup:
             return
         if not finished:
             self.store.clear()
+            self.discarded = True
         if self.cleanup == "end" or not finished:
             self.store.close()
 
     def report(self, cq, last_ts) -> dict:
+        """The summary's spill figures. ``complete_until`` and ``spill_folder`` only for a
+        run whose spills were cleaned up or left on disk whole (docs/spill.md, "Clean-up"):
+        one that did not finish (``--max-results``, an error, its consumer closing it) has
+        its output cut and its spill files removed (``close``), so neither would be true."""
         ex = cq.executor
         c = ex.counters
         out = {"plan_operators": [op.describe() for op in reversed(ex.ops)],
@@ -242,7 +274,7 @@ class SpillSetup:
             return out
         out.update(self.policy.report())
         out.update(spill_figures(ex))
-        if last_ts is not None:
+        if last_ts is not None and not self.discarded:
             # Every result whose newest input arrived before the oldest spill not yet
             # cleaned up is out; after a clean-up, every result up to the input's end.
             pending = c.first_pending
