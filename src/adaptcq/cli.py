@@ -857,11 +857,28 @@ def cmd_cleanup(args) -> int:
     (``runtime.spark_cli.cleanup_cli``)."""
     from adaptcq.runtime.spark import FINGERPRINT
     from adaptcq.runtime.spill import cleanup_folder
-    if (Path(os.path.expanduser(args.folder)) / FINGERPRINT).exists():
+    from adaptcq.state.spill_store import MANIFEST
+    folder = Path(os.path.expanduser(args.folder))
+    if (folder / FINGERPRINT).exists():
         from rich.console import Console
 
         from adaptcq.runtime.spark_cli import cleanup_cli
         return cleanup_cli(args, Console())
+    if args.output is None or args.master is not None:
+        # Without --output (or with --master) DIR was meant as a Spark checkpoint, or
+        # --output was forgotten: say what DIR is not before asking for either form's
+        # options (a mistyped checkpoint would be told it needs --output). With --output
+        # alone, ``cleanup_folder`` says it for a spill folder.
+        what = ("a Spark run's checkpoint (a folder holding adaptcq.json) or the --spill-dir "
+                "of a local run with --cleanup off")
+        if not folder.exists():
+            raise AdaptcqError(f"{args.folder} does not exist; adaptcq cleanup takes {what}")
+        if not folder.is_dir():
+            raise AdaptcqError(f"{args.folder} is a file; adaptcq cleanup takes {what}")
+        if not (folder / MANIFEST).exists():
+            raise AdaptcqError(
+                f"{args.folder} is neither a Spark checkpoint (no {FINGERPRINT}) nor a spill "
+                f"folder (no {MANIFEST}); adaptcq cleanup takes {what}")
     if args.master is not None:
         raise AdaptcqError(f"--master is for a Spark run's checkpoint; {args.folder} is not "
                            "one (it has no adaptcq.json)")

@@ -1043,6 +1043,9 @@ class SparkRun:
     split: dict = field(default_factory=dict)  # SplitPlan.describe(): groups, shares, ...
     shipped: int = 0  # rows received by the groups, replicas counted
     executor: str = ""  # what every group ran (auto resolved: vector or mjoin)
+    # Each group's updates when this run first stepped it: its counters are the
+    # checkpoint's totals, over every run.
+    updates_before: dict = field(default_factory=dict)
 
     @property
     def shares(self) -> dict:
@@ -1064,6 +1067,13 @@ class SparkRun:
 
     @property
     def updates(self) -> int:
+        """Updates processed by this run (``updates_total``: by every run of the
+        checkpoint)."""
+        return sum(g["updates"] - self.updates_before.get(k, 0)
+                   for k, g in self.groups.items())
+
+    @property
+    def updates_total(self) -> int:
         return sum(g["updates"] for g in self.groups.values())
 
     @property
@@ -1200,6 +1210,7 @@ def write_batch(raw_batch, batch_id: int, output: str | None, rejected: str | No
         run.rows_in += info["rows_in"]
         run.shipped += info.get("shipped", info["rows_in"])
         run.groups[info["group"]] = info
+        run.updates_before.setdefault(info["group"], info.get("updates_before", 0))
         run.history.append(info)
         run.group_batches += 1
         run.engine_cpu_seconds += info.get("engine_cpu_seconds", 0.0)
@@ -1313,10 +1324,17 @@ def _plain_parquet_schema(schema):
     return T.StructType(fields)
 
 
+MAX_FILE_AGE = "3650000d"  # ten thousand years: older than any file's modification time
+
+
 def _read_stream(spark, inp: _Input, max_files: int | None):
     """A file stream with the files' own schema (Parquet; CSV with a header, its column
     types inferred as the local runtime infers them, by pyarrow)."""
-    reader = spark.readStream.options(**inp.options)
+    # Spark's file source ignores files older than ``maxFileAge`` (7 days by default)
+    # before its newest file: an input file added with an old modification time (tar,
+    # cp -p, touch -d) would be skipped unread. Never skip one; Spark then remembers every
+    # file's name it has read (docs/spark.md, "Files, checkpoints and outputs").
+    reader = spark.readStream.options(**inp.options).option("maxFileAge", MAX_FILE_AGE)
     if max_files:
         reader = reader.option("maxFilesPerTrigger", int(max_files))
     from pyspark.sql.pandas.types import from_arrow_schema

@@ -239,6 +239,9 @@ def summary_table(run: SparkRun, args, master: str):
         t.add_row("shares", ", ".join(f"{k}: {v}" for k, v in run.shares.items()))
         t.add_row("rows shipped (replication)", f"{run.shipped:,} ({run.replication:.2f}x)")
     t.add_row("updates processed (ΔR insertions + deletions, all groups)", f"{run.updates:,}")
+    if run.restarted:
+        t.add_row("updates processed, totals of every run of this checkpoint",
+                  f"{run.updates_total:,}")
     live, caught, rebuilt = _group_starts(run)
     t.add_row("group micro-batches: live copy / caught up / new or rebuilt",
               f"{live:,} / {caught:,} / {rebuilt:,}")
@@ -359,7 +362,8 @@ def summary(run: SparkRun) -> dict:
     its plan and, with adaptive policies, their reports under ``policies``)."""
     return {
         "engine": "spark", "batches": run.batches, "input_rows": run.rows_in,
-        "updates": run.updates, "results": run.results, "rejected": run.rejected,
+        "updates": run.updates, "updates_total": run.updates_total,
+        "results": run.results, "rejected": run.rejected,
         "wall_seconds": run.wall_seconds,
         "throughput": run.rows_in / run.wall_seconds if run.wall_seconds else None,
         "peak_state_tuples": run.peak_state_tuples, "peak_state_bytes": run.peak_state_bytes,

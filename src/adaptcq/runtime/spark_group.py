@@ -78,40 +78,68 @@ def _logical(cfg: _Config) -> LogicalQuery:
     return q
 
 
-def release(pool: list, frontier: list, closed: bool, end: bool, lateness: int
-            ) -> tuple[list, list, list, bool, float, float]:
+def release(pool: list, frontier: list, prev: tuple, end: bool, lateness: int
+            ) -> tuple[list, list, tuple, float]:
     """The rows of ``pool`` (tuples keyed ``(ts, stream, micro-batch, file, row, ...)``)
-    that can be processed now: those before the release bound, the smallest frontier minus
-    the allowed lateness (ties: by stream). At the end of input everything goes, as the
-    local runtime processes its whole input, and the frontier closes at the largest event
-    time of any stream. Returns (go, pending, frontier, closed, bound, advance): deletions
-    due before ``advance`` can then be processed. (The query-set runtime's row form of
-    ``bound``.)"""
-    frontier, closed, bound_ts, bound_s, advance = bound(frontier, closed, end, lateness)
+    that can be processed now: those at or before the release bound (``bound``). At the end
+    of input everything goes, control events (stream -1) after the last row too, and the
+    bound passes the last of them (a removal with no time, "after all data": +inf): a row
+    arriving later before it would follow it out of order. Returns (go, pending, bound,
+    advance): deletions due before ``advance`` can then be processed. (The query-set
+    runtime's row form of ``bound``.)"""
+    (bound_ts, bound_s), advance = bound(frontier, prev, end, lateness)
     pool.sort(key=lambda r: r[:5])
+    if end:
+        last = max((r[:2] for r in pool), default=(bound_ts, bound_s))
+        return pool, [], max((bound_ts, bound_s), last), advance
     n = 0
     for r in pool:
         if r[0] < bound_ts or (r[0] == bound_ts and r[1] <= bound_s):
             n += 1
         else:
             break
-    return pool[:n], pool[n:], frontier, closed, bound_ts, advance
+    return pool[:n], pool[n:], (bound_ts, bound_s), advance
 
 
-def bound(frontier: list, closed: bool, end: bool, lateness: int):
-    """The release bound: a pending row x can go once ``(x.ts, x.stream) <= (frontier[i] -
-    lateness, i)`` for every stream i (a row of stream i arriving later is accepted only at
-    ``frontier[i] - lateness`` or after). At the end of input everything goes and the
-    frontier closes at the largest event time. Returns (frontier, closed, bound ts, bound
-    stream, advance): expiries due before ``advance`` can be processed."""
-    if end or closed:
+def bound(frontier: list, prev: tuple, end: bool, lateness: int) -> tuple[tuple, float]:
+    """The release bound ``(ts, stream)``: a pending row x can go once ``(x.ts, x.stream) <=
+    (frontier[i] - lateness, i)`` for every stream i (a row of stream i arriving later is
+    accepted only at ``frontier[i] - lateness`` or after). It never goes below ``prev``, the
+    bound so far: rows up to it were processed, so a later row is accepted only at or after
+    it (``is_before``). At the end of input everything goes, as the local runtime processes
+    its whole input: the bound becomes (the largest event time, the last stream in FROM
+    order whose rows reach it). Rows arriving after that (a restart over files added since)
+    then wait for the frontier again, or the next end of input. Returns (bound, advance):
+    expiries due before ``advance`` can be processed."""
+    if end:
         top = max(frontier)
-        if end and not closed:
-            closed = True
-            frontier = [top + lateness] * len(frontier)
-        return frontier, closed, math.inf, 0, top
-    bound_ts, bound_s = min((f - lateness, i) for i, f in enumerate(frontier))
-    return frontier, closed, bound_ts, bound_s, bound_ts
+        if top == -math.inf:  # no row yet: nothing to release
+            return prev, prev[0]
+        b = max(prev, (top, max(i for i, f in enumerate(frontier) if f == top)))
+        return b, b[0]
+    b = max(prev, min((f - lateness, i) for i, f in enumerate(frontier)))
+    # (A query set's bound can pass the rows: a control event an end applied, ``release``.)
+    return b, min(b[0], max(frontier))
+
+
+def is_before(ts, i: int, bound: tuple):
+    """Whether rows of stream i at times ``ts`` come before the release bound in the local
+    runtime's order, i.e. before rows already processed: only rows arriving after an end of
+    input can (below the frontier minus the lateness they are late anyway)."""
+    bts, bs = bound
+    return (ts < bts) | ((ts == bts) & (i < bs))
+
+
+def reopened_bound(info: dict, lateness: int) -> tuple[list, tuple]:
+    """The (frontier, bound) of a stored group. A group closed by an earlier version has the
+    bound +inf and its frontier raised to the largest time plus the lateness in every
+    stream: its bound becomes that time, with every stream's rows at it taken as processed
+    (which stream's were is not recorded), so that rows arriving later are ordered again."""
+    frontier, b = list(info["frontier"]), tuple(info["bound"])
+    if b[0] == math.inf:
+        top = max(frontier) - lateness
+        frontier, b = [top] * len(frontier), (top, len(frontier) - 1)
+    return frontier, b
 
 
 # ----- Arrow pieces ---------------------------------------------------------------------------
@@ -234,7 +262,7 @@ class PartitionGroup:
     late: int = 0
     peak_tuples: int = 0
     peak_bytes: int = 0
-    bound: tuple = (-math.inf, 0)  # the release bound so far ((ts, stream); inf: closed)
+    bound: tuple = (-math.inf, 0)  # the release bound so far (ts, stream): rows up to it went
     expired: float = -math.inf  # every row with t + w below this has left its window
     # (stream, entry) -> (newest t, pieces, released rows of its stream when it was released
     # in full (count windows), rows)
@@ -326,8 +354,9 @@ class PartitionGroup:
                 next_rid=info["next_rid"],
                 **{k: v for k, v in _engine_options(cfg, store).items()
                    if k not in info["plan"]})
-        g = cls(cq, info["frontier"], pending, info["seq"], info["closed"], info["late"],
-                info["peak"][0], info["peak"][1], tuple(info["bound"]), info["expired"],
+        frontier, upto = reopened_bound(info, cfg.lateness_ns)
+        g = cls(cq, frontier, pending, info["seq"], info["closed"], info["late"],
+                info["peak"][0], info["peak"][1], upto, info["expired"],
                 dict(info["entries"]), info["next_entry"], list(info["released"]))
         g.rebuilt_rows = loaded
         g.history = list(info["history"])
@@ -384,12 +413,12 @@ class PartitionGroup:
             cq.stats = Counters(**info["stats"])
             cq._next_sample = cq.stats.updates + cq.sample_every
         self.pending = pending
-        self.frontier, self.seq, self.closed = list(info["frontier"]), info["seq"], \
-            info["closed"]
+        self.frontier, self.bound = reopened_bound(info, cfg.lateness_ns)
+        self.seq, self.closed = info["seq"], info["closed"]
         self.late = info["late"]
         self.peak_tuples = max(self.peak_tuples, info["peak"][0])
         self.peak_bytes = max(self.peak_bytes, info["peak"][1])
-        self.bound, self.expired = tuple(info["bound"]), info["expired"]
+        self.expired = info["expired"]
         self.entries, self.next_entry = dict(info["entries"]), info["next_entry"]
         self.released = list(info["released"])
         self.history = list(info["history"])
@@ -423,10 +452,15 @@ class PartitionGroup:
             rows_in += int(primary.sum())
             ts = t.column("_t").to_numpy()
             late = ts < old[i] - L
+            # Not late, yet before rows processed already: only after an end of input.
+            after = is_before(ts, i, self.bound) & ~late
             if self.closed and cfg.spill is not None:
-                late[:] = True  # the end of input's clean-up has run: nothing joins now
+                after[:] = True  # the end of input's clean-up has run: nothing joins now
+            if self.closed:
+                after |= late
+            late |= after
             if late.any():
-                self._reject_late(cfg, i, t, late & primary, rejected)
+                self._reject_late(cfg, i, t, late & primary, rejected, after)
                 self.late += int((late & primary).sum())
                 t = t.filter(pa.array(~late))
             if not t.num_rows:
@@ -436,8 +470,14 @@ class PartitionGroup:
             self.next_entry += 1
             self.pending[i] = t if self.pending[i] is None else \
                 pa.concat_tables([self.pending[i], t])
-        self.frontier, self.closed, bts, bs, advance = bound(bmax, self.closed, end, L)
-        self.bound = (bts, bs)
+        if maxima and cfg.spill is None:
+            # Input after an end of input (a restart over files added since) re-opens
+            # the group: its rows wait for the frontier again, or the next end of input.
+            # A spilling group's end-of-input clean-up has run: it stays closed.
+            self.closed = False
+        self.frontier = bmax
+        self.bound, advance = bound(bmax, self.bound, end, L)
+        self.closed |= end
         go, self.pending = _released(self.pending, self.bound)
         for i, t in go:
             self.released[i] += t.num_rows
@@ -583,20 +623,21 @@ class PartitionGroup:
             self.cq.executor.store.purge(self.trash)
             self.trash = []
 
-    def _reject_late(self, cfg, i: int, t, report: np.ndarray, rejected: list) -> None:
+    def _reject_late(self, cfg, i: int, t, report: np.ndarray, rejected: list,
+                     after: np.ndarray) -> None:
         """Late rows (below the stream's frontier of earlier micro-batches minus the allowed
-        lateness; after end of input the frontier is closed at its maximum), reported once
-        per source by its first alias and once per update by its primary replica."""
+        lateness; ``after``: after an end of input, below the rows it processed), reported
+        once per source by its first alias and once per update by its primary replica."""
         if not cfg.reported[i] or not report.any():
             return
         idx = np.flatnonzero(report)
         o1 = t.column("_o1").take(idx).to_pylist()
         o2 = t.column("_o2").take(idx).to_pylist()
         ts = t.column("_t").take(idx).to_pylist()
-        why = ("arrived after end of input" if self.closed else
-               f"late by more than the allowed lateness ({cfg.lateness:g} s)")
-        for f1, r, x in zip(o1, o2, ts, strict=True):
-            rejected.append(_rejected_row(cfg, i, f1, r, x, why))
+        whys = ("arrived after end of input",
+                f"late by more than the allowed lateness ({cfg.lateness:g} s)")
+        for f1, r, x, a in zip(o1, o2, ts, after[idx].tolist(), strict=True):
+            rejected.append(_rejected_row(cfg, i, f1, r, x, whys[0] if a else whys[1]))
 
     def _store_changes(self, cfg: _Config, store: MemoryStore, new: list) -> None:
         """The micro-batch's changes to the store, once the engine has run it: its rows
@@ -1323,6 +1364,7 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
     # failure half-way can never leave a cached engine that disagrees with the store.
     _LIVE.pop((cfg.qid, gkey), None)
     t0 = time.process_time()
+    updates0 = eng.cq.stats.updates  # (the stored total: a run reports its own updates)
     with collector.paused():  # one collection a micro-batch (adaptcq.collector)
         out, rejected, rows_in, received = eng.step(cfg, parts, maxima, end, store, cleanup)
     cpu = time.process_time() - t0
@@ -1339,6 +1381,7 @@ def advance_group(cfg: _Config, gkey: int, store: MemoryStore, packets
         del _LIVE[next(iter(_LIVE))]
     return eng, out, rejected, cpu, {
         "rows_in": rows_in, "shipped": received, "cache_hit": hit,
+        "updates_before": updates0,
         "caught_up": caught_up, "rebuild_cpu_seconds": rebuild_cpu,
         "rebuilt_rows": 0 if hit else eng.rebuilt_rows,
         "entries": len(eng.entries), "meta_bytes": len(info)}

@@ -91,7 +91,7 @@ from adaptcq.runtime.spark import (
     signal_end,
     spark_error,
 )
-from adaptcq.runtime.spark_group import _group_index, check_group, release
+from adaptcq.runtime.spark_group import _group_index, check_group, release, reopened_bound
 from adaptcq.runtime.spark_split import (
     END,
     MARKERS,
@@ -467,6 +467,7 @@ class _QuerySetGroup:
     control_errors: list = field(default_factory=list)
     peak_rows: int = 0
     out: dict = field(default_factory=dict, repr=False)  # qid -> rows emitted this step
+    bound_s: int = 0  # the release bound's stream (FROM position) at ``bound``
 
     def emitter(self, qid: str):
         return self.out.setdefault(qid, []).append
@@ -482,6 +483,7 @@ class _QuerySetGroup:
             "key_partitions": None if cfg is None else cfg.key_partitions,
             "frontier": self.frontier, "pending": self.pending, "seq": self.seq,
             "closed": self.closed, "late": self.late, "bound": self.bound,
+            "bound_s": self.bound_s,
             "queries": self.queries, "control_errors": self.control_errors,
             "peak_rows": self.peak_rows}, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -497,8 +499,15 @@ class _QuerySetGroup:
                 "otherwise meet state of other keys)")
         if gkey is not None:
             check_group(cfg, gkey, st)
-        g = cls(None, st["groups"], st["frontier"], st["pending"], st["seq"], st["closed"],
-                st["late"], st["bound"], st["queries"], st["control_errors"], st["peak_rows"])
+        if "bound_s" in st:
+            frontier, (bts, bs) = st["frontier"], (st["bound"], st["bound_s"])
+        else:  # written before it was kept: the bound came from the frontier, which every
+            # later row passes anyway, or was +inf, closed by an end of input then
+            frontier, (bts, bs) = reopened_bound(
+                {"frontier": st["frontier"], "bound": (st["bound"], 0)}, cfg.lateness_ns)
+        g = cls(None, st["groups"], frontier, st["pending"], st["seq"], st["closed"],
+                st["late"], bts, st["queries"], st["control_errors"], st["peak_rows"],
+                bound_s=bs)
         snap = st["eddy"]
         emits = {h[0]: g.emitter(h[0]) for h in snap["queries"]}
         g.eddy = Eddy.restore(snap, cfg.schemas, restore_routing(snap["policy"]),
@@ -515,19 +524,25 @@ class _QuerySetGroup:
         prev = self.bound
         end = False
         rejected, new, controls = [], [], []
+        reopen = False
         for end_p, maxima, streams, tss, _signs, o1, o2, rows, ctl in packets:
             end |= end_p
             controls.extend(ctl)
+            reopen |= bool(maxima)
             for i, m, _ in maxima:
                 bmax[i] = max(bmax[i], m)
             for k in range(len(rows)):
                 i, ts = streams[k], tss[k]
-                if ts < old[i] - L:
+                # Not late, yet before what was processed already: only after an end
+                # of input.
+                late = ts < old[i] - L
+                after = not late and (ts < prev or (ts == prev and i < self.bound_s))
+                if after or late:
                     self.late += 1
                     f = _file_of(o1[k])
                     row = o2[k] if f is not None or not (o1[k] or "") else -1
                     rejected.append((cfg.sources[i], row, f, ts, (
-                        "arrived after end of input" if self.closed else
+                        "arrived after end of input" if self.closed or after else
                         f"late by more than the allowed lateness ({cfg.lateness:g} s)")))
                     continue
                 new.append((ts, i, seq, o1[k] or "", o2[k], rows[k]))
@@ -547,15 +562,18 @@ class _QuerySetGroup:
                 self.queries[qid] = {"state": "pending", "sql": sql, "error": None,
                                      "rows": 0, "at": None if math.isinf(t) else t}
             item = (t, -1, seq, k1, k2, (action, qid, sql))
-            if self.closed or (prev > -math.inf and t <= prev):
+            if prev > -math.inf and t <= prev:
                 late_ctl.append(item)
             else:
                 new.append(item)
         self.frontier = bmax
         for item in late_ctl:
             self._apply(cfg, item[0], *item[5], late=True)
-        go, self.pending, self.frontier, self.closed, bound_ts, advance = release(
-            self.pending + new, self.frontier, self.closed, end, L)
+        # Input after an end of input (a restart over files added since) re-opens the
+        # group: its rows and control events wait for the frontier again.
+        self.closed = (self.closed and not reopen) or end
+        go, self.pending, (bound_ts, self.bound_s), advance = release(
+            self.pending + new, self.frontier, (prev, self.bound_s), end, L)
         eddy, names = self.eddy, cfg.sources
         tie = self._tie(go, names)
         for k, r in enumerate(go):
@@ -579,7 +597,7 @@ class _QuerySetGroup:
         # row and control event that could precede them has been processed.
         if advance > -math.inf:
             eddy.advance_to(advance)
-        self.bound = max(self.bound, bound_ts)
+        self.bound = bound_ts  # (never below prev: ``release``)
         self._failures()
         out = {}
         for qid, lst in self.out.items():
