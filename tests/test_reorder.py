@@ -151,12 +151,21 @@ def test_drift_benchmark_runs_its_plans_side_by_side_with_the_same_results():
     assert side["agreedy"][2].policies[0].reorderings > 0
 
 
-def test_cheap_profiling_scales_p_down_while_stable_and_back_on_a_reordering():
+def test_cheap_profiling_scales_p_down_while_stable_and_back_on_a_reordering(monkeypatch):
     """A-Greedy's cheap profiling: on a stable workload, once its plan is found, p is
     scaled down (profiling is far above 2% of the CPU at p = 0.5); a re-ordering restores
-    the full p at once. With cheap=False p never moves."""
+    the full p at once. With cheap=False p never moves. The query's CPU clock is a counter
+    here: p's scaling, and so which tuples are profiled and the re-orderings, depend on
+    measured CPU, which made the test's outcome depend on the machine's load."""
+    import types
+
     from adaptcq.bench.adaptive_ordering import BEFORE, drift_workload
+    from adaptcq.engine import continuous
     from adaptcq.runtime.local import prepare
+
+    ticks = iter(range(1, 10**12))  # every clock read a microsecond later
+    monkeypatch.setattr(continuous, "time", types.SimpleNamespace(
+        process_time=lambda: next(ticks) * 1e-6))
 
     wl = drift_workload(seconds_per_phase=8.0, phases=(BEFORE,), seed=3)
     prepared = prepare(wl.sql, wl.tables, wl.timestamp)
@@ -170,7 +179,9 @@ def test_cheap_profiling_scales_p_down_while_stable_and_back_on_a_reordering():
         cq.attach(policy)
         cq.process(prepared.streams.tolist(), None, prepared.timestamps.tolist(),
                    prepared.rows)
-        assert policy.reorderings >= 4
+        # From the worst plan every pipeline re-orders; with cheap profiling, p scaled down
+        # once the plan is stable, a last re-ordering may come later (fewer profiled tuples)
+        assert policy.reorderings >= (3 if cheap else 4), policy.reorderings
         scales[cheap] = policy.p_scale
         if cheap:  # a re-ordering brings the full p back
             stats = cq.profiler.pipelines["H"]
