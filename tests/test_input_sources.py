@@ -240,3 +240,23 @@ def test_a_csv_column_empty_in_its_first_rows_is_text(tmp_path):
                       {"R": str(tmp_path / "r.csv"), "S": CSV_S})
     assert got.table.schema.field("note").type == pa.string()
     assert set(got.table.column("note").to_pylist()) == {None}
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_header_longer_than_a_block_is_named_not_called_empty(tmp_path, monkeypatch, gz):
+    """pyarrow reports a first line longer than its block as an empty file: a file with
+    a header of 40 columns was refused as "is empty (no header, no rows)"."""
+    import gzip
+
+    from adaptcq.stream import sources
+    monkeypatch.setattr(sources, "CSV_BLOCK", 64)
+    text = ("ts," + ",".join(f"c{i}" for i in range(40)) + "\n1,"
+            + ",".join("1" for _ in range(40)) + "\n").encode()
+    path = tmp_path / ("w.csv.gz" if gz else "w.csv")
+    path.write_bytes(gzip.compress(text) if gz else text)
+    with pytest.raises(adaptcq.InputError, match="first line, the header, is longer than 64"):
+        sources.open_source("R", str(path), "ts")
+    empty = tmp_path / "e.csv"
+    empty.write_text("")
+    with pytest.raises(adaptcq.InputError, match="is empty"):
+        sources.open_source("R", str(empty), "ts")

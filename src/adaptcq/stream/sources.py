@@ -360,9 +360,22 @@ def _csv_open(name: str, path: Path, schema: pa.Schema | None = None,
         if stream is not None:
             stream.close()
         if "Empty CSV file" in str(e):
+            if _first_line_exceeds_block(path):  # (pyarrow says "empty" for it)
+                raise InputError(
+                    f"stream {name}: cannot read {str(path)!r}: its first line, the header, "
+                    f"is longer than {CSV_BLOCK:,} bytes, the block a CSV file is read by"
+                ) from None
             raise _EmptyFile(f"stream {name}: {str(path)!r} is empty (no header, no rows)") \
                 from None
         raise _csv_error(name, path, e, schema, *where) from None
+
+
+def _first_line_exceeds_block(path: Path) -> bool:
+    """Whether a CSV file's first ``CSV_BLOCK`` bytes (decompressed) hold no line end."""
+    with pa.input_stream(str(path), compression="detect") as f:
+        head = f.read(CSV_BLOCK + 1)
+    first = head[:CSV_BLOCK]
+    return len(head) > CSV_BLOCK and b"\n" not in first and b"\r" not in first
 
 
 def _csv_header(name: str, path: Path, skip_empty: bool = False) -> list[str] | None:
