@@ -16,6 +16,7 @@ from adaptcq.cliargs import (
     add_run_arguments,
     check_partitions,
     given_flags,
+    ordering_flags,
     parse_inputs,
     parse_orders,
     queryset_misfits,
@@ -176,10 +177,8 @@ def _refuse_nothing_to_order(args, sql: str) -> None:
     the other streams (join-ordering.txt §2.1, Fig. 2b), so each of its pipelines has a single order
     (ΔR: S) and the policy, or the vectorized executor's per-batch ordering, would run
     and order nothing. Refused, as other options that would do nothing are."""
-    flags = [f"{flag} {value}" for flag, value in (("--optimizer", args.optimizer),
-                                                   ("--reorder", args.reorder))
-             if value not in (None, "off")]
-    if not flags:
+    ordering = ordering_flags(args)
+    if not ordering:
         return
     from adaptcq.errors import QueryError
     from adaptcq.query.cql import parse_streams
@@ -194,10 +193,11 @@ def _refuse_nothing_to_order(args, sql: str) -> None:
             f"(Δ{streams[0].alias}: {streams[1].alias}, Δ{streams[1].alias}: "
             f"{streams[0].alias})" if len(streams) == 2
             else f"reads one stream ({names}): it has no join")
-    raise AdaptcqError(f"{' and '.join(flags)} order{'s' if len(flags) == 1 else ''} the "
-                       f"joins of each pipeline, but this query {what}, so there is nothing "
-                       f"to order; drop {' and '.join(f.split()[0] for f in flags)} "
-                       "(ordering matters from three streams on)")
+    raise AdaptcqError(f"{' and '.join(f'{flag} {value}' for flag, value in ordering)} "
+                       f"order{'s' if len(ordering) == 1 else ''} the joins of each "
+                       f"pipeline, but this query {what}, so there is nothing to order; drop "
+                       f"{' and '.join(flag for flag, _ in ordering)} (ordering matters from "
+                       "three streams on)")
 
 
 def _run_queryset(args, console) -> int:

@@ -428,9 +428,8 @@ def adaptivity_spec(args) -> dict | None:
         # auto runs the operator tree for spill options and the load-shedding join for
         # shedding ones (runtime.local.choose_executor); neither runs MJoin's pipelines, and
         # the executor's "cannot be profiled" did not say that auto had chosen it, or why.
-        asked = " and ".join(f"{flag} {value}" for flag, value in (
-            ("--optimizer", args.optimizer), ("--reorder", args.reorder))
-            if value not in (None, "off"))
+        ordering = ordering_flags(args)
+        asked = " and ".join(f"{flag} {value}" for flag, value in ordering)
         spill, shed = given_flags(args, _SPILL_DESTS), given_flags(args, _SHED_DESTS)
         if bool(spill) != bool(shed):  # (both: the run refuses the pair, the root cause)
             one = len(spill or shed) == 1
@@ -443,11 +442,10 @@ def adaptivity_spec(args) -> dict | None:
                 why = f"{'is' if one else 'are'} the load-shedding join's"
             given = " and ".join(spill or shed)
             raise AdaptcqError(
-                f"{asked} order{'s' if ' and ' not in asked else ''} MJoin pipelines, but "
+                f"{asked} order{'s' if len(ordering) == 1 else ''} MJoin pipelines, but "
                 f"--executor auto runs {chosen} here, because {given} {why}; a policy cannot "
                 "order or profile that executor: drop "
-                f"{' and '.join(w for w in asked.split() if w.startswith('--'))}, or drop "
-                f"{given}")
+                f"{' and '.join(flag for flag, _ in ordering)}, or drop {given}")
     if args.executor == "vector" and (args.reorder != "off" or caching is not None):
         raise AdaptcqError("--executor vector orders its pipelines per batch (--optimizer "
                            "chooses the algorithm); --reorder agreedy and caches act between "
@@ -534,6 +532,14 @@ _SHED_DESTS = ("shed", "capacity", "basic_window", "index", "buffer", "utility",
                "no_join_direction")
 _SPILL_DESTS = ("spill", "memory", "spill_partitions", "spill_fraction", "spill_check",
                 "spill_dir", "spill_sample", "cleanup")
+
+
+def ordering_flags(args) -> list[tuple[str, str]]:
+    """(flag, value) of ``--optimizer`` and ``--reorder`` where given (not off): the options
+    that order MJoin pipelines, as the refusals that concern them name them."""
+    return [(flag, value) for flag, value in (("--optimizer", args.optimizer),
+                                              ("--reorder", args.reorder))
+            if value not in (None, "off")]
 
 
 def seed_refusal(args) -> str | None:
