@@ -123,9 +123,10 @@ def bound(frontier: list, prev: tuple, end: bool, lateness: int) -> tuple[tuple,
 
 
 def is_before(ts, i: int, bound: tuple):
-    """Whether rows of stream i at times ``ts`` come before the release bound in the local
-    runtime's order, i.e. before rows already processed: only rows arriving after an end of
-    input can (below the frontier minus the lateness they are late anyway)."""
+    """Whether rows of stream i at times ``ts`` (an array, or one time) come before the
+    release bound in the local runtime's order, i.e. before rows already processed: only
+    rows arriving after an end of input can (below the frontier minus the lateness they
+    are late anyway)."""
     bts, bs = bound
     return (ts < bts) | ((ts == bts) & (i < bs))
 

@@ -91,7 +91,13 @@ from adaptcq.runtime.spark import (
     signal_end,
     spark_error,
 )
-from adaptcq.runtime.spark_group import _group_index, check_group, release, reopened_bound
+from adaptcq.runtime.spark_group import (
+    _group_index,
+    check_group,
+    is_before,
+    release,
+    reopened_bound,
+)
 from adaptcq.runtime.spark_split import (
     END,
     MARKERS,
@@ -536,7 +542,7 @@ class _QuerySetGroup:
                 # Not late, yet before what was processed already: only after an end
                 # of input.
                 late = ts < old[i] - L
-                after = not late and (ts < prev or (ts == prev and i < self.bound_s))
+                after = not late and is_before(ts, i, (prev, self.bound_s))
                 if after or late:
                     self.late += 1
                     f = _file_of(o1[k])
