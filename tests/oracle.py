@@ -9,6 +9,7 @@ recomputed and the difference from the previous one is that update's output.
 from __future__ import annotations
 
 from collections import Counter
+from fractions import Fraction
 
 from adaptcq.query.expr import compile_predicate, to_python
 from adaptcq.query.logical import LogicalQuery
@@ -104,7 +105,9 @@ class Oracle:
                 w = q.streams[s].window
                 if w.kind != "range":
                     continue
-                size = w.size if self.time_unit == 1.0 else round(w.size / self.time_unit)
+                # (exactly, from the query's digits: w.size is the nearest float)
+                size = w.size if self.time_unit == 1.0 else round(
+                    Fraction(w.seconds) / Fraction(str(self.time_unit)))
                 if arrived_ts[j] + size < ts:
                     due.append((arrived_ts[j] + size, j, s, r))
             for exp_at, j, s, r in sorted(due, key=lambda d: (d[0], d[1])):

@@ -22,7 +22,6 @@ from adaptcq.errors import OptionError
 from adaptcq.query.logical import LogicalQuery, require_equi_joins
 from adaptcq.stats.estimators import W_DEFAULT
 from adaptcq.stats.profiler import INTERVAL_DEFAULT
-from adaptcq.stream.eventtime import to_units
 from adaptcq.stream.windows import CountWindow, ExpiryClock
 
 EXECUTORS = ("mjoin", "xjoin", "tree", "shed")
@@ -190,7 +189,7 @@ class ContinuousQuery:
         # seconds 508.138 + 10.0 < 518.138 holds, and an inclusive window would lose a pair
         # exactly w apart.
         self.time_unit = time_unit
-        self.ranges = [to_units(s.window.size, time_unit)
+        self.ranges = [s.window.in_units(time_unit)
                        if s.window.kind == "range" else None for s in query.streams]
         self.counts = [CountWindow(int(s.window.size)) if s.window.kind == "rows" else None
                        for s in query.streams]

@@ -317,7 +317,7 @@ class Eddy:
             seen[s.source] = k + 1
             roles.append((s.source, k))
         windows = tuple((s.window.kind, None if s.window.size is None
-                         else (self._units(s.window.size) if s.window.kind == "range"
+                         else (s.window.in_units(self.time_unit) if s.window.kind == "range"
                                else int(s.window.size)))
                         for s in query.streams)
         seq = _seq if _seq is not None else (self.rid if start == "now" else -1)

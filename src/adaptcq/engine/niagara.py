@@ -495,7 +495,7 @@ class _Niagara:
         for s in query.streams:
             w = s.window
             size = None if w.size is None else (
-                self._units(w.size) if w.kind == "range" else int(w.size))
+                w.in_units(self.time_unit) if w.kind == "range" else int(w.size))
             out[s.alias] = (w.kind, size)
         return out
 

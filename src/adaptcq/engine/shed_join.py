@@ -245,7 +245,8 @@ class ShedJoin:
         self.aliases = query.aliases
         # Windows in engine time units (integers when the runtime passes nanoseconds).
         self.w_seconds = [float(s.window.size) for s in query.streams]
-        self.w = [self._units(w) for w in self.w_seconds]
+        self.w = [self._units(w) if time_unit == 1.0 else s.window.in_units(time_unit)
+                  for s, w in zip(query.streams, self.w_seconds, strict=True)]
         # Default b: a twentieth of the larger window (§6.4: b = 1 s for w = 20 s).
         b = ((max(self.w_seconds) / 20 or 1.0) if basic_window is None
              else _seconds("--basic-window", basic_window))

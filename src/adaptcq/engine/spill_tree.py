@@ -68,7 +68,6 @@ from adaptcq.errors import AdaptcqError, OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.state.spill_store import BLOCKS, SpillError, block_of
 from adaptcq.stats.partitions import PartitionStatistics, partition_ids, partition_of
-from adaptcq.stream.eventtime import to_units
 
 INF = math.inf
 PARTITIONS_DEFAULT = 300  # state-spill.txt §6.1: "All input streams are partitioned into 300"
@@ -376,7 +375,7 @@ class SpillTree:
         self.partitions = partitions
         self.time_unit = time_unit
         self.w = {s.alias: (INF if s.window.kind == "unbounded" else
-                            to_units(s.window.size, time_unit))
+                            s.window.in_units(time_unit))
                   for s in query.streams}
         self.store = store
         self.late_column = late_column

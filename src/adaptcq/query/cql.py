@@ -27,12 +27,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, MIN_EMIN, Decimal, InvalidOperation, localcontext
 
 import sqlglot
 import sqlglot.expressions as exp
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import Token, TokenType
+from sqlglot.tokens import Token, Tokenizer, TokenType
 
 from adaptcq.errors import QueryError
 from adaptcq.query import expr as sqlexpr
@@ -67,7 +67,7 @@ _UNITS = {
     "MILLISECOND": Decimal("0.001"), "SECOND": Decimal(1), "MINUTE": Decimal(60),
     "HOUR": Decimal(3600), "DAY": Decimal(86400),
 }
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$", re.ASCII)
 _WINDOW_HELP = "expected [RANGE <n> [unit]], [ROWS <n>], [RANGE UNBOUNDED] or [NOW]"
 
 # SELECT clauses outside the supported core, with the words users know them by.
@@ -84,6 +84,15 @@ _CLAUSES = [
     ("prewhere", "PREWHERE", "PREWHERE"), ("sample", "TABLESAMPLE", "TABLESAMPLE"),
     ("locks", "FOR UPDATE", "FOR"),
 ]
+# Join words of other dialects that sqlglot's default dialect reads as a table alias.
+_FOREIGN_JOIN_WORDS = frozenset({"POSITIONAL", "ASOF", "ANY", "ALL", "GLOBAL", "ARRAY",
+                                 "PASTE", "HASH", "LOOKUP", "LOOP", "MERGE", "REMOTE",
+                                 "NATURAL", "DIRECTED"})
+_JOIN_WORDS = _FOREIGN_JOIN_WORDS | {"JOIN", "INNER", "LEFT", "RIGHT", "FULL", "CROSS",
+                                     "OUTER", "SEMI", "ANTI", "STRAIGHT_JOIN"}
+_JOIN_TOKENS = frozenset({TokenType.JOIN, TokenType.INNER, TokenType.LEFT, TokenType.RIGHT,
+                          TokenType.FULL, TokenType.CROSS, TokenType.OUTER, TokenType.SEMI,
+                          TokenType.ANTI, TokenType.STRAIGHT_JOIN})
 _ALLOWED = (
     exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Neg,
     exp.Add, exp.Sub, exp.Mul, exp.Div, exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE,
@@ -139,7 +148,9 @@ def lift_windows(sql: str) -> tuple[str, list[_WindowClause]]:
     """Blank out every ``[...]`` window clause outside quotes and comments.
 
     Returns the text with each clause replaced by spaces (newlines kept, so offsets and line
-    numbers stay valid) and the parsed clauses in text order.
+    numbers stay valid) and the parsed clauses in text order. A comment inside a clause is
+    skipped (a ``]`` in it does not close the clause); brackets that hold no window clause
+    (an array, a subscript) are refused here, as nothing else reads brackets.
     """
     chars, clauses, i = list(sql), [], 0
     while i < len(sql):
@@ -147,9 +158,7 @@ def lift_windows(sql: str) -> tuple[str, list[_WindowClause]]:
         if skip > i:
             i = skip
         elif sql[i] == "[":
-            end = sql.find("]", i)
-            if end < 0:
-                raise QueryError("window clause '[' is never closed with ']'", sql, i)
+            end = _closing_bracket(sql, i)
             clauses.append(_WindowClause(i, end, parse_window(sql, i + 1, end)))
             chars[i:end + 1] = [c if c == "\n" else " " for c in sql[i:end + 1]]
             i = end + 1
@@ -158,6 +167,21 @@ def lift_windows(sql: str) -> tuple[str, list[_WindowClause]]:
         else:
             i += 1
     return "".join(chars), clauses
+
+
+def _closing_bracket(sql: str, start: int) -> int:
+    """The offset of the ``]`` that closes the ``[`` at ``start``, past quotes and
+    comments."""
+    i = start + 1
+    while i < len(sql):
+        skip = _skip_quoted_or_comment(sql, i)
+        if skip > i:
+            i = skip
+        elif sql[i] == "]":
+            return i
+        else:
+            i += 1
+    raise QueryError("window clause '[' is never closed with ']'", sql, start)
 
 
 def _skip_quoted_or_comment(sql: str, i: int) -> int:
@@ -186,9 +210,22 @@ def _skip_quoted_or_comment(sql: str, i: int) -> int:
         return j + 1
 
 
+def _words(sql: str, start: int, end: int) -> list[tuple[str, int]]:
+    """The words of ``sql[start:end]`` (upper case) with their offsets, comments left
+    out."""
+    chars, i = list(sql[start:end]), start
+    while i < end:
+        skip = _skip_quoted_or_comment(sql, i)
+        if skip > i and sql[i] in "-/":  # a comment (not a quote): blanked
+            chars[i - start:skip - start] = " " * (skip - i)
+        i = max(skip, i + 1)
+    return [(m.group().upper(), start + m.start())
+            for m in re.finditer(r"\S+", "".join(chars))]
+
+
 def parse_window(sql: str, start: int, end: int) -> Window:
     """Parse the inside ``sql[start:end]`` of one window clause (CQL, a-caching.txt §7.1)."""
-    words = [(m.group().upper(), start + m.start()) for m in re.finditer(r"\S+", sql[start:end])]
+    words = _words(sql, start, end)
     if not words:
         raise QueryError(f"empty window clause; {_WINDOW_HELP}", sql, start - 1, 2)
     head, pos = words[0]
@@ -202,8 +239,23 @@ def parse_window(sql: str, start: int, end: int) -> Window:
     if head == "PARTITION":
         raise QueryError("partitioned windows [PARTITION BY ...] are not supported", sql, pos,
                          len(head))
-    raise QueryError(f"unexpected {head!r} in a window clause; {_WINDOW_HELP}", sql, pos,
-                     len(head))
+    if not _may_be_window(sql, start - 1, head):
+        raise QueryError("brackets hold only a window clause, right after a stream name in "
+                         "FROM: arrays, subscripts and [...] lists are not supported; "
+                         f"{_WINDOW_HELP}", sql, start - 1, end - start + 2)
+    raise QueryError(f"unexpected {head!r} in a window clause; {_WINDOW_HELP} (arrays and "
+                     "subscripts are not supported)", sql, pos, len(head))
+
+
+def _may_be_window(sql: str, bracket: int, head: str) -> bool:
+    """Whether the ``[`` at ``bracket``, whose first word ``head`` is no window keyword, may
+    still be a misspelt window clause: it follows a name (not a keyword such as IN or ARRAY,
+    an operator or a literal) and starts with a word."""
+    before = re.search(r"[\w\"`]+\s*$", sql[:bracket])
+    if before is None or not re.match(r"[A-Z_]\w*$", head, re.ASCII):
+        return False
+    word = before.group().strip()
+    return word[0] in "\"`" or word.upper() not in Tokenizer.KEYWORDS
 
 
 def _range_window(sql: str, words: list[tuple[str, int]], pos: int) -> Window:
@@ -211,9 +263,9 @@ def _range_window(sql: str, words: list[tuple[str, int]], pos: int) -> Window:
         _expect_end(sql, words, 2)
         return Window()
     size = _window_number(sql, words, pos, "RANGE")
+    text, npos = words[1]
     if size < 0:
-        raise QueryError("a window range must not be negative", sql, words[1][1],
-                         len(words[1][0]))
+        raise QueryError("a window range must not be negative", sql, npos, len(text))
     unit = Decimal(1)
     if len(words) > 2:
         name, upos = words[2]
@@ -222,8 +274,29 @@ def _range_window(sql: str, words: list[tuple[str, int]], pos: int) -> Window:
             raise QueryError(f"unknown time unit {name!r}; use MILLISECONDS, SECONDS, "
                              "MINUTES, HOURS or DAYS", sql, upos, len(name))
     _expect_end(sql, words, 3)
-    seconds = size * unit
-    return Window("range", int(seconds) if seconds == int(seconds) else float(seconds))
+    with localcontext() as ctx:  # exact: enough digits for the size's and the unit's
+        ctx.prec = len(size.as_tuple().digits) + 6
+        ctx.Emax, ctx.Emin = MAX_EMAX, MIN_EMIN
+        seconds = size * unit
+    # Event times are int64 nanoseconds, and the size is kept exact (not through a float,
+    # whose ~16 digits lose a pair exactly w apart): finer digits cannot be honoured.
+    if not _whole_nanoseconds(seconds):
+        written = sql[npos:words[-1][1] + len(words[-1][0])]  # as written (not upper case)
+        raise QueryError(f"window range {written} has digits below a nanosecond (event "
+                         "times are compared in whole nanoseconds)", sql, npos,
+                         len(written))
+    return Window("range", seconds)
+
+
+def _whole_nanoseconds(seconds: Decimal) -> bool:
+    """Whether ``seconds`` is a whole number of nanoseconds, exactly (no context
+    rounding)."""
+    if seconds == 0:
+        return True
+    _, digits, exponent = seconds.as_tuple()
+    while digits[-1] == 0:
+        digits, exponent = digits[:-1], exponent + 1
+    return exponent >= -9
 
 
 def _rows_window(sql: str, words: list[tuple[str, int]], pos: int) -> Window:
@@ -243,6 +316,9 @@ def _window_number(sql: str, words: list[tuple[str, int]], pos: int, head: str) 
         raise QueryError(f"{head} needs a size; {_WINDOW_HELP}", sql, pos, len(head))
     text, npos = words[1]
     if not _NUMBER.match(text):
+        if any(c.isdigit() and not c.isascii() for c in text):
+            raise QueryError(f"window size {text!r} has digits other than 0-9; write it "
+                             "with ASCII digits", sql, npos, len(text))
         raise QueryError(f"window size {text!r} is not a number; {_WINDOW_HELP}", sql, npos,
                          len(text))
     try:
@@ -328,7 +404,27 @@ class _Parser:
             raise self.error(f"expected a SELECT query, not {tree.key.upper()}", 0)
         for node in tree.walk():
             node.comments = None
+        self.anchor_placeholders(tree)
         return tree
+
+    def anchor_placeholders(self, tree: exp.Expression) -> None:
+        """sqlglot gives ``?``, ``:name`` and ``@name`` nodes no position in the text: take
+        them from their tokens, pairing both in text order, so that their refusal points
+        at them."""
+        nodes = [n for n in tree.walk(bfs=False)
+                 if isinstance(n, (exp.Placeholder, exp.Parameter))]
+        if not nodes:
+            return
+        spans, tokens = [], self.tokens
+        for i, t in enumerate(tokens):
+            if t.token_type == TokenType.PLACEHOLDER:
+                spans.append((t.start, t.end))
+            elif (t.token_type in (TokenType.COLON, TokenType.PARAMETER) and i + 1 < len(tokens)
+                  and tokens[i + 1].start == t.end + 1):
+                spans.append((t.start, tokens[i + 1].end))
+        if len(spans) == len(nodes):  # (else a token is not one: no guess)
+            for node, (start, end) in zip(nodes, spans, strict=True):
+                node.meta.update(start=start, end=end)
 
     def parse_error(self, e: ParseError) -> QueryError:
         info = e.errors[0] if e.errors else {}
@@ -371,9 +467,12 @@ class _Parser:
                      if v and k not in ("this", "alias", "db", "catalog")]
             if extra:
                 yield f"{extra[0].upper().rstrip('_')} on a FROM item", table
+            yield from self.unsupported_alias(table)
         for item in select.expressions:
             node = item.this if isinstance(item, exp.Alias) else item
-            if not _is_star(node):
+            if _is_star(node):
+                yield from self.unsupported_star(node)
+            else:
                 yield from self.unsupported_expression(node)
         for cond in self.conditions(select):
             yield from self.unsupported_expression(cond)
@@ -386,15 +485,87 @@ class _Parser:
         return value if isinstance(value, exp.Expression) else None
 
     def unsupported_join(self, join: exp.Join) -> Iterator[tuple[str, _Where]]:
-        side, kind = join.args.get("side") or "", join.args.get("kind") or ""
-        if side or kind not in ("", "INNER"):
-            words = " ".join(w for w in (join.args.get("method") or "", side, kind) if w)
-            yield f"{words} JOIN (only inner joins)", self.token_position(words.split()[0])
+        """Only a plain (inner) join: ``,``, ``JOIN`` or ``INNER JOIN``. sqlglot puts
+        NATURAL, ASOF and POSITIONAL in ``method``, LEFT/RIGHT/FULL in ``side``, and
+        CROSS, OUTER, SEMI, ANTI, STRAIGHT_JOIN in ``kind``; every other argument (ASOF's
+        MATCH_CONDITION, ClickHouse's GLOBAL, a join hint, DIRECTED, ARRAY JOIN's list) is
+        a join of another meaning, so anything but ``this`` and ``on`` is refused."""
+        method = (join.args.get("method") or "").upper()
+        side = (join.args.get("side") or "").upper()
+        kind = (join.args.get("kind") or "").upper()
+        at = self.join_keyword(join)
+        if side or kind not in ("", "INNER") or method not in ("", "NATURAL"):
+            words = " ".join(w for w in (method, side, kind) if w)
+            words += "" if kind == "STRAIGHT_JOIN" else " JOIN"
+            yield f"{words} (only inner joins)", at
+        elif method == "NATURAL":
+            yield "NATURAL JOIN (write the equalities in ON)", at
         if join.args.get("using"):
             yield "JOIN ... USING (write the equalities in ON)", \
                 self.token_position("USING")
-        elif (join.args.get("method") or "").upper() == "NATURAL" and not (side or kind):
-            yield "NATURAL JOIN (write the equalities in ON)", self.token_position("NATURAL")
+        extra = [k for k, v in join.args.items()
+                 if v and k not in ("this", "on", "using", "method", "side", "kind")]
+        if extra:
+            word = extra[0].upper().rstrip("_").replace("_", " ")
+            yield f"{word} on a JOIN (only inner joins)", at
+
+    def join_keyword(self, join: exp.Join) -> int | None:
+        """The offset of the first word of a join clause (``LEFT`` in ``LEFT OUTER JOIN``):
+        the join words right before the joined item."""
+        start = self.start(join.this)
+        index = next((i for i, t in enumerate(self.tokens) if t.start == start), None)
+        first = None
+        for token in reversed(self.tokens[:index or 0]):
+            if token.text.upper() not in _JOIN_WORDS:
+                break
+            first = token.start
+        return first
+
+    def unsupported_alias(self, table: exp.Table) -> Iterator[tuple[str, _Where]]:
+        """``FROM R AS x(a, b)`` renames R's columns by position in SQL: not supported (it
+        was ignored, so ``x.a`` read R's own ``a``). And a join word of another dialect
+        that sqlglot reads as an alias (``R POSITIONAL JOIN S``, ``R ANY JOIN S``) is
+        refused as the join it is, not run as an inner join of the alias."""
+        alias = table.args.get("alias")
+        if alias is None:
+            return
+        columns = alias.args.get("columns") or []
+        if columns:
+            at = self.start(columns[0])
+            paren = self.previous_token(at)
+            if paren is not None and paren.token_type == TokenType.L_PAREN:
+                at = paren.start
+            yield (f"a column list on the alias {alias.name!r} (write the stream's own "
+                   "column names)"), at
+            return
+        name = alias.args.get("this")
+        if (isinstance(name, exp.Identifier) and not name.quoted
+                and name.name.upper() in _FOREIGN_JOIN_WORDS):
+            after = self.next_token(self.end(name))
+            if after is not None and after.token_type in _JOIN_TOKENS:
+                yield f"{name.name.upper()} JOIN (only inner joins)", name
+
+    def previous_token(self, offset: int | None) -> Token | None:
+        """The token right before the one at ``offset``."""
+        index = next((i for i, t in enumerate(self.tokens) if t.start == offset), None)
+        return self.tokens[index - 1] if index else None
+
+    def next_token(self, end: int | None) -> Token | None:
+        """The first token after offset ``end``."""
+        if end is None:
+            return None
+        return next((t for t in self.tokens if t.start > end), None)
+
+    def unsupported_star(self, node: exp.Expression) -> Iterator[tuple[str, _Where]]:
+        """``* EXCLUDE (...)``, ``* EXCEPT``, ``* REPLACE``, ``* RENAME``, ``* ILIKE`` (DuckDB,
+        BigQuery, Snowflake): sqlglot keeps them on the star; they were ignored."""
+        star = node if isinstance(node, exp.Star) else node.this
+        if not any(star.args.get(k) for k in ("except_", "replace", "rename", "ilike")):
+            return
+        modifier = self.next_token(self.end(star))
+        word = modifier.text.upper() if modifier is not None else "a modifier"
+        at = modifier.start if modifier is not None else star
+        yield f"{word} after '{node.sql().split(' ')[0]}' (list the columns instead)", at
 
     def unsupported_expression(self, node: exp.Expression) -> Iterator[tuple[str, _Where]]:
         for sub in node.walk():
@@ -419,16 +590,26 @@ class _Parser:
         return self.construct(node), node
 
     def operator_words(self, node: exp.Binary) -> tuple[str, int]:
-        """The operator token(s) between a binary node's operands (``NOT LIKE``, ``||``)."""
-        left_end = self.end(node.this)
-        after = [t for t in self.tokens if left_end is not None and t.start > left_end
-                 and t.token_type != TokenType.R_PAREN]
-        if not after:
+        """The operator token(s) between a binary node's operands (``NOT LIKE``, ``||``,
+        ``IS DISTINCT FROM``): symbols sqlglot read as one operator are named as one
+        (``> >`` and ``>>`` are both a shift, ``>>``)."""
+        left_end, right_start = self.end(node.this), self.start(node.expression)
+        if left_end is None:
             return "", 0
-        words = [after[0].text.upper()]
-        if words[0] == "NOT" and len(after) > 1:
-            words.append(after[1].text.upper())
-        return " ".join(words), after[0].start
+        between = [t for t in self.tokens if t.start > left_end
+                   and (right_start is None or t.start < right_start)
+                   and t.token_type not in (TokenType.R_PAREN, TokenType.L_PAREN)]
+        if right_start is None or not 0 < len(between) <= 4:
+            between = between[:2] if between and between[0].text.upper() == "NOT" \
+                else between[:1]
+        if not between:
+            return "", 0
+        words = [t.text.upper() for t in between]
+        text = words[0]
+        for word in words[1:]:  # words spaced, symbols joined: "NOT LIKE", ">>"
+            symbols = not (word[0].isalnum() or text[-1].isalnum())
+            text += word if symbols else " " + word
+        return text, between[0].start
 
     @staticmethod
     def bad_operand(node: exp.Expression) -> bool:
@@ -437,12 +618,15 @@ class _Parser:
         if isinstance(node, exp.Is):
             return not isinstance(node.expression, exp.Null)
         if isinstance(node, exp.Column):
-            return isinstance(node.this, exp.Star) or bool(node.args.get("db"))
+            return (isinstance(node.this, exp.Star) or bool(node.args.get("db"))
+                    or _is_numbered_parameter(node))
         return False
 
     @staticmethod
     def construct(node: exp.Expression) -> str:
         """What a user calls an unsupported node."""
+        if isinstance(node, (exp.Placeholder, exp.Parameter)) or _is_numbered_parameter(node):
+            return f"the query parameter {node.sql()!r} (write the value in the query)"
         if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Table):
             return "a parenthesized join"
         if isinstance(node, (exp.Subquery, exp.Select, exp.Exists)) or (
@@ -947,6 +1131,13 @@ def _is_star(node: exp.Expression) -> bool:
     """``*`` or ``R.*``."""
     return isinstance(node, exp.Star) or (
         isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
+
+
+def _is_numbered_parameter(node: exp.Expression) -> bool:
+    """PostgreSQL's ``$1``, which sqlglot reads as a column named ``$1``."""
+    return (isinstance(node, exp.Column) and not node.table
+            and isinstance(node.this, exp.Identifier) and not node.this.quoted
+            and re.fullmatch(r"\$\d+", node.name) is not None)
 
 
 def _strip(node: exp.Expression) -> exp.Expression:

@@ -65,6 +65,9 @@ SCALAR_KINDS = frozenset({"number", "decimal", "string", "timestamp", "date", "b
 The other kinds ("list", "struct", "map", "null", "other") may only be selected or tested with
 IS [NOT] NULL (a union, of kind "other", only tested: ``logical.output_types``)."""
 
+_NOT_CONDITIONS = frozenset({"string", "timestamp", "date"})
+"""Scalar kinds that cannot stand as a condition (``_Compiler._truth_of_value``)."""
+
 _FAMILY = {"decimal": "number", "date": "timestamp"}
 """A decimal column is a number and a date column a time for every check of kinds; the
 finer kind only decides how a literal compared with the column is read (``_Compiler._context``):
@@ -357,10 +360,23 @@ class _Compiler:
         return self._truth_of_value(node, want)
 
     def _truth_of_value(self, node: exp.Expression, want: bool) -> str:
+        """A value standing as a condition: a boolean, or a number (nonzero is TRUE, as in
+        DuckDB, SQLite and MySQL); a UDF's result by its truthiness (cacq.txt §5). A
+        string, timestamp or date is refused (PostgreSQL refuses them, DuckDB casts a
+        string and fails on most values; Python's truthiness kept 'false' and dropped '')
+        and so is a list, struct or map."""
         kind = self._kind(node)
         if kind is not None and kind not in SCALAR_KINDS:
             raise ExprError(f"{_strip(node).sql()} is {describe_kind(kind)}, not a condition",
                             node)
+        if kind in _NOT_CONDITIONS:
+            inner, what = _strip(node), _strip(node).sql()
+            if is_temporal_cast(inner):  # sqlglot writes it back as CAST(...)
+                kind = _describe_constant(inner).split(" ")[1]
+                what = f"{kind.upper()} {inner.this.sql()}"
+            raise ExprError(f"{what} is {describe_kind(kind)}, not a condition "
+                            "(a condition is a boolean, or a number where nonzero is TRUE; "
+                            "compare it, e.g. with = or IS NOT NULL)", node)
         val = self.value(node)
         if val.null:
             return "False"

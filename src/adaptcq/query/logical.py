@@ -7,15 +7,18 @@ streams that share a predicate) and a-caching.txt §3.1 (equijoins R_i.attr_j = 
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 import sqlglot.expressions as exp
 
 from adaptcq.errors import QueryError
+from adaptcq.stream.eventtime import to_units
 
 _SUB_MICRO = re.compile(r"(?<=\d\d)[.,]\d{6}(\d+)")  # a fraction's digits past the µs
 
@@ -48,17 +51,68 @@ class Window:
     Boundary (inclusive): at time tau a ``[RANGE w]`` window holds the tuples with timestamp
     t where ``tau - w <= t <= tau``; a tuple leaves when the first update with a timestamp
     greater than ``t + w`` is processed. A ``[ROWS n]`` window holds the n most recent rows.
+
+    ``size``: rows for ``[ROWS n]``; for ``[RANGE w]`` the seconds as an int when whole, else
+    the nearest float (for what computes in float seconds: the load-shedding join's basic
+    windows, cost models). ``seconds``: a ``[RANGE w]`` size exactly, a ``Decimal`` (the
+    query text's digits; docs/semantics.md says w is exact to the nanosecond, and a float
+    keeps about 16 digits); built from a float ``size``, the float's shortest repr. A
+    ``Decimal`` given as ``size`` sets both. Engines on int64 nanoseconds convert with
+    :meth:`in_units`, never from ``size``.
     """
 
     kind: WindowKind = "unbounded"
     size: float | int | None = None
+    seconds: Decimal | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind != "range" or self.size is None:
+            return
+        size, exact = self.size, self.seconds
+        if isinstance(size, Decimal):
+            exact = size if exact is None else exact
+            whole = size.is_finite() and size == size.to_integral_value()
+            size = int(size) if whole else float(size)
+        elif exact is None or exact != size and float(exact) != size:
+            # (a ``seconds`` that is not this size: dataclasses.replace of the size alone)
+            exact = (Decimal(int(size)) if isinstance(size, numbers.Integral)
+                     else Decimal(repr(float(size))))
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "seconds", exact)
+
+    def in_units(self, unit: float) -> int | float:
+        """A ``[RANGE w]`` size in the engine's time unit (``unit`` seconds; 1e-9 for int64
+        nanoseconds), exactly from ``seconds`` (``eventtime.to_units``); ``unit`` 1.0 gives
+        ``size``, float seconds."""
+        if self.kind != "range":
+            raise ValueError(f"{self} has no time size")
+        if unit == 1.0:
+            return self.size
+        # (a Window unpickled from a checkpoint written before ``seconds`` existed has the
+        # class default None: its float size is what that run used)
+        exact = self.seconds if self.seconds is not None else Decimal(repr(float(self.size)))
+        return to_units(exact, unit)
 
     def __str__(self) -> str:
         if self.kind == "range":
-            return f"[RANGE {self.size:g} SECONDS]"
+            return f"[RANGE {_decimal_text(self.seconds)} SECONDS]"
         if self.kind == "rows":
             return f"[ROWS {self.size}]"
         return "[UNBOUNDED]"
+
+
+def _decimal_text(value: Decimal) -> str:
+    """``value`` exactly, without trailing zeros: plain digits (``0.5``, ``1234567``), or
+    with an exponent when very large or small (``1E+400``)."""
+    if not value.is_finite():
+        return str(value)
+    if value == 0:
+        return "0"
+    sign, digits, exponent = value.as_tuple()
+    while digits[-1] == 0:  # (not normalize(): it rounds to the context's 28 digits)
+        digits, exponent = digits[:-1], exponent + 1
+    value = Decimal((sign, digits, exponent))
+    return format(value, "f") if -30 < value.adjusted() < 21 else str(value)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,6 @@ from adaptcq.query.logical import LogicalQuery
 from adaptcq.runtime.shed import engine_options
 from adaptcq.runtime.spark_daemon import freeze_imports
 from adaptcq.runtime.spark_split import PUNCT, _Config, _file_of, _ipc
-from adaptcq.stream.eventtime import to_units
 from adaptcq.stream.merge import first_misfit_row, python_misfit
 
 __all__ = ["MemoryStore", "PartitionGroup", "SparkStore", "read_part", "release"]
@@ -707,7 +706,7 @@ class PartitionGroup:
         q = _logical(cfg)
         if any(s.window.kind != "range" for s in q.streams) or not self.journal:
             return
-        oldest = edge - max(to_units(s.window.size, TIME_UNIT) for s in q.streams)
+        oldest = edge - max(s.window.in_units(TIME_UNIT) for s in q.streams)
         n = next((k for k, e in enumerate(self.journal) if e[0][0] >= oldest),
                  len(self.journal))
         if n:
@@ -729,7 +728,7 @@ class PartitionGroup:
         """Rows at times ``ts`` that left their ``[RANGE w]`` window for good: ``t + w``
         below ``edge`` (``_edge``: every arrival from here on is later than ``t + w``, and
         no input in memory holds them)."""
-        return ts + to_units(win.size, TIME_UNIT) < edge
+        return ts + win.in_units(TIME_UNIT) < edge
 
     def _forget(self, cfg: _Config, store: MemoryStore, edge: float) -> None:
         """Remove the entries none of whose rows can matter again (module docstring)."""
