@@ -65,7 +65,7 @@ from adaptcq.errors import InputError, OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.estimators import Ratio
 from adaptcq.stream.arrays import from_numpy, null_mask, numpy_dtype, storage_type, to_numpy
-from adaptcq.stream.eventtime import NS_MAX, UNITS, to_units
+from adaptcq.stream.eventtime import NS_MAX, UNITS
 from adaptcq.stream.merge import ArrivalBatch, python_misfit
 
 INF = np.iinfo(np.int64).max  # the deletion position of a row still in its window
@@ -142,8 +142,9 @@ class KeyCoding:
     the per-tuple engine finds equal (Python's ``==``), whatever the columns' types:
 
     * "int": integers and booleans, or one time type (exact, as int64);
-    * "time": timestamps of several units, as int64 counts of the finest unit; "date":
-      date32 and date64, as days (a date64's time of day is not part of its date);
+    * "time": timestamps of several units, as int64 counts of the finest unit, a value
+      beyond its range never joining (``encode``); "date": date32 and date64, as days (a
+      date64's time of day is not part of its date);
     * "float": floats, or floats and integers, as the bits of the float64 value (-0.0 as
       0.0, NaN never joins); with integers too, matches are checked on the values
       exactly (``check``: an integer beyond 2**53 rounds to a float it does not equal);
@@ -186,11 +187,14 @@ class KeyCoding:
             factor = UNITS[t.unit] // self.finest
             v = values.astype(np.int64, copy=False)
             if factor > 1:
-                if len(v) and np.abs(v[~mask]).max(initial=0) > NS_MAX // factor:
-                    raise InputError(f"a {t} join key is too far from 1970 to compare with "
-                                     f"the other join columns' finer timestamps; use "
-                                     "--executor mjoin")
-                v = v * factor
+                # A value beyond the finest unit's int64 range (seconds past 2262 beside
+                # nanoseconds) equals no value of the finest column, and a result holds one
+                # value in every column of the class: it joins nothing, and is marked so
+                # (its code, wrapped past int64, is never looked at).
+                far = (np.abs(v) > NS_MAX // factor) | (v == np.iinfo(np.int64).min)
+                with np.errstate(over="ignore"):
+                    v = v * factor
+                mask = mask | far
             return v, mask
         if self.kind == "date":
             v = values.astype(np.int64, copy=False)
@@ -954,7 +958,7 @@ class VectorJoin:
                       if ColumnRef(a, c) in outputs or (c in mine and mine[c].check)]
             size = s.window.size
             if s.window.kind == "range":
-                size = to_units(size, time_unit)
+                size = s.window.in_units(time_unit)
             self.windows.append(ColumnWindow(
                 a, s.window.kind, size, {c: Values(types[(a, c)]) for c in needed}, mine,
                 ts_dtype, explicit_deletions and s.window.kind == "unbounded"))
