@@ -250,6 +250,19 @@ def test_sizes_finer_than_a_nanosecond_are_refused(clause):
     assert err.position == sql.index(clause.split()[1])
 
 
+@pytest.mark.parametrize("clause", ["[RANGE 1e1000]", "[RANGE 1e999999]",
+                                    "[RANGE 1E+1003 MILLISECONDS]"])
+def test_sizes_of_10_to_the_1000_seconds_or_more_are_refused(clause):
+    """(Converting 1e999999 seconds to nanoseconds took half a minute; any size beyond
+    2^64 ns expires nothing on int64-nanosecond times, so such sizes lose nothing.)"""
+    sql = f"SELECT R.a FROM R {clause}"
+    err = error_of(sql, None)
+    assert "10^1000 seconds or longer" in err.message
+    assert err.position == sql.index(clause.split()[1])
+    assert str(parse_query("SELECT R.a FROM R [RANGE 1e999]").streams[0].window) == \
+        "[RANGE 1E+999 SECONDS]"
+
+
 UNITS = {"": Decimal(1), " MILLISECONDS": Decimal("0.001"), " SECONDS": Decimal(1),
          " MINUTES": Decimal(60), " HOURS": Decimal(3600), " DAYS": Decimal(86400)}
 

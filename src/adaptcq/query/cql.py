@@ -285,7 +285,17 @@ def _range_window(sql: str, words: list[tuple[str, int]], pos: int) -> Window:
         raise QueryError(f"window range {written} has digits below a nanosecond (event "
                          "times are compared in whole nanoseconds)", sql, npos,
                          len(written))
+    if seconds.adjusted() >= _LONGEST_RANGE:  # (converting it to nanoseconds takes minutes)
+        written = sql[npos:words[-1][1] + len(words[-1][0])]
+        raise QueryError(f"window range {written} is 10^{_LONGEST_RANGE} seconds or longer; "
+                         "a window that long never expires a row (event times span at most "
+                         "584 years): write a smaller size, e.g. [RANGE 1e12]", sql, npos,
+                         len(written))
     return Window("range", seconds)
+
+
+# Any size beyond this behaves alike on int64-nanosecond times (2^64 ns is 584 years).
+_LONGEST_RANGE = 1000
 
 
 def _whole_nanoseconds(seconds: Decimal) -> bool:
