@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.engine.mjoin import join_columns
+from adaptcq.engine.rules import cache_key, prefix_invariant, row_key_positions
 from adaptcq.engine.xjoin import Tree
 from adaptcq.query.cql import parse_query
 from conftest import examples
@@ -251,8 +252,13 @@ def test_one_window_length_queues_expiries_in_arrival_order(data, mode, executor
 
 
 def random_cache_moves(cq, rnd: random.Random, tries: int = 6) -> None:
-    """Place and drop random caches (prefix-invariant and globally-consistent), ignoring
-    the placements the mechanism refuses."""
+    """Place and drop random caches, ignoring the placements the mechanism refuses: half
+    of the placements are any segment with a random Y, a quarter one of the placements
+    that satisfy the invariants for the current orders (``valid_placements``):
+    prefix-invariant caches and globally-consistent X ⋈ Y ones (a-caching.txt §6), Y
+    holding the pipeline's own stream included, and a quarter ``hard_placements``. Several
+    caches end up in use at once, in different pipelines, so one cache's CacheUpdates run
+    after another's hits."""
     ex = cq.executor
     for _ in range(tries):
         pipeline = rnd.choice(ex.query.aliases)
@@ -260,15 +266,157 @@ def random_cache_moves(cq, rnd: random.Random, tries: int = 6) -> None:
         if rnd.random() < 0.3 and ex.placements[pipeline]:
             ex.drop_cache(pipeline, rnd.choice(ex.placements[pipeline])[2])
             continue
-        j = rnd.randint(1, len(order))
-        k = rnd.randint(j, len(order))
-        rest = [a for a in ex.query.aliases if a not in order[j - 1:k]]
-        extra = frozenset(rnd.sample(rest, rnd.randint(0, len(rest)))) \
-            if rest and rnd.random() < 0.4 else frozenset()
+        draw = rnd.random()
+        if draw < 0.25:  # two at once, one of them refused if they cannot live together
+            for pipeline, j, k, extra in hard_placements(ex, rnd):
+                try:
+                    ex.place_cache(pipeline, j, k, extra, buckets=rnd.choice([1, 2, 64]))
+                except ValueError:
+                    pass
+            continue
+        if draw < 0.5:
+            valid = valid_placements(ex)
+            if not valid:
+                continue
+            pipeline, j, k, extra = rnd.choice(valid)
+        else:
+            j = rnd.randint(1, len(order))
+            k = rnd.randint(j, len(order))
+            rest = [a for a in ex.query.aliases if a not in order[j - 1:k]]
+            extra = frozenset(rnd.sample(rest, rnd.randint(0, len(rest)))) \
+                if rest and rnd.random() < 0.4 else frozenset()
         try:
             ex.place_cache(pipeline, j, k, extra, buckets=rnd.choice([1, 2, 64]))
         except ValueError:
             pass
+
+
+def valid_placements(ex) -> list[tuple[str, int, int, frozenset]]:
+    """Every (pipeline, start, end, Y) whose X ∪ Y satisfies the prefix invariant for the
+    executor's current orders (Def. 3.2; §6 for Y nonempty) and whose key is nonempty, Y
+    with the pipeline's own stream only from position 1 (MJoin's guarded caches); whether
+    it fits the caches already in use is the executor's to say."""
+    q = ex.query
+    out = []
+    for p in q.aliases:
+        order = ex.orders[p]
+        for j in range(1, len(order) + 1):
+            for k in range(j, len(order) + 1):
+                seg = order[j - 1:k]
+                if not cache_key(q, [p, *order[:j - 1]], seg):
+                    continue
+                rest = [a for a in q.aliases if a not in seg and (j == 1 or a != p)]
+                for size in range(len(rest) + 1):
+                    for extra in itertools.combinations(rest, size):
+                        if prefix_invariant(ex.orders, [*seg, *extra]):
+                            out.append((p, j, k, frozenset(extra)))
+    return out
+
+
+def hard_placements(ex, rnd: random.Random, valid=None) -> list:
+    """One or two placements (of ``valid``, default ``valid_placements``) that are hard to
+    get right, in random order of placement: when there are such, a §6 cache and a cache
+    whose CacheUpdate in the §6 cache's pipeline follows its hits before all of its Y is
+    joined (the executor must refuse whichever comes second), or a §6 cache with the
+    pipeline's own stream R_i in Y and a key whose order is not the order of R_i's
+    columns (MJoin's guard); else any §6 cache."""
+    valid = valid_placements(ex) if valid is None else valid
+    glob = [v for v in valid if v[3]]
+    pairs = [(a, b) for a in glob for b in valid if _after_hits(ex.orders, a, b)]
+    guarded = [v for v in glob if _permuted_guard(ex, v)]
+    if pairs and (not guarded or rnd.random() < 0.5):
+        head = list(rnd.choice(pairs))
+        rnd.shuffle(head)
+        return head
+    if guarded and rnd.random() < 0.9:
+        return [rnd.choice(guarded)]
+    return glob[:1]
+
+
+def _after_hits(orders, first, other) -> bool:
+    """Whether cache ``other`` (a placement) has a CacheUpdate in the pipeline of §6 cache
+    ``first`` at or after the end of its segment, before all of its Y is joined."""
+    p, _, k, y = first
+    pipeline, j, end, extra = other
+    z = {*orders[pipeline][j - 1:end], *extra}
+    pos = len(z) - 1
+    return p in z and pos >= k and not y <= {p, *orders[p][:pos]}
+
+
+def _permuted_guard(ex, placement) -> bool:
+    """Whether ``placement`` is a §6 cache with its pipeline's stream R_i in Y whose key
+    columns, in the cache key's order, are not in the order of R_i's columns."""
+    p, j, k, extra = placement
+    if p not in extra:
+        return False
+    key = cache_key(ex.query, [p, *ex.orders[p][:j - 1]], ex.orders[p][j - 1:k])
+    positions = row_key_positions(ex.query, key, p)
+    return positions is not None and list(positions) != sorted(positions)
+
+
+def check_cache_invariants(ex) -> None:
+    """Every entry (u, v) of every cache in use, recomputed by brute force from the SteMs'
+    rows: v ⊆ σ_{K=u}(X) (Def. 3.1, 6.1: only live, joining tuples), v = σ_{K=u}(X) for a
+    prefix-invariant cache (Def. 3.1), σ_{K=u}(X) ⋉ Y ⊆ v for a globally-consistent one
+    (Def. 6.1), and for one with its pipeline's stream in Y an entry only while a tuple
+    of that stream has its key. Checked between updates, a stale or missing tuple shows up
+    at once, before (or without) any result depending on it."""
+    q = ex.query
+    live = {s.name: list(s.rows.values()) for s in ex.stems}
+    # A cache with its pipeline's stream R_i in Y keeps an entry only while an R_i tuple
+    # has the entry's key (MJoin's guard: what makes Def. 6.1 exact for it).
+    guarded = {id(c): p for p, placed in ex.placements.items() for _, _, c in placed
+               if p in c.extra}
+    for c in ex.caches.values():
+        if id(c) in guarded:
+            p = guarded[id(c)]
+            where = [q.columns[p].index(next(r.column for r in cls if r.stream == p))
+                     for cls in (next(k for k in q.classes if ref in k) for ref in c.key)]
+            keys = {u[0] if len(u) == 1 else u
+                    for u in (tuple(row[i] for i in where) for row in live[p])}
+            for e in c.table:
+                assert e is None or e[0] in keys, \
+                    f"{c.name} in {p}'s pipeline keeps entry {e[0]!r} with no {p} tuple"
+        x = list(c.members)
+        xy = x + sorted(c.extra)
+        whole = _brute_join(q, xy, live)
+        cols = [(x.index(r.stream), q.columns[r.stream].index(r.column)) for r in c.key]
+
+        def key(comp, cols=cols):
+            u = tuple(comp[i][p] for i, p in cols)
+            return u[0] if len(u) == 1 else u
+        exact: dict = {}
+        for comp in _brute_join(q, x, live):
+            exact.setdefault(key(comp), set()).add(tuple(map(id, comp)))
+        lower: dict = {}
+        for comp in whole:
+            lower.setdefault(key(comp[:len(x)]), set()).add(tuple(map(id, comp[:len(x)])))
+        for e in c.table:
+            if e is None:
+                continue
+            u, v = e
+            held = set(v)
+            assert all(ids == tuple(map(id, comp)) for ids, comp in v.items()), c.name
+            assert held <= exact.get(u, set()), \
+                f"{c.name} entry {u!r} holds tuples not in σ_K=u(X): stale"
+            want = lower.get(u, set()) if c.extra else exact.get(u, set())
+            assert want <= held, f"{c.name} entry {u!r} misses tuples it must hold"
+
+
+def _brute_join(q, streams: list[str], live: dict) -> list[tuple]:
+    """The join of ``streams``'s live rows (nested loops, every equality between two of
+    them; NULL joins nothing), as tuples of rows in ``streams`` order."""
+    eqs = [(streams.index(a.stream), q.columns[a.stream].index(a.column),
+            streams.index(b.stream), q.columns[b.stream].index(b.column))
+           for a, b in q.equalities() if a.stream in streams and b.stream in streams]
+    out: list[tuple] = [()]
+    for k, s in enumerate(streams):
+        checks = [(i, pi, pj) if j == k else (j, pj, pi) for i, pi, j, pj in eqs
+                  if max(i, j) == k]
+        out = [comp + (row,) for comp in out for row in live[s]
+               if all(comp[o][po] is not None and comp[o][po] == row[pm]
+                      for o, po, pm in checks)]
+    return out
 
 
 @dataclass(frozen=True)
@@ -324,8 +472,9 @@ def workloads(draw, max_streams=6, max_rows=22):
 @given(case=workloads(max_streams=5, max_rows=26), mode=st.sampled_from(["append", "retract"]),
        seed=st.integers(0, 10**6))
 def test_caches_never_change_results(case, mode, seed):
-    """Random cache placements, drops, orders (chosen so that caches satisfy the prefix
-    invariant) and profiled tuples: output equals the oracle's."""
+    """Random cache placements (prefix-invariant and §6, several at once), drops, orders
+    (chosen so that caches satisfy the prefix invariant) and profiled tuples: output
+    equals the oracle's, and every cache entry its definition's after every update."""
     check_caches(case, mode, seed)
 
 
@@ -355,6 +504,7 @@ def check_caches(case: Workload, mode: str, seed: int) -> None:
                 cq._next_profile = cq._next_event = cq.next_rid + 1 if rnd.random() < 0.3 \
                     else float("inf")
                 out += cq.process(streams[k:k + 1], None, ts[k:k + 1], rows[k:k + 1])
+                check_cache_invariants(cq.executor)
     got = engine_outputs(cq.trace, out)
     want = Oracle(q, mode).run(streams, None, ts, rows)
     assert got[0] == want[0]

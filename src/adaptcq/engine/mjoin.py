@@ -495,8 +495,11 @@ class MJoin:
         a prefix-invariant cache (Def. 3.2) or, with ``extra`` = Y, a globally-consistent
         X ⋈ Y cache (§6, Def. 6.1). A cache with the same segment, key and Y already in use
         in another pipeline is shared (Def. 4.1). It starts empty and fills on misses;
-        results are unaffected. Raises ValueError when the invariant does not hold, or the
-        placement overlaps a cache or a CacheUpdate operator of this pipeline."""
+        results are unaffected. Raises ValueError when the invariant does not hold, when
+        the placement overlaps a cache or a CacheUpdate operator of this pipeline, or when a
+        CacheUpdate of any cache would follow a §6 segment's hits in the same pipeline
+        before all of that cache's Y is joined (a hit holds only Def. 6.1's lower bound,
+        a CacheUpdate needs every new tuple of its join: §3.2)."""
         q, order = self.query, self.orders[pipeline]
         if not 1 <= start <= end <= len(order):
             raise ValueError(f"cache segment {start}..{end} is outside {pipeline}'s pipeline "
@@ -527,7 +530,11 @@ class MJoin:
         cache = self.caches.get(ident) or JoinCache(
             members, extra, key, buckets, {m: _row_key(q, key, m) for m in members})
         cache.guard = guard
-        # CacheUpdate operators must not sit inside a cached segment of the same pipeline.
+        # A CacheUpdate must see every new tuple of its join (§3.2: "U_l has access to all
+        # updates"). A hit bypasses the operators of its segment, so none may sit inside
+        # one; and a §6 hit yields only Def. 6.1's lower bound σ_{K=u}(X) ⋉ Y, so none may
+        # follow it while some of Y is not yet joined (it would miss the X tuples that
+        # join nothing in Y: a stale or missing tuple in another cache).
         trial = dict(self.caches)
         trial[ident] = cache
         for p, placed in self.placements.items():
@@ -535,9 +542,21 @@ class MJoin:
             for c in trial.values():
                 zc = set(c.members) | c.extra
                 pos = len(zc) - 1
-                if p in zc and any(j <= pos < k for j, k, _ in segs):
+                if p not in zc:
+                    continue
+                if any(j <= pos < k for j, k, _ in segs):
                     raise ValueError(f"the CacheUpdate of {c.name} in {p}'s pipeline would "
                                      "sit inside a cached segment")
+                joined = {p, *self.orders[p][:pos]}
+                for j, k, d in segs:
+                    missing = sorted(d.extra - joined)
+                    if d.extra and pos >= k and missing:
+                        raise ValueError(
+                            f"the CacheUpdate of {c.name} in {p}'s pipeline (after join "
+                            f"{pos}) would follow the hits of the globally-consistent "
+                            f"cache {d.name} at {j}..{k} before {', '.join(missing)} of "
+                            "its Y is joined: a hit holds only the X tuples that join Y "
+                            "(Def. 6.1), and the CacheUpdate needs all of them (§3.2)")
         self.caches[ident] = cache
         self.placements[pipeline] = sorted(self.placements[pipeline] + [(start, end, cache)],
                                            key=lambda t: t[0])
@@ -815,16 +834,15 @@ def _guard(query: LogicalQuery, pipeline: str, start: int, key, extra: frozenset
     if start != 1:
         raise ValueError(f"a cache with {pipeline} in Y must start at position 1 of "
                          f"{pipeline}'s pipeline")
-    keyfn = _row_key(query, key, pipeline)
+    positions = row_key_positions(query, key, pipeline)
     key_classes = [next(c for c in query.classes if ref in c) for ref in key]
     for cls in query.classes:
         links_rest = any(c.stream in extra - {pipeline} for c in cls)
         if links_rest and any(c.stream == pipeline for c in cls) and cls not in key_classes:
             raise ValueError(f"{pipeline} joins Y on a column outside the cache key: "
                              "the entry cannot be kept exact")
-    if keyfn is None:
+    if positions is None:
         raise ValueError(f"the cache key is not a function of {pipeline}'s rows")
-    cols = query.columns[pipeline]
-    positions = tuple(sorted({cols.index(next(c for c in cls if c.stream == pipeline).column)
-                              for cls in key_classes}))
-    return (pipeline, positions, keyfn)
+    # Positions in the cache key's order (not sorted): the index they name is keyed by
+    # the same function as the entries, so the guard finds the row's own key.
+    return (pipeline, positions, key_function(positions))
