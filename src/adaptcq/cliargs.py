@@ -24,7 +24,9 @@ def sql_arg(text: str) -> str:
         if not text[1:].strip():  # (Path("") is the current folder)
             raise AdaptcqError(f"--sql {text!r}: give the query file's name after @, e.g. "
                                "--sql @query.sql")
-        path = Path(text[1:])
+        path = Path(text[1:])  # as written, as every path option is (no '~' expansion)
+        from adaptcq.stream.sources import check_tilde_path
+        check_tilde_path(text[1:], "query file", AdaptcqError)
         if not path.exists():
             raise AdaptcqError(f"query file {str(path)!r} does not exist")
         if path.is_dir():
@@ -39,7 +41,7 @@ def sql_arg(text: str) -> str:
 
 def query_files(items: list[str] | None) -> list[Path]:
     """The files ``--sql @FILE`` reads the queries from (outputs must not overwrite them)."""
-    return [Path(t[1:]).expanduser() for t in items or [] if t.startswith("@") and t[1:].strip()]
+    return [Path(t[1:]) for t in items or [] if t.startswith("@") and t[1:].strip()]
 
 
 def parse_inputs(items: list[str]) -> dict[str, str]:

@@ -59,7 +59,7 @@ import numpy as np
 from adaptcq.checks import is_int
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery, require_equi_joins
-from adaptcq.runtime.output import overlaps, parquet_dictionary
+from adaptcq.runtime.output import check_tilde, overlaps, parquet_dictionary
 from adaptcq.runtime.spark_group import GroupProcessor, _ipc, read_part
 from adaptcq.runtime.spark_split import (
     _NOFILE,
@@ -384,13 +384,13 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     if clash:
         raise QueryError(f"output column {clash[0]} is a name the Spark runtime reserves")
 
-    windows = [et.to_units(s.window.size, TIME_UNIT) for s in query.streams
+    windows = [s.window.in_units(TIME_UNIT) for s in query.streams
                if s.window.kind == "range"]
     ts_type = et.output_time_type({s.alias: time_types[s.source] for s in query.streams},
                                   timestamp_unit, windows)
     if _is_timestamp(ts_type):
         for s in query.streams:
-            w = et.to_units(s.window.size, TIME_UNIT) if s.window.kind == "range" else 0
+            w = s.window.in_units(TIME_UNIT) if s.window.kind == "range" else 0
             if w % 1000:
                 raise QueryError(
                     f"stream {s.alias} has window {s.window}, which is not a whole number of "
@@ -1224,8 +1224,15 @@ def write_batch(raw_batch, batch_id: int, output: str | None, rejected: str | No
 # Files in: a file, a folder or a glob per stream, as the local runtime reads them
 # ---------------------------------------------------------------------------------------------
 
-_GLOB_FILTER = {"parquet": "*.{parquet,pq,PARQUET,PQ}",
-                "csv": "*.{csv,txt,gz,bz2,CSV,TXT,GZ,BZ2}"}
+def _glob_filter(kind: str) -> str:
+    """Spark's ``pathGlobFilter`` for the files of a folder (or of a glob's matching folders)
+    of ``kind``: the local runtime's suffixes (``sources.PARQUET_SUFFIXES``, ``CSV_SUFFIXES``),
+    in any case, as it compares them. A filter of its own made Spark read ``x.bz2`` and skip
+    ``x.Csv``, which the local runtime does the other way round."""
+    from adaptcq.stream.sources import CSV_SUFFIXES, PARQUET_SUFFIXES
+    suffixes = PARQUET_SUFFIXES if kind == "parquet" else CSV_SUFFIXES
+    return "*.{" + ",".join("".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c
+                                    for c in s[1:]) for s in suffixes) + "}"
 
 
 @dataclass
@@ -1240,24 +1247,45 @@ class _Input:
     pattern: str | None = None  # the absolute pattern of a glob input
 
 
+def _hadoop_literal(text: str) -> str:
+    """``text`` escaped for Hadoop's glob (Spark's file source globs every path it is
+    given): each of its characters stands for itself."""
+    return "".join("\\" + c if c in "{}[]*?\\" else c for c in text)
+
+
 def _one_file_glob(path: Path) -> str:
     """A glob matching exactly ``path``. Spark's file source takes folders (it sets the
     path as ``basePath``, which must be a folder) and globs; a glob of one file reads it."""
-    special = set("{}[]*?\\")
-
-    def esc(text: str) -> str:
-        return "".join("\\" + c if c in special else c for c in text)
+    esc = _hadoop_literal
     name = path.name
     j = max(k for k, c in enumerate(name) if c.isalnum())  # a .parquet/.csv name has one
     return f"{esc(str(path.parent))}/{esc(name[:j])}[{name[j]}]{esc(name[j + 1:])}"
+
+
+def _spark_glob(text: str) -> str:
+    """The absolute Hadoop glob of glob input ``text``, matching what Python's glob matches
+    for it (``sources.check_glob`` has refused the syntax the two read differently): the
+    current folder's components (under a relative glob) and the glob's components without
+    ``*``, ``?`` or ``[`` are literal to Python's glob, so escaped here."""
+    import glob as globlib
+    parts = os.path.normpath(text).split("/")
+    if os.path.isabs(text):
+        base: list[str] = []
+    else:
+        up = next((k for k, p in enumerate(parts) if p != ".."), len(parts))
+        cwd = os.getcwd().split("/")
+        base = [_hadoop_literal(p) for p in cwd[:max(1, len(cwd) - up)]]
+        parts = parts[up:]
+    out = base + [p if globlib.has_magic(p) else _hadoop_literal(p) for p in parts]
+    return "/".join(out) if out[0] == "" else "/" + "/".join(out)
 
 
 def _resolve_input(name: str, given, timestamp: str, unit: str | None) -> _Input:
     """One stream's input: the local runtime's checks (files exist, Parquet or CSV and not
     both, the same columns in every file, the timestamp column and its type) and what Spark
     loads for it."""
-    from adaptcq.stream.sources import open_source
-    text = os.path.expanduser(str(given))
+    from adaptcq.stream.sources import hidden_name, open_source
+    text = str(given)  # as written, as the local runtime takes it (no '~' expansion)
     if "**" in text:
         raise InputError(f"stream {name}: {text!r}: '**' (any depth) is not supported by "
                          "Spark's file source; give the folder instead (all its subfolders "
@@ -1268,14 +1296,22 @@ def _resolve_input(name: str, given, timestamp: str, unit: str | None) -> _Input
         raise InputError(f"stream {name}: no file in {text!r}")
     kind = "parquet" if files[0].name.lower().endswith((".parquet", ".pq")) else "csv"
     pattern = None
+    # A glob's matching folders are read with their subfolders, as a folder is (without
+    # recursiveFileLookup Spark read only a matching folder's own files).
+    listing = {"recursiveFileLookup": "true", "pathGlobFilter": _glob_filter(kind)}
     if any(c in text for c in "*?["):
         pattern = os.path.abspath(text)
-        path, options = pattern, {}
+        path, options = _spark_glob(text), listing
     elif Path(text).is_dir():
-        path = os.path.realpath(text)
-        options = {"recursiveFileLookup": "true", "pathGlobFilter": _GLOB_FILTER[kind]}
+        path, options = _hadoop_literal(os.path.realpath(text)), listing
     else:
-        path, options = _one_file_glob(Path(os.path.realpath(text))), {}
+        real = Path(os.path.realpath(text))
+        if hidden_name(real.name):  # (Spark applies its rule to a path it is given too)
+            raise InputError(
+                f"stream {name}: {text!r} names a file whose name starts with "
+                f"{real.name[0]!r}, which Spark's file source skips (as hidden), so it would "
+                "read no row of it; rename the file, or use --engine local")
+        path, options = _one_file_glob(real), {}
     if kind == "parquet":
         _check_parquet_times(name, files)
     return _Input(name, str(given), kind, path, options, files, src.schema, pattern)
@@ -1343,7 +1379,15 @@ def _read_stream(spark, inp: _Input, max_files: int | None):
         if schema is None:  # Spark's own reading of anything beyond plain types
             schema = spark.read.options(**inp.options).parquet(inp.path).schema
         return reader.schema(schema).parquet(inp.path)
-    return reader.schema(from_arrow_schema(inp.schema)).option("header", True).csv(inp.path)
+    # FAILFAST: a row the local runtime stops at (too few or too many fields, a value its
+    # column's type cannot hold) stops Spark too, rather than becoming NULLs (PERMISSIVE,
+    # Spark's default); ``_read_failure`` names its file and row. Spark counts a row's
+    # fields only without CSV column pruning (else it pads a short row with NULLs when the
+    # query leaves out its last columns); a streaming query keeps the session's conf as it
+    # was when it starts (docs/spark.md, "CSV tokens").
+    spark.conf.set("spark.sql.csv.parser.columnPruning.enabled", "false")
+    return (reader.schema(from_arrow_schema(inp.schema)).option("header", True)
+            .option("mode", "FAILFAST").csv(inp.path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1505,7 +1549,10 @@ class FileJob:
                 mode=self.mode, partitions=None if self.shares else self.partitions,
                 shares=self.shares or None,
                 allowed_lateness=self.allowed_lateness, sign=self.sign,
-                end_of_input=str(ctl), side_outputs=True, timestamp_unit=self.unit,
+                # (Spark's file source globs the folder's path, and the current folder's
+                # under a relative one: a '[' or '{' in either was a pattern)
+                end_of_input=_hadoop_literal(os.path.realpath(ctl)), side_outputs=True,
+                timestamp_unit=self.unit,
                 adaptivity=self.adaptivity, group_keys=keys, **options)
         except AdaptcqError:
             raise
@@ -1529,7 +1576,9 @@ class FileJob:
         try:
             writer = (raw.writeStream.foreachBatch(
                 lambda df, bid: write_batch(df, bid, output, rejected, run, names))
-                .option("checkpointLocation", str(self.checkpoint / "query"))
+                # absolute: the JVM resolves a relative path against its own working
+                # folder, which a chdir in Python after the session started does not move
+                .option("checkpointLocation", os.path.abspath(self.checkpoint / "query"))
                 .queryName(f"adaptcq_{uuid.uuid4().hex[:8]}"))
             if trigger is not None:
                 writer = writer.trigger(processingTime=f"{trigger * 1000:.0f} milliseconds")
@@ -1557,7 +1606,8 @@ class FileJob:
         if failure is not None:
             if isinstance(failure, AdaptcqError):
                 raise failure
-            raise spark_error(failure) from None
+            read = _read_failure(self.inputs, str(getattr(failure, "desc", None) or failure))
+            raise (read or spark_error(failure)) from None
         run.wall_seconds = time.perf_counter() - t0
         if output and not any(Path(output).glob("*.parquet")):
             schema = getattr(run, "_schema", None) or _result_schema(
@@ -1587,7 +1637,7 @@ def _check_places(inputs: dict, output: str | None, rejected: str | None,
         for inp in inputs.values():
             hit = any(overlaps(real, os.path.realpath(f)) for f in inp.files)
             if inp.pattern is None:
-                root = os.path.realpath(os.path.expanduser(inp.given))
+                root = os.path.realpath(inp.given)
                 hit = hit or overlaps(real, root)
             else:
                 hit = hit or any(fnmatch.fnmatchcase(str(p), inp.pattern)
@@ -1740,7 +1790,8 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
         except (ValueError, KeyError, TypeError) as e:
             raise OptionError(str(e).strip('"')) from None
     ck_label = str(checkpoint)
-    ck = Path(os.path.expanduser(ck_label))
+    check_tilde(ck_label, "--checkpoint")  # (taken as written, as the outputs are)
+    ck = Path(ck_label)
     _check_places(inputs, output, rejected, str(ck))
     spilling = options.get("spill") is not None
 
@@ -1759,7 +1810,7 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
         # Results never depend on the policies (MJoin is exact under any order and cache),
         # but a restart continues the policies' plan, so it must be the same request.
         "adaptivity": _canonical(spec),
-        "inputs": {n: i.pattern or os.path.realpath(os.path.expanduser(i.given))
+        "inputs": {n: i.pattern or os.path.realpath(i.given)
                    for n, i in inputs.items()},
         "schemas": {n: [f"{f.name}: {f.type}" for f in i.schema] for n, i in inputs.items()},
         "output": os.path.realpath(output) if output else None,
@@ -1852,7 +1903,9 @@ def prepare_cleanup(checkpoint: str | os.PathLike) -> FileJob:
     ``checkpoint`` (its query, inputs, options and output, from the checkpoint's
     fingerprint), checked as a restart; refused, with the reason, when the query does not
     spill or no micro-batch of it was completed."""
-    ck = Path(os.path.expanduser(str(checkpoint)))
+    from adaptcq.stream.sources import check_tilde_path
+    check_tilde_path(str(checkpoint), "checkpoint", AdaptcqError)
+    ck = Path(checkpoint)
     try:
         fp = json.loads((ck / FINGERPRINT).read_text())
     except (OSError, ValueError) as e:
@@ -1900,6 +1953,62 @@ def cleanup_checkpoint(spark, checkpoint: str | os.PathLike) -> SparkRun:
 # (adaptcq.errors, adaptcq.state.spill_store, ...).
 _ADAPTCQ_RAISED = re.compile(r"\b(adaptcq(?:\.[A-Za-z_]\w*)*)\.([A-Za-z_]\w*): ([^\n]+)")
 _PY_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): ([^\n]+)$", re.MULTILINE)
+# Spark's file scan names the file it failed on (URL-encoded: no space in it), and the
+# reader's own error follows as the last cause (CSV in FAILFAST mode: the record's text).
+_FAILED_READ = re.compile(r"\[FAILED_READ_FILE[.\w]*\] Encountered error while reading file "
+                          r"(\S+?)\.(?:\s|$)")
+_CAUSE = re.compile(r"^Caused by: [\w.$]+: (?:\[[\w.]+\] )?(.+?)(?: SQLSTATE: \w+)?\s*$",
+                    re.MULTILINE)
+
+
+def failed_read(text: str) -> tuple[str, str] | None:
+    """(the local path, the reader's reason) of a Spark failure to read an input file, from
+    its error text; None if it is not one."""
+    from urllib.parse import unquote, urlparse
+    m = _FAILED_READ.search(text)
+    if m is None:
+        return None
+    url = urlparse(m.group(1))
+    path = unquote(url.path) if url.scheme in ("", "file") else m.group(1)
+    causes = [c for c in _CAUSE.findall(text[m.end():])
+              if not c.startswith("Encountered error while reading file")]
+    reason = causes[-1].strip() if causes else "unreadable"
+    return path, reason.rstrip(".")
+
+
+def _read_failure(inputs: Mapping[str, _Input], text: str) -> AdaptcqError | None:
+    """A Spark failure to read an input file as the local runtime's error for the file: CSV
+    is read in FAILFAST mode (``_read_stream``), so a row the local runtime stops at (too few
+    fields, a value its column's type cannot hold) stops Spark too, at a row past what the
+    driver checked; the file is read again here by the local rules, which name the row.
+    A row only Spark cannot read (docs/spark.md, "CSV tokens") is named by its text."""
+    found = failed_read(text)
+    if found is None:
+        return None
+    path, reason = found
+    real = os.path.realpath(path)
+    for inp in inputs.values():
+        named = next((f for f in inp.files if os.path.realpath(f) == real), None)
+        inside = (inp.pattern is None and os.path.isdir(inp.given)
+                  and Path(real).is_relative_to(os.path.realpath(inp.given)))
+        matched = inp.pattern is not None and any(
+            p.match(inp.pattern) for p in (Path(real), *Path(real).parents))
+        if named is None and not inside and not matched:
+            continue
+        shown = str(named or path)
+        if inp.kind == "csv":
+            from adaptcq.stream.sources import csv_file_error
+            local = csv_file_error(inp.name, named or path, inp.schema, inp.files[0])
+            if local is not None:
+                return local
+            return InputError(
+                f"stream {inp.name}: Spark cannot read a row of {shown!r} that the local "
+                f"runtime reads ({reason}): Spark reads a number as NaN only when written "
+                "NaN, and an infinity only as Inf, -Inf or Infinity (docs/spark.md, \"CSV "
+                "tokens\"); rewrite those values, give the input as Parquet, or use --engine "
+                "local")
+        return InputError(f"stream {inp.name}: Spark cannot read {shown!r}: {reason}")
+    return AdaptcqError(f"the Spark query failed reading {path!r}: {reason}")
 
 
 def _adaptcq_class(module: str, name: str) -> type | None:
@@ -1937,6 +2046,9 @@ def spark_error(exc: BaseException) -> AdaptcqError:
             err = cls.__new__(cls)
             Exception.__init__(err, m.group(3).strip())
             return err
+    read = failed_read(text)
+    if read is not None:  # (before a Python traceback's last line: a py4j call's)
+        return AdaptcqError(f"the Spark query failed reading {read[0]!r}: {read[1]}")
     if "Traceback (most recent call last)" in text:
         found = _PY_RAISED.findall(text.split("Traceback (most recent call last)", 1)[1])
         if found:

@@ -79,7 +79,9 @@ from adaptcq.runtime.spark import (
     _check_places,
     _given_keys,
     _group_keys,
+    _hadoop_literal,
     _project,
+    _read_failure,
     _read_stream,
     _resolve_input,
     _spark_kind,
@@ -949,6 +951,7 @@ class QuerySetRun:
     progress: list = field(default_factory=list)
     query: object = field(default=None, repr=False)   # the StreamingQuery while it runs
     end_of_input: str | None = None                    # its end-of-input folder
+    inputs: dict = field(default_factory=dict, repr=False)  # run_files' inputs, for errors
     _t0: float = field(default=0.0, repr=False)
     _schema_of: object = field(default=None, repr=False)
 
@@ -982,7 +985,10 @@ class QuerySetRun:
         if failure is not None:
             if isinstance(failure, AdaptcqError):
                 raise failure
-            raise spark_error(failure) from None
+            # (a CSV row Spark's FAILFAST reader stopped at: named as the local runtime names it)
+            read = _read_failure(self.inputs or {}, str(getattr(failure, "desc", None)
+                                                         or failure))
+            raise (read or spark_error(failure)) from None
         self.wall_seconds = time.perf_counter() - self._t0
         self._write_status()
         return self
@@ -1245,8 +1251,8 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
                 allowed_lateness: float = 0.0, order: str | Mapping[str, str] | None = None,
                 udfs: Mapping | None = None, capacity: int | None = None,
                 routing_epoch: int | None = None, finish: bool = True, wait: bool = True,
-                schemas: Mapping | None = None, _fingerprint: Mapping | None = None
-                ) -> QuerySetRun:
+                schemas: Mapping | None = None, _fingerprint: Mapping | None = None,
+                _inputs: Mapping | None = None) -> QuerySetRun:
     """Run many continuous queries over ``sources`` (streaming DataFrames) in one Spark job,
     one CACQ eddy per partition group; each query's results to ``output/query_id=<id>/``.
 
@@ -1281,7 +1287,7 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
     known = {qid: h.query for qid, h in ref.handles.items()}
     plan = plan_partitions(known, {n: list(s.names) for n, s in schemas.items()}, P,
                            partition_by, timestamp)
-    ck = Path(os.path.expanduser(str(checkpoint)))
+    ck = Path(str(checkpoint))  # (as written, as every path: docs/spark.md)
     static = _static_control_table(ref) if ref.control else None
     fp = {
         "version": FINGERPRINT_VERSION, "kind": "queryset",
@@ -1305,7 +1311,8 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
     keys = None if fresh else restart_group_keys(stored, ck / "query", plan.groups)
     run = QuerySetRun(plan=plan, output=str(output) if output else None,
                       rejected_path=str(rejected) if rejected else None,
-                      checkpoint=fp["checkpoint"], run_id=fp["run"], restarted=not fresh)
+                      checkpoint=fp["checkpoint"], run_id=fp["run"], restarted=not fresh,
+                      inputs=dict(_inputs or {}))
     if output:
         _prepare_output(Path(output), fresh, fp["run"])
     if rejected:
@@ -1338,8 +1345,10 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
     eoi.mkdir(parents=True, exist_ok=True)
     controls = []
     if static is not None:
+        # (absolute: the JVM resolves a relative path against its own folder; escaped: Hadoop
+        # reads a source's path as a glob)
         ctl = spark.readStream.schema("ts long, action string, query_id string, sql string") \
-            .parquet(str(ck / "control"))
+            .parquet(_hadoop_literal(os.path.realpath(ck / "control")))
         controls.append((ctl, True))
     if is_stream:
         controls.append((control, False))
@@ -1360,7 +1369,8 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
                 timestamp_unit=timestamp_unit, mode=mode, routing=routing,
                 routing_options=routing_options, seed=seed, partitions=P,
                 partition_by=partition_by, allowed_lateness=allowed_lateness, order=order,
-                end_of_input=str(eoi), udfs=udfs, capacity=capacity,
+                end_of_input=_hadoop_literal(os.path.realpath(eoi)), udfs=udfs,
+                capacity=capacity,
                 routing_epoch=routing_epoch, group_keys=keys)
     except AdaptcqError:
         raise
@@ -1379,7 +1389,7 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
     run.end_of_input = str(eoi)
     try:
         run.query = (raw.writeStream.foreachBatch(writer)
-                     .option("checkpointLocation", str(ck / "query"))
+                     .option("checkpointLocation", os.path.abspath(ck / "query"))
                      .queryName(f"adaptcq_queries_{uuid.uuid4().hex[:8]}").start())
     except Exception as e:  # noqa: BLE001 - one line
         raise spark_error(e) from None
@@ -1405,11 +1415,12 @@ def run_query_files(spark, sources: Mapping[str, str], queries=None, control=Non
     _check_places(inputs, str(output) if output else None,
                   str(rejected) if rejected else None, str(checkpoint))
     streams = {n: _read_stream(spark, inp, max_files_per_trigger) for n, inp in inputs.items()}
-    fp = {"inputs": {n: i.pattern or os.path.realpath(os.path.expanduser(i.given))
+    fp = {"inputs": {n: i.pattern or os.path.realpath(i.given)
                      for n, i in inputs.items()}}
     return run_queries(spark, streams, queries, control, checkpoint=checkpoint, output=output,
                        rejected=rejected, timestamp=timestamp, timestamp_unit=timestamp_unit,
                        schemas={n: i.schema for n, i in inputs.items()}, _fingerprint=fp,
+                       _inputs=inputs,
                        **options)
 
 

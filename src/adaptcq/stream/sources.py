@@ -24,6 +24,7 @@ import bisect
 import contextlib
 import glob as globlib
 import itertools
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -53,6 +54,25 @@ CSV_NULLS = {"null_values": [""], "strings_can_be_null": True,
 read CSV. pyarrow's default list also takes "NaN", "nan", "NA", "NULL", ... as NULL, so a
 NaN written to CSV came back NULL. A quoted empty string ("") stays an empty string, as
 adaptcq's CSV output writes one (a NULL is written as an empty field)."""
+
+
+def _cases(word: str) -> list[str]:
+    return ["".join(c) for c in itertools.product(*((x, x.upper()) for x in word))]
+
+
+CSV_BOOLS = {"true_values": _cases("true"), "false_values": _cases("false")}
+"""How a CSV field is a boolean (pyarrow ``ConvertOptions``): ``true`` or ``false`` in any
+case, as Spark reads a BooleanType field (Scala's ``toBoolean``); pyarrow's default lists
+also take "1" and "0", which Spark reads as malformed (NULL), and not ``tRuE``. A column
+with 1/0 is then read as integers, and one with 1 next to true as text, by both runtimes
+(Spark is given the types pyarrow infers)."""
+
+def csv_convert_options(column_types: Mapping | None = None):
+    """The pyarrow ``ConvertOptions`` of every CSV file adaptcq reads (inputs, a query set's
+    control stream): ``CSV_NULLS`` and ``CSV_BOOLS``, and ``column_types`` (name: type)."""
+    import pyarrow.csv as pacsv
+    return pacsv.ConvertOptions(column_types=column_types, **CSV_NULLS, **CSV_BOOLS)
+
 
 CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz", ".csv.bz2", ".gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -192,22 +212,31 @@ def _open(name: str, source, chunk_rows: int) -> Source:
                      "(give a path, a DataFrame, a pyarrow Table or an iterable of dicts)")
 
 
+def check_tilde_path(path: str, what: str, error=InputError) -> None:
+    """Refuse (``error``) a path to read (an input, a query file, a checkpoint) that starts
+    with a ``~`` folder that does not exist, as ``runtime.output.check_tilde`` refuses an
+    output's: adaptcq takes paths as written, on both runtimes, and a ``~`` left by the
+    shell would otherwise be reported only as a missing file."""
+    parts = Path(path).parts
+    first = parts[0] if parts else ""
+    if first.startswith("~") and not os.path.lexists(first):
+        raise error(f"{what} {path!r}: there is no folder {first!r} here, and adaptcq does not "
+                    "expand '~' (a shell expands it only at the start of a word, not after "
+                    "'=' nor inside quotes): give the folder's full path")
+
+
 def _open_path(name: str, source, chunk_rows: int) -> Source:
     text = str(source)
+    check_tilde_path(text, f"stream {name}: input")
     if any(c in text for c in "*?["):
-        paths = sorted(Path(p) for p in globlib.glob(text, recursive=True) if Path(p).is_file())
-        if not paths:
-            raise InputError(f"stream {name}: no file matches {text!r}")
+        paths = _glob_files(name, text)
         what = repr(text)
     else:
         path = Path(text)
         if not path.exists():
             raise InputError(f"stream {name}: input file {text!r} does not exist")
         if path.is_dir():
-            paths = sorted(p for p in path.rglob("*") if p.is_file()
-                           and not any(part.startswith(("_", ".")) for part in
-                                       p.relative_to(path).parts)
-                           and _kind(p) is not None)
+            paths = sorted(_folder_files(name, path))
             if not paths:
                 raise InputError(f"stream {name}: folder {text!r} holds no Parquet or CSV "
                                  "files")
@@ -229,12 +258,17 @@ def _open_path(name: str, source, chunk_rows: int) -> Source:
     if kind == "parquet":
         metas = [_parquet_meta(name, p) for p in paths]
         schema = metas[0][0]
-        for (s, _), p in zip(metas[1:], paths[1:]):
-            if not s.equals(schema):
-                raise InputError(f"stream {name}: {str(p)!r} has columns "
-                                 f"{_describe(s)}, but {str(paths[0])!r} has "
-                                 f"{_describe(schema)}; every file of {what} needs the same "
-                                 "columns")
+        if any(not s.equals(schema) for s, _ in metas[1:]):
+            # Nullability and field metadata are no difference (Spark writes its fields
+            # non-nullable, pandas nullable): the files' schema is then every field
+            # nullable, which each file's batches fit (``Source._cast``).
+            schema = _nullable_schema(schema)
+            for (s, _), p in zip(metas[1:], paths[1:]):
+                if not _nullable_schema(s).equals(schema):
+                    raise InputError(f"stream {name}: {str(p)!r} has columns "
+                                     f"{_describe(s)}, but {str(paths[0])!r} has "
+                                     f"{_describe(metas[0][0])} ({_schema_difference(s, schema)})"
+                                     f"; every file of {what} needs the same columns")
         starts = np.cumsum([0] + [n for _, n in metas[:-1]]).tolist()
         files = [(int(a), str(p)) for a, p in zip(starts, paths, strict=True)]
         total = sum(n for _, n in metas)
@@ -286,8 +320,168 @@ def _kind(path: Path) -> str | None:
     return None
 
 
+def hidden_name(name: str) -> bool:
+    """Whether a file or folder of this name, inside a folder or matched by a glob, is
+    skipped: a name starting with ``.``, or with ``_`` and holding no ``=``. This is Spark's
+    file source rule (``HadoopFSUtils.shouldFilterOutPathName``, ``isDataPath``: ``_day=1``
+    is a partition folder), kept here so that both runtimes read the same files."""
+    return name.startswith(".") or (name.startswith("_") and "=" not in name)
+
+
+def _folder_files(name: str, root: Path) -> list[Path]:
+    """The Parquet and CSV files of folder ``root`` and its subfolders, unsorted, named
+    through ``root`` as given, as Spark's file source lists them (``recursiveFileLookup``):
+    ``hidden_name`` entries skipped at every level, links to folders followed (``rglob``
+    does not follow them, Spark does). A link to a folder that holds it is refused, naming
+    it: Spark follows it until the system's link limit, reading the files again at each
+    level."""
+    out: list[Path] = []
+    stack = [(root, (root.resolve(),))]  # (folder, real paths of it and its parents)
+    while stack:
+        folder, chain = stack.pop()
+        try:
+            entries = list(folder.iterdir())
+        except OSError as e:
+            raise InputError(f"stream {name}: cannot list folder {str(folder)!r}: "
+                             f"{e.strerror or e}") from None
+        for p in entries:
+            if hidden_name(p.name):
+                continue
+            if p.is_dir():  # (follows a link)
+                real = p.resolve()
+                # a folder of the walk's path again, or one above it (a link to "../..")
+                if real in chain or chain[-1].is_relative_to(real):
+                    raise InputError(
+                        f"stream {name}: {str(p)!r} is a link to {str(real)!r}, a folder "
+                        f"that holds it, so the files of {str(real)!r} would be read over "
+                        "and over (Spark's file source reads them again at every level); "
+                        "remove the link")
+                stack.append((p, (*chain, real)))
+            elif p.is_file() and _kind(p) is not None:
+                out.append(p)
+    return out
+
+
+def _glob_files(name: str, text: str) -> list[Path]:
+    """The files a glob names, in path order: each matching file (but not one of a
+    ``hidden_name``), and the files of each matching folder, as a folder input's
+    (``_folder_files``). Spark reads a glob so (its matches are the paths it lists, with
+    ``recursiveFileLookup``); a ``*`` matches names starting with ``.`` there too (Hadoop's
+    glob), so here too, but for ``**``, which Spark refuses (Python's rule then)."""
+    check_glob(name, text)
+    files: set[Path] = set()
+    matches = globlib.glob(text, recursive=True, include_hidden="**" not in text)
+    for m in matches:
+        p = Path(m)
+        if p.is_dir():
+            files.update(_folder_files(name, p))
+        elif p.is_file() and not hidden_name(p.name):
+            files.add(p)
+    if not files:
+        if not matches:
+            raise InputError(f"stream {name}: no file matches {text!r}")
+        raise InputError(f"stream {name}: {text!r} matches {len(matches)} path(s) but no "
+                         "file to read: a matching folder holds no Parquet or CSV file, and "
+                         "a matching file whose name starts with '_' or '.' is skipped (as "
+                         "Spark's file source skips it)")
+    # The order of Path objects (component by component) is the order Spark's split gives a
+    # source's files (runtime.spark_split._file_key).
+    return sorted(files)
+
+
+def _glob_refusal(text: str) -> tuple[int, str] | None:
+    """(position, why) of the first part of glob ``text`` that Python's glob (the local
+    runtime's) and Hadoop's (Spark's file source) read differently; None if none. Only the
+    path's components holding ``*``, ``?`` or ``[`` are patterns to Python: the others are
+    taken literally by both (runtime.spark escapes them for Hadoop)."""
+    at = 0
+    for part in text.split("/"):
+        if globlib.has_magic(part):
+            for k, c in enumerate(part):
+                if c in "{}":
+                    return at + k, (f"{c!r} is part of an alternation ({{a,b}}) to Spark's file "
+                                    "source (Hadoop's glob) but a plain character to the local "
+                                    "runtime's (Python's glob)")
+                if c == "\\":
+                    return at + k, ("'\\' escapes the next character to Spark's file source "
+                                    "(Hadoop's glob) but is a plain character to the local "
+                                    "runtime's (Python's glob)")
+            k = part.find("[")
+            while k >= 0:
+                j = k + 1 + (part[k + 1:k + 2] == "!")
+                if part[j:j + 1] == "^":
+                    return at + k, ("'[^' negates a class to Spark's file source (Hadoop's glob) "
+                                    "but matches '^' to the local runtime's (Python's glob); "
+                                    "write '[!...]', a negation to both")
+                close = part.find("]", j + 1)  # (a ']' first in a class is a member, in both)
+                if close < 0:
+                    return at + k, ("a '[' with no closing ']' is a plain character to the local "
+                                    "runtime's glob (Python's) and an error to Spark's "
+                                    "(Hadoop's)")
+                inner = part[j:close]
+                odd = next((c for c in inner if c in "[*?"), None)
+                if odd is not None:
+                    return at + k, (f"{odd!r} inside a class '[...]' is a plain character to "
+                                    "the local runtime's glob (Python's) but not to Spark's "
+                                    "(Hadoop's)")
+                k = part.find("[", close + 1)
+        at += len(part) + 1
+    return None
+
+
+def check_glob(name: str, text: str) -> None:
+    """Refuse a glob input whose syntax means different files to the two runtimes
+    (``_glob_refusal``), naming the stream, the glob and the character: the same glob must
+    read the same files on both (docs/spark.md, "Inputs")."""
+    found = _glob_refusal(text)
+    if found is not None:
+        k, why = found
+        raise InputError(f"stream {name}: glob {text!r}, character {k + 1} ({text[k]!r}): "
+                         f"{why}, so the two runtimes would read different files; rewrite the "
+                         "glob without it, or give a folder")
+
+
 def _describe(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+def _nullable_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with every nested field nullable and without metadata (a map's keys stay
+    non-nullable, as Arrow requires)."""
+    def loose(f: pa.Field) -> pa.Field:
+        return pa.field(f.name, _nullable_type(f.type))
+    if pa.types.is_struct(t):
+        return pa.struct([loose(t.field(k)) for k in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(_nullable_type(t.key_type), loose(t.item_field), t.keys_sorted)
+    if pa.types.is_large_list(t):
+        return pa.large_list(loose(t.value_field))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(loose(t.value_field), t.list_size)
+    if pa.types.is_list(t):
+        return pa.list_(loose(t.value_field))
+    return t
+
+
+def _nullable_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every field (nested ones too) nullable and no metadata: what two
+    Parquet files of one input must share."""
+    return pa.schema([pa.field(f.name, _nullable_type(f.type)) for f in schema])
+
+
+def _schema_difference(schema: pa.Schema, first: pa.Schema) -> str:
+    """The first column where Parquet ``schema`` differs from the ``first`` file's, both
+    ``_nullable_schema``s (a message's pointer: nullability is no difference)."""
+    for k, (f, g) in enumerate(itertools.zip_longest(schema, first)):
+        if f is None:
+            return f"it lacks column {g.name!r}"
+        if g is None:
+            return f"it has a column {f.name!r} more"
+        if f.name != g.name:
+            return f"its column {k + 1} is {f.name!r}, not {g.name!r}"
+        if not f.type.equals(g.type):
+            return f"its column {f.name!r} is {f.type}, not {g.type}"
+    return "its columns differ"
 
 
 def _parquet_meta(name: str, path: Path) -> tuple[pa.Schema, int]:
@@ -348,9 +542,7 @@ def _csv_open(name: str, path: Path, schema: pa.Schema | None = None,
     the column types of ``schema`` (None: inferred from the file's first block); ``where``:
     the source's first file, rows before this file, files (for ``_csv_error``)."""
     import pyarrow.csv as pacsv
-    convert = pacsv.ConvertOptions(
-        column_types=None if schema is None else {f.name: f.type for f in schema},
-        **CSV_NULLS)
+    convert = csv_convert_options(None if schema is None else {f.name: f.type for f in schema})
     stream = None
     try:
         stream = pa.input_stream(str(path), compression="detect")
@@ -425,6 +617,26 @@ def _csv_chunks(name: str, paths: list[Path], chunk_rows: int, first, schema: pa
         start += in_file
 
 
+def csv_file_error(name: str, path, schema: pa.Schema, first=None) -> InputError | None:
+    """The error the local runtime stops with in CSV file ``path`` of stream ``name``, read
+    with the source's column types ``schema`` (inferred from ``first``, the source's first
+    file), as ``_csv_chunks`` reads a file after the first, its row numbered within the
+    file; None if every row reads. The Spark runtime asks for it when Spark's CSV reader
+    (FAILFAST) stops at a file, so that both runtimes name the same row."""
+    path = Path(path)
+    try:
+        stream, reader = _csv_open(name, path, schema, (first, 0, 1))
+        with stream:
+            for _ in _guard(name, path, reader, lambda e: _csv_error(
+                    name, path, e, schema, first, 0, 1)):
+                pass
+    except _EmptyFile:
+        return None
+    except InputError as e:
+        return e
+    return None
+
+
 _CONVERSION = re.compile(r"In CSV column #(\d+): CSV conversion error to [^:]+: invalid value "
                          r"'(.*)'", re.DOTALL)
 
@@ -433,7 +645,17 @@ def _csv_error(name: str, path: Path, e: Exception, schema: pa.Schema | None,
                first: Path | None, start: int, files: int) -> InputError:
     """The error of a CSV reader. A value that does not fit its column's type (inferred
     from the first rows of the source's first file) names the file, the row and the
-    column; ``start``: rows of the stream before this file."""
+    column; ``start``: rows of the stream before this file. A row with too few or too many
+    fields names the file and the row (pyarrow's message quotes the row, not its number)."""
+    ragged = _RAGGED.search(str(e))
+    found = _ragged_row(path) if ragged is not None else None
+    if found is not None:
+        row, expected, actual, text = found
+        where = (f"row {start + row} (row {row} of {str(path)!r})" if files > 1
+                 else f"row {row} of {str(path)!r}")
+        return InputError(f"stream {name}: {where} has {actual} field(s), but the header has "
+                          f"{expected} columns: {_brief(text)}; give every row one field per "
+                          "column (quote a field that holds the delimiter)")
     m = _CONVERSION.search(str(e))
     if m is None or schema is None or int(m[1]) >= len(schema):
         return InputError(f"stream {name}: cannot read {str(path)!r}: {e}")
@@ -454,6 +676,39 @@ def _csv_error(name: str, path: Path, e: Exception, schema: pa.Schema | None,
     return InputError(f"stream {name}: {where} has {value!r} in column {col.name!r}, which is "
                       f"{col.type}, the type of {origin}; {hint}, or use Parquet (CSV types "
                       "are inferred from the first rows of the first file)")
+
+
+_RAGGED = re.compile(r"Expected \d+ columns, got \d+")
+
+
+def _ragged_row(path: Path) -> tuple[int, int, int, str] | None:
+    """The first row of a CSV file whose fields are not one per column: (its row number
+    after the header, the columns, its fields, its text); None: none found, or the file
+    cannot be read again. Read serially (pyarrow numbers rows only then, blank lines not
+    counted, as the rows are; the header is row 1 here), its first column alone kept, as
+    text (no value can fail to convert first)."""
+    import pyarrow.csv as pacsv
+    bad: list = []
+
+    def handler(row):
+        bad.append(row)
+        return "error"  # (stops the read here)
+    try:
+        with pa.input_stream(str(path), compression="detect") as stream:
+            reader = pacsv.open_csv(
+                stream, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK, use_threads=False,
+                                                       autogenerate_column_names=True),
+                parse_options=pacsv.ParseOptions(invalid_row_handler=handler),
+                convert_options=pacsv.ConvertOptions(include_columns=["f0"],
+                                                     column_types={"f0": pa.string()}))
+            for _ in reader:
+                pass
+    except (pa.ArrowInvalid, OSError):
+        pass
+    if not bad or bad[0].number is None:
+        return None
+    row = bad[0]
+    return row.number - 2, row.expected_columns, row.actual_columns, row.text
 
 
 def _find_text(path: Path, column: str, value: str) -> int | None:
@@ -641,10 +896,10 @@ def _from_dicts(name: str, rows: list, schema: pa.Schema | None, start: int) -> 
     try:
         batch = pa.RecordBatch.from_pylist(rows)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
-        if schema is None:
-            raise InputError(f"stream {name}: rows {start}..{end}: {e}") from None
-        raise InputError(f"stream {name}: rows {start}..{end} do not fit the types of the "
-                         f"first rows ({_describe(schema)}): {e}") from None
+        head = f"stream {name}: rows {start}..{end}" if schema is None else (
+            f"stream {name}: rows {start}..{end} do not fit the types of the first rows "
+            f"({_describe(schema)})")
+        raise _dicts_error(name, head, rows, columns, start, e) from None
     if schema is None:
         return batch
     cols, fields = [], []
@@ -667,6 +922,65 @@ def _from_dicts(name: str, rows: list, schema: pa.Schema | None, start: int) -> 
         cols.append(col)
         fields.append(f)
     return pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields))
+
+
+_INT64 = (-2**63, 2**63 - 1)
+
+
+def _dicts_error(name: str, head: str, rows: list, columns, start: int,
+                 e: Exception) -> InputError:
+    """Why pyarrow could not read a chunk of dicts, naming the column and the row (its own
+    message names neither: "Python int too large to convert to C long"). The column: the
+    first whose values alone fail; the row: the first integer beyond int64 (pyarrow reads a
+    Python int as int64), else the shortest failing run of rows (an error's cost only)."""
+    for c in columns:
+        vals = [r.get(c) for r in rows]
+        if _pylist_error(vals) is None:
+            continue
+        for k, v in enumerate(vals):
+            big = _big_int(v)
+            if big is not None:
+                return InputError(
+                    f"stream {name}: row {start + k} has {_brief(big)} in column {c!r}, an "
+                    f"integer beyond int64 ({_INT64[0]}..{_INT64[1]}), the type a Python "
+                    "int is read as; give such values as decimal.Decimal (the column is "
+                    "then a decimal), or yield pyarrow RecordBatches whose column has the "
+                    "type (e.g. uint64)")
+        lo, hi = 0, len(vals) - 1  # the first k whose rows 0..k fail
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _pylist_error(vals[:mid + 1]) is None:
+                lo = mid + 1
+            else:
+                hi = mid
+        why = _pylist_error(vals[:lo + 1]) or _pylist_error(vals)
+        return InputError(f"{head}: column {c!r} cannot be one Arrow type: row {start + lo} "
+                          f"has {_brief(vals[lo])} ({why})")
+    return InputError(f"{head}: {e}")
+
+
+def _pylist_error(vals: list) -> str | None:
+    try:
+        pa.array(vals)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        return str(e)
+    return None
+
+
+def _big_int(v) -> int | None:
+    """The first int beyond int64 in a value (within lists, tuples and dicts too)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v if not _INT64[0] <= v <= _INT64[1] else None
+    items = v.values() if isinstance(v, Mapping) else v if isinstance(v, (list, tuple)) else ()
+    return next((b for b in map(_big_int, items) if b is not None), None)
+
+
+def _brief(v) -> str:
+    try:
+        text = repr(v)
+    except ValueError:  # an int of more than 4300 digits
+        return f"an integer of {v.bit_length()} bits"
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 class Misfit(ValueError):
@@ -806,14 +1120,14 @@ def fit(col: pa.Array, target: pa.DataType, values: bool = False) -> pa.Array:
 
 
 def normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Timestamps become naive UTC (what the engine compares); dictionaries are decoded."""
+    """Timestamps become naive UTC (what the engine compares); dictionaries are decoded.
+    A dictionary's decoded values are timestamps with a time zone too (pandas' Categorical
+    of aware datetimes): decoded, then made naive, as a plain column of them is."""
     cols, changed = [], False
     for col in batch.columns:
-        t = col.type
-        if pa.types.is_timestamp(t) and t.tz is not None:
-            col, changed = col.cast(pa.timestamp(t.unit)), True
-        elif pa.types.is_dictionary(t):
-            col, changed = col.cast(t.value_type), True
+        t = _naive(value_type(col.type))
+        if t != col.type:
+            col, changed = col.cast(t), True
         cols.append(col)
     return pa.RecordBatch.from_arrays(cols, names=batch.schema.names) if changed else batch
 
@@ -860,7 +1174,9 @@ def schema_kinds(schema: pa.Schema | pa.Table) -> dict[str, str]:
 
 
 def naive_schema(schema: pa.Schema) -> pa.Schema:
-    """The schema of ``normalize``d batches (timezones dropped, dictionaries decoded)."""
-    return pa.schema([pa.field(f.name, pa.timestamp(f.type.unit))
-                      if pa.types.is_timestamp(f.type) and f.type.tz
-                      else pa.field(f.name, value_type(f.type)) for f in schema])
+    """The schema of ``normalize``d batches (dictionaries decoded, timezones dropped)."""
+    return pa.schema([pa.field(f.name, _naive(value_type(f.type))) for f in schema])
+
+
+def _naive(t: pa.DataType) -> pa.DataType:
+    return pa.timestamp(t.unit) if pa.types.is_timestamp(t) and t.tz is not None else t
