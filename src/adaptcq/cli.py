@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+
+
+def _stop_while_starting() -> bool:
+    """In the ``adaptcq`` command (its entry-point script is ``__main__``; not a program
+    that imports this module), Ctrl-C or SIGTERM while this module is still imported, before
+    main() handles them: one line and exit code 128 + the signal's number, at once (nothing
+    has been written yet), not a KeyboardInterrupt traceback. True if installed."""
+    script = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    if os.path.basename(script) != "adaptcq":
+        return False
+
+    def stop(signum, frame):
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        os.write(2, f"adaptcq: stopped by {name}\n".encode())
+        os._exit(128 + signum)
+
+    for num in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(num, stop)
+    return True
+
+
+_STARTING = _stop_while_starting()  # (first: the imports below take a while)
+
 import argparse
 import contextlib
-import os
-import sys
 from pathlib import Path
 
 from adaptcq.cliargs import (
@@ -27,7 +51,6 @@ from adaptcq.cliargs import (
     sql_arg,
 )
 from adaptcq.errors import AdaptcqError
-from adaptcq.explain import add_arguments as add_explain_arguments
 
 # Shared with ``adaptcq explain`` and the Spark driver (adaptcq.cliargs); the old private
 # names stay for callers that used them.
@@ -35,6 +58,8 @@ _sql_arg, _inputs, _orders, _Parser = sql_arg, parse_inputs, parse_orders, Parse
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # (imported here: the import of this module, before main() handles Ctrl-C, stays short)
+    from adaptcq.explain import add_arguments as add_explain_arguments
     p = Parser(prog="adaptcq", description=(
         "Adaptive continuous queries over multi-way stream joins. "
         "With no command, runs the embedded default (same as `adaptcq run`)."))
@@ -81,6 +106,53 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line. Ctrl-C and SIGTERM are handled from its first statement, for
+    every command: until a run takes them over (``_run_local``, ``_run_queryset``: they
+    stop it between two updates) and in commands that do not, they stop at once with one
+    line on stderr and exit code 128 + the signal's number (130, 143), as README says, not
+    a traceback (or, for SIGTERM, a silent kill that skipped the clean-up of temporary
+    files). A run that is refused or fails removes the folders its checks made for its
+    outputs, when they are still empty (``output.remove_made_folders``)."""
+    import threading
+    code = 1
+    # (a signal handler can be set in the main thread only; main() in another thread, as
+    # a program may call it, leaves signals as they are)
+    signals = _StopSignals() if threading.current_thread() is threading.main_thread() \
+        else None
+    try:
+        with signals or contextlib.nullcontext():
+            try:
+                code = _main(argv)
+            except KeyboardInterrupt:
+                if signals is None:
+                    raise
+                code = signals.code
+                print(f"adaptcq: stopped by {signals.name}", file=sys.stderr)
+    except SystemExit as e:  # (argparse: --help, or a usage error)
+        code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+        raise
+    finally:
+        _made_folders(remove=code != 0)
+        if _STARTING:  # (the command's end: Python's own handling again, not os._exit)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return code
+
+
+def _made_folders(remove: bool) -> None:
+    """The folders the output checks made (``output.MADE_FOLDERS``): removed when still
+    empty after a refused or failed run, else kept. (Only if ``runtime.output`` was
+    imported: else none was made, and importing it would load pyarrow.)"""
+    output = sys.modules.get("adaptcq.runtime.output")
+    if output is None:
+        return
+    if remove:
+        output.remove_made_folders()
+    else:
+        output.forget_made_folders()
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv or ["run"])
@@ -157,6 +229,7 @@ def cmd_run(args) -> int:
         if not sources:
             raise AdaptcqError("--sql needs an --input NAME=PATH for each stream")
         _refuse_nothing_to_order(args, sql)
+    _check_output_tildes(args)
     _check_summary_json(args, _input_paths(sources, [args.sql] if args.sql else []),
                         _outputs(args, spark=args.engine == "spark"))
     console.print(f"query: {' '.join(sql.split())}", highlight=False)
@@ -221,6 +294,7 @@ def _run_queryset(args, console) -> int:
                            f"{suffix} file; give --output a folder name")
     sources = _inputs(args.input)
     inputs = _input_paths(sources, args.sql or [], [args.queries] if args.queries else [])
+    _check_output_tildes(args)
     _check_summary_json(args, inputs, _outputs(args, spark=args.engine == "spark"))
     if args.engine == "spark":  # (run_cli_multi refuses what the Spark query set ignores)
         from adaptcq.runtime.spark_multi import run_cli_multi
@@ -246,8 +320,8 @@ def _run_queryset(args, console) -> int:
                            "--output FOLDER")
     from adaptcq.runtime.local import source_paths
     from adaptcq.runtime.multi import Engine
-    from adaptcq.runtime.output import overlaps
-    out = Path(args.output).expanduser()
+    from adaptcq.runtime.output import make_folder, overlaps
+    out = Path(args.output)  # (as written, as the inputs: _check_output_tildes)
     for p in source_paths(sources):
         if overlaps(out, p):
             raise AdaptcqError(f"--output {args.output!r} is the input {str(p)!r} (or holds "
@@ -277,7 +351,7 @@ def _run_queryset(args, console) -> int:
         if stale.is_dir():
             shutil.rmtree(stale)
     for h in engine.handles.values():
-        Path(h.output).parent.mkdir(parents=True, exist_ok=True)
+        make_folder(Path(h.output).parent)  # (recorded: a failed run removes it if empty)
     # Ctrl-C and SIGTERM stop between two arrivals, as for one query (_run_local).
     with _StopSignals(engine.stop) as signals:
         try:
@@ -331,6 +405,19 @@ def _outputs(args, spark: bool) -> list[tuple[str, str]]:
     targets += [("--spill-dir", getattr(args, "spill_dir", None)),
                 ("--checkpoint", getattr(args, "checkpoint", None))]
     return [(what, path) for what, path in targets if path is not None]
+
+
+def _check_output_tildes(args) -> None:
+    """``--output`` and ``--rejected`` are taken as written, as the inputs are: one that
+    starts with a ``~`` the shell left (``--output=~/o.csv``) and no folder of that name
+    exists is refused before any work (``output.check_tilde``), on either engine, rather
+    than made into a folder named ``~``; so is ``--checkpoint`` (Spark). (``--summary-json``:
+    in check_output_path.)"""
+    from adaptcq.runtime.output import check_tilde
+    for flag, path in (("--output", args.output), ("--rejected", args.rejected),
+                       ("--checkpoint", getattr(args, "checkpoint", None))):
+        if path not in (None, "-"):
+            check_tilde(path, flag)
 
 
 def _check_summary_json(args, inputs: list[Path], outputs: list[tuple[str, str]]) -> None:
@@ -858,7 +945,10 @@ def cmd_cleanup(args) -> int:
     from adaptcq.runtime.spark import FINGERPRINT
     from adaptcq.runtime.spill import cleanup_folder
     from adaptcq.state.spill_store import MANIFEST
-    folder = Path(os.path.expanduser(args.folder))
+    from adaptcq.stream.sources import check_tilde_path
+    # As written, as ``cleanup_folder`` and every path option take it (no '~' expansion).
+    check_tilde_path(args.folder, "adaptcq cleanup", AdaptcqError)
+    folder = Path(args.folder)
     if (folder / FINGERPRINT).exists():
         from rich.console import Console
 

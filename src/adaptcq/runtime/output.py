@@ -5,7 +5,11 @@ when the run ends (or is interrupted with Ctrl-C, after closing it properly), so
 never leaves a corrupt or half-written file at the output path. A stale file from an
 earlier run is removed when the run starts, so an old output never looks current.
 Output paths are checked before any work: an output that is an input (or inside one) is
-refused, as is a folder, or a place that cannot be written.
+refused, as is a folder, or a place that cannot be written. A path is taken as written, as
+the inputs' are: a ``~`` the shell did not expand (``--output=~/o.csv``) is not the home
+folder, and is refused unless a folder of that name exists. The folders a check creates are
+recorded (:data:`MADE_FOLDERS`) so that a run refused later removes them
+(:func:`remove_made_folders`).
 
 The format comes from ``--format`` or the file's suffix (:data:`SUFFIXES`; ``.gz`` after a
 CSV or JSON-lines suffix gzip-compresses the file; no suffix is Parquet); a suffix that
@@ -82,8 +86,9 @@ def gzipped(path: str, fmt: str) -> bool:
 
 
 def overlaps(a: str | Path, b: str | Path) -> bool:
-    """The two paths are one place, or one holds the other (after resolving links)."""
-    pa_, pb = Path(a).expanduser().resolve(), Path(b).expanduser().resolve()
+    """The two paths are one place, or one holds the other (after resolving links; a
+    ``~`` is a name, as the writers and the local inputs take it)."""
+    pa_, pb = Path(a).resolve(), Path(b).resolve()
     return pa_ == pb or pa_ in pb.parents or pb in pa_.parents
 
 
@@ -91,7 +96,7 @@ def refuse_overlaps(path: str, inputs: Iterable[Path], what: str,
                     others: Iterable[tuple[str, str]] = (), error=AdaptcqError) -> None:
     """Refuse (``error``) an output path that is an input, holds one or is inside one, or
     is (holds, is inside) another output (``others``: (its name, its path) pairs)."""
-    out = Path(path).expanduser()
+    out = Path(path)
     for p in inputs:
         if overlaps(out, p):
             raise error(f"{what} {path!r} is the input {str(p)!r} (or holds it, or is "
@@ -109,8 +114,10 @@ def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output",
     """Refuse an output path that would destroy an input, that another output (``others``:
     (option, path) pairs) also writes, or that cannot be written: also a name ending with
     '/' (the finished file could not be renamed there: the whole run was lost) and a
-    device, FIFO or socket (the file renamed into its place deleted it)."""
-    out = Path(path).expanduser()
+    device, FIFO or socket (the file renamed into its place deleted it). A missing folder
+    is made (and recorded in :data:`MADE_FOLDERS`, for a refusal to remove)."""
+    out = Path(path)
+    check_tilde(path, what)
     if what == "--rejected":  # (its format is always its suffix's: no --format for it)
         format_of(path, None, what)
     refuse_overlaps(path, inputs, what, others)
@@ -122,7 +129,7 @@ def check_output_path(path: str, inputs: Iterable[Path], what: str = "--output",
     if parent.exists() and not parent.is_dir():
         raise AdaptcqError(f"{what} {path!r}: {str(parent)!r} is a file, not a folder")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        make_folder(parent)
     except OSError as e:
         raise AdaptcqError(f"{what} {path!r}: cannot create its folder: "
                            f"{e.strerror or e}") from None
@@ -135,8 +142,8 @@ def check_file_name(path: str, what: str = "--output", example: str = "out.parqu
                     error=AdaptcqError) -> None:
     """Refuse (``error``) a file output named with a trailing '/' (or '.', '..'), and one
     that is a device, FIFO or socket."""
-    out = Path(path).expanduser()
-    base = os.path.basename(os.path.expanduser(str(path)))
+    out = Path(path)
+    base = os.path.basename(str(path))
     if base == "":  # (the finished file could not be renamed to NAME/: the run was lost)
         raise error(f"{what} {path!r} ends with '/', so it names a folder; give a file "
                     f"name: {str(out)!r} (without the '/') or a file inside it, e.g. "
@@ -157,6 +164,58 @@ def check_file_name(path: str, what: str = "--output", example: str = "out.parqu
         raise error(f"{what} {path!r}: an output cannot go in {str(folder)!r}, among "
                     "devices and links to open files (renamed into place, it would "
                     f"replace one); give a file name{stdout}")
+
+
+def check_tilde(path: str, what: str) -> None:
+    """Refuse an output path that starts with a ``~`` folder that does not exist: the
+    shell expands ``~`` only at the start of a word (not in ``--output=~/o.csv``), and
+    adaptcq takes paths as written, as it does the inputs', so this would make a folder
+    named ``~``. The checks and the writers take the same, unexpanded, path."""
+    first = Path(path).parts[0] if Path(path).parts else ""
+    if first.startswith("~") and not os.path.lexists(first):
+        raise AdaptcqError(
+            f"{what} {path!r}: there is no folder {first!r} here, and adaptcq does not "
+            f"expand '~' (a shell expands it only at the start of a word, not after '='): "
+            f"write {what} {path} with a space, or give the folder's full path")
+
+
+MADE_FOLDERS: list[Path] = []
+"""The folders :func:`make_folder` created in this process, in order, until
+:func:`remove_made_folders` (a refused or failed run) or :func:`forget_made_folders`."""
+
+
+def make_folder(folder: Path) -> None:
+    """``folder`` and its missing parents, each one created recorded in
+    :data:`MADE_FOLDERS`. Raises OSError."""
+    missing = []
+    p = Path(folder).absolute()  # (recorded so: removed where it was made, whatever the cwd)
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:  # (made meanwhile, or NAME/.. of a folder just made)
+            if not d.is_dir():
+                raise
+            continue
+        MADE_FOLDERS.append(d)
+
+
+def remove_made_folders() -> None:
+    """A refused or failed run: the folders it made that are still empty are removed
+    (deepest first), so that it leaves every file as it found it; never raises."""
+    for d in reversed(MADE_FOLDERS):
+        try:
+            d.rmdir()  # (only an empty folder: what the run did not write to, or removed)
+        except OSError:
+            pass
+    MADE_FOLDERS.clear()
+
+
+def forget_made_folders() -> None:
+    """A run that succeeded keeps its folders."""
+    MADE_FOLDERS.clear()
 
 
 def special_file(path: Path) -> str | None:
@@ -290,7 +349,8 @@ class FileSink(Sink):
                 self._file, self.schema, use_dictionary=parquet_dictionary(self.schema))
         elif self.fmt == "csv":
             import pyarrow.csv as pacsv
-            self._writer = pacsv.CSVWriter(self._file, self.schema)
+            self._writer = CsvWriter(self._file, self.schema) if _csv_floats(self.schema) \
+                else pacsv.CSVWriter(self._file, self.schema)
 
     def _guard(self, fn, *args):
         try:
@@ -405,6 +465,72 @@ class FileSink(Sink):
                 self._tmp.unlink(missing_ok=True)
         except OSError:
             pass
+
+
+def _csv_floats(schema: pa.Schema) -> bool:
+    """The schema has a float column (or a dictionary of floats)."""
+    return any(pa.types.is_floating(f.type.value_type if pa.types.is_dictionary(f.type)
+                                    else f.type) for f in schema)
+
+
+class CsvWriter:
+    """CSV exactly as pyarrow's ``CSVWriter`` writes it (its header of quoted names, a
+    string quoted with its quotes doubled, NULL an empty field, every other value as Arrow
+    casts it to text: that is how pyarrow's writer renders it), except for floats: pyarrow
+    writes a whole float as ``2``, so a float column read back (by adaptcq's CSV input,
+    whose types are inferred from the first rows, or any reader) was int64, and a later
+    ``0.5`` in it stopped that run. Here a whole float keeps its decimal point (``2.0``,
+    ``-0.0``); every float is Arrow's shortest text that reads back as the same value
+    (``0.1``, ``1e+20``, ``nan``, ``inf``). Used only for a schema with a float column."""
+
+    def __init__(self, file, schema: pa.Schema):
+        self.file = file
+        self.schema = schema
+        file.write(("," .join(_csv_quote(n) for n in schema.names) + "\n").encode())
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        import numpy as np
+        import pyarrow.compute as pc
+        fields = [_csv_field(col) for col in batch.columns]
+        line = pc.binary_join_element_wise(*fields, _LARGE(","))
+        line = pc.binary_join_element_wise(line, _LARGE(""), _LARGE("\n"))  # (line + "\n")
+        # The rows' text lies end to end in the array's data buffer: written in one piece.
+        offsets = np.frombuffer(line.buffers()[1], dtype=np.int64, count=len(line) + 1,
+                                offset=line.offset * 8)
+        start, end = int(offsets[0]), int(offsets[-1])
+        self.file.write(line.buffers()[2].slice(start, end - start))
+
+    def close(self) -> None:
+        """(The file is the sink's to close.)"""
+
+
+def _LARGE(text: str) -> pa.Scalar:
+    return pa.scalar(text, pa.large_string())
+
+
+def _csv_quote(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
+
+
+def _csv_field(col: pa.Array) -> pa.Array:
+    """One column's CSV fields (large_string, no NULL: a NULL is an empty field)."""
+    import pyarrow.compute as pc
+    if pa.types.is_dictionary(col.type):
+        col = col.dictionary_decode()
+    t = col.type
+    text = pc.cast(col, pa.large_string())
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        text = pc.binary_join_element_wise(
+            _LARGE('"'), pc.replace_substring(text, '"', '""'), _LARGE('"'), _LARGE(""))
+    elif pa.types.is_floating(t):
+        # Arrow's shortest round-trip text; a whole number ("2", "-0", never "1e+16",
+        # which has its exponent) gets ".0" so that it reads back as a float.
+        whole = pc.match_substring_regex(text, r"^-?[0-9]+$")
+        text = pc.if_else(whole, pc.binary_join_element_wise(text, _LARGE(".0"), _LARGE("")),
+                          text)
+    return pc.fill_null(text, _LARGE(""))
 
 
 def _check_csv(schema: pa.Schema, what: str) -> None:
