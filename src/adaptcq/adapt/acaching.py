@@ -133,6 +133,11 @@ class ACaching(PolicyBase):
         if not (_is_count(trial) and trial >= 1):
             raise ValueError(f"A-Caching option trial (intervals a cache change is measured "
                              f"over) must be a whole number ≥ 1, got {trial!r}")
+        if not _is_count(seed):  # (1.5 or "x" reached the random generator unchecked)
+            raise TypeError(f"A-Caching option seed must be a whole number, got {seed!r}")
+        if not isinstance(verify, bool):  # ("false" or "no" would be true, None off)
+            raise TypeError(f"A-Caching option verify (--no-cache-verify: check decisions "
+                            f"by measurement) must be True or False, got {verify!r}")
         self.W, self.W_d, self.alpha = W, W_d, alpha
         self.p = p
         self._p_i: dict[int, float] = {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from adaptcq.checks import is_finite, is_int
 from adaptcq.errors import AdaptcqError, OptionError
 
 #: Parameters shared by every policy built (one W per query; one seed; one tick interval).
@@ -34,6 +35,18 @@ ORDERING = ("p", "alpha", "objective", "initial_p", "cheap")
 #: from the common parameters unless given here).
 CACHING = ("caches", "memory", "reopt_interval", "change", "m", "W_d", "alpha", "method",
            "p", "W", "interval", "seed", "verify", "trial")
+
+_INITIAL = "the initial plan (optimizer=...)"
+_AGREEDY = "A-Greedy (reorder='agreedy')"
+#: Which policies take each parameter, for the refusal of one that no policy built uses.
+_TAKEN_BY = {**dict.fromkeys(COMMON, f"{_INITIAL}, {_AGREEDY} and A-Caching (caching=...)"),
+             "p": f"{_INITIAL} and {_AGREEDY}", "alpha": _AGREEDY, "cheap": _AGREEDY,
+             "objective": _INITIAL, "initial_p": _INITIAL}
+
+
+class PolicyTypeError(OptionError, TypeError):
+    """A policy parameter of the wrong type (A-Greedy's ``cheap="no"``): an option error,
+    and still the TypeError the policy raises for it."""
 
 
 def make_policies(optimizer: str | None = None, reorder: str = "off",
@@ -50,8 +63,10 @@ def make_policies(optimizer: str | None = None, reorder: str = "off",
       ``objective``, ``initial_p`` for the ordering policies; ``cheap`` (A-Greedy's cheap
       profiling, default True).
 
-    Unknown parameters, reorder values and caching options are refused, naming them; bad
-    values are refused by the policies (ACaching names the command-line option). Returns
+    Unknown parameters, reorder values and caching options are refused, naming them, and
+    so is a parameter that no policy built takes (``alpha`` without A-Greedy: it was
+    dropped unchecked); bad values are refused by the policies (ACaching names the
+    command-line option) as an ``OptionError``. Returns
     a list (empty when nothing is asked for); every policy's ``report()`` is a
     JSON-serialisable dict."""
     from adaptcq.adapt.reorder import REORDER_CHOICES
@@ -71,12 +86,55 @@ def make_policies(optimizer: str | None = None, reorder: str = "off",
     if bad:
         raise AdaptcqError(f"unknown A-Caching option(s) {', '.join(map(str, bad))}; "
                            f"known: {', '.join(sorted(CACHING))}")
+    _refuse_unused(optimizer, reorder, caching, params)
+    # (the policies took seed="x" or 1.5 unchecked, and alpha="x" failed on a comparison)
+    if "seed" in params and not is_int(params["seed"]):
+        raise OptionError(f"policy parameter seed must be a whole number, got "
+                          f"{params['seed']!r}")
+    if "alpha" in params and not is_finite(params["alpha"]):
+        raise OptionError(f"policy parameter alpha (A-Greedy's tolerance) must be a number, "
+                          f"got {params['alpha']!r}")
     try:
         return _make(optimizer, reorder, caching, params)
+    except AdaptcqError:
+        raise
     except ValueError as e:  # a policy's own check: an option error, named as such
-        if isinstance(e, AdaptcqError):
-            raise
         raise OptionError(str(e)) from None
+    except TypeError as e:  # (its type checks: A-Greedy's cheap)
+        raise PolicyTypeError(str(e)) from None
+
+
+def _refuse_unused(optimizer, reorder, caching, params) -> None:
+    """Refuse a parameter that none of the policies asked for takes, naming the policies
+    that do: it would be dropped, its value never checked (``alpha=-1`` with only an
+    initial plan)."""
+    used: set[str] = set()
+    if optimizer is not None:
+        used |= {*COMMON, "objective", "initial_p"}
+        if "initial_p" not in params:
+            used.add("p")
+    if reorder == "agreedy":
+        used |= {*COMMON, "p", "alpha", "cheap"}
+    if caching is not None:
+        used |= set(COMMON) - set(caching)  # (caching's own W, interval, seed win)
+    unused = [k for k in params if k not in used]
+    if not unused:
+        return
+    name = unused[0]
+    asked = [what for what, on in (("optimizer", optimizer is not None),
+                                   ("reorder='agreedy'", reorder == "agreedy"),
+                                   ("caching", caching is not None)) if on]
+    if name in COMMON and caching is not None and name in caching:
+        why = f"A-Caching takes the {name} that caching gives, and no other policy is built"
+    elif name == "p" and optimizer is not None:
+        why = "initial_p overrides it for the initial plan, and no A-Greedy is built"
+    else:
+        why = (f"it is for {_TAKEN_BY[name]}, and this asks for "
+               f"{' and '.join(asked) + ' only' if asked else 'no policy'}")
+    if name in ("p", "alpha") and caching is not None:  # (A-Caching has its own)
+        why += f" (A-Caching's own {name} goes in caching)"
+    raise OptionError(f"policy parameter {name}={params[name]!r} is used by no policy built: "
+                      f"{why}; drop it or ask for a policy that takes it")
 
 
 def _make(optimizer, reorder, caching, params) -> list:

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from adaptcq.checks import is_int
 from adaptcq.errors import OptionError
 from adaptcq.query.logical import LogicalQuery, require_equi_joins
 from adaptcq.stats.estimators import W_DEFAULT
@@ -168,6 +169,9 @@ class ContinuousQuery:
                  explicit_deletions: bool = False, **options):
         if mode not in MODES:
             raise OptionError(f"unknown mode {mode!r}; choose append or retract")
+        if not is_int(sample_every) or sample_every < 1:  # (0 or -1 sampled every update)
+            raise OptionError(f"sample_every (updates between two state samples) must be a "
+                              f"positive whole number, got {sample_every!r}")
         check_options(executor, options, _OWN_OPTIONS)
         from adaptcq.query.expr import compile_predicate
 

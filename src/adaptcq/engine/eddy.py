@@ -212,7 +212,9 @@ class Eddy:
                  retain: Mapping[str, float] | None = None, udfs: Mapping | None = None,
                  routing_epoch: int | None = None):
         from adaptcq.state.stem import SteM
+        # (bool is an int to isinstance: True was taken as 1)
         if routing_epoch is not None and (not isinstance(routing_epoch, int)
+                                          or isinstance(routing_epoch, bool)
                                           or routing_epoch < 1):
             raise OptionError(f"routing_epoch must be a positive number of arrivals or "
                               f"None (a decision per routing step), got {routing_epoch!r}")

@@ -212,8 +212,10 @@ class MJoin:
         # Every update through the interpreter (``use_interpreter``), else compiled code.
         self.interpreted = False
         for a in query.aliases:
-            self.orders[a] = check_order(query.aliases, a, (orders or {}).get(a)
-                                         or connected_order(query, a))
+            # (a given order of nothing, or None, is refused by check_order: it meant the
+            # default order, silently)
+            given = orders[a] if orders and a in orders else connected_order(query, a)
+            self.orders[a] = check_order(query.aliases, a, given or [])
         for i, stem in enumerate(self.stems):  # see _wire: deletes[i] may be stem.delete
             stem.listeners.append(lambda i=i: self._wire(i))
         self._rebuild()

@@ -971,8 +971,9 @@ class VectorJoin:
                               f"{', '.join(aliases)})")
         self.orders: dict[str, list[str]] = {}
         for a in aliases:
-            self.orders[a] = check_order(aliases, a, (orders or {}).get(a)
-                                         or connected_order(query, a))
+            # (a given order of nothing, or None, is refused, as MJoin refuses it)
+            given = orders[a] if orders and a in orders else connected_order(query, a)
+            self.orders[a] = check_order(aliases, a, given or [])
         self.stats = Counters()
         self.next_pos = 0            # positions of updates (module docstring)
         self.counts = [0] * len(aliases)  # arrivals per stream (count windows)

@@ -47,7 +47,6 @@ from adaptcq.stream.eventtime import (
     from_nanoseconds,
     lateness_ns,
     output_time_type,
-    to_units,
 )
 from adaptcq.stream.merge import ArrivalMerger, Arrivals
 from adaptcq.stream.sources import CHUNK_ROWS, Source, open_source, schema_kinds, value_type
@@ -55,6 +54,7 @@ from adaptcq.stream.sources import CHUNK_ROWS, Source, open_source, schema_kinds
 TIME_UNIT = 1e-9  # the engine runs on int64 nanoseconds: exact window boundaries
 MAX_BATCH = 32_768  # arrivals per call into the engine, at most
 OUT_CHUNK = 65_536  # result rows per output batch (and the bound on buffered results)
+CHUNK_ROWS_MAX = 2**63 - 1  # the largest chunk_rows Arrow's readers take (int64)
 
 # A rejected input row: its source, its row number in its file (in the input, for a source
 # that is not files) and the file, as the Spark runtime names it; ts in seconds.
@@ -117,6 +117,9 @@ class LocalRun:
         for what, fn in (("on_rejected", on_rejected), ("progress", progress)):
             if fn is not None and not callable(fn):  # (it failed at the first late row)
                 raise OptionError(f"{what} must be a callable (or None), got {fn!r}")
+        if not isinstance(sql, (str, LogicalQuery)):  # (parsing it raised a raw TypeError)
+            raise QueryError(f"the query must be its SQL text (a string), got "
+                             f"{type(sql).__name__}")
         if not isinstance(sources, Mapping) or not sources:
             raise InputError("no inputs: give a source for each stream of the query")
         self.sources = open_sources(sources, timestamp, timestamp_unit, chunk_rows)
@@ -144,6 +147,7 @@ class LocalRun:
             self.executor_name, self.executor_reason = choose_executor(
                 executor, query, options, {n: s.schema for n, s in self.sources.items()})
             _check_plan_options(self.executor_name, self.executor_reason, options)
+            check_orders(query, options.get("orders"))
             self.schema = output_schema(query, {n: s.schema for n, s in self.sources.items()},
                                         timestamp, timestamp_unit,
                                         late=self.executor_name == "tree")
@@ -495,11 +499,14 @@ class LocalRun:
                 self._in_batch = True
                 try:
                     vj.process_batch(batch)  # its output went to _emit_table (vj.emit)
+                except _ResultBound:
+                    # --max-results reached in this batch: it counts as processed whole
+                    # (below), so the summary counts it and its last event time too.
+                    self._batch_done(batch)
+                    raise
                 finally:
                     self.engine_cpu += time.process_time() - t0
-                self._in_batch = False
-                self.batches += 1
-                self.last_ts = int(batch.timestamps[-1])
+                self._batch_done(batch)
                 if vj.rejected_rows:
                     self._engine_rejected()
                 yield from self._take_ready()
@@ -523,6 +530,13 @@ class LocalRun:
         if np.isfinite(vj.now):
             vj.sample(vj.now)
         self.rss_samples.append((vj.stats.arrivals, current_rss()))
+
+    def _batch_done(self, batch) -> None:
+        """A batch of the vectorized executor was processed: counted (``batches``), its
+        last arrival's time is the run's ``last_event_time``."""
+        self._in_batch = False
+        self.batches += 1
+        self.last_ts = int(batch.timestamps[-1])
 
     def _sample_rss(self, arrivals: int) -> bool:
         """Record the RSS every ``_rss_every`` arrivals (True when it did): bounded over a
@@ -954,6 +968,35 @@ def _check_option_types(options: Mapping) -> None:
                                not isinstance(nested, (list, tuple, set, frozenset))):
         raise OptionError("nested_loop must be a list of STREAM or STREAM.COLUMN names, got "
                           f"{nested!r}")
+    # (a string or a number reached dict() as a raw TypeError or ValueError)
+    for key, example in _DICT_OPTIONS.items():
+        value = options.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            raise OptionError(f"{key} must be a dict of options, e.g. {key}={example}; got "
+                              f"{value!r}")
+
+
+# The options that are dicts of further options, with an example for the message.
+_DICT_OPTIONS = {"spill": "{'strategy': 'global-penalty', 'memory': '64MB'}",
+                 "shed": "{'mode': 'selective', 'capacity': 156250}",
+                 "cache_options": "{'caches': 'global', 'reopt_interval': 1000}"}
+
+
+def check_orders(query: LogicalQuery, orders: Mapping | None) -> None:
+    """Each fixed pipeline order, checked for every executor (``--order``, ``orders=``): a
+    list naming each other stream once. An empty list or None was taken as "no order
+    given" by the executors, which ran their default order silently."""
+    from adaptcq.engine.rules import check_order
+    for stream, order in (orders or {}).items():
+        if stream not in query.aliases:
+            continue  # (the executors name an unknown stream with the query's streams)
+        if not isinstance(order, (list, tuple)) or not all(isinstance(s, str) for s in order):
+            raise OptionError(f"orders[{stream!r}] must be a list of the other streams in "
+                              f"the order {stream}'s pipeline joins them, got {order!r}")
+        try:
+            check_order(query.aliases, stream, order)
+        except ValueError as e:
+            raise OptionError(str(e)) from None
 
 
 def _check_fixed_orders(options: Mapping, query: LogicalQuery | None = None) -> None:
@@ -1055,7 +1098,9 @@ def choose_executor(executor: str, query: LogicalQuery, options: Mapping,
                  if st.source in schemas for f in schemas[st.source]}
         why = unsupported_keys(query, types)
     if why is None:
-        given = [k for k in _PER_TUPLE if options.get(k)]
+        # (any sample_every, 0 too, which was taken as not given and silently dropped)
+        given = [k for k in _PER_TUPLE if options.get(k) or
+                 (k == "sample_every" and options.get(k) is not None)]
         if given:
             why = _PER_TUPLE[given[0]]
     if executor == "vector":
@@ -1098,7 +1143,7 @@ def output_schema(query: LogicalQuery, schemas: Mapping[str, pa.Schema], timesta
     from adaptcq.query.logical import output_types
     types = output_types(query, {n: _engine_schema(s) for n, s in schemas.items()})
     time_types = {s.alias: schemas[s.source].field(timestamp).type for s in query.streams}
-    windows = [to_units(s.window.size, TIME_UNIT) for s in query.streams
+    windows = [s.window.in_units(TIME_UNIT) for s in query.streams
                if s.window.kind == "range"]
     ts_type = output_time_type(time_types, unit, windows)
     # Timezone-aware input columns come back with their timezone (values are UTC instants).
@@ -1176,6 +1221,9 @@ def open_sources(sources: Mapping[str, object], timestamp: str, unit: str | None
     opened (``stream.sources.open_source``): each named by a string, as FROM names it, and
     read ``chunk_rows`` (a positive whole number) at a time."""
     _positive(chunk_rows, "chunk_rows")
+    if chunk_rows > CHUNK_ROWS_MAX:  # (pyarrow's readers raised a raw OverflowError)
+        raise OptionError(f"chunk_rows must be at most {CHUNK_ROWS_MAX:,} (2**63 - 1: Arrow "
+                          f"counts rows in int64), got {chunk_rows!r}")
     bad = [n for n in sources if not isinstance(n, str) or not n]
     if bad:
         raise InputError(f"source name {bad[0]!r}: a source is named by a string, as FROM "

@@ -60,7 +60,7 @@ from adaptcq.stream.eventtime import (
     lateness_ns,
     to_nanoseconds,
 )
-from adaptcq.stream.sources import CHUNK_ROWS, CSV_NULLS, schema_kinds
+from adaptcq.stream.sources import CHUNK_ROWS, csv_convert_options, schema_kinds
 
 OUT_CHUNK = 65_536          # result rows per output batch, per query
 STOP_EVERY = 256            # arrivals between two looks for a stop (``Engine.stop``)
@@ -174,6 +174,10 @@ class Engine:
             raise OptionError(f"{', '.join(k + '=' for k in misfits)}: not for "
                               f"executor={executor!r} (a query set; {why}; see docs/cacq.md "
                               "for its options)")
+        if routing_epoch is not None and (not is_int(routing_epoch) or routing_epoch < 1):
+            # (the eddy's own check took True as 1)
+            raise OptionError(f"routing_epoch must be a positive number of arrivals or None "
+                              f"(a decision per routing step), got {routing_epoch!r}")
         if not isinstance(sources, Mapping) or not sources:
             raise InputError("no sources: give Engine(sources={name: input, ...})")
         check_unit(timestamp_unit)
@@ -228,6 +232,9 @@ class Engine:
         bad query fails here, naming the position."""
         if self._ran:
             raise OptionError("the engine has run; register before run()")
+        if not isinstance(sql, str):  # (parsing it raised a raw TypeError)
+            raise QueryError(f"register: the query must be its SQL text (a string), got "
+                             f"{type(sql).__name__}")
         if query_id is None:  # the first qN no query uses (a user may have taken q2)
             k = len(self.handles) + 1
             while f"q{k}" in self.handles:
@@ -380,7 +387,7 @@ class Engine:
             d = at - datetime.datetime(1970, 1, 1)
             ns = ((d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds) * 1000 \
                 + getattr(d, "nanoseconds", 0)  # (a pandas Timestamp's)
-        elif isinstance(at, bool):  # (an int to Python: it was taken as 1 s)
+        elif isinstance(at, (bool, str, bytes)):  # (True was taken as 1 s, "3" as 3 s)
             raise InputError(f"control time {at!r} is not a number or a datetime "
                              f"(times are in {self.unit or 's'})")
         elif isinstance(at, numbers.Integral):
@@ -419,8 +426,9 @@ class Engine:
         self._stop = True
 
     def run(self, max_arrivals: int | None = None) -> dict[str, QueryHandle]:
-        """Process every input (or the first ``max_arrivals``); returns the handles (each
-        with its output). An error, or a KeyboardInterrupt, stops every query and removes
+        """Process every input (or the first ``max_arrivals``: ``stats["stopped"]`` is then
+        "max_arrivals N reached" if input was left); returns the handles (each with its
+        output). An error, or a KeyboardInterrupt, stops every query and removes
         their output files (``stats["stopped"]`` names it); ``stop()`` keeps them."""
         if self._ran:
             raise OptionError("an Engine runs once")
@@ -481,7 +489,11 @@ class Engine:
                         ci = self._apply(ci, ts_list[lo])
                     self._flush(False)
                 self._flush(False)
-                if self.stopped or (max_arrivals is not None and arrivals >= max_arrivals):
+                # Input is left beyond max_arrivals when this batch was cut (an input that
+                # ends there runs on to its end: its control events, no stop reason).
+                if not self.stopped and n < len(ts_list):
+                    self.stopped = f"max_arrivals {max_arrivals:,} reached"
+                if self.stopped:
                     done = self._stopped_at(merger, arr, n)
                     self._reject(merger, done)
                     break
@@ -827,7 +839,10 @@ def _read_table(source) -> pa.Table:
     try:
         if path.suffix == ".csv":
             import pyarrow.csv as pacsv
-            return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(**CSV_NULLS))
+            # As the inputs are read (nulls, booleans), but the text columns as text: a
+            # query id 007 or true was read as a number or a boolean and renamed 7, True.
+            text = {c: pa.string() for c in ("action", "query_id", "sql", "start")}
+            return pacsv.read_csv(path, convert_options=csv_convert_options(text))
         import pyarrow.parquet as pq
         return pq.read_table(path)
     except (pa.ArrowException, OSError) as e:

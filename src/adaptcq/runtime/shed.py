@@ -22,6 +22,9 @@ def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
     n-way join refuses it: ``ShedController.bind``), ``seed``; ``budget`` (seconds
     of CPU per micro-batch, set by the Spark runtime for ``capacity="wall"``: r then
     moves once per micro-batch, and ``random`` drops arrivals at random at the rate)."""
+    if spec is not None and not isinstance(spec, Mapping):  # (dict() raised a raw error)
+        raise OptionError(f"shed must be a dict of shedding options, e.g. shed={{'mode': "
+                          f"'selective', 'capacity': 156250}}; got {spec!r}")
     spec = dict(spec or {})
     unknown = sorted(set(spec) - set(KEYS))
     if unknown:

@@ -793,7 +793,11 @@ class PartitionGroup:
             return
         if saved is None and self.planned is not None and spec.get("optimizer") is not None:
             # The initial plan was set before the rebuild and is in the restored orders.
-            spec = {**spec, "optimizer": None}
+            # (and the parameters only it took: make_policies refuses unused ones)
+            only_initial = {"objective", "initial_p"} | (
+                {"p"} if spec.get("reorder") != "agreedy" else set())
+            spec = {k: v for k, v in spec.items() if k not in only_initial}
+            spec["optimizer"] = None
             if spec["reorder"] == "off" and spec["caching"] is None:
                 return
         fresh = make_policies(spec)

@@ -26,6 +26,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import numbers
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -51,6 +53,9 @@ def _checked(spill: dict | None) -> dict:
     """The checks every ``spill`` option gets, locally or on Spark: known keys, a strategy
     and a budget together, the lineage sample in [0, 1], the seed an integer. Returns a
     copy."""
+    if spill is not None and not isinstance(spill, Mapping):  # (dict() raised a raw error)
+        raise OptionError(f"spill must be a dict of spill options, e.g. spill={{'strategy': "
+                          f"'global-penalty', 'memory': '64MB'}}; got {spill!r}")
     spill = dict(spill or {})
     unknown = sorted(set(spill) - set(KEYS))
     if unknown:
@@ -79,6 +84,12 @@ def _checked(spill: dict | None) -> dict:
         check_partitions(spill["partitions"], "--spill-partitions")
     if "seed" in spill and not is_int(spill["seed"]):  # (True or 1.5 would become 1)
         raise OptionError(f"spill option seed must be an integer, got {spill['seed']!r}")
+    directory = spill.get("directory")
+    if directory is not None and (not isinstance(directory, (str, os.PathLike)) or
+                                  not str(directory).strip()):
+        # (a number was a raw TypeError; "" would be the current folder)
+        raise OptionError(f"spill option directory (--spill-dir) must be a folder's path, "
+                          f"got {directory!r}")
     return spill
 
 
