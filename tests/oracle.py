@@ -201,3 +201,13 @@ def interval_outputs(query: LogicalQuery, data, lo: int, hi: int, mode: str,
     for c in Oracle(query, mode).run(streams, None, ts, rows)[1]:
         total.update(c)
     return total
+
+
+def assert_equals_oracle(q: LogicalQuery, mode: str, streams, ts, rows, trace, out) -> None:
+    """The engine's output (``trace``, ``out`` of a ``ContinuousQuery`` with ``trace=True``)
+    equals the oracle's update by update, naming the first update that differs."""
+    got = engine_outputs(trace, out)
+    want = Oracle(q, mode).run(streams, None, ts, rows)
+    assert got[0] == want[0]
+    for k, (g, w) in enumerate(zip(got[1], want[1], strict=True)):
+        assert g == w, f"update {k} {want[0][k]}: engine {dict(g)} != oracle {dict(w)}"

@@ -328,3 +328,17 @@ def test_the_executors_themselves_refuse_an_empty_order():
     schemas = {n: pa.schema([("ts", pa.float64()), ("a", pa.int64())]) for n in "RST"}
     with pytest.raises(ValueError, match="must list each of S, T once, got nothing"):
         VectorJoin(q, schemas=schemas, orders={"R": []})
+
+
+def test_a_rebuilt_spark_group_keeps_only_parameters_a_policy_still_takes():
+    """(A common ``seed`` beside caching's own was taken by the optimizer alone: the
+    rebuild failed inside a Spark worker, 'used by no policy built'.)"""
+    from types import SimpleNamespace
+
+    from adaptcq.runtime.spark_group import PartitionGroup
+    attached = []
+    group = SimpleNamespace(planned={"plan": "set"}, policies=[],
+                            cq=SimpleNamespace(attach=attached.append))
+    spec = {"optimizer": "fgreedy", "reorder": "off", "caching": {"seed": 1}, "seed": 2}
+    PartitionGroup.attach(group, SimpleNamespace(adaptivity=spec))
+    assert [type(p).__name__ for p in attached] == ["ACaching"]

@@ -222,8 +222,9 @@ def test_signal_while_the_command_module_is_imported(tmp_path):
 
 def test_the_early_handler_is_only_for_the_command():
     """A program that imports adaptcq.cli keeps its own Ctrl-C handling."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert cli._stop_while_starting() is False
-    assert signal.getsignal(signal.SIGINT) is not None
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
 # ----- 07. '~' in an output path: taken as written, as the inputs take it ------------------

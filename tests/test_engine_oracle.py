@@ -17,7 +17,7 @@ from adaptcq.engine.rules import cache_key, prefix_invariant, row_key_positions
 from adaptcq.engine.xjoin import Tree
 from adaptcq.query.cql import parse_query
 from conftest import examples
-from oracle import Oracle, engine_outputs
+from oracle import Oracle, assert_equals_oracle, engine_outputs
 
 COLS = ("a", "b", "c")
 SCHEMA = {"a": "number", "b": "number", "c": "number", "id": "number", "ts": "number"}
@@ -505,11 +505,7 @@ def check_caches(case: Workload, mode: str, seed: int) -> None:
                     else float("inf")
                 out += cq.process(streams[k:k + 1], None, ts[k:k + 1], rows[k:k + 1])
                 check_cache_invariants(cq.executor)
-    got = engine_outputs(cq.trace, out)
-    want = Oracle(q, mode).run(streams, None, ts, rows)
-    assert got[0] == want[0]
-    for k, (g, w) in enumerate(zip(got[1], want[1])):
-        assert g == w, f"update {k} {want[0][k]}: engine {dict(g)} != oracle {dict(w)}"
+    assert_equals_oracle(q, mode, streams, ts, rows, cq.trace, out)
 
 
 class _Nop:

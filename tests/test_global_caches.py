@@ -21,7 +21,7 @@ from adaptcq.adapt.caching import enumerate_candidates
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.query.cql import parse_query
 from conftest import examples
-from oracle import Oracle, engine_outputs
+from oracle import Oracle, assert_equals_oracle
 from test_acaching import chaotic, eager
 from test_engine_oracle import check_cache_invariants, hard_placements, valid_placements
 
@@ -108,11 +108,7 @@ def _check(q, mode, streams, ts, rows, cq) -> None:
     for k in range(len(rows)):
         out += cq.process(streams[k:k + 1], None, ts[k:k + 1], rows[k:k + 1])
         check_cache_invariants(cq.executor)
-    got = engine_outputs(cq.trace, out)
-    want = Oracle(q, mode).run(streams, None, ts, rows)
-    assert got[0] == want[0]
-    for k, (g, w) in enumerate(zip(got[1], want[1])):
-        assert g == w, f"update {k} {want[0][k]}: engine {dict(g)} != oracle {dict(w)}"
+    assert_equals_oracle(q, mode, streams, ts, rows, cq.trace, out)
 
 
 @settings(max_examples=examples(300), deadline=None,

@@ -143,6 +143,26 @@ def test_glob_syntax_read_otherwise_by_hadoop_is_refused_on_both_runtimes(
     assert str(remote.value) == str(local.value)
 
 
+@pytest.mark.parametrize(("pattern", "at"), [("d*/", "d*/"), ("d*/../r.csv", "../r.csv")])
+def test_a_glob_spark_would_be_given_normalized_is_refused_on_both_runtimes(
+        tmp_path, pattern, at):
+    """``data/*/`` matched only folders locally, and Spark, given ``data/*``, read the
+    files beside them too; ``d*/../r.csv`` was read once per folder locally, once on
+    Spark."""
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d1" / "r.csv").write_text("ts,id,a\n0.0,1,1\n")
+    (tmp_path / "dtop.csv").write_text("ts,id,a\n0.0,2,1\n")
+    (tmp_path / "r.csv").write_text("ts,id,a\n0.0,3,1\n")
+    text = f"{tmp_path}/{pattern}"  # (a Path drops the trailing '/')
+    k = len(str(tmp_path)) + 1 + pattern.index(at) + (len(at) - 1 if at == pattern else 0)
+    with pytest.raises(InputError) as local:
+        open_source("R", text, "ts")
+    with pytest.raises(InputError) as remote:
+        _resolve_input("R", text, "ts", None)
+    assert str(local.value).startswith(f"stream R: glob {text!r}, character {k + 1} ")
+    assert str(remote.value) == str(local.value)
+
+
 def test_literal_parts_of_a_glob_and_its_folder_may_hold_any_character(tmp_path):
     """Only a wildcard part is a pattern: '{', '}' or ']' in another part (or in the current
     folder, for a relative glob) are literal to both (escaped for Spark)."""

@@ -107,6 +107,15 @@ def test_joins_other_than_inner_are_refused_at_their_first_word(join, words):
     assert points_at(err, join.split()[0])
 
 
+def test_an_alias_named_like_a_join_word_is_an_alias_after_as():
+    """(``R AS loop JOIN S`` was refused as a LOOP JOIN, a regression of the refusal of
+    other dialects' join words read as aliases.)"""
+    for word in ("loop", "merge", "hash", "global", "positional", "lookup", "all"):
+        q = parse_query(f"SELECT s.a FROM R [RANGE 10] AS {word} JOIN S [RANGE 10] s "
+                        f"ON {word}.a = s.a")
+        assert [s.alias for s in q.streams] == [word, "s"]
+
+
 def test_a_later_join_is_pointed_at_not_the_first_keyword_of_its_kind():
     sql = 'SELECT R.a AS "left" FROM R JOIN S ON R.a = S.a LEFT JOIN S AS T ON T.a = R.a'
     err = error_of(sql)
@@ -354,3 +363,17 @@ def test_comments_inside_window_clauses(clause, window):
 def test_non_ascii_digits_in_window_sizes_are_refused(clause):
     err = error_of(f"SELECT R.a FROM R {clause}", None)
     assert "window size" in err.message and points_at(err, clause.split()[1].rstrip("]"))
+
+
+def test_a_window_rebuilt_with_replace_keeps_one_size():
+    """``dataclasses.replace`` passes the old exact seconds along: a new Decimal size must
+    win (the nanosecond engines used the old one), and another kind has none; a Window
+    unpickled from before ``seconds`` existed prints and converts from its float size."""
+
+    w = dataclasses.replace(Window("range", Decimal(10)), size=Decimal(20))
+    assert (str(w), w.in_units(1e-9), w.in_units(1.0)) == ("[RANGE 20 SECONDS]",
+                                                           20_000_000_000, 20)
+    assert dataclasses.replace(Window("range", 10), kind="rows", size=5) == Window("rows", 5)
+    old = Window.__new__(Window)
+    old.__dict__.update(kind="range", size=2.5)  # (no "seconds": the class default None)
+    assert (str(old), old.in_units(1e-9)) == ("[RANGE 2.5 SECONDS]", 2_500_000_000)

@@ -104,10 +104,9 @@ def make_policies(optimizer: str | None = None, reorder: str = "off",
         raise PolicyTypeError(str(e)) from None
 
 
-def _refuse_unused(optimizer, reorder, caching, params) -> None:
-    """Refuse a parameter that none of the policies asked for takes, naming the policies
-    that do: it would be dropped, its value never checked (``alpha=-1`` with only an
-    initial plan)."""
+def params_used(optimizer, reorder, caching, params) -> set[str]:
+    """The parameters of ``params`` that the policies asked for take (a Spark group
+    rebuilt without its optimizer keeps only these)."""
     used: set[str] = set()
     if optimizer is not None:
         used |= {*COMMON, "objective", "initial_p"}
@@ -117,6 +116,14 @@ def _refuse_unused(optimizer, reorder, caching, params) -> None:
         used |= {*COMMON, "p", "alpha", "cheap"}
     if caching is not None:
         used |= set(COMMON) - set(caching)  # (caching's own W, interval, seed win)
+    return used & set(params)
+
+
+def _refuse_unused(optimizer, reorder, caching, params) -> None:
+    """Refuse a parameter that none of the policies asked for takes, naming the policies
+    that do: it would be dropped, its value never checked (``alpha=-1`` with only an
+    initial plan)."""
+    used = params_used(optimizer, reorder, caching, params)
     unused = [k for k in params if k not in used]
     if not unused:
         return

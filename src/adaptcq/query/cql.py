@@ -552,7 +552,10 @@ class _Parser:
         if (isinstance(name, exp.Identifier) and not name.quoted
                 and name.name.upper() in _FOREIGN_JOIN_WORDS):
             after = self.next_token(self.end(name))
-            if after is not None and after.token_type in _JOIN_TOKENS:
+            before = self.previous_token(self.start(name))
+            # (``R AS loop JOIN S`` names an alias: AS says so)
+            as_alias = before is not None and before.token_type == TokenType.ALIAS
+            if after is not None and after.token_type in _JOIN_TOKENS and not as_alias:
                 yield f"{name.name.upper()} JOIN (only inner joins)", name
 
     def previous_token(self, offset: int | None) -> Token | None:

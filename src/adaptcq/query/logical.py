@@ -67,10 +67,12 @@ class Window:
 
     def __post_init__(self) -> None:
         if self.kind != "range" or self.size is None:
+            # (no exact seconds: a replace() from a [RANGE w] to another kind kept them)
+            object.__setattr__(self, "seconds", None)
             return
         size, exact = self.size, self.seconds
         if isinstance(size, Decimal):
-            exact = size if exact is None else exact
+            exact = size  # (a replace() of the size passes the old seconds along)
             whole = size.is_finite() and size == size.to_integral_value()
             size = int(size) if whole else float(size)
         elif exact is None or exact != size and float(exact) != size:
@@ -88,14 +90,16 @@ class Window:
             raise ValueError(f"{self} has no time size")
         if unit == 1.0:
             return self.size
-        # (a Window unpickled from a checkpoint written before ``seconds`` existed has the
-        # class default None: its float size is what that run used)
-        exact = self.seconds if self.seconds is not None else Decimal(repr(float(self.size)))
-        return to_units(exact, unit)
+        return to_units(self._exact(), unit)
+
+    def _exact(self) -> Decimal:
+        """``seconds``; a Window unpickled from a checkpoint written before ``seconds``
+        existed has the class default None: its float size is what that run used."""
+        return self.seconds if self.seconds is not None else Decimal(repr(float(self.size)))
 
     def __str__(self) -> str:
         if self.kind == "range":
-            return f"[RANGE {_decimal_text(self.seconds)} SECONDS]"
+            return f"[RANGE {_decimal_text(self._exact())} SECONDS]"
         if self.kind == "rows":
             return f"[ROWS {self.size}]"
         return "[UNBOUNDED]"

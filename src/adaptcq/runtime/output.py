@@ -170,13 +170,10 @@ def check_tilde(path: str, what: str) -> None:
     """Refuse an output path that starts with a ``~`` folder that does not exist: the
     shell expands ``~`` only at the start of a word (not in ``--output=~/o.csv``), and
     adaptcq takes paths as written, as it does the inputs', so this would make a folder
-    named ``~``. The checks and the writers take the same, unexpanded, path."""
-    first = Path(path).parts[0] if Path(path).parts else ""
-    if first.startswith("~") and not os.path.lexists(first):
-        raise AdaptcqError(
-            f"{what} {path!r}: there is no folder {first!r} here, and adaptcq does not "
-            f"expand '~' (a shell expands it only at the start of a word, not after '='): "
-            f"write {what} {path} with a space, or give the folder's full path")
+    named ``~``. The checks and the writers take the same, unexpanded, path. (The rule of
+    every path: ``sources.check_tilde_path``.)"""
+    from adaptcq.stream.sources import check_tilde_path
+    check_tilde_path(path, what, AdaptcqError)
 
 
 MADE_FOLDERS: list[Path] = []

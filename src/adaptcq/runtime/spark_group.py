@@ -794,10 +794,12 @@ class PartitionGroup:
         if saved is None and self.planned is not None and spec.get("optimizer") is not None:
             # The initial plan was set before the rebuild and is in the restored orders.
             # (and the parameters only it took: make_policies refuses unused ones)
-            only_initial = {"objective", "initial_p"} | (
-                {"p"} if spec.get("reorder") != "agreedy" else set())
-            spec = {k: v for k, v in spec.items() if k not in only_initial}
-            spec["optimizer"] = None
+            from adaptcq.adapt.compose import params_used
+            named = ("optimizer", "reorder", "caching")
+            params = {k: v for k, v in spec.items() if k not in named}
+            kept = params_used(None, spec.get("reorder"), spec.get("caching"), params)
+            spec = {**{k: spec.get(k) for k in named}, "optimizer": None,
+                    **{k: params[k] for k in kept}}
             if spec["reorder"] == "off" and spec["caching"] is None:
                 return
         fresh = make_policies(spec)

@@ -394,8 +394,20 @@ def _glob_refusal(text: str) -> tuple[int, str] | None:
     runtime's) and Hadoop's (Spark's file source) read differently; None if none. Only the
     path's components holding ``*``, ``?`` or ``[`` are patterns to Python: the others are
     taken literally by both (runtime.spark escapes them for Hadoop)."""
-    at = 0
-    for part in text.split("/"):
+    at, wild = 0, False
+    parts = text.split("/")
+    for n, part in enumerate(parts):
+        if wild and part == "..":
+            # (Spark is handed the normalized path: "*/../x" is "x" there, once per folder
+            # here)
+            return at, ("'..' after a wildcard part names each match's parent again "
+                        "to the local runtime's glob (Python's) but is folded away in the "
+                        "path Spark's file source is given")
+        if wild and part == "" and n == len(parts) - 1:
+            return at - 1, ("a '/' at the end matches only folders to the local runtime's "
+                            "glob (Python's) but is dropped from the path Spark's file "
+                            "source is given, which then matches files too")
+        wild = wild or globlib.has_magic(part)
         if globlib.has_magic(part):
             for k, c in enumerate(part):
                 if c in "{}":
