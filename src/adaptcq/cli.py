@@ -229,6 +229,7 @@ def cmd_run(args) -> int:
         if not sources:
             raise AdaptcqError("--sql needs an --input NAME=PATH for each stream")
         _refuse_nothing_to_order(args, sql)
+        _refuse_nothing_to_cache(args, sql)
     _check_output_tildes(args)
     _check_summary_json(args, _input_paths(sources, [args.sql] if args.sql else []),
                         _outputs(args, spark=args.engine == "spark"))
@@ -270,6 +271,42 @@ def _refuse_nothing_to_order(args, sql: str) -> None:
                        f"order{'s' if len(ordering) == 1 else ''} the joins of each "
                        f"pipeline, but this query {what}, so there is nothing to order; drop "
                        f"{' and '.join(flag for flag, _ in ordering)} (ordering matters from "
+                       "three streams on)")
+
+
+def _refuse_nothing_to_cache(args, sql: str) -> None:
+    """``--executor acaching`` on a query of one or two streams: a cache holds the join
+    subresults of a segment of a pipeline's joins that joins at least two streams
+    (a-caching.txt §3, and §4's "candidate caches with at least one join"), and a pipeline
+    of a two-stream query has a single join (ΔR: S), so there is no candidate cache and the
+    policy would profile and cache nothing. Refused, as ``--optimizer`` / ``--reorder``
+    there (``_refuse_nothing_to_order``); the Python API accepts it (as it accepts those)."""
+    if args.executor != "acaching":
+        return
+    if (args.reopt_interval is not None and not args.reopt_interval > 0) or \
+            (args.cache_memory is not None and not args.cache_memory >= 0):
+        return  # a bad value is the first error: the run names it (ACaching checks them)
+    from adaptcq.errors import QueryError
+    from adaptcq.query.cql import parse_streams
+    try:
+        streams = parse_streams(sql)
+    except QueryError:
+        return  # the run reports it, where it parses the query against the inputs
+    if len(streams) > 2:
+        return
+    names = ", ".join(s.alias for s in streams)
+    what = (f"joins two streams ({names}): each pipeline has a single join "
+            f"(Δ{streams[0].alias}: {streams[1].alias}, Δ{streams[1].alias}: "
+            f"{streams[0].alias})" if len(streams) == 2
+            else f"reads one stream ({names}): it has no join")
+    flags = ["--executor acaching"] + [
+        flag for flag, given in (("--caches", args.caches is not None),
+                                 ("--cache-memory", args.cache_memory is not None),
+                                 ("--reopt-interval", args.reopt_interval is not None),
+                                 ("--no-cache-verify", args.no_cache_verify)) if given]
+    raise AdaptcqError(f"--executor acaching caches the subresults of two or more joins of a "
+                       f"pipeline (a-caching.txt §3), but this query {what}, so there is "
+                       f"nothing to cache; drop {' and '.join(flags)} (caching matters from "
                        "three streams on)")
 
 

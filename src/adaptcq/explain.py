@@ -44,6 +44,7 @@ explain quietly, with status 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -374,17 +375,65 @@ def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | Non
     # Profile about 2,000 tuples whatever the prefix (at least 1 in 50).
     profiler = Profiler(p=p if p is not None else min(1.0, max(0.02, 2000 / n)),
                         interval=max(1, n // 200))
-    _replay(prepared, n, profiler, rejected)
+    cq = _replay(prepared, n, profiler, rejected)
     starved = [a for a, k in profiler.observations_at_start().items() if k == 0]
-    if profiler.query is None or starved:
-        raise AdaptcqError("too few profiled tuples to measure statistics"
-                           + (f" of {', '.join(starved)}" if starved else "")
-                           + f" in the first {n:,} input rows; give a larger --prefix "
-                           "or --stats FILE")
+    if starved:
+        raise AdaptcqError(_starved(prepared, cq, n, prefix, starved))
+    if profiler.query is None:
+        raise AdaptcqError(f"too few profiled tuples to measure statistics in the first "
+                           f"{n:,} input rows; give a larger --prefix or --stats FILE")
     if not any(r.get() > 0 for r in profiler.rates.values()):
         raise AdaptcqError("cannot measure stream rates: the input's timestamps do not "
                            "advance over the prefix; give --stats FILE")
     return prepared.query, join_graph_from_stats(prepared.query, profiler), profiler, n
+
+
+@contextlib.contextmanager
+def _star_needs_input(advice: str = "give --input NAME=PATH for each stream"):
+    """On the command line, a ``SELECT *`` read without the inputs' schemas is told to
+    ``advice`` (the inputs give the schemas), not to pass ``schemas=`` (the Python API's
+    way)."""
+    from adaptcq.errors import QueryError
+    from adaptcq.query.cql import STAR_ADVICE
+    try:
+        yield
+    except QueryError as e:
+        if f"({STAR_ADVICE})" not in e.message:
+            raise
+        raise QueryError(e.message.replace(f"({STAR_ADVICE})",
+                                           f"({advice}, or list the columns)"),
+                         e.sql, e.position, e.length) from None
+
+
+def _starved(prepared, cq, n: int, prefix: int, starved: list[str]) -> str:
+    """Why the streams ``starved`` had no profiled tuple at the start of their pipelines
+    in the first ``n`` rows of ``prepared`` (run by ``cq``): no row of the stream, or its
+    selection passed none, and whether the whole input was read (then a larger --prefix
+    cannot help)."""
+    query = prepared.query
+    ended = len(prepared.rows) < prefix  # prepare stopped before the prefix: input ended
+    streams, rows, signs = prepared.streams, prepared.rows, prepared.signs
+    read = "the whole input" if ended else f"the first {n:,} input rows"
+    causes, sampled = [], False
+    for alias in starved:
+        i = next(k for k, st in enumerate(query.streams) if st.alias == alias)
+        source, sel = query.streams[i].source, cq.selections[i]
+        arrived = [k for k in range(n) if query.streams[streams[k]].source == source
+                   and (signs is None or signs[k] > 0)]
+        passed = sum(1 for k in arrived if sel is None or sel(rows[k]))
+        if not arrived:
+            causes.append(f"{alias} has no row in {read} ({n:,} rows)")
+        elif not passed:
+            causes.append(f"{alias}'s selection passed none of its {len(arrived):,} rows "
+                          f"in {read} ({n:,} rows)")
+        else:
+            sampled = True
+            causes.append(f"too few of {alias}'s {passed:,} selected rows in {read} "
+                          f"({n:,} rows) were profiled")
+    advice = ("give --stats FILE" if ended and not sampled
+              else "give --stats FILE (the whole input was read)" if ended
+              else "give a larger --prefix or --stats FILE")
+    return "cannot measure statistics: " + "; ".join(causes) + f"; {advice}"
 
 
 def _prepared(sql: str, sources: dict, timestamp: str, reading: dict, rejected: list | None,
@@ -581,13 +630,16 @@ def _main(args) -> int:
     code = _code_request(args)
     if code is not None and not args.stats and not args.input:
         refuse_unused(args, "code")
-        return _print_code(pipeline_code(sql, **code), getattr(args, "json", False))
+        with _star_needs_input():
+            code_text = pipeline_code(sql, **code)
+        return _print_code(code_text, getattr(args, "json", False))
     if args.stats and args.input:
         raise AdaptcqError("give either --stats FILE or --input NAME=PATH ..., not both")
     if args.stats:
         refuse_unused(args, "stats")
         data = load_stats(args.stats)
-        query = parse_query(sql)
+        with _star_needs_input("give --input NAME=PATH for each stream instead of --stats"):
+            query = parse_query(sql)
         graph = graph_from_json(query, data)
         source = f"given ({args.stats})"
     elif args.input:
@@ -823,7 +875,7 @@ def _check_cache_plan(args) -> None:
     """``--caches`` runs MJoin with A-Caching (``adaptcq run --executor acaching``) on the
     local engine: another executor or Spark is refused with the reason."""
     executor = getattr(args, "executor", None)
-    if executor not in (None, "mjoin", "acaching"):
+    if executor not in (None, "acaching"):  # (adaptcq run refuses --caches without it)
         raise AdaptcqError(f"--executor {executor} with --caches: the candidate caches are "
                            "A-Caching's, over MJoin's pipelines (adaptcq run --executor "
                            "acaching); give --executor acaching, or no --executor")
@@ -1112,14 +1164,18 @@ def explain_vector(args) -> int:
                                  for a, used in vj.order_log.items()}
         report["results"] = vj.stats.results
     else:
-        query = parse_query(sql)
+        with _star_needs_input():
+            query = parse_query(sql)
         why = unsupported(query)
         if why:
             raise AdaptcqError(f"the vectorized executor cannot run this query: {why}")
         import pyarrow as pa
         schemas = {a: pa.schema([(c, pa.int64()) for c in query.columns[a]])
                    for a in query.aliases}
-        vj = VectorJoin(query, mode, schemas, orders=orders)
+        try:  # (a bad --order: one line, as with --input and adaptcq run)
+            vj = VectorJoin(query, mode, schemas, orders=orders)
+        except (ValueError, KeyError, TypeError) as e:
+            raise AdaptcqError(str(e).strip('"')) from None
         report["measured"] = None
     report["plan"] = vj.describe()
     report["orders"] = {a: list(o) for a, o in vj.orders.items()}
@@ -1174,20 +1230,35 @@ def explain_split(args, sql: str) -> int:
     shares = parse_shares(args.shares or [])
     rates, source = None, "equal rates"
     if args.stats:
-        query = parse_query(sql)
+        with _star_needs_input("give --input NAME=PATH for each stream instead of --stats"):
+            query = parse_query(sql)
         data = load_stats(args.stats)
         rates, source = rates_from_json(query, data), f"rates of {args.stats}"
         _other_stats(query, data)  # the rest of the file is checked too, though not used
         _check_split_range(rates, P or math.prod(shares.values()))
     elif args.input:
+        from adaptcq.errors import QueryError
+        from adaptcq.runtime.local import require_inputs
         from adaptcq.runtime.spark import _input_rates, _resolve_input
         from adaptcq.stream.sources import schema_kinds
         inputs = {n: _resolve_input(n, p, _timestamp(args), _reading(args)["timestamp_unit"])
                   for n, p in parse_inputs(args.input).items()}
-        query = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()})
+        try:
+            query = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()})
+        except QueryError:
+            # A stream without an input is named as such, not as an unknown stream (run).
+            try:
+                bare = parse_query(sql)
+            except QueryError:
+                bare = None
+            if bare is not None:
+                require_inputs(bare, inputs)
+            raise
+        require_inputs(query, inputs)  # as adaptcq run checks them
         rates, source = _input_rates(query, inputs), "row counts of the inputs"
     else:
-        query = parse_query(sql)
+        with _star_needs_input():
+            query = parse_query(sql)
     plan = plan_split(query, P, rates, shares or None)
     d = plan.describe()
     d["rates_from"] = source

@@ -249,6 +249,7 @@ class ACaching(PolicyBase):
     def on_interval(self, cq, ts) -> None:
         now = self._tick_start = cq.cpu()  # the query's own clock, not the process's
         ex = self._ex = cq.executor
+        self._sample_peak()  # every tick, before anything below may drop a cache
         arrivals = cq.next_rid
         if self._idle():  # no cache memory: nothing to watch, profile or decide
             if any(st.state == "profiled" for st in self.states.values()):
@@ -1187,10 +1188,19 @@ class ACaching(PolicyBase):
             raise ValueError(f"--cache-memory must be >= 0 bytes, got {memory!r}")
         self.memory = memory
 
+    def _sample_peak(self) -> int:
+        """The caches in use now: their total size (bytes), taken into the peak
+        (``cache_memory_peak_bytes``: the largest total seen at a tick, before the tick's
+        drops, or after a resize, or at the end)."""
+        total = sum(st.cache.size_bytes() for st in self.states.values()
+                    if st.state == "used" and st.cache is not None)
+        self.peak_bytes = max(self.peak_bytes, total)
+        return total
+
     def _enforce_memory(self, ex, arrivals, ts) -> bool:
         """§5's budget; returns whether a cache was dropped or shrunk. Without a budget
-        the caches' sizes (for the peak) are measured every SHARE_TICKS ticks only: a
-        cache's size walks its entries."""
+        shrunk caches are grown back every SHARE_TICKS ticks only (the peak is sampled at
+        every tick: ``_sample_peak``)."""
         self._ticks += 1
         if self.memory is None and self._ticks % SHARE_TICKS:
             return False
@@ -1299,8 +1309,7 @@ class ACaching(PolicyBase):
 
     def report(self) -> dict:
         used = [st for st in self.states.values() if st.state == "used" and st.cache]
-        # Without a budget sizes are sampled every SHARE_TICKS ticks: the peak includes now.
-        self.peak_bytes = max(self.peak_bytes, sum(st.cache.size_bytes() for st in used))
+        self._sample_peak()  # (sizes are sampled at ticks: the peak includes now)
         return {
             "caches_used": [f"{st.candidate.name} hit rate {st.cache.hits / st.cache.probes:.1%}"
                             if st.cache.probes else st.candidate.name for st in used],

@@ -42,7 +42,12 @@ def measured_graph(query: LogicalQuery, sizes: Mapping[str, int],
 
 class BatchOrdering:
     """Orders every pipeline (but the ``fixed`` ones) by ``algorithm`` (an
-    ``optimizer.planner`` name) over :func:`measured_graph`, after every batch."""
+    ``optimizer.planner`` name) over :func:`measured_graph`, after every batch.
+
+    The orders chosen after a batch are used by the next batch, if there is one; so
+    ``ran`` holds the orders the last batch ran (per pipeline), and ``changes`` counts
+    the pipelines whose order a batch ran differs from the one the previous batch ran — a
+    re-ordering chosen after the last batch, that no batch used, is not counted."""
 
     def __init__(self, algorithm: str = ALGORITHM_DEFAULT, fixed: Iterable[str] = ()):
         from adaptcq.optimizer.planner import ordering
@@ -50,9 +55,14 @@ class BatchOrdering:
         self.algorithm = algorithm
         self.fixed = frozenset(fixed)
         self.changes = 0
+        self.ran: dict[str, tuple[str, ...]] | None = None  # the last batch's orders
 
     def __call__(self, executor) -> None:
         q = executor.query
+        ran = {a: tuple(executor.orders[a]) for a in q.aliases}  # what this batch ran
+        if self.ran is not None:
+            self.changes += sum(ran[a] != self.ran[a] for a in q.aliases)
+        self.ran = ran
         graph = measured_graph(
             q, {w.alias: len(w) - w.dead for w in executor.windows},
             {k: r.get() for k, r in executor.selectivity.items() if r.ready})
@@ -61,8 +71,19 @@ class BatchOrdering:
                 continue
             order = order_pipeline(graph, a, self.algorithm)
             if order != executor.orders[a]:
-                executor.set_order(a, order)
-                self.changes += 1
+                executor.set_order(a, order)  # (for the next batch, if any)
+
+    def describe_ran(self, executor) -> str:
+        """``executor.describe()`` with the orders the last batch ran (before any batch:
+        the orders the first one will run); the executor's orders are left as they are."""
+        if self.ran is None:
+            return executor.describe()
+        chosen = executor.orders
+        executor.orders = {a: list(o) for a, o in self.ran.items()}
+        try:
+            return executor.describe()
+        finally:
+            executor.orders = chosen
 
 
 def vector_executor(query: LogicalQuery, mode: str, schemas, *, time_unit: float,

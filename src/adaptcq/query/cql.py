@@ -109,6 +109,11 @@ _PREFIXES: list[tuple[type, tuple[str | None, ...]]] = [
 ]
 
 
+STAR_ADVICE = "pass schemas=, or list the columns"
+"""What a ``SELECT *`` parsed without schemas is told to do (the command line, which has no
+``schemas=``, tells it its own way: ``explain._star_needs_input``)."""
+
+
 def parse_query(sql: str, schemas: Schemas | None = None, *,
                 udfs: Mapping[str, Callable] | None = None) -> LogicalQuery:
     """Parse a CQL select-project-join query into a :class:`LogicalQuery`.
@@ -977,8 +982,8 @@ class _Parser:
 
     def expand_star(self, streams: list[StreamRef], item: exp.Expression) -> list[OutputColumn]:
         if self.schemas is None:
-            raise self.error(f"'{item.sql()}' needs the stream schemas to expand (pass "
-                             "schemas=, or list the columns)", item)
+            raise self.error(f"'{item.sql()}' needs the stream schemas to expand "
+                             f"({STAR_ADVICE})", item)
         # The expanded columns are not in the text: an error about one (logical.output_types
         # refuses a union column) points at the star that brought it.
         span = {k: v for k, v in (("start", self.start(item)), ("end", self.end(item)))

@@ -817,7 +817,10 @@ class LocalRun:
     @property
     def plan(self) -> str:
         """The plan running now, as the summary shows it (``describe()``: pipeline orders
-        and nested-loop joins, the XJoin or operator tree)."""
+        and nested-loop joins, the XJoin or operator tree; vectorized: the orders the last
+        batch ran, not those chosen after it for a batch that may never come)."""
+        if self.vector and self.ordering is not None:
+            return self.ordering.describe_ran(self.cq.executor)
         return self.cq.executor.describe()
 
     def result(self, table: pa.Table) -> RunResult:
