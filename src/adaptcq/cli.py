@@ -254,24 +254,34 @@ def _refuse_nothing_to_order(args, sql: str) -> None:
     ordering = ordering_flags(args)
     if not ordering:
         return
-    from adaptcq.errors import QueryError
-    from adaptcq.query.cql import parse_streams
-    try:
-        streams = parse_streams(sql)
-    except QueryError:
-        return  # the run reports it, where it parses the query against the inputs
-    if len(streams) > 2:
+    what = _at_most_two_streams(sql, "order")
+    if what is None:
         return
-    names = ", ".join(s.alias for s in streams)
-    what = (f"joins two streams ({names}): each pipeline has a single order "
-            f"(Δ{streams[0].alias}: {streams[1].alias}, Δ{streams[1].alias}: "
-            f"{streams[0].alias})" if len(streams) == 2
-            else f"reads one stream ({names}): it has no join")
     raise AdaptcqError(f"{' and '.join(f'{flag} {value}' for flag, value in ordering)} "
                        f"order{'s' if len(ordering) == 1 else ''} the joins of each "
                        f"pipeline, but this query {what}, so there is nothing to order; drop "
                        f"{' and '.join(flag for flag, _ in ordering)} (ordering matters from "
                        "three streams on)")
+
+
+def _at_most_two_streams(sql: str, single: str) -> str | None:
+    """How a query of one or two streams reads them, for the refusals of what would do
+    nothing there ("joins two streams (R, S): each pipeline has a single ``single`` (ΔR:
+    S, ΔS: R)"); None for three streams or more, or a query that does not parse (the run
+    reports it, where it parses the query against the inputs)."""
+    from adaptcq.errors import QueryError
+    from adaptcq.query.cql import parse_streams
+    try:
+        streams = parse_streams(sql)
+    except QueryError:
+        return None
+    if len(streams) > 2:
+        return None
+    names = ", ".join(s.alias for s in streams)
+    if len(streams) == 1:
+        return f"reads one stream ({names}): it has no join"
+    a, b = streams[0].alias, streams[1].alias
+    return f"joins two streams ({names}): each pipeline has a single {single} (Δ{a}: {b}, Δ{b}: {a})"
 
 
 def _refuse_nothing_to_cache(args, sql: str) -> None:
@@ -286,19 +296,9 @@ def _refuse_nothing_to_cache(args, sql: str) -> None:
     if (args.reopt_interval is not None and not args.reopt_interval > 0) or \
             (args.cache_memory is not None and not args.cache_memory >= 0):
         return  # a bad value is the first error: the run names it (ACaching checks them)
-    from adaptcq.errors import QueryError
-    from adaptcq.query.cql import parse_streams
-    try:
-        streams = parse_streams(sql)
-    except QueryError:
-        return  # the run reports it, where it parses the query against the inputs
-    if len(streams) > 2:
+    what = _at_most_two_streams(sql, "join")
+    if what is None:
         return
-    names = ", ".join(s.alias for s in streams)
-    what = (f"joins two streams ({names}): each pipeline has a single join "
-            f"(Δ{streams[0].alias}: {streams[1].alias}, Δ{streams[1].alias}: "
-            f"{streams[0].alias})" if len(streams) == 2
-            else f"reads one stream ({names}): it has no join")
     flags = ["--executor acaching"] + [
         flag for flag, given in (("--caches", args.caches is not None),
                                  ("--cache-memory", args.cache_memory is not None),

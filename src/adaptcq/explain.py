@@ -1238,7 +1238,7 @@ def explain_split(args, sql: str) -> int:
         _check_split_range(rates, P or math.prod(shares.values()))
     elif args.input:
         from adaptcq.errors import QueryError
-        from adaptcq.runtime.local import require_inputs
+        from adaptcq.runtime.local import refuse_missing_inputs, require_inputs
         from adaptcq.runtime.spark import _input_rates, _resolve_input
         from adaptcq.stream.sources import schema_kinds
         inputs = {n: _resolve_input(n, p, _timestamp(args), _reading(args)["timestamp_unit"])
@@ -1246,13 +1246,7 @@ def explain_split(args, sql: str) -> int:
         try:
             query = parse_query(sql, {n: schema_kinds(i.schema) for n, i in inputs.items()})
         except QueryError:
-            # A stream without an input is named as such, not as an unknown stream (run).
-            try:
-                bare = parse_query(sql)
-            except QueryError:
-                bare = None
-            if bare is not None:
-                require_inputs(bare, inputs)
+            refuse_missing_inputs(sql, inputs)  # (as run names a stream without input)
             raise
         require_inputs(query, inputs)  # as adaptcq run checks them
         rates, source = _input_rates(query, inputs), "row counts of the inputs"

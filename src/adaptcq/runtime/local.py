@@ -127,18 +127,11 @@ class LocalRun:
             if isinstance(sql, LogicalQuery):
                 query = sql
             else:
-                from adaptcq.query.cql import parse_query
                 try:
                     query = parse_signed(sql, {n: schema_kinds(s.schema)
                                                for n, s in self.sources.items()}, sign)
                 except QueryError:
-                    # A stream without an input is named as such, not as an unknown stream.
-                    try:
-                        bare = parse_query(sql)
-                    except QueryError:
-                        bare = None
-                    if bare is not None:
-                        require_inputs(bare, self.sources)
+                    refuse_missing_inputs(sql, self.sources)
                     raise
             self.query = query
             require_inputs(query, self.sources)
@@ -1295,6 +1288,18 @@ def current_rss() -> int:
             return int(f.read().split()[1]) * resource.getpagesize()
     except OSError:  # not Linux
         return peak_rss()
+
+
+def refuse_missing_inputs(sql: str, inputs) -> None:
+    """After the query failed to parse against the inputs' schemas: a stream without an
+    input is named as such (``require_inputs``), not as an unknown stream, when the query
+    parses without schemas."""
+    from adaptcq.query.cql import parse_query
+    try:
+        bare = parse_query(sql)
+    except QueryError:
+        return
+    require_inputs(bare, inputs)
 
 
 def require_inputs(query: LogicalQuery, names) -> None:
