@@ -372,7 +372,8 @@ def test_shedding_nway_says_which_runs_it_left_out(monkeypatch, tmp_path, capsys
     def run_case(case, streams, rate, window, duration, policy, capacity, seed):
         n = 0 if policy == "random" and (case == "equality" or seed == 0) else 10 + seed
         return {"case": case, "run": seed, "policy": policy, "results": n, "work": 1,
-                "r_min": 1.0, "drops": 0, "estimated_lost": 0.0}
+                "r_min": 1.0, "drops": 5 if policy == "random" else 0,  # (an overload)
+                "estimated_lost": 0.0}
     monkeypatch.setattr(shedding_nway, "run_case", run_case)
     assert shedding_nway.main(["--runs", "2", "--cases", "overlap,equality", "--out",
                                str(tmp_path)]) == 0

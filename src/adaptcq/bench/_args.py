@@ -56,6 +56,20 @@ def whole_at_least(low: int, why: str):
     return parse
 
 
+def number_in(low: float, high: float, why: str):
+    """An argparse type: a finite number in [``low``, ``high``] (``high`` may be inf), the
+    error saying ``why`` (``--factors``: at least 1, the highest utility over the lowest)."""
+    def parse(text: str) -> float:
+        value = _number(float, text)
+        if not low <= value <= high:
+            bound = (f"at least {low:g}" if high == math.inf
+                     else f"from {low:g} to {high:g}")
+            raise argparse.ArgumentTypeError(f"{value:g} must be {bound} ({why})")
+        return value
+    parse.__doc__ = f"A finite number in [{low:g}, {high:g}] ({why})."
+    return parse
+
+
 def fraction(text: str) -> float:
     """A finite number in (0, 1]."""
     value = _number(float, text)

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from adaptcq.bench._args import nonnegative_int, positive_int, refuse_unused
+from adaptcq.bench._args import given, nonnegative_int, positive_int, refuse_unused
 from adaptcq.optimizer import (
     DMJOIN_MAX_STREAMS,
     OBJECTIVES,
@@ -194,6 +194,45 @@ def run_local(settings: pd.DataFrame, seed: int, dmjoin_max: int,
 
 # ----- analysis ------------------------------------------------------------------------------
 
+def read_settings(path: Path) -> pd.DataFrame:
+    """``settings.csv`` of an earlier sweep, its :data:`RESULT_COLUMNS` checked: ValueError
+    naming the file, and the column or row (1 = the header line), for a file that is not
+    one (empty, not CSV, a column missing, a value that is not the sweep's), rather than a
+    pandas error or a wrong analysis later."""
+    try:
+        raw = pd.read_csv(path, low_memory=False)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a settings.csv of this benchmark "
+                         f"({type(exc).__name__}: {exc})") from None
+    missing = [c for c in RESULT_COLUMNS if c not in raw.columns]
+    if missing:
+        raise ValueError(f"{path}: not a settings.csv of this benchmark: no column "
+                         f"{', '.join(missing)} (its columns: "
+                         f"{', '.join(map(str, raw.columns)) or 'none'})")
+    raw = raw[RESULT_COLUMNS].copy()
+    known = {"shape": SHAPES, "objective": OBJECTIVES, "algorithm": tuple(LABEL)}
+    for col in RESULT_COLUMNS:
+        if col in known:
+            bad = ~raw[col].isin(known[col])
+            what = f"one of {', '.join(known[col])}"
+        else:
+            num = pd.to_numeric(raw[col], errors="coerce")
+            # n and index are whole numbers >= 0; cost and seconds finite numbers >= 0
+            bad = ~(np.isfinite(num) & (num >= 0))
+            if col in ("n", "index"):
+                bad |= num.ne(num.round())
+                what = "a whole number >= 0"
+            else:
+                what = "a finite number >= 0"
+            raw[col] = num
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(f"{path}, row {row + 2}: {col} must be {what}, got "
+                             f"{raw[col].iloc[row]!r}")
+    raw[["n", "index"]] = raw[["n", "index"]].astype("int64")
+    return raw
+
+
 def with_optimum(results: pd.DataFrame) -> pd.DataFrame:
     """Add ``optimum`` (DMJoin's cost on the same setting), ``ratio`` and ``optimal``."""
     key = ["n", "shape", "index", "objective"]
@@ -344,6 +383,8 @@ def claims(df: pd.DataFrame, objective: str) -> list[Claim]:
 def timing_claims(df: pd.DataFrame, objective: str) -> list[Claim]:
     t = mean_times(df[df["objective"] == objective])
     out = []
+    if t.empty:  # no plan of this objective: nothing timed
+        return out
     dm = t[t["algorithm"] == "dmjoin"].set_index("n")["mean_seconds"]
     if len(dm) >= 3:
         ns = np.array(dm.index, dtype=float)[-4:]
@@ -601,6 +642,8 @@ def evaluate_all(args: argparse.Namespace, console, settings: pd.DataFrame, dmjo
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out}: a file, not a folder")
     if args.reanalyze:  # the sweep's parameters are those recorded in settings.csv
         refuse_unused(parser, ["n", "settings", "dmjoin_max", "engine", "cores", "seed",
                                      "quick"],
@@ -621,7 +664,10 @@ def main(argv: list[str] | None = None) -> int:
         dmjoin_max = DMJOIN_MAX_STREAMS
     objectives = OBJECTIVES if args.objective == "both" else (args.objective,)
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # (a file on the way, no permission)
+        parser.error(f"--out {out}: cannot create the folder ({exc.strerror or exc})")
 
     if not args.reanalyze:
         settings = pd.DataFrame(
@@ -640,11 +686,25 @@ def main(argv: list[str] | None = None) -> int:
                       f"time")
 
     if args.reanalyze:
-        raw = pd.read_csv(out / "settings.csv", low_memory=False)[RESULT_COLUMNS]
+        try:
+            raw = read_settings(out / "settings.csv")
+        except ValueError as exc:
+            parser.error(f"--reanalyze: {exc}")
+        present = tuple(o for o in OBJECTIVES if o in set(raw["objective"]))
+        absent = [o for o in objectives if o not in present]
+        if absent and (len(absent) == len(objectives)
+                       or given(parser, argv, ["objective"])):
+            # an objective asked for by name must be there; the default "both" reads
+            # what the sweep ran (a sweep with --objective tuples has no cost rows)
+            parser.error(f"--objective {args.objective}: {out / 'settings.csv'} holds no "
+                         f"row of objective {', '.join(absent)} (only "
+                         f"{', '.join(present) or 'none'}); give --objective "
+                         f"{present[0] if len(present) == 1 else 'both'}")
+        if absent:
+            console.print(f"{out / 'settings.csv'} holds only objective "
+                          f"{', '.join(present)}: analysing that")
+            objectives = present
         raw = raw[raw["objective"].isin(objectives)]
-        if raw.empty:
-            parser.error(f"--objective {args.objective}: {out / 'settings.csv'} holds no row "
-                         f"for it")
         ns = sorted(int(n) for n in raw["n"].unique())
         dmjoin_ns = raw[raw["algorithm"] == "dmjoin"]["n"]
         dmjoin_max = int(dmjoin_ns.max()) if len(dmjoin_ns) else 0

@@ -84,7 +84,10 @@ writes ``<figure>.csv`` and ``<figure>.png`` under OUT (the time-series figures 
 ``fig9_r.csv`` and ``fig12_r.csv``: r, r_1, r_2 per T_r; ``fig15_series.csv``, or
 ``perf_series.csv`` for perf: those of the last selective run), prints the numbers, and
 prints each of the paper's observations as a check, HOLDS or DOES NOT HOLD, with the numbers
-behind it. An option the figure does not read is refused (``--help`` lists who reads what).
+behind it, or "not measured" with the reason where the run cannot tell (a trend over one
+value, no output to compare with, windows that never filled, no overload). List options are
+taken in ascending order, repeats dropped. An option the figure does not read is refused
+(``--help`` lists who reads what).
 """
 
 from __future__ import annotations
@@ -101,11 +104,13 @@ from adaptcq.bench._args import (
     choices,
     comma_list,
     nonnegative_float,
+    number_in,
     physical_memory,
     positive_float,
     positive_int,
     refuse_oversized,
     refuse_unused,
+    whole_at_least,
 )
 from adaptcq.bench.spark_scale import write_csv
 
@@ -251,10 +256,26 @@ def _gain(new: float, base: float) -> float:
     return new / base - 1 if base else float("nan")
 
 
-def check(claim: str, ok: bool, detail: str) -> bool:
-    """Print one of the paper's observations with the verdict and its numbers."""
-    print(f"paper: {claim} -> {'HOLDS' if ok else 'DOES NOT HOLD'} ({detail})", flush=True)
+def check(claim: str, ok: bool | None, detail: str) -> bool | None:
+    """Print one of the paper's observations with the verdict and its numbers; ``ok`` None
+    when the run cannot tell (a trend over one value, a ratio to no output, no overload):
+    "not measured", ``detail`` saying why, never a verdict from numbers that measured
+    nothing."""
+    verdict = "not measured" if ok is None else "HOLDS" if ok else "DOES NOT HOLD"
+    print(f"paper: {claim} -> {verdict} ({detail})", flush=True)
     return ok
+
+
+def _too_few(values, option: str, need: int = 2) -> str | None:
+    """Why a trend along ``values`` (``option``'s, ascending) cannot be measured, or None."""
+    if len(values) < need:
+        return f"a trend over {option} needs at least {need} values, got {len(values)}"
+    return None
+
+
+def _unmeasured(*xs: float) -> bool:
+    """Some of ``xs`` is NaN: a gain over a baseline that gave nothing, a median of none."""
+    return any(math.isnan(x) for x in xs)
 
 
 def _pct(x: float) -> str:
@@ -485,9 +506,13 @@ def fig10(kappas, windows, duration, runs, capacity, out: Path) -> list[dict]:
             f"kappa={k:g}: random {avg(w, k, 'random'):.1f}, rate adaptation "
             f"{avg(w, k, 'partial'):.1f} ({_pct(gain(w, k))})" for k in kappas))
     grows_k = {w: gain(w, kappas[-1]) > gain(w, kappas[0]) for w in windows}
-    check("the improvement of rate adaptation grows with kappa", all(grows_k.values()),
-          "; ".join(f"w={w:g}s: {_pct(gain(w, kappas[0]))} at kappa={kappas[0]:g} -> "
-                    f"{_pct(gain(w, kappas[-1]))} at kappa={kappas[-1]:g}" for w in windows))
+    detail = "; ".join(f"w={w:g}s: {_pct(gain(w, kappas[0]))} at kappa={kappas[0]:g} -> "
+                       f"{_pct(gain(w, kappas[-1]))} at kappa={kappas[-1]:g}" for w in windows)
+    few = _too_few(kappas, "--kappas")
+    if few is None and _unmeasured(*(gain(w, k) for w in windows for k in kappas)):
+        few = f"random dropping gave no output to compare with ({detail})"
+    check("the improvement of rate adaptation grows with kappa",
+          None if few else all(grows_k.values()), few or detail)
     if len(windows) > 1:
         grows_w = [gain(windows[-1], k) > gain(windows[0], k) for k in kappas]
         check("the improvement grows with the window size", all(grows_w),
@@ -591,15 +616,23 @@ def fig13(kappas, threshold, duration, window, runs, capacity, out: Path) -> lis
               f"{_pct(gain(k, 'selective-nodir'))}, + join direction "
               f"{_pct(gain(k, 'selective'))}")
     k0, k1 = kappas[0], kappas[-1]
+    few = _too_few(kappas, "--kappas")
     for pol in ("selective-nodir", "selective"):
+        g0, g1 = gain(k0, pol), gain(k1, pol)
+        detail = (f"{_pct(g0)} at kappa={k0:g} -> {_pct(g1)} at kappa={k1:g}")
+        why = few or (f"rate adaptation gave no output to compare with ({detail})"
+                      if _unmeasured(g0, g1) else None)
         check(f"the improvement of {LABELS[pol]} over rate adaptation grows with kappa",
-              gain(k1, pol) > gain(k0, pol),
-              f"{_pct(gain(k0, pol))} at kappa={k0:g} -> {_pct(gain(k1, pol))} at "
-              f"kappa={k1:g}")
+              None if why else g1 > g0, why or detail)
     a0, a1 = avg(k0, "partial"), avg(k1, "partial")
-    check("rate adaptation alone does not improve with kappa", a1 <= 1.2 * a0,
-          f"{a0:.2f}/s at kappa={k0:g} -> {a1:.2f}/s at kappa={k1:g} (criterion: at most "
-          f"+20%)")
+    detail = (f"{a0:.2f}/s at kappa={k0:g} -> {a1:.2f}/s at kappa={k1:g} (criterion: at "
+              f"most +20%)")
+    # (no output at either end: "0 -> 0" would hold whatever the trend)
+    why = few or (f"no output at either kappa ({detail}); raise --duration or lower "
+                  "--threshold"
+                  if _unmeasured(a0, a1) or a0 == a1 == 0 else None)
+    check("rate adaptation alone does not improve with kappa", None if why else a1 <= 1.2 * a0,
+          why or detail)
     return rows
 
 
@@ -721,10 +754,19 @@ def fig16(ks, duration, runs, capacity, out: Path) -> list[dict]:
     for (freq, k), g in summary.items():
         print(f"{freq:8} k={k:g}: median improvement {g * 100:+.1f}%")
     inc = {f: summary[(f, ks[-1])] > summary[(f, ks[0])] for f in ("uniform", "inverse")}
+    nan = _unmeasured(*summary.values())
+    no_base = "selective processing without it gave no output utility to compare with"
+    why = _too_few(ks, "--ks") or (no_base if nan else None)
     check("the improvement grows with skewness for uniform and inverse frequencies",
-          all(inc.values()), str(inc))
-    best = max(("uniform", "inverse", "direct"), key=lambda f: summary[(f, ks[-1])])
-    check("inverse frequencies gain most", best == "inverse", f"most: {best}")
+          None if why else all(inc.values()), why or str(inc))
+    last = {f: summary[(f, ks[-1])] for f in ("uniform", "inverse", "direct")}
+    best = max(last, key=last.get)
+    if not nan and list(last.values()).count(last[best]) > 1:  # a tie: none gains most
+        nan, no_base = True, (f"no model gains more than the others at k={ks[-1]:g} ("
+                              + ", ".join(f"{f} {_pct(g)}" for f, g in last.items())
+                              + "): raise --duration or lower --capacity")
+    check("inverse frequencies gain most", None if nan else best == "inverse",
+          no_base if nan else f"most: {best}")
     return rows
 
 
@@ -763,7 +805,12 @@ def fig17(types_list, factors, duration, runs, capacity, out: Path) -> list[dict
     for f, gs in summary.items():
         print(f"factor={f:g}: " + ", ".join(f"|Z|={nz}: {g * 100:+.1f}%"
                                            for nz, g in zip(types_list, gs)))
-    if len(types_list) >= 3:
+    why = _too_few(types_list, "--types", 3) or (
+        "selective processing without utility-based shedding gave no output utility to "
+        "compare with" if _unmeasured(*(g for gs in summary.values() for g in gs)) else None)
+    if why:  # (a first step and later ones: three |Z| at least)
+        check("the improvement decreases at first with |Z|, then stabilizes", None, why)
+    else:
         ok = {}
         for f, gs in summary.items():
             first = gs[0] - gs[1]
@@ -862,6 +909,10 @@ DEFAULTS = {  # per figure: the defaults of the options it reads (see the docstr
     "fig16": {"ks": [0.0, 1.0, 2.0, 3.0, 4.0], "duration": 60.0, "runs": 3},
     "fig17": {"types": [2, 4, 8, 16], "factors": [10.0, 100.0], "duration": 60.0, "runs": 3},
 }
+#: the list options taken in ascending order, repeats dropped (a trend's axis: --kappas
+#: 0.8,0.4 once compared the wrong ends, --kappas 0.8,0.8 counted as two values)
+SORTED = ("rates", "rates_indexed", "windows", "windows_indexed", "kappas", "bws", "ks",
+          "types", "factors")
 #: the options only some figures read (their dests); ``--capacity`` and ``--out`` are read by all
 OPTIONS = tuple(dict.fromkeys(k for d in DEFAULTS.values() for k in d))
 
@@ -896,7 +947,10 @@ def main(argv=None) -> int:
         ap.add_argument(flag, type=kind, metavar=metavar,
                         help=_help(flag[2:].replace("-", "_"), text).replace("%", "%%"))
 
-    opt("--ks", nonneg, "utility skewness values k, comma-separated", "K,...")
+    from adaptcq.stream.shed_workload import FACTOR_MAX, K_MAX
+    opt("--ks", comma_list(number_in(0.0, math.floor(K_MAX), "the smallest utility, 1/3^k, "
+                                     "must be a normal double")),
+        "utility skewness values k, comma-separated", "K,...")
     opt("--rates", floats, "stream rates, tuples/s per stream, comma-separated", "R,...")
     opt("--rates-indexed", floats, "the indexed joins' rates, comma-separated", "R,...")
     opt("--joins", choices(JOINS), f"joins, comma-separated, from {', '.join(JOINS)}",
@@ -917,9 +971,12 @@ def main(argv=None) -> int:
         "(identifier-sorted)", "PART,...")
     opt("--rate", positive_float, "stream rate (tuples/s per stream)", "R")
     opt("--threshold", positive_int, "overlap threshold", "N")
-    opt("--types", comma_list(positive_int), "numbers of tuple types |Z|, comma-separated",
-        "N,...")
-    opt("--factors", floats, "value difference factors, comma-separated", "F,...")
+    opt("--types", comma_list(whole_at_least(2, "utility-based shedding needs two tuple "
+                                          "types to choose between")),
+        "numbers of tuple types |Z|, comma-separated", "N,...")
+    opt("--factors", comma_list(number_in(1.0, FACTOR_MAX, "the highest utility over the "
+                                          "lowest; 1/factor must be a normal double")),
+        "value difference factors, comma-separated", "F,...")
     opt("--duration", positive_float, "event seconds per run (fig15, perf: of the "
         "non-indexed joins)", "S")
     opt("--duration-indexed", positive_float, "run length of the indexed joins (s)", "S")
@@ -944,6 +1001,8 @@ def main(argv=None) -> int:
     for key, value in DEFAULTS[a.what].items():
         if getattr(a, key) is None:
             setattr(a, key, value)
+        elif key in SORTED:  # the trends read their axis first to last
+            setattr(a, key, sorted(set(getattr(a, key))))
     _refuse_oversized_runs(ap, a)
     out, cap = Path(a.out), a.capacity
     t0 = time.time()
@@ -1031,6 +1090,26 @@ def _refuse_oversized_runs(ap: argparse.ArgumentParser, a) -> None:
                          8 * 8 * a.duration / max(physical_memory(), 1), "at least")
 
 
+def _perf_verdict(rows, summary, duration: float) -> str:
+    """The issue's check (selective >= 3x random, non-indexed overlap at 500/s) on fig15's
+    rows: "not measured" with the reason where the runs cannot tell: windows never filled
+    (the claim is about an overloaded join in its steady state), no overload (neither policy
+    shed: the ratio is 1 by construction), or no output of random dropping (no ratio)."""
+    window = JOINS["overlap"][1]
+    pick = [r for r in rows if r["join"] == "overlap" and r["rate"] == 500.0]
+    med = next((m for j, rate, m in summary if j == "overlap" and rate == 500.0), None)
+    if duration <= window:
+        why = (f"a --duration of {duration:g} s does not fill the join's {window:g} s "
+               f"windows; give more than {window:g}")
+    elif not any(r["drops"] or r["r_min"] < 1 for r in pick):
+        why = "no overload: neither policy shed anything; lower --capacity"
+    elif med is None:
+        why = "random dropping gave 0 results in every run; raise --duration"
+    else:
+        return f"{med:.2f}x -> {'HOLDS' if med >= 3 else 'DOES NOT HOLD'}"
+    return f"not measured ({why})" + (f"; measured {med:.2f}x" if med is not None else "")
+
+
 def _fig15_main(a, out: Path, cap: float) -> None:
     """fig15 and perf (perf: Figure 15's non-indexed overlap join at 500/s, its own files)."""
     joins = a.joins
@@ -1043,10 +1122,9 @@ def _fig15_main(a, out: Path, cap: float) -> None:
     sel = [r for r in rows if r["policy"] == "selective"]
     over = statistics.median(r["overhead"] for r in sel) if sel else 0.0
     print(f"shedder overhead (adaptation steps' CPU / run CPU, median): {over:.3%}")
-    for join, rate, med in summary:
-        if join == "overlap" and rate == 500.0:
-            print(f"check: non-indexed overlap at 500/s, selective >= 3x random: "
-                  f"{med:.2f}x -> {'HOLDS' if med >= 3 else 'DOES NOT HOLD'}")
+    if "overlap" in joins and 500.0 in all_rates:
+        print(f"check: non-indexed overlap at 500/s, selective >= 3x random: "
+              f"{_perf_verdict(rows, summary, a.duration)}")
     print(f"check: shedder overhead < 2%: {over:.3%} -> "
           f"{'HOLDS' if over < 0.02 else 'DOES NOT HOLD'}")
     idx = [m for j, _, m in summary if j == "equality-indexed"]

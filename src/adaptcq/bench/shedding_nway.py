@@ -14,7 +14,8 @@ would look at); this measures whether that carries over to pipelines.
 
 Writes ``nway.csv`` (case, run, policy, results, work, r_min, drops, estimated_lost) and
 ``nway.png`` (the median output of each policy per case), and prints the medians of the
-selective / random output ratios.
+selective / random output ratios: over the runs where some policy shed load and random
+dropping gave results (the others are named, left out; none left: "not measured").
 """
 
 from __future__ import annotations
@@ -115,27 +116,50 @@ def main(argv=None) -> int:
     print(f"{a.streams}-way chain, {a.window:g} s windows, capacity {a.capacity:,.0f} "
           f"units/s, rates {', '.join(f'{c}: {_rate(c, a.rate):g}/s' for c in cases)}:")
     for case in cases:
-        ratios, empty = [], []
-        for k in range(a.runs):
-            pick = {r["policy"]: r["results"] for r in rows
-                    if r["case"] == case and r["run"] == k}
-            if pick.get("random"):
-                ratios.append(pick["selective"] / pick["random"])
-            else:  # no ratio to random dropping's output of 0
-                empty.append(f"run {k} (selective {pick['selective']:,})")
-        left = (f"; left out, random dropping gave 0 results: {', '.join(empty)}"
-                if empty else "")
-        if ratios:
-            med = statistics.median(ratios)
-            verdict = "pays" if med >= 1.2 else "does not pay" if med < 1.05 else "pays a little"
-            print(f"  {case:14} selective / random output {med:.2f}x (median of "
-                  f"{len(ratios)}: {', '.join(f'{x:.2f}' for x in ratios)}): {verdict}{left}")
-        else:
-            print(f"  {case:14} selective / random output: not measured (random dropping "
-                  f"gave 0 results in every run: {', '.join(empty)}; raise --duration or "
-                  "--capacity, or lower --rate)")
+        print(f"  {case:14} selective / random output: "
+              + _summary([r for r in rows if r["case"] == case], a.runs))
     print(f"wrote {out / 'nway.csv'}, {out / 'nway.png'}")
     return 0
+
+
+def _shed(r: dict) -> bool:
+    """The run shed load: tuples dropped, or windows processed in part (r_min < 1)."""
+    return r["drops"] > 0 or r["r_min"] < 1
+
+
+def _summary(rows: list[dict], runs: int) -> str:
+    """One case's selective / random output ratio, the median over the runs that measure
+    one, and which runs were left out and why: a run where neither policy shed anything
+    (no overload: both process everything, the ratio is 1 by construction) or where random
+    dropping gave 0 results (no ratio). No run left: "not measured", the hint fitting the
+    reason (more load for no overload, more arrivals or capacity for no results)."""
+    ratios, idle, empty = [], [], []
+    for k in range(runs):
+        pick = {r["policy"]: r for r in rows if r["run"] == k}
+        rnd, sel = pick["random"], pick["selective"]
+        if not (_shed(rnd) or _shed(sel)):
+            idle.append(f"run {k}")
+        elif rnd["results"]:
+            ratios.append(sel["results"] / rnd["results"])
+        else:
+            empty.append(f"run {k} (selective {sel['results']:,})")
+    gone = [(why, runs_) for why, runs_ in (
+        ("no overload, neither policy shed anything", idle),
+        ("random dropping gave 0 results", empty)) if runs_]
+    if ratios:
+        med = statistics.median(ratios)
+        verdict = "pays" if med >= 1.2 else "does not pay" if med < 1.05 else "pays a little"
+        left = "; ".join(f"{why}: {', '.join(r)}" for why, r in gone)
+        return (f"{med:.2f}x (median of {len(ratios)}: {', '.join(f'{x:.2f}' for x in ratios)})"
+                f": {verdict}" + (f"; left out, {left}" if gone else ""))
+    hints = []
+    if idle:  # more load than the capacity: only then does a policy choose what to keep
+        hints.append("for an overload raise --rate or --streams, or lower --capacity")
+    if empty:
+        hints.append("for results raise --duration or --capacity, or lower --rate")
+    every = " in every run" if len(gone) == 1 else ""
+    left = "; ".join(f"{why}{every}: {', '.join(r)}" for why, r in gone)
+    return f"not measured ({left}; {'; '.join(hints)})"
 
 
 def _plot(rows: list[dict], cases: list[str], path: Path, a) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -204,9 +205,21 @@ def _values(ts: np.ndarray, items: int, kappa: float, cycle: float, shift: float
 # ---------------------------------------------------------------------------------------------
 
 
+#: The largest utility skewness k of :func:`utilities_fig16`: beyond it the smallest
+#: utility 1/3^k is no longer a normal double (it loses precision, then 3^k overflows and
+#: 1/3^k is 0, a type worth nothing: not Figure 16's model). About 644.8.
+K_MAX = math.log(sys.float_info.min) / -math.log(3.0)
+#: The largest value difference factor of :func:`utilities_fig17`: its lowest utility,
+#: 1/factor, must be a normal double (about 4.5e307), for the same reason.
+FACTOR_MAX = 1.0 / sys.float_info.min
+
+
 def utilities_fig16(k: float) -> list[float]:
-    """Figure 16's utilities for skewness k (§6.5): {1, 1/2^k, 1/3^k}."""
+    """Figure 16's utilities for skewness k (§6.5): {1, 1/2^k, 1/3^k}, k in [0, K_MAX]."""
     k = _non_negative("k (utility skewness)", k)
+    if k > K_MAX:
+        raise WorkloadError(f"k (utility skewness) must be at most {K_MAX:.1f} (1/3^k must "
+                            f"be a normal double), got {k!r}")
     return [1.0, 1.0 / 2.0 ** k, 1.0 / 3.0 ** k]
 
 
@@ -216,8 +229,10 @@ def utilities_fig17(types: int, factor: float) -> list[float]:
     highest (V = 1) is ``factor`` times the lowest (1/|Z|^θ = 1/factor)."""
     types = _whole("types (type domain size |Z|)", types, low=2)
     factor = _positive("factor (value difference factor)", factor)
-    if factor < 1:
-        raise WorkloadError(f"factor (value difference factor) must be >= 1, got {factor!r}")
+    if not 1 <= factor <= FACTOR_MAX:
+        raise WorkloadError(f"factor (value difference factor) must be from 1 to "
+                            f"{FACTOR_MAX:.3g} (the lowest utility, 1/factor, must be a "
+                            f"normal double), got {factor!r}")
     theta = math.log(factor) / math.log(types)
     return [1.0 / (z + 1) ** theta for z in range(types)]
 
