@@ -527,8 +527,12 @@ def test_a_seed_is_taken_where_something_random_uses_it():
     from adaptcq.runtime.shed import shed_engine_options
     for spec in ({"mode": "random", "capacity": 10, "seed": 3},
                  {"mode": "selective", "capacity": 10, "seed": 3},
-                 {"index": "inverted-id", "seed": 3}):  # its random identifiers
+                 {"mode": "partial", "capacity": 10, "index": "inverted-id", "seed": 3}):
         assert shed_engine_options(spec)[1]["seed"] == 3
+    # inverted-id's random identifiers order its lists and nothing else (the cost is per
+    # list length, candidates are tested in time order): with --shed none, refused.
+    with pytest.raises(OptionError, match="seed 3: nothing random .* inverted-id"):
+        shed_engine_options({"index": "inverted-id", "seed": 3})
 
 
 def test_random_dropping_keeps_the_buffer_at_its_size_and_a_gap_costs_nothing():

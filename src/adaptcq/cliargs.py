@@ -548,7 +548,7 @@ def seed_refusal(args) -> str | None:
     """Why ``--seed`` would seed nothing in this single-query run (the message refusing
     it), or None when it is not given or something random uses it: the load-shedding
     join's drops and samples (--shed random, partial, selective; --index inverted-id's
-    random identifiers), the spill policy's random choice and lineage sample (--spill
+    random identifiers only order its lists, which changes nothing), the spill policy's random choice and lineage sample (--spill
     bottom-up, global-output, global-penalty), the adaptive policies' profiling samples
     (--executor acaching, --reorder agreedy, --optimizer with --executor mjoin, or with
     --executor auto when it falls back to MJoin). The vectorized executor's per-batch
@@ -560,7 +560,7 @@ def seed_refusal(args) -> str | None:
     ex = args.executor
     if ex == "shed" or given_flags(args, _SHED_DESTS):
         mode = args.shed or "none"
-        if mode in ("random", "partial", "selective") or args.index == "inverted-id":
+        if mode in ("random", "partial", "selective"):
             return None
         why = f"--shed {mode} drops and samples no tuple at random"
     elif ex == "tree" or given_flags(args, _SPILL_DESTS):

@@ -27,6 +27,30 @@ DELTA_R_DEFAULT = 1.2  # δ_r, the fraction boost factor (§6.1)
 SERIES_MAX = 100_000   # time-series points kept (one per T_r)
 R_MIN = 1e-3           # r's floor: in Algorithm 1, r = 0 would be absorbing (0·δ_r = 0)
 CATCH_UP = 64          # empty rate steps run after a gap in the data; the rest skipped
+# The shortest T_r, T_c (seconds of event time). The paper's are 5 s (§6.1); a period must
+# span arrivals for λ_i, α_i and ô to mean anything, and below a millisecond the steps
+# would outnumber the arrivals of any stream this engine keeps up with.
+MIN_PERIOD = 1e-3
+
+
+def _later(at: float, period: float, name: str) -> float:
+    """``at + period``: the next step's time, refused when the period is below the
+    floating-point spacing of the event time (it would never advance the schedule)."""
+    nxt = at + period
+    if not nxt > at:
+        raise OptionError(f"{name} = {period:g} s is below the resolution of event time "
+                          f"{at:g} s in floating point: the adaptation schedule could not "
+                          f"advance; give a longer {name}")
+    return nxt
+
+
+def _past(at: float, seconds: float, period: float, name: str) -> float:
+    """The first time ``at + k·period`` (k ≥ 1) after ``seconds``, in one jump."""
+    k = max(1, math.floor((seconds - at) / period) + 1)
+    nxt = at + k * period
+    while not nxt > seconds:  # (rounding in k·period)
+        nxt = _later(nxt, period, name)
+    return nxt
 
 
 class ShedController:
@@ -61,9 +85,8 @@ class ShedController:
         self.budget = budget
         # Every parameter checked here, not at the first step that uses it (mid-run); an
         # infinite period would silently never adapt.
-        T_r = _number("T_r (rate adaptation period, seconds)", T_r, low=0.0, strict_low=True)
-        T_c = _number("T_c (time correlation period, seconds)", T_c, low=0.0,
-                      strict_low=True)
+        T_r = _number("T_r (rate adaptation period, seconds)", T_r, low=MIN_PERIOD)
+        T_c = _number("T_c (time correlation period, seconds)", T_c, low=MIN_PERIOD)
         delta_r = _number("delta_r (fraction boost factor)", delta_r, low=1.0)
         if direction is not None and not isinstance(direction, bool):
             raise OptionError(f"direction (join direction adaptation) must be True or "
@@ -114,7 +137,8 @@ class ShedController:
                 self._correlate(join, seconds)
             return
         if self.next_rate is None:
-            self.next_rate, self.next_corr = seconds + self.T_r, seconds + self.T_c
+            self.next_rate = _later(seconds, self.T_r, "T_r")
+            self.next_corr = _later(seconds, self.T_c, "T_c")
             self.start = seconds
             return
         if seconds < self.next_rate and (not self.correlation or seconds < self.next_corr):
@@ -125,18 +149,23 @@ class ShedController:
             # Algorithm 1 would raise r by δ_r once per empty period; CATCH_UP of them
             # reach r = 1 from any r ≥ R_MIN, so the rest are skipped in one jump.
             self.next_rate += (math.floor(behind) - CATCH_UP) * self.T_r
-            corr_behind = math.floor((seconds - self.next_corr) / self.T_c)
-            if corr_behind > 1:  # empty periods teach the time correlation nothing
-                self.next_corr += (corr_behind - 1) * self.T_c
+        corr_done = False
         while True:  # in time order; at a tie, time correlation first (Algorithm 4 uses o)
             rate_due = seconds >= self.next_rate
             corr_due = self.correlation and seconds >= self.next_corr
             if corr_due and (not rate_due or self.next_corr <= self.next_rate):
+                if corr_done:
+                    # Nothing is processed between the steps of one call, so the first
+                    # took every match; the others due would find ô = 0, which changes
+                    # neither o nor s (time_correlation keeps them): skipped.
+                    self.next_corr = _past(self.next_corr, seconds, self.T_c, "T_c")
+                    continue
                 self.correlation_step(join, self.next_corr)
-                self.next_corr += self.T_c
+                corr_done = True
+                self.next_corr = _later(self.next_corr, self.T_c, "T_c")
             elif rate_due:
                 self.rate_step(join, self.next_rate)
-                self.next_rate += self.T_r
+                self.next_rate = _later(self.next_rate, self.T_r, "T_r")
             else:
                 break
         self.cpu += time.process_time() - t0  # the shedder's own overhead
@@ -144,17 +173,14 @@ class ShedController:
     def _correlate(self, join, seconds: float) -> None:
         """The time correlation steps due by ``seconds`` (per-micro-batch rate steps)."""
         if self.next_corr is None:
-            self.next_corr = seconds + self.T_c
+            self.next_corr = _later(seconds, self.T_c, "T_c")
             return
         if seconds < self.next_corr:
             return
         t0 = time.process_time()
-        behind = math.floor((seconds - self.next_corr) / self.T_c)
-        if behind > 1:  # empty periods teach the time correlation nothing
-            self.next_corr += (behind - 1) * self.T_c
-        while seconds >= self.next_corr:
-            self.correlation_step(join, self.next_corr)
-            self.next_corr += self.T_c
+        # One step takes the matches so far; the rest due would find none (see ``at``).
+        self.correlation_step(join, self.next_corr)
+        self.next_corr = _past(self.next_corr, seconds, self.T_c, "T_c")
         self.cpu += time.process_time() - t0
 
     def batch_step(self, join, seconds: float, now: float) -> None:

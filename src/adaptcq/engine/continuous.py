@@ -197,7 +197,10 @@ class ContinuousQuery:
                        if s.window.kind == "range" else None for s in query.streams]
         self.counts = [CountWindow(int(s.window.size)) if s.window.kind == "rows" else None
                        for s in query.streams]
-        if executor == "shed":  # its rows expire inside it, at the time each is processed
+        # The shed join's rows expire inside it, with their basic windows (§3.2): it
+        # counts them (``ShedJoin.expired``), the clock here holds none.
+        self._expires_inside = executor == "shed"
+        if self._expires_inside:
             self.ranges = [None] * len(query.streams)
         # One window length among the windowed streams: deletions fall due in arrival
         # order and queue in a deque (stream.windows.ExpiryClock).
@@ -478,11 +481,21 @@ class ContinuousQuery:
             self.stopped_at = done = st.arrivals - arrivals0
             if done:
                 self.now = timestamps[done - 1]
+            self._count_inside_expiries()
             raise
         self._add_counts(len(rows), n_ins, n_del, n_filtered)
         self.next_rid = rid
         self.now = timestamps[-1] if len(timestamps) else self.now
+        self._count_inside_expiries()
         return self.drain()
+
+    def _count_inside_expiries(self) -> None:
+        """ΔR deletions of an executor whose rows expire inside it (the shed join): the
+        rows that left their windows by ``now``, counted as the clock counts the others'
+        (a row of W_i expires at T + w_i, when an arrival comes after it); the shed join
+        takes neither count windows nor explicit deletions, so these are all of them."""
+        if self._expires_inside and self.now is not None:
+            self.stats.deletions = self.executor.expired(self.now)
 
     def _add_counts(self, _n: int, n_ins: int, n_del: int, n_filtered: int) -> None:
         st = self.stats

@@ -66,7 +66,8 @@ DROPPED, PROCESSED, BUFFERED = 0, 1, 2  # an arrival's fate (``ShedJoin.fates``)
 _SHED_STATE = ("fractions", "type_fractions", "sample_r", "keep", "orders", "arrived",
                "fetched", "matches", "recent", "clock", "work", "drops", "arrivals",
                "processed", "full", "max_delay", "period_delay", "results", "estimate",
-               "utility", "type_counts", "u_stats", "restore_mismatches")
+               "utility", "type_counts", "u_stats", "restore_mismatches", "cleared",
+               "latest")
 
 
 def _seconds(name: str, value) -> float:
@@ -304,6 +305,7 @@ class ShedJoin:
         self.buffers: list[deque] = [deque() for _ in range(k)]
         self.recent: list[deque] = [deque() for _ in range(k)]  # arrival times, last buffer s
         self.clock = -INF
+        self.latest = -INF   # the newest arrival's time (engine units)
         self._advancing = False
         # Counters for the report.
         self.work = 0.0
@@ -314,6 +316,7 @@ class ShedJoin:
         self.max_delay = 0.0
         self.period_delay = 0.0
         self.results = 0
+        self.cleared = 0             # rows removed with their basic windows (expired)
         self.estimate = [HorvitzThompson() for _ in range(k)]  # per probed window i
         # Tuple types and utilities (§5.3): per stream a row -> type function, V(z).
         self.type_of, self.V = (None, [0.0]) if types is None else (list(types[0]),
@@ -404,6 +407,7 @@ class ShedJoin:
         fates, fate_ts = self.fates[i], self.fate_ts[i]
 
         def arrive(rid: int, row: tuple, ts) -> None:
+            self.latest = ts
             self._advance(ts)
             if self.controller is not None:
                 self.controller.at(self, ts * self.time_unit)
@@ -535,6 +539,7 @@ class ShedJoin:
                 self.estimate[i].update(total, pi)
             return
         # Selective processing (lines 7–15): r·|W_i| tuples, basic windows by priority.
+        self.estimate[i].skip()  # (its full output is estimated from the sample)
         for bw, lo in budget_slices(win, self.orders[i], r * size):
             self._probe(i, p, bw, lo, row, ts, vals, z)
 
@@ -546,6 +551,7 @@ class ShedJoin:
         if bw.ts and ts >= bw.ts[0] + self.b:
             win.rotate(1)  # the oldest basic window becomes the newest, emptied
             bw = win[0]
+            self.cleared += len(bw)
             bw.clear()
         pos = len(bw.ts)
         bw.ts.append(ts)
@@ -594,6 +600,7 @@ class ShedJoin:
             if not bw.ts:
                 continue
             if bw.ts[-1] < limit:
+                self.cleared += len(bw)
                 bw.clear()
             else:
                 return
@@ -701,10 +708,11 @@ class ShedJoin:
         order = sorted(rows)
         saved = self._restored
         work, rng = self.work, self.rng.getstate()  # loading is not the join's work, and
+        cleared = self.cleared  # (nor are rows it pushes out expiries: counted before)
         try:  # identifiers drawn here (inverted-id) must not move the sampling
             self._load(i, rows, times, order, saved)
         finally:
-            self.work = work
+            self.work, self.cleared = work, cleared
             self.rng.setstate(rng)
 
     def _load(self, i, rows, times, order, saved) -> None:
@@ -847,6 +855,21 @@ class ShedJoin:
             out.update(self.controller.report())
         return out
 
+    def expired(self, now=None) -> int:
+        """Rows that left their windows by ``now`` (engine units; default the newest
+        arrival it was given), as the other executors count expiries (a row of W_i
+        expires at T + w_i, counted when an arrival comes after): the rows removed with
+        their basic windows and those still held in one but older than the window (they
+        no longer join, §3.2). A dropped arrival never entered a window, so it never
+        leaves one."""
+        now = self.latest if now is None else max(now, self.latest)
+        held = 0
+        for win, w in zip(self.windows, self.w, strict=True):
+            for bw in win:
+                if bw.ts and bw.ts[0] + w < now:
+                    held += bisect.bisect_left(bw.ts, now, key=lambda t, w=w: t + w)
+        return self.cleared + held
+
     def loss(self) -> dict:
         """The estimated fraction of the results lost (beyond the paper): the exact
         output is estimated per direction from the fully processed sample (Horvitz–
@@ -854,40 +877,58 @@ class ShedJoin:
         r·γ, or 1 while r_i = 1), scaled up for dropped arrivals (the probing stream's,
         and the probed window's rows that were dropped); a 95% interval of the sampling
         only: the scale-up is taken as exact (docs/shedding.md, "What was lost"), so with
-        every fetched tuple fully processed (random, none) its width is zero."""
+        every fetched tuple fully processed (random, none) its width is zero. Unmeasured
+        (``loss_summary``) when a direction's output is estimated from fewer than
+        ``MIN_LOSS_HITS`` sampled tuples with matches, or when every arrival of a stream
+        it needs was dropped."""
         total = var = 0.0
+        measured = True
         for i in (0, 1):
             p = 1 - i
             est = self.estimate[i]
-            if self.processed[p] == 0:
+            if not self.arrivals[p] or not self.arrivals[i]:
+                continue  # no pair of this direction can exist
+            kept = 1.0 - self.drops[i] / self.arrivals[i]
+            if self.processed[p] == 0 or kept <= 0:
+                measured = False  # all of a stream dropped: nothing to scale up
                 continue
-            scale = self.arrivals[p] / self.processed[p]
-            kept = 1.0 - self.drops[i] / self.arrivals[i] if self.arrivals[i] else 1.0
-            if kept <= 0:
-                continue
-            scale /= kept
+            scale = self.arrivals[p] / self.processed[p] / kept
             total += est.get() * scale
             var += (est.stderr() * scale) ** 2
-        return self._loss_summary(total, var)
+            measured = measured and est.measured(MIN_LOSS_HITS)
+        return self._loss_summary(total, var, measured)
 
-    def _loss_summary(self, total: float, var: float) -> dict:
-        return loss_summary(self.results, total, var)
+    def _loss_summary(self, total: float, var: float, measured: bool = True) -> dict:
+        return loss_summary(self.results, total, var, measured)
 
 
-def loss_summary(results: int, total: float, var: float) -> dict:
+# The fewest sampled tuples with matches an estimate of the output sampled at r·γ < 1 may
+# rest on: from fewer (none, at a small r·γ) its variance estimate means nothing.
+MIN_LOSS_HITS = 10
+
+
+def loss_summary(results: int, total: float, var: float, measured: bool = True) -> dict:
     """``results`` emitted against the estimate ``total`` of the exact output (variance
-    ``var``): the lost fraction with a 95% interval. Estimates of disjoint parts (Spark's
-    partition groups) add up, totals and variances alike."""
+    ``var``): the lost fraction with a 95% interval. Every emitted result is a true one,
+    so the exact output is at least ``results``: a smaller estimate is raised to it.
+    Not ``measured`` (too small a sample, ``MIN_LOSS_HITS``): the exact output may be
+    any larger, so the interval reaches 1 (``estimated_lost_measured`` false says so).
+    Estimates of disjoint parts (Spark's partition groups) add up, totals and variances
+    alike, and are measured when every part is."""
+    total = float(max(total, results))
+    top = [] if measured else [1.0]
     if total <= 0:
-        return {"estimated_results": total, "estimated_results_var": 0.0,
-                "estimated_lost": 0.0, "estimated_lost_interval": [0.0, 0.0]}
+        return {"estimated_results": 0.0, "estimated_results_var": 0.0,
+                "estimated_lost": 0.0, "estimated_lost_interval": [0.0, max([0.0, *top])],
+                "estimated_lost_measured": measured}
     half = 1.96 * math.sqrt(var)
     lost = 1.0 - results / total
     lo = 1.0 - results / max(total - half, results or 1e-12)
     hi = 1.0 - results / (total + half)
     return {"estimated_results": round(total, 1), "estimated_results_var": var,
             "estimated_lost": max(0.0, lost),
-            "estimated_lost_interval": [max(0.0, min(lo, hi)), max(0.0, max(lo, hi))]}
+            "estimated_lost_interval": [max(0.0, min(lo, hi)), max(0.0, lo, hi, *top)],
+            "estimated_lost_measured": measured}
 
 
 def budget_slices(win, order, a: float):

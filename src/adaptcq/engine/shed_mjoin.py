@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 
 from adaptcq.engine.rules import connected_order
-from adaptcq.engine.shed_join import ShedJoin, budget_slices
+from adaptcq.engine.shed_join import MIN_LOSS_HITS, ShedJoin, budget_slices
 from adaptcq.errors import OptionError
 from adaptcq.stats.shedding import BasicWindowMatches
 
@@ -119,6 +119,8 @@ class ShedMJoin(ShedJoin):
             self.estimate[p].update(len(partials), 1.0)
         elif sampled:
             self.estimate[p].update(len(partials), pi)
+        else:  # its full output is estimated from the sample
+            self.estimate[p].skip()
 
     def _step(self, y: int, links: list, comps: list, bw, lo: int, ts, out: list) -> int:
         """Join one partial result with the rows of basic window ``bw`` of W_Y from
@@ -162,23 +164,33 @@ class ShedMJoin(ShedJoin):
     def loss(self) -> dict:
         """As the two-way join's, per pipeline: the sampled tuples' full results over
         π, scaled up for the probing stream's dropped arrivals and every other window's
-        dropped rows."""
+        dropped rows; unmeasured when a pipeline's estimate rests on too few sampled
+        tuples with results, or all arrivals of a stream it needs were dropped."""
         total = var = 0.0
-        for p in range(len(self.aliases)):
+        measured = True
+        k = len(self.aliases)
+        for p in range(k):
+            if not all(self.arrivals):
+                break  # a stream without arrivals: no result of any pipeline can exist
             if self.processed[p] == 0:
+                measured = False
                 continue
             scale = self.arrivals[p] / self.processed[p]
-            for y in range(len(self.aliases)):
-                if y != p and self.arrivals[y]:
+            for y in range(k):
+                if y != p:
                     kept = 1.0 - self.drops[y] / self.arrivals[y]
                     if kept <= 0:
                         scale = 0.0
                         break
                     scale /= kept
+            if scale == 0.0:
+                measured = False  # all of a stream's rows dropped: nothing to scale up
+                continue
             est = self.estimate[p]
             total += est.get() * scale
             var += (est.stderr() * scale) ** 2
-        return self._loss_summary(total, var)
+            measured = measured and est.measured(MIN_LOSS_HITS)
+        return self._loss_summary(total, var, measured)
 
     def describe(self) -> str:
         base = super().describe().replace("load-shedding join", "load-shedding MJoin", 1)

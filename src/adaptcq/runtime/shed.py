@@ -13,15 +13,18 @@ KEYS = ("mode", "capacity", "basic_window", "index", "buffer", "gamma", "T_r", "
         "delta_r", "direction", "seed", "utility", "budget")
 
 
-def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
+def shed_engine_options(spec: Mapping | None, *, spark: bool = False
+                        ) -> tuple[object | None, dict]:
     """(the controller or None, the ``shed`` executor's options). ``spec`` keys:
     ``mode`` (none, random, partial, selective; default none), ``capacity`` (work units
     per second of event time, or "wall"), ``basic_window`` (seconds), ``index``,
-    ``buffer`` (seconds), ``gamma`` (γ), ``T_r``, ``T_c``, ``delta_r`` (δ_r),
-    ``direction`` (join direction adaptation, default on; a two-way algorithm, so the
-    n-way join refuses it: ``ShedController.bind``), ``seed``; ``budget`` (seconds
-    of CPU per micro-batch, set by the Spark runtime for ``capacity="wall"``: r then
-    moves once per micro-batch, and ``random`` drops arrivals at random at the rate)."""
+    ``buffer`` (seconds), ``gamma`` (γ), ``T_r``, ``T_c`` (selective only: partial
+    processing has no time correlation, §4.1), ``delta_r`` (δ_r), ``direction`` (join
+    direction adaptation, default on; a two-way algorithm, so the n-way join refuses it:
+    ``ShedController.bind``), ``seed``; ``budget`` (seconds of CPU per micro-batch, only
+    with ``spark=True``: the Spark runtime sets it from the trigger interval for
+    ``capacity="wall"``; r then moves once per micro-batch instead of every T_r, and
+    ``random`` drops arrivals at random at the rate)."""
     if spec is not None and not isinstance(spec, Mapping):  # (dict() raised a raw error)
         raise OptionError(f"shed must be a dict of shedding options, e.g. shed={{'mode': "
                           f"'selective', 'capacity': 156250}}; got {spec!r}")
@@ -30,6 +33,13 @@ def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
     if unknown:
         raise OptionError(f"unknown shedding option {unknown[0]!r}; the options are: "
                           f"{', '.join(KEYS)}")
+    if "budget" in spec and not spark:
+        # (A local run has no micro-batches whose CPU time a budget could be held
+        # against: it would be accepted and never applied.)
+        raise OptionError(f"shedding option 'budget' ({spec['budget']!r}) is a CPU budget "
+                          "per Spark micro-batch, set by the Spark runtime from the trigger "
+                          "interval (--capacity wall --trigger SECONDS); a local run has no "
+                          "micro-batches: give --capacity UNITS or --capacity wall instead")
     _check_values(spec)
     mode = spec.get("mode", "none")
     if "direction" in spec and mode != "selective":
@@ -41,6 +51,15 @@ def shed_engine_options(spec: Mapping | None) -> tuple[object | None, dict]:
     if "buffer" in spec and "capacity" not in spec:
         raise OptionError("--buffer needs --capacity: without a CPU limit every tuple is "
                           "processed on arrival and nothing waits in a buffer")
+    if "T_c" in spec and mode != "selective":
+        raise OptionError(f"T_c (the time correlation period, Algorithm 2) is for --shed "
+                          f"selective, not {mode}: --shed {mode} has no time correlation"
+                          + (" (rate adaptation only, windows processed newest first)"
+                             if mode == "partial" else ""))
+    if "T_r" in spec and "budget" in spec:
+        raise OptionError("T_r (the rate adaptation period) with a CPU budget per "
+                          "micro-batch (--capacity wall on Spark): r then moves once per "
+                          "micro-batch, from its CPU time, not every T_r")
     if "gamma" in spec and mode not in ("partial", "selective"):
         raise OptionError(f"gamma (the sampling probability of full processing) is for "
                           f"--shed selective or partial, not {mode}")
@@ -96,10 +115,14 @@ def _check_values(spec: Mapping) -> None:
         seed = spec["seed"]
         if not is_int(seed):
             raise OptionError(f"seed must be an integer, got {seed!r}")
-        if mode == "none" and index != "inverted-id":  # (as the CLI refuses --seed)
+        if mode == "none":  # (as the CLI refuses --seed)
+            # inverted-id's random identifiers (§4.2.1: in the paper, the tuples'
+            # addresses) order its lists, but its cost is charged per list length and
+            # candidates are tested in time order, so no identifier changes anything.
             raise OptionError(f"seed {seed}: nothing random in this run uses it (--shed none "
-                              "drops and samples no tuple at random); it seeds --shed "
-                              "random, partial and selective and --index inverted-id")
+                              "drops and samples no tuple at random; the identifiers of "
+                              "--index inverted-id change neither the output nor the work "
+                              "counted); it seeds --shed random, partial and selective")
 
 
 def utility_types(query, text: str, kinds: Mapping[str, Mapping[str, str]]):
@@ -222,7 +245,7 @@ def spark_shed_spec(spec: Mapping | None, groups: int, cores: int) -> dict | Non
     elif interval is not None:
         raise OptionError("the trigger interval is the CPU budget of --capacity wall; with "
                           f"capacity {spec.get('capacity')!r} it is not used")
-    shed_engine_options(spec)  # every refusal here, on the driver
+    shed_engine_options(spec, spark=True)  # every refusal here, on the driver
     return spec
 
 
@@ -232,5 +255,5 @@ def engine_options(options: Mapping) -> dict:
     options = dict(options)
     spec = options.pop("shed", None)
     if spec is not None:
-        options.update(shed_engine_options(spec)[1])
+        options.update(shed_engine_options(spec, spark=True)[1])
     return options

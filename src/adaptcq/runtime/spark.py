@@ -1118,7 +1118,9 @@ class SparkRun:
                "fraction_r_min": min(r.get("fraction_r_min", 1.0) for r in reports.values()),
                "rate_steps": sum(r.get("rate_steps", 0) for r in reports.values())}
         out.update(loss_summary(results, sum(r["estimated_results"] for r in reports.values()),
-                                sum(r["estimated_results_var"] for r in reports.values())))
+                                sum(r["estimated_results_var"] for r in reports.values()),
+                                all(r.get("estimated_lost_measured", True)
+                                    for r in reports.values())))
         return out
 
     @property

@@ -62,14 +62,21 @@ class BasicWindowMatches:
 class HorvitzThompson:
     """Σ y over a population from a sample where each unit was drawn independently with
     probability π: the estimate Σ y/π is unbiased, its variance estimated by
-    Σ (1 − π)·y²/π² (Horvitz and Thompson, 1952)."""
+    Σ (1 − π)·y²/π² (Horvitz and Thompson, 1952).
 
-    __slots__ = ("n", "total", "var")
+    Units with π = 1 are counted exactly. Of the others, ``estimated`` counts the units
+    drawn or not (``skip``) and ``hits`` the drawn ones with y > 0: the variance estimate
+    is only as good as the hits behind it (from no hit it is 0, an empty sample claiming
+    certainty), so ``measured`` asks for enough of them."""
+
+    __slots__ = ("estimated", "hits", "n", "total", "var")
 
     def __init__(self) -> None:
         self.total = 0.0
         self.var = 0.0
         self.n = 0
+        self.estimated = 0
+        self.hits = 0
 
     def update(self, y: float, pi: float) -> None:
         if pi <= 0.0:
@@ -77,6 +84,22 @@ class HorvitzThompson:
         self.total += y / pi
         self.var += (1.0 - pi) * y * y / (pi * pi)
         self.n += 1
+        if pi < 1.0:
+            self._sampled(1, 1 if y > 0 else 0)
+
+    def skip(self) -> None:
+        """A unit of the population that was not drawn (its y is estimated)."""
+        self._sampled(1, 0)
+
+    def _sampled(self, units: int, hits: int) -> None:
+        # (getattr: an estimator pickled before these counters existed)
+        self.estimated = getattr(self, "estimated", 0) + units
+        self.hits = getattr(self, "hits", 0) + hits
+
+    def measured(self, min_hits: int) -> bool:
+        """Whether the estimate rests on counts alone, or on at least ``min_hits``
+        drawn units with y > 0."""
+        return getattr(self, "estimated", 0) == 0 or getattr(self, "hits", 0) >= min_hits
 
     def get(self) -> float:
         return self.total
