@@ -15,7 +15,7 @@ import math
 import pickle
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adaptcq.checks import is_int
@@ -124,6 +124,41 @@ def make_executor(query: LogicalQuery, executor: str, mode: str, out: list, **op
         return ex
     from adaptcq.engine.xjoin import XJoin
     return XJoin(query, mode, tree=options.get("tree"), out=out)
+
+
+# What to do instead of passing a setting to ``ContinuousQuery.restore`` (for its message).
+_RESTORE_HINTS = {
+    "orders": "leave orders out and re-order after restoring with "
+              "executor.set_order(stream, order)",
+    "nested_loop": "leave nested_loop out; a different one needs a new query fed the input "
+                   "again",
+    "tree": "leave tree out; a different tree needs a new query fed the input again",
+    "time_unit": "its window contents and pending expiries are in that unit",
+    "explicit_deletions": "it kept the rows explicit deletions match, or did not",
+}
+
+
+def _same_setting(executor: str, name: str, given, saved) -> bool:
+    """Whether ``given`` (a keyword of ``ContinuousQuery.restore``) asks for what the
+    snapshot's setting ``saved`` already is, in any form the executor accepts (an order as
+    a tuple, one nested-loop stream as a string, a tree as text): restoring with it then
+    ignores nothing."""
+    try:
+        if name == "orders":
+            return isinstance(given, Mapping) and all(
+                isinstance(o, (list, tuple)) and list(o) == saved.get(a)
+                for a, o in given.items())
+        if name == "nested_loop":
+            return frozenset([given] if isinstance(given, str) else given) == frozenset(saved)
+        if name == "tree":
+            if executor == "xjoin":
+                from adaptcq.engine.xjoin import check_tree as check
+            else:
+                from adaptcq.engine.spill_tree import check_plan as check
+            return check(given) == saved
+        return bool(given == saved)
+    except (TypeError, ValueError):  # not a form of the setting at all: refused as differing
+        return False
 
 
 def row_key(row: tuple) -> tuple:
@@ -622,16 +657,27 @@ class ContinuousQuery:
     def restore(cls, query: LogicalQuery, blob: bytes, mode: str = "append",
                 **options) -> ContinuousQuery:
         """Rebuild a query from ``snapshot()``; it then behaves exactly as the original
-        would have (same outputs for the same further input). The plan, time unit and
-        ``explicit_deletions`` come from the snapshot (they override ``options``)."""
+        would have (same outputs for the same further input). The plan (``orders`` and
+        ``nested_loop``, or ``tree``), ``time_unit`` and ``explicit_deletions`` come from
+        the snapshot: one of them in ``options`` that differs from the snapshot's is
+        refused (an OptionError naming it), not silently replaced; re-order after
+        restoring with ``executor.set_order``."""
         state = pickle.loads(blob)
         if state.get("version") != 1:
             raise ValueError(f"unknown checkpoint version {state.get('version')!r}")
         explicit = state.get("explicit_deletions")
         if explicit is None:  # a snapshot from before the flag: the map was always kept
             explicit = any(v is not None for v in state["values"])
-        options = {**options, **state["plan"], "time_unit": state.get("time_unit", 1.0),
+        carried = {**state["plan"], "time_unit": state.get("time_unit", 1.0),
                    "explicit_deletions": explicit}
+        for name, given in options.items():
+            if name in carried and not _same_setting(state["executor"], name, given,
+                                                     carried[name]):
+                raise OptionError(
+                    f"restore: {name}={given!r} differs from the snapshot's "
+                    f"{name}={carried[name]!r}; the snapshot carries its {name} and is "
+                    f"restored with it ({_RESTORE_HINTS.get(name, 'leave it out')})")
+        options = {**options, **carried}
         cq = cls(query, state["executor"], mode, **options)
         times = state.get("times") or [None] * len(state["rows"])
         for i, rows in enumerate(state["rows"]):

@@ -30,6 +30,7 @@ from adaptcq.engine.interp import Observation, interpret, prepare
 from adaptcq.engine.plan import CacheSpec, PipelinePlan, Probe
 from adaptcq.engine.rules import (
     cache_key,
+    check_given_orders,
     check_order,
     composite_key,
     connected_order,
@@ -38,6 +39,7 @@ from adaptcq.engine.rules import (
     probe_plan,
     row_key_positions,
 )
+from adaptcq.errors import OptionError
 from adaptcq.query.logical import LogicalQuery
 from adaptcq.state.stem import ScanIndex, SteM
 
@@ -158,11 +160,7 @@ class MJoin:
         self.nested_loop = frozenset(nested_loop)
         for item in sorted(self.nested_loop):
             _check_nested_loop(query, item)
-        unknown = sorted(set(orders or ()) - set(query.aliases))
-        if unknown:
-            raise ValueError(f"pipeline order for {', '.join(unknown)}: no stream "
-                             f"{' or '.join(unknown)} in the query (streams: "
-                             f"{', '.join(query.aliases)})")
+        given = check_given_orders(query.aliases, orders, OptionError)
         self.query = query
         self.reorders = 0  # set_order calls so far
         self._aliases = query.aliases
@@ -212,10 +210,7 @@ class MJoin:
         # Every update through the interpreter (``use_interpreter``), else compiled code.
         self.interpreted = False
         for a in query.aliases:
-            # (a given order of nothing, or None, is refused by check_order: it meant the
-            # default order, silently)
-            given = orders[a] if orders and a in orders else connected_order(query, a)
-            self.orders[a] = check_order(query.aliases, a, given or [])
+            self.orders[a] = given[a] if a in given else connected_order(query, a)
         for i, stem in enumerate(self.stems):  # see _wire: deletes[i] may be stem.delete
             stem.listeners.append(lambda i=i: self._wire(i))
         self._rebuild()
@@ -265,7 +260,8 @@ class MJoin:
     def set_order(self, stream: str, order: Sequence[str]) -> None:
         """Re-order ``stream``'s pipeline; valid between any two updates. The caches used
         in that pipeline are removed, and so is any cache elsewhere whose prefix invariant
-        the new order breaks (a-caching.txt §4.5 step 5)."""
+        the new order breaks (a-caching.txt §4.5 step 5). A refused order (see
+        ``engine.rules.check_order``) changes nothing."""
         self.orders[stream] = check_order(self.query.aliases, stream, order)
         self.reorders += 1  # policies that keep per-plan state notice a re-ordering by it
         dropped = bool(self.placements[stream])

@@ -3,7 +3,8 @@ core"). ``engine.plan`` builds plans with them; ``adapt/`` and ``optimizer/`` im
 from here, so a policy and the executor can never disagree on what a valid order, a cache
 key or a NULL key is.
 
-* Orders: :func:`check_order`, :func:`connected_order`, :func:`admissible`.
+* Orders: :func:`check_order` (the one check of an order; :func:`check_given_orders` for
+  an executor's ``orders`` option), :func:`connected_order`, :func:`admissible`.
 * The prefix invariant (a-caching.txt Def. 3.2; §6 for X ∪ Y): :func:`prefix_invariant`.
 * The cache key K_ijk (§3.2): :func:`cache_key`, :func:`probe_ref`.
 * Probes and keys: :func:`probe_plan`, :func:`key_function`, :func:`composite_key`.
@@ -21,16 +22,56 @@ from functools import lru_cache
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 
 
-# ----- orders --------------------------------------------------------------------------
+# ----- orders ---------------------------------------------------------------------------
 def check_order(streams: Iterable[str], start: str, order: Sequence[str]) -> list[str]:
-    """``order`` as a list when it lists every stream of ``streams`` other than ``start``
-    exactly once; a ValueError naming the expected streams otherwise."""
+    """``order`` as a new list when it is a list or tuple of stream names listing every
+    stream of ``streams`` other than ``start`` exactly once; otherwise a ValueError naming
+    ``start``, the streams expected and what was given. The one check of a pipeline order:
+    the executors' ``orders`` option (:func:`check_given_orders`), their ``set_order``, the
+    runtime's ``--order`` and the caching policies' candidate orders all come here.
+
+    Only a list or tuple is an order: a string would be taken letter by letter, a set in
+    its hash order (a plan that changes with PYTHONHASHSEED), and a one-shot iterator
+    would be used up by the check itself."""
+    streams = list(streams)
+    if start not in streams:
+        raise ValueError(f"pipeline order for {start}: no stream {start} in the query "
+                         f"(streams: {', '.join(streams)})")
     others = sorted(s for s in streams if s != start)
+    if not isinstance(order, (list, tuple)) or not all(isinstance(s, str) for s in order):
+        raise ValueError(f"orders[{start!r}] must be a list of the other streams "
+                         f"({', '.join(others) or 'none'}) in the order {start}'s pipeline "
+                         f"joins them, got {order!r}")
     if sorted(order) != others:
         raise ValueError(
             f"pipeline order for {start} must list each of {', '.join(others)} once, "
             f"got {', '.join(order) or 'nothing'}")
     return list(order)
+
+
+def check_given_orders(streams: Sequence[str], orders: Mapping[str, Sequence[str]] | None,
+                       error: type[ValueError] = ValueError) -> dict[str, list[str]]:
+    """The ``orders`` option of an executor that takes fixed pipeline orders (MJoin, the
+    vectorized executor, ``ContinuousQuery``, ``adaptcq.run``'s ``orders=`` / ``--order``):
+    None, or a mapping from streams of the query to orders, each checked by
+    :func:`check_order`. Returns the checked orders of the streams given (new lists);
+    ``error`` (the callers pass ``errors.OptionError``: this module imports only the query
+    layer) names a stream not in the query, or the stream whose order is bad."""
+    if orders is None:
+        return {}
+    streams = list(streams)
+    if not isinstance(orders, Mapping):
+        raise error(f"orders must map streams to their pipeline orders, e.g. "
+                    f"{{{streams[0]!r}: {streams[1:]!r}}}, got {orders!r}")
+    unknown = sorted((s for s in orders if s not in streams), key=str)
+    if unknown:
+        names = [str(s) for s in unknown]
+        raise error(f"pipeline order for {', '.join(names)}: no stream "
+                    f"{' or '.join(names)} in the query (streams: {', '.join(streams)})")
+    try:
+        return {a: check_order(streams, a, orders[a]) for a in streams if a in orders}
+    except ValueError as e:
+        raise error(str(e)) from None
 
 
 def admissible(neighbors: Mapping[str, Iterable[str]], prefix: Iterable[str],

@@ -979,20 +979,11 @@ _DICT_OPTIONS = {"spill": "{'strategy': 'global-penalty', 'memory': '64MB'}",
 
 
 def check_orders(query: LogicalQuery, orders: Mapping | None) -> None:
-    """Each fixed pipeline order, checked for every executor (``--order``, ``orders=``): a
-    list naming each other stream once. An empty list or None was taken as "no order
-    given" by the executors, which ran their default order silently."""
-    from adaptcq.engine.rules import check_order
-    for stream, order in (orders or {}).items():
-        if stream not in query.aliases:
-            continue  # (the executors name an unknown stream with the query's streams)
-        if not isinstance(order, (list, tuple)) or not all(isinstance(s, str) for s in order):
-            raise OptionError(f"orders[{stream!r}] must be a list of the other streams in "
-                              f"the order {stream}'s pipeline joins them, got {order!r}")
-        try:
-            check_order(query.aliases, stream, order)
-        except ValueError as e:
-            raise OptionError(str(e)) from None
+    """Each fixed pipeline order, checked for every executor (``--order``, ``orders=``)
+    before any input is read: the executors' own check (``engine.rules.check_given_orders``:
+    a list or tuple naming each other stream once), so the two cannot disagree."""
+    from adaptcq.engine.rules import check_given_orders
+    check_given_orders(query.aliases, orders, OptionError)
 
 
 def _check_fixed_orders(options: Mapping, query: LogicalQuery | None = None) -> None:
