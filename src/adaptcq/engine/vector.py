@@ -60,7 +60,7 @@ import numpy as np
 import pyarrow as pa
 
 from adaptcq.engine.continuous import Counters, row_key
-from adaptcq.engine.rules import check_order, connected_order
+from adaptcq.engine.rules import check_given_orders, check_order, connected_order
 from adaptcq.errors import InputError, OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
 from adaptcq.stats.estimators import Ratio
@@ -472,8 +472,9 @@ class _Run:
     def s1(self) -> int:
         return self.s0 + self.L
 
-    def probe(self, q: np.ndarray, lo: np.ndarray, hi: np.ndarray):
-        """(probe index, sid) of the rows with code q[j] and sid in [lo[j], hi[j])."""
+    def bounds(self, q: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+        """(j, a, b): the rows with code q[j] and sid in [lo[j], hi[j]) are ``comb[a:b]``
+        (element-wise), or None; counted before ``take`` builds them (``step_limit``)."""
         n = len(self.comb)
         if not len(q):
             return None
@@ -511,7 +512,10 @@ class _Run:
             j = hit if j is None else j[hit]
         elif j is None:
             j = np.arange(len(a))
-        b = np.searchsorted(comb, t_hi, "left")
+        return j, a, np.searchsorted(comb, t_hi, "left")
+
+    def take(self, j: np.ndarray, a: np.ndarray, b: np.ndarray):
+        """(probe index, sid) of each row ``bounds`` found."""
         jj, at = _expand(j, a, b - a)
         if self.direct:
             return jj, self.comb[at] % self.L + self.s0
@@ -527,6 +531,7 @@ class RunIndex:
         self.covered = 0  # sids below this are in runs (or gone)
         self.found = 1.0  # running fraction of probes whose code is here (``candidates``)
         self._hit_rate = 1.0  # matches per probe of the last probe (capped at 1)
+        self._probes = 0  # probes of the last ``bounds``
 
     def refresh(self, win: ColumnWindow) -> None:
         """Drop the runs that left the window and index the rows stored since: a new run,
@@ -564,18 +569,40 @@ class RunIndex:
         self.found = 0.9 * self.found + 0.1 * (len(some) / len(q))
         return some
 
-    def probe(self, q: np.ndarray, lo: np.ndarray, hi: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
-        """(probe index, sid) of every row with code ``q[j]`` and sid in [lo[j], hi[j])."""
-        outs_j, outs_s = [], []
+    def bounds(self, q: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list[tuple]:
+        """Per run, where its rows with code ``q[j]`` and sid in [lo[j], hi[j]) lie
+        (``_Run.bounds``): ``rows`` counts them and ``take`` builds them, so that a join
+        step too large for ``step_limit`` is split before any of it is built."""
+        found = []
         for run in self.runs:
-            if not len(run):
-                continue
-            got = run.probe(q, lo, hi)
-            if got is not None and len(got[0]):
-                outs_j.append(got[0])
-                outs_s.append(got[1])
-        self._hit_rate = min(1.0, sum(len(x) for x in outs_j) / max(1, len(q)))
+            if len(run):
+                got = run.bounds(q, lo, hi)
+                if got is not None and len(got[0]):
+                    found.append((run, *got))
+        self._probes = len(q)
+        return found
+
+    @staticmethod
+    def rows(found: list[tuple]) -> int:
+        return sum(int((b - a).sum()) for _, _, a, b in found)
+
+    @staticmethod
+    def per_probe(found: list[tuple], n: int) -> np.ndarray:
+        """Rows per probe (of ``n``), for choosing where to split the updates."""
+        rows = np.zeros(n, np.int64)
+        for _, j, a, b in found:
+            np.add.at(rows, j, b - a)
+        return rows
+
+    def take(self, found: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+        """(probe index, sid) of the rows ``bounds`` found."""
+        outs_j, outs_s = [], []
+        for run, j, a, b in found:
+            jj, sid = run.take(j, a, b)
+            if len(jj):
+                outs_j.append(jj)
+                outs_s.append(sid)
+        self._hit_rate = min(1.0, sum(len(x) for x in outs_j) / max(1, self._probes))
         if not outs_j:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         if len(outs_j) == 1:
@@ -810,21 +837,58 @@ class _Updates:
 
 
 class _TooLarge(Exception):
-    """A join step of a range of updates produced more than ``step_limit`` rows."""
+    """A join step would build more rows than its range has left of ``step_limit``: the
+    positions of its probes and the rows each would build, where to split the range."""
+
+    def __init__(self, pos: np.ndarray, rows: np.ndarray):
+        super().__init__()
+        self.pos, self.rows = pos, rows
 
 
-def _ranges(p: np.ndarray, size: int) -> list[tuple[int, int]]:
-    """Position ranges [lo, hi) holding about ``size`` of the driving positions ``p``
-    each (all of them in one range when they are fewer)."""
-    if not len(p):
-        return []
-    if len(p) <= size:  # one range: no need to order the positions
-        return [(int(p.min()), int(p.max()) + 1)]
-    # The drivers' positions come as one ascending run per pipeline: a stable sort
-    # (timsort) merges such runs in linear time, where numpy's default sort does not.
-    p = np.sort(p, kind="stable")
-    cuts = [int(x) for x in p[::size]] + [int(p[-1]) + 1]
-    return list(itertools.pairwise(cuts))
+class _Ranges:
+    """The position ranges [lo, hi) in which a batch's driving updates (positions ``p``)
+    are joined, one at a time: the next ``size`` updates (``size`` may change from one
+    range to the next), or first the pieces of a range split by ``split``."""
+
+    def __init__(self, p: np.ndarray):
+        self.p, self.k, self.sorted = p, 0, False
+        self.pieces: list[tuple[int, int]] = []
+
+    def next(self, size: int) -> tuple[int, int] | None:
+        if self.pieces:
+            return self.pieces.pop(0)
+        p, n = self.p, len(self.p)
+        if self.k >= n:
+            return None
+        if self.k == 0 and n <= size:  # one range: no need to order the positions
+            self.k = n
+            return int(p.min()), int(p.max()) + 1
+        if not self.sorted:
+            # The drivers' positions come as one ascending run per pipeline: a stable sort
+            # (timsort) merges such runs in linear time, where numpy's default sort does not.
+            self.p = p = np.sort(p, kind="stable")
+            self.sorted = True
+        k, self.k = self.k, min(self.k + size, n)
+        return int(p[k]), int(p[self.k]) if self.k < n else int(p[-1]) + 1
+
+    def split(self, lo: int, hi: int, pos: np.ndarray, rows: np.ndarray, target: int) -> None:
+        """Put [lo, hi) back as pieces of about ``target`` rows each, by the ``rows`` that
+        probes at positions ``pos`` (at two or more positions) would build: a cut where
+        the rows before a probe pass a multiple of ``target``, and before and after a probe
+        that builds ``target`` alone; at least one cut, so every piece is smaller."""
+        order = np.argsort(pos, kind="stable")
+        pos, rows = pos[order], rows[order]
+        bucket = (np.cumsum(rows) - rows) // max(1, target)
+        at = np.flatnonzero(np.diff(bucket) > 0) + 1
+        big = np.flatnonzero(rows >= target)
+        cuts = np.unique(np.concatenate([pos[at], pos[big], pos[np.minimum(big + 1,
+                                                                           len(pos) - 1)]]))
+        cuts = cuts[(cuts > lo) & (cuts < hi)]
+        if not len(cuts):  # (rows of one position, or few): halve the positions
+            distinct = np.unique(pos)
+            cuts = distinct[len(distinct) // 2:len(distinct) // 2 + 1]
+        edges = [lo, *(int(c) for c in cuts), hi]
+        self.pieces[:0] = list(itertools.pairwise(edges))
 
 
 def _update_ranks(k: np.ndarray, phase: np.ndarray, ek: np.ndarray, e: np.ndarray,
@@ -964,16 +1028,9 @@ class VectorJoin:
                 ts_dtype, explicit_deletions and s.window.kind == "unbounded"))
         self.outputs = [(aliases.index(o.expr.table), o.expr.name, Values(
             types[(o.expr.table, o.expr.name)])) for o in query.outputs]
-        unknown = sorted(set(orders or ()) - set(aliases))
-        if unknown:
-            raise OptionError(f"pipeline order for {', '.join(unknown)}: no stream "
-                              f"{' or '.join(unknown)} in the query (streams: "
-                              f"{', '.join(aliases)})")
-        self.orders: dict[str, list[str]] = {}
-        for a in aliases:
-            # (a given order of nothing, or None, is refused, as MJoin refuses it)
-            given = orders[a] if orders and a in orders else connected_order(query, a)
-            self.orders[a] = check_order(aliases, a, given or [])
+        given = check_given_orders(aliases, orders, OptionError)  # (the one check: engine.rules)
+        self.orders: dict[str, list[str]] = {
+            a: given[a] if a in given else connected_order(query, a) for a in aliases}
         self.stats = Counters()
         self.next_pos = 0            # positions of updates (module docstring)
         self.counts = [0] * len(aliases)  # arrivals per stream (count windows)
@@ -994,17 +1051,24 @@ class VectorJoin:
         self.order_log: dict[str, dict[tuple[str, ...], int]] = {a: {} for a in aliases}
         self.observers: list = []    # fn(self) after each batch (adaptive ordering)
         # Memory (docs/vector.md, "Batching"): the updates of a batch are joined a range of
-        # positions at a time, at most ``range_updates`` driving updates, and a range whose
-        # join step builds more than ``step_limit`` rows is halved; with ``emit`` set each
-        # range's output goes there at once, so a batch never holds all of its output.
+        # positions at a time, at most ``range_updates`` driving updates, sized so that the
+        # range builds about step_limit / 2 rows (from the rows per update measured so far,
+        # ``_per_update``); a join step that would build more than ``step_limit`` rows, its
+        # range's earlier pipelines' results included, is split before it is built (one
+        # update's own rows excepted). With ``emit`` set each range's output goes there at
+        # once, so a batch never holds more than about ``step_limit`` rows of its output.
         self.range_updates = 65_536
-        self.step_limit = 4_000_000
+        self.step_limit = 262_144
+        self._per_update = 0.0
+        self._held = self._peak = 0  # rows of the range: held in results, most at once
+        self._sel_range: dict[tuple[str, str], list] = {}  # σ counts (``_pipeline``)
         self.emit = None
 
     # ----- plan ------------------------------------------------------------------------------
     def set_order(self, stream: str, order: Sequence[str]) -> None:
         """Re-order ``stream``'s pipeline; any order gives the same results (no join
-        subresult is kept), so it may change between any two batches."""
+        subresult is kept), so it may change between any two batches. A refused order
+        (``engine.rules.check_order``) changes nothing."""
         self.orders[stream] = check_order(self.query.aliases, stream, order)
 
     def steps(self, stream: str) -> list[_Step]:
@@ -1401,7 +1465,7 @@ class VectorJoin:
     # ----- the joins ---------------------------------------------------------------------
     def _join(self, deleted) -> pa.Table:
         """Every pipeline over its driving updates (the batch's insertions, and in retract
-        mode its deletions), a range of update positions at a time (``_ranges``): each
+        mode its deletions), a range of update positions at a time (``_Ranges``): each
         range's output, in position order, goes to ``emit`` when one is set (a driver
         bounding its memory), else all of it is returned."""
         drivers = []  # (stream, sids, positions, sign, times), positions ascending
@@ -1421,29 +1485,63 @@ class VectorJoin:
             order = tuple(self.orders[a])
             self.order_log[a][order] = self.order_log[a].get(order, 0) + 1
         out = []
-        todo = _ranges(np.concatenate([d[2] for d in drivers]) if drivers else
-                       np.empty(0, np.int64), self.range_updates)
-        while todo:
-            lo, hi = todo.pop(0)
+        todo = _Ranges(np.concatenate([d[2] for d in drivers]) if drivers else
+                       np.empty(0, np.int64))
+        target = max(1, self.step_limit // 2)
+        sel: dict[tuple[str, str], list] = {}
+        while (r := todo.next(self._range_size(target))) is not None:
+            lo, hi = r
+            self._held = self._peak = 0
+            self._sel_range = {}
+            parts, updates = [], 0
             try:
-                parts = []
                 for i, sids, p, sign, ts in drivers:
                     a, b = np.searchsorted(p, [lo, hi], "left")
                     if b > a:
+                        updates += b - a
                         parts.append(self._pipeline(i, sids[a:b], p[a:b], sign, ts[a:b]))
-            except _TooLarge:
-                mid = lo + (hi - lo) // 2
-                todo[:0] = [(lo, mid), (mid, hi)]  # halve the range and try again
+                        self._held += len(parts[-1][1])
+            except _TooLarge as big:
+                # (what this range's steps measured is dropped: its pieces measure it again)
+                self._per_update = max(self._per_update, self._peak / max(1, updates))
+                todo.split(lo, hi, big.pos, big.rows, target)
                 continue
+            self._per_update = self._peak / max(1, updates)
+            for k, (num, den) in self._sel_range.items():
+                acc = sel.setdefault(k, [0, 0.0])
+                acc[0] += num
+                acc[1] += den
             table = self._output([x for x in parts if len(x[1])])
-            if self.emit is not None and table.num_rows:
+            if not table.num_rows:
+                continue  # (its _ts is int64 whatever the time type: no concat with it)
+            if self.emit is not None:
                 self.stats.results += table.num_rows
                 self.emit(table.drop_columns(["_pos"]))
             else:
                 out.append(table)
+        for k, (num, den) in sel.items():  # one observation a batch (docs/vector.md)
+            est = self.selectivity.get(k)
+            if est is None:
+                est = self.selectivity[k] = Ratio()
+            est.update(num, den)
         if not out:
             return self._empty(True)
         return out[0] if len(out) == 1 else pa.concat_tables(out)
+
+    def _range_size(self, target: int) -> int:
+        """Driving updates in the next range: about ``target`` rows at the rows per update
+        of the last range, at most ``range_updates``."""
+        if self._per_update * self.range_updates <= target:
+            return self.range_updates
+        return max(1, int(target / self._per_update))
+
+    def _too_large(self, rows: int, pos: np.ndarray) -> bool:
+        """Whether a join step that would build ``rows`` rows passes what its range has
+        left of ``step_limit``, with probes (at positions ``pos``) of more than one update:
+        one update's own rows are built at once, whatever their number."""
+        got = self._held + rows
+        self._peak = max(self._peak, got)
+        return got > self.step_limit and len(pos) > 0 and pos.min() != pos.max()
 
     def _pipeline(self, i: int, sids: np.ndarray, p: np.ndarray, sign: int, ts: np.ndarray):
         """ΔX ⋈ … for driving rows ``sids`` of stream i at positions ``p``: every
@@ -1475,8 +1573,12 @@ class VectorJoin:
                     live = some if live is None else live[some]
                 if live is not None:
                     q = q[live]
-                lo, hi = w.lo_hi(pc_ if live is None else pc_[live])
-                j, ysid = index.probe(q, lo, hi)
+                pl = pc_ if live is None else pc_[live]
+                lo, hi = w.lo_hi(pl)
+                found = index.bounds(q, lo, hi)  # counted before they are built
+                if self._too_large(index.rows(found), pl):
+                    raise _TooLarge(pl, index.per_probe(found, len(q)))
+                j, ysid = index.take(found)
                 if live is not None:
                     j = live[j]
                 if st.check and len(j):
@@ -1484,6 +1586,9 @@ class VectorJoin:
                     j, ysid = j[ok], ysid[ok]
             else:
                 lo, hi = w.lo_hi(pc_)
+                n = np.maximum(hi - lo, 0)
+                if self._too_large(int(n.sum()), pc_):
+                    raise _TooLarge(pc_, n)
                 j, at = _expand(np.arange(len(drv)), lo, hi - lo)
                 ysid = at
             if w.explicit and len(j):  # rows leave from the middle: the rule itself
@@ -1493,12 +1598,9 @@ class VectorJoin:
             linked = {r.stream for r in st.refs}
             if len(linked) == 1:
                 (z,) = linked
-                est = self.selectivity.get((z, st.stream))
-                if est is None:
-                    est = self.selectivity[(z, st.stream)] = Ratio()
-                est.update(len(j), pairs)
-            if len(j) > self.step_limit and len(np.unique(p[drv])) > 1:
-                raise _TooLarge  # split the updates: an intermediate this large is memory
+                acc = self._sel_range.setdefault((z, st.stream), [0, 0.0])
+                acc[0] += len(j)
+                acc[1] += pairs
             cur = {s: a[j] for s, a in cur.items()}
             cur[y] = ysid
             drv = drv[j]

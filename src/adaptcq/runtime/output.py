@@ -21,6 +21,7 @@ as hex.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -600,6 +601,9 @@ def summary_json(doc, indent: int = 1) -> str:
 
 
 def _json_value(v):
+    """A value JSON has no type for, as JSON lines write it (README "Output files")."""
+    if isinstance(v, datetime.timedelta):  # (pandas' Timedelta, duration[ns], is one too)
+        return _iso_duration(v)
     if hasattr(v, "isoformat"):
         return v.isoformat()
     if isinstance(v, bytes):
@@ -607,6 +611,26 @@ def _json_value(v):
     if isinstance(v, (set, frozenset, tuple)):
         return list(v)
     return str(v)
+
+
+def _iso_duration(v: datetime.timedelta) -> str:
+    """An Arrow duration of any unit as one ISO 8601 duration, exact: ``P1DT0H0M0.000005S``
+    (pandas' ``Timedelta.isoformat`` form, which duration[ns] values had, for every unit;
+    Python's ``str`` of a timedelta is not ISO 8601), the fraction of a second with its
+    trailing zeros dropped. A negative one is the whole duration negated,
+    ``-P0DT0H0M0.5S``, as XML Schema's xs:duration signs one (pandas writes
+    ``P-1DT23H59M59.5S``: days negative, the rest positive); ``pandas.Timedelta`` reads
+    both forms back."""
+    value = getattr(v, "value", None)  # pandas' Timedelta: integer nanoseconds
+    if value is None:
+        value = ((v.days * 86_400 + v.seconds) * 1_000_000 + v.microseconds) * 1_000
+    sign = "-" if value < 0 else ""
+    days, ns = divmod(abs(value), 86_400 * 10**9)
+    hours, ns = divmod(ns, 3_600 * 10**9)
+    minutes, ns = divmod(ns, 60 * 10**9)
+    seconds, ns = divmod(ns, 10**9)
+    fraction = f".{ns:09d}".rstrip("0") if ns else ""
+    return f"{sign}P{days}DT{hours}H{minutes}M{seconds}{fraction}S"
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_json_value)
