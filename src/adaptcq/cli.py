@@ -599,9 +599,12 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
     fmt = format_of(args.output, args.format)
     if args.output is None and args.format is not None:
         raise AdaptcqError("--format needs --output (a file, or - for stdout)")
+    # (the spill folder too: a file written there, or the folder made where the output
+    # goes, would destroy the other)
+    spill_dir = [("--spill-dir", args.spill_dir)] if getattr(args, "spill_dir", None) else []
     if args.output not in (None, "-"):
-        check_output_path(args.output, inputs)
-    rejected = RejectedOutput(args.rejected, args.output, inputs, args.format)
+        check_output_path(args.output, inputs, others=spill_dir)
+    rejected = RejectedOutput(args.rejected, args.output, inputs, args.format, spill_dir)
     # Ctrl-C and SIGTERM stop the run between two updates; while it is set up (its spill
     # folder is made then) they stop at once: nothing is left.
     with _StopSignals() as signals:
@@ -639,6 +642,8 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
             if sink is not None:
                 sink.abort()
             rejected.abort()
+            if run.spill is not None:  # (a spill folder the run made goes too)
+                run.spill.close(False)
             _failed_summary(args, lambda: _summary_doc(run), run.stopped, exc, signals)
             if signals.forced:
                 console.print(f"[bold]stopped at once[/] by a second {signals.name}; the "
@@ -781,7 +786,7 @@ class RejectedOutput:
     before any work."""
 
     def __init__(self, given: str | None, output: str | None, inputs: list[Path],
-                 fmt: str | None = None):
+                 fmt: str | None = None, others: list[tuple[str, str]] = ()):
         from adaptcq.runtime.output import check_output_path
         if given == "-":  # (its rows would interleave with the results or the summary)
             raise AdaptcqError("--rejected -: stdout carries the results (--output -) or the "
@@ -793,7 +798,8 @@ class RejectedOutput:
             # (the default too: start() removes a stale one, and an input of its name was
             # deleted)
             check_output_path(self.path, inputs,
-                              "--rejected" if given is not None else "--rejected's default")
+                              "--rejected" if given is not None else "--rejected's default",
+                              others)
         if given is not None and output not in (None, "-") and \
                 Path(given).resolve() == Path(output).resolve():
             raise AdaptcqError("--rejected and --output name the same file")
@@ -1012,8 +1018,10 @@ def cmd_cleanup(args) -> int:
     if args.output is None:
         raise AdaptcqError("adaptcq cleanup DIR needs --output: where the late results go")
     done = cleanup_folder(args.folder, args.output, args.format)
+    # On stderr, as adaptcq run's summary: with --output - stdout carries the results.
     print(f"wrote {done['late_results']:,} late results to {args.output} "
-          f"(clean-up {done['cleanup_cpu_seconds']:.3f} CPU-s); {args.folder} is empty")
+          f"(clean-up {done['cleanup_cpu_seconds']:.3f} CPU-s); {args.folder} is empty",
+          file=sys.stderr)
     return 0
 
 

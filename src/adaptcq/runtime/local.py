@@ -250,6 +250,8 @@ class LocalRun:
         except BaseException:
             for src in self.sources.values():
                 src.close()
+            if getattr(self, "spill", None) is not None:  # (the spill folder it made goes)
+                self.spill.close(False)
             raise
 
     # ----- set-up checks -----------------------------------------------------------------

@@ -272,7 +272,8 @@ def summary_table(run: SparkRun, args, master: str):
                       f"{spill['cleanup_writebacks']:,}")
         t.add_row("late results (produced by clean-ups)", f"{spill['late_results']:,}")
         if spill["complete_until"] is not None:
-            t.add_row("output complete until (event time, ns)", f"{spill['complete_until']:,}")
+            t.add_row("output complete before (event time, ns; exclusive)",
+                      f"{spill['complete_until']:,}")
     if run.adaptivity is not None:
         t.add_row("adaptive policies (in every group)", describe_adaptivity(run.adaptivity))
     shed = run.shedding

@@ -261,22 +261,26 @@ class SpillSetup:
             self.store._save()
 
     def close(self, finished: bool = True) -> None:
-        """At the end of the run. A run that did not finish (an error, a result bound)
-        cannot clean up what it spilled — the groups in memory are gone — so its spill
-        files are removed rather than left for a clean-up that could only be partial."""
+        """At the end of the run. A run that did not finish (an error, a result bound, a
+        refusal) cannot clean up what it spilled — the groups in memory are gone — so its
+        spill files are removed rather than left for a clean-up that could only be
+        partial, with the manifest and folders the run made (``SpillStore.discard``): a
+        refused run leaves no empty spill folder behind."""
         if self.store is None:
             return
         if not finished:
-            self.store.clear()
+            self.store.discard()
             self.discarded = True
         if self.cleanup == "end" or not finished:
             self.store.close()
 
     def report(self, cq, last_ts) -> dict:
-        """The summary's spill figures. ``complete_until`` and ``spill_folder`` only for a
-        run whose spills were cleaned up or left on disk whole (docs/spill.md, "Clean-up"):
-        one that did not finish (``--max-results``, an error, its consumer closing it) has
-        its output cut and its spill files removed (``close``), so neither would be true."""
+        """The summary's spill figures. ``complete_until`` (seconds of event time, an
+        exclusive bound: every result with ``_ts`` < it is in the output) and
+        ``spill_folder`` only for a run whose spills were cleaned up or left on disk whole
+        (docs/spill.md, "Clean-up"): one that did not finish (``--max-results``, an error,
+        its consumer closing it) has its output cut and its spill files removed
+        (``close``), so neither would be true."""
         ex = cq.executor
         c = ex.counters
         out = {"plan_operators": [op.describe() for op in reversed(ex.ops)],
@@ -286,8 +290,10 @@ class SpillSetup:
         out.update(self.policy.report())
         out.update(spill_figures(ex))
         if last_ts is not None and not self.discarded:
-            # Every result whose newest input arrived before the oldest spill not yet
-            # cleaned up is out; after a clean-up, every result up to the input's end.
+            # Exclusive: every result with _ts before the oldest spill not yet cleaned up
+            # is out; one at that very time may still be held back (a later arrival of
+            # the same time joins the spilled groups). After a clean-up: the input's end,
+            # and every result is out.
             pending = c.first_pending
             out["complete_until"] = (pending if pending is not None else last_ts) / 1e9
             if pending is not None:
@@ -298,16 +304,19 @@ class SpillSetup:
 def cleanup_folder(directory: str, output: str, fmt: str | None = None) -> dict:
     """``adaptcq cleanup DIR --output OUT``: produce the results held back in a spill folder
     left by ``adaptcq run --spill ... --cleanup off`` (Eq. 3 over every spilled generation,
-    §4.2's order), write them to OUT (late rows: ``_late`` true), and empty the folder."""
-    from adaptcq.engine.spill_tree import SpillTree, parse_plan
-    from adaptcq.query.cql import parse_query
+    §4.2's order), write them to OUT (late rows: ``_late`` true), and empty the folder.
+
+    OUT inside the folder is refused before anything is read (the output's writing would
+    replace a spill file or the manifest: the late results lost for good), and a damaged
+    manifest is refused naming it and what is wrong. The folder is emptied only once OUT is
+    written and closed: a failed write (a full disk) leaves it whole, for a retry."""
     from adaptcq.runtime.local import (
         late_table_fits,
         rows_to_batch,
         table_rows,
         table_to_schema,
     )
-    from adaptcq.runtime.output import FileSink, format_of
+    from adaptcq.runtime.output import FileSink, check_output_path, format_of, overlaps
     from adaptcq.state.spill_store import MANIFEST, SpillError, SpillStore
 
     folder = Path(directory)
@@ -320,19 +329,24 @@ def cleanup_folder(directory: str, output: str, fmt: str | None = None) -> dict:
     if not (folder / MANIFEST).exists():
         raise AdaptcqError(f"{directory!r} is not a spill folder (no {MANIFEST}); it is the "
                            "--spill-dir of a run with --cleanup off")
+    if output != "-":
+        if overlaps(output, folder):
+            raise AdaptcqError(
+                f"--output {output!r} is inside the spill folder {directory!r} (or is it, "
+                "or holds it), which adaptcq cleanup reads and then empties: writing there "
+                "would destroy the spilled results; give a place outside it")
+        check_output_path(output, [])
+    form = format_of(output, fmt)
     probe = SpillStore(folder, {})
     meta = probe.meta
     if not meta.get("sql"):
         raise SpillError(f"spill folder {directory} has no query recorded: it was left by a "
                          "run that did not finish (only `--cleanup off` runs leave one)")
-    types = {a: pa.ipc.read_schema(pa.py_buffer(base64.b64decode(t)))
-             for a, t in meta["types"].items()}
-    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(meta["output_schema"])))
-    query = parse_query(meta["sql"], meta["kinds"])
-    store = SpillStore(folder, query.columns, types)
-    ex = SpillTree(query, tree=parse_plan(meta["tree"]), partitions=meta["partitions"],
-                   time_unit=meta["time_unit"], store=store, late_column=True)
-    sink = FileSink(output, schema, format_of(output, fmt))
+    # Held: the folder is emptied once the output is closed (below), not by the clean-up.
+    schema, ex = _cleanup_tree(folder / MANIFEST, meta,
+                               lambda q, types: SpillStore(folder, q.columns, types, hold=True))
+    store = ex.store
+    sink = FileSink(output, schema, form)
     rows: list = []
     written = 0
 
@@ -362,9 +376,64 @@ def cleanup_folder(directory: str, output: str, fmt: str | None = None) -> dict:
         if rows:
             sink.write(rows_to_batch(rows, schema, meta.get("timestamp_unit")))
             written += len(rows)
+        sink.close()
     except BaseException:
         sink.abort()
         raise
-    sink.close()
+    try:
+        store.release()  # the late results are in OUT: the folder can go
+    except SpillError as e:
+        where = "stdout" if output == "-" else output
+        raise SpillError(f"the {written:,} late results were written to {where}, but the "
+                         f"spill folder {directory} could not be emptied ({e}); remove its "
+                         "spill files: adaptcq cleanup on it again would write them "
+                         "again") from None
     return {"late_results": written, "cleanup_cpu_seconds": ex.counters.cleanup_seconds,
             "fingerprint": hashlib.sha256(meta["sql"].encode()).hexdigest()[:12]}
+
+
+def _cleanup_tree(manifest: Path, meta: dict, make_store) -> tuple:
+    """The output schema and operator tree that ``adaptcq cleanup`` rebuilds from a
+    spill manifest's ``meta`` (``SpillSetup.finish`` wrote it), its store made by
+    ``make_store(query, types)``. A manifest damaged or edited by hand is refused naming it
+    and what is wrong (a raw KeyError or a plan's ValueError otherwise)."""
+    import binascii
+
+    from adaptcq.engine.spill_tree import SpillTree, parse_plan
+    from adaptcq.query.cql import parse_query
+    from adaptcq.state.spill_store import SpillError
+
+    def damaged(what: str) -> SpillError:
+        return SpillError(f"spill manifest {manifest} is damaged: {what}; the spilled "
+                          "results cannot be produced")
+
+    missing = [k for k in ("sql", "tree", "partitions", "time_unit", "kinds", "types",
+                           "output_schema") if k not in meta]
+    if missing:
+        raise damaged(f"its 'meta' has no {', '.join(map(repr, missing))}")
+    if not isinstance(meta["types"], dict) or not isinstance(meta["kinds"], dict):
+        raise damaged("its 'meta' 'types' and 'kinds' must be objects")
+
+    def schema_of(text, what: str) -> pa.Schema:
+        try:
+            return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+        except (TypeError, ValueError, binascii.Error, pa.ArrowException) as e:
+            raise damaged(f"{what} cannot be read ({e})") from None
+
+    types = {a: schema_of(t, f"the schema of stream {a!r}") for a, t in meta["types"].items()}
+    schema = schema_of(meta["output_schema"], "the output schema")
+    try:
+        query = parse_query(meta["sql"], meta["kinds"])
+    except (AdaptcqError, TypeError, ValueError, AttributeError) as e:
+        # (a QueryError's first line names the place; the query and caret follow it)
+        raise damaged(f"its query cannot be parsed ({str(e).splitlines()[0]})") from None
+    store = make_store(query, types)
+    try:
+        tree = parse_plan(meta["tree"])
+        ex = SpillTree(query, tree=tree, partitions=meta["partitions"],
+                       time_unit=meta["time_unit"], store=store, late_column=True)
+    except (AdaptcqError, TypeError, ValueError) as e:
+        raise damaged(f"its plan {meta['tree']!r} (partitions {meta['partitions']!r}, "
+                      f"time unit {meta['time_unit']!r}) does not fit its query ({e})") \
+            from None
+    return schema, ex

@@ -28,6 +28,7 @@ import heapq
 import itertools
 import json
 import os
+import re
 import shutil
 import tempfile
 import weakref
@@ -40,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 from pyarrow import ipc
 
+from adaptcq.checks import is_int
 from adaptcq.collector import pausing
 from adaptcq.errors import AdaptcqError
 from adaptcq.stream.arrays import engine_values
@@ -111,7 +113,7 @@ class SpillStore:
                  writer: Callable[[Path, bytes], None] | None = None,
                  compression: str | None = "lz4", meta: dict | None = None,
                  fresh: bool = False, time_type: pa.DataType | None = None,
-                 durable: bool = True, deferred: bool = False):
+                 durable: bool = True, deferred: bool = False, hold: bool = False):
         # Not durable: scratch files of one process (a clean-up's hand-over): no manifest,
         # no checksums, no fsync, the folder removed by ``close``.
         self.durable = durable
@@ -121,6 +123,11 @@ class SpillStore:
         # events must still be on disk: ``restore``).
         self.deferred = deferred
         self.trash: list[str] = []
+        # Held: a clean-up's ``clear`` only notes what it merged, and ``release`` clears it
+        # (``adaptcq cleanup``: the folder must stay whole until the late results are
+        # written, or a failed write loses them for good).
+        self.hold = hold
+        self._held: list[dict] = []
         self._merged: list[str] = []  # files of merged events a saved manifest still names
         if writer is None:
             writer = _write_file if durable else _write_scratch
@@ -144,8 +151,10 @@ class SpillStore:
         self._live_total = 0.0
         self._all_total = 0.0  # every spilled group's model bytes, ended or not
         self._next = 1
+        # The folders made here, the deepest last: ``discard`` removes them again.
+        self.made: list[Path] = []
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self._make_folder()
         except OSError as e:  # a file of that name, a path through a file, no permission
             raise AdaptcqError(f"spill folder {str(self.directory)!r} cannot be made: "
                                f"{e.strerror or e}") from None
@@ -155,7 +164,8 @@ class SpillStore:
         self._remove = weakref.finalize(self, shutil.rmtree, str(self.directory), True) \
             if self.temporary else None
         manifest = self.directory / MANIFEST
-        if manifest.exists():
+        self._had_manifest = manifest.exists()  # (``discard`` removes only its own)
+        if self._had_manifest:
             self._open(manifest)
             if fresh and self.events:
                 raise SpillError(
@@ -163,21 +173,46 @@ class SpillStore:
                     f"run ({len(self.events)} spill events): produce its results with "
                     f"`adaptcq cleanup {self.directory}`, or give an empty folder")
 
+    def _make_folder(self) -> None:
+        """``directory`` and its missing parents, each one made recorded in ``made``."""
+        missing = []
+        p = self.directory.absolute()
+        while not p.exists() and p != p.parent:
+            missing.append(p)
+            p = p.parent
+        for d in reversed(missing):
+            try:
+                d.mkdir()
+            except FileExistsError:  # (made meanwhile)
+                if not d.is_dir():
+                    raise
+                continue
+            self.made.append(d)
+        if not self.directory.is_dir():  # (a file of that name: mkdir would say so)
+            self.directory.mkdir(exist_ok=True)
+
     # ----- the manifest ------------------------------------------------------------------
     def _open(self, manifest: Path) -> None:
         try:
             doc = json.loads(manifest.read_text())
         except (OSError, ValueError) as e:
             raise SpillError(f"spill manifest {manifest} cannot be read: {e}") from None
+        if not isinstance(doc, dict):
+            raise SpillError(f"spill manifest {manifest} is damaged: it holds "
+                             f"{type(doc).__name__}, not an object")
         if doc.get("version") != VERSION:
             raise SpillError(f"spill manifest {manifest}: unknown version "
                              f"{doc.get('version')!r}")
         if self.fingerprint and doc.get("fingerprint") != self.fingerprint:
             raise SpillError(f"spill folder {self.directory} holds the spilled state of "
                              "another query or plan; give an empty folder")
-        self.events = doc["events"]
+        self.events = _checked_events(doc, manifest, self.durable)
         self._next = _next_number(self.events)
-        self.meta = {**doc.get("meta", {}), **self.meta}
+        meta = doc.get("meta", {})
+        if not isinstance(meta, dict):
+            raise SpillError(f"spill manifest {manifest} is damaged: its 'meta' is "
+                             f"{type(meta).__name__}, not an object")
+        self.meta = {**meta, **self.meta}
         for ev in self.events:  # every file the manifest names must be there
             if not (self.directory / ev["file"]).exists():
                 raise SpillError(f"spill file {self.directory / ev['file']} named in the "
@@ -459,6 +494,11 @@ class SpillStore:
         manifest is rewritten first (it must never name a missing file), then the files
         are removed."""
         self._readers.clear()
+        if self.hold:
+            held = {ev["file"] for ev in self._held}
+            self._held += [ev for ev in (self.events if events is None else events)
+                           if ev["file"] not in held]
+            return
         if not self.events:
             return
         if self._remove is not None and not self._remove.alive:
@@ -479,6 +519,36 @@ class SpillStore:
             raise SpillError(f"the clean-up is done but the spill manifest in "
                              f"{self.directory} cannot be rewritten ({e.strerror or e}): its "
                              "merged files stay until it can be") from None
+
+    def release(self) -> None:
+        """A held store (``hold``): what the clean-ups merged is cleared now (the caller's
+        output is safe), and later clean-ups clear at once. Raises :class:`SpillError` as
+        ``clear`` does."""
+        held, self._held, self.hold = self._held, [], False
+        if held:
+            self.clear(held)
+
+    def discard(self) -> None:
+        """A run that did not finish: every spill file goes (``clear``), and so do the
+        manifest this store wrote into a folder that had none and the folders it made, so
+        that a refused run leaves the disk as it found it (a folder the user had made
+        stays, as do files of others in it)."""
+        self.hold = False
+        self.clear()
+        self._readers.clear()
+        if self.temporary:
+            return  # (``close`` removes the whole folder)
+        if not self._had_manifest:
+            try:
+                (self.directory / MANIFEST).unlink(missing_ok=True)
+            except OSError:
+                pass
+        for d in reversed(self.made):
+            try:
+                d.rmdir()  # (only when empty: a file someone else put there stays)
+            except OSError:
+                break
+        self.made = []
 
     def _release_merged(self) -> None:
         """A manifest without the merged events is on disk: their files can go (a deferred
@@ -533,9 +603,41 @@ class SpillStore:
             self._remove()  # the temporary folder, once
 
 
+def _checked_events(doc: dict, manifest: Path, durable: bool) -> list[dict]:
+    """The manifest's events, each checked for what reading it back needs (a file named
+    as ``write_batches`` names them, its size and, in a durable store, its SHA-256): a
+    manifest edited or damaged by hand is refused naming it and what is wrong, not met
+    later as a raw KeyError."""
+    events = doc.get("events")
+    if not isinstance(events, list):
+        what = "has no 'events'" if events is None else \
+            f"has 'events' of type {type(events).__name__}, not a list"
+        raise SpillError(f"spill manifest {manifest} is damaged: it {what}")
+    for i, ev in enumerate(events):
+        where = f"spill manifest {manifest} is damaged: event {i + 1}"
+        if not isinstance(ev, dict):
+            raise SpillError(f"{where} is {type(ev).__name__}, not an object")
+        name = ev.get("file")
+        if not isinstance(name, str) or not _SPILL_FILE.fullmatch(name):
+            raise SpillError(f"{where} names no spill file (its 'file' is {name!r}, "
+                             "not spill-NNNNNN.arrow)")
+        if not is_int(ev.get("bytes")) or ev["bytes"] < 0:
+            raise SpillError(f"{where} ({name}) has no size (its 'bytes' is "
+                             f"{ev.get('bytes')!r})")
+        digest = ev.get("sha256")
+        if durable and (not isinstance(digest, str) or not _SHA256.fullmatch(digest)):
+            raise SpillError(f"{where} ({name}) has no SHA-256 to check the file by (its "
+                             f"'sha256' is {digest!r})")
+    return events
+
+
+_SPILL_FILE = re.compile(r"spill-(\d{6,})\.arrow")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
 def _next_number(events: list[dict]) -> int:
     """The number of the next spill file (``spill-NNNNNN.arrow``) after ``events``'."""
-    return 1 + max((int(ev["file"][6:12]) for ev in events), default=0)
+    return 1 + max((int(_SPILL_FILE.fullmatch(ev["file"])[1]) for ev in events), default=0)
 
 
 def _take(idx: list[int]):
