@@ -43,7 +43,10 @@ do (role 1 probes role 0 and finds itself; role 0 never finds role 1).
 
 **Windows** (§3.3.3). A shared SteM keeps a row as long as the widest window of any query
 over the source (``[RANGE w]`` and ``[ROWS n]``; a source with an unbounded alias keeps
-every row); each query's own window is checked at match time. In retract mode each query
+every row); each query's own window is checked at match time. The holds recorded at a
+row's arrival are hints: a row whose last hold lets go leaves only if no running query's
+window, nor ``retain``, still needs it (``Eddy._needed``), as the query set may have
+changed since (docs/cacq.md, "Windows and deletions"). In retract mode each query
 gets its own deletions: a row leaving the window of alias (source, role) of the queries
 with window w is a *deletion tuple* routed like an insertion, but matching every row
 present at that instant by that query's windows instead of the sequence rule, and output
@@ -161,6 +164,7 @@ class SourceState:
     ordered: list = field(default_factory=list)  # ops in this epoch's table order (cache)
     count_groups: list = field(default_factory=list)  # per role: [(n, queries)] [ROWS n]
     range_sizes: list = field(default_factory=list)   # per role: the [RANGE w] sizes
+    range_seen: list = field(default_factory=list)    # [(w, query seq)], widest first
 
 
 @dataclass
@@ -246,8 +250,9 @@ class Eddy:
         self.rid = 0                  # arrivals so far (the global sequence number)
         self.now = -math.inf
         # The latest ``advance_to``: a registration's time, where a start="window" query
-        # starts (``now`` is the last arrival's; not kept in checkpoints: a registration
-        # follows its own advance_to).
+        # starts (``now`` is the last arrival's). Kept in checkpoints: a registration
+        # after a restore may follow no advance_to of its own, and a start="window" query
+        # would then schedule deletions already done (``_schedule_window_deletions``).
         self._advanced = -math.inf
         self.last_reg = -1            # the largest registration sequence of a live query
         self.failures: list[tuple[str, str]] = []   # (query handle, error) of failed queries
@@ -352,7 +357,9 @@ class Eddy:
         self.last_reg = max(self.last_reg, q.seq)
         self._refresh()
         if start == "window" and _seq is None:
-            self._admit_window(q)
+            error = self._admit_window(q)
+            if error is not None:
+                self.remove_query(handle, error=error)
         return q
 
     def remove_query(self, handle: str, error: str | None = None) -> EddyQuery:
@@ -497,24 +504,32 @@ class Eddy:
         q.project_at = eval(f"lambda {', '.join(pos.values())}: {body_at}", ns)
         return eval(f"lambda c: {body}", ns)
 
-    def _admit_window(self, q: EddyQuery) -> None:
+    def _admit_window(self, q: EddyQuery) -> str | None:
         """``start="window"``: evaluate the new query's selections on the rows held now,
         so they count for it (registration costs one pass over the held rows of its
-        sources)."""
+        sources). A selection raising on a held row (a UDF) fails the query alone, as on
+        an arrival (docs/cacq.md, "Errors"): the error is returned, before anything is
+        held or scheduled for the query."""
         from adaptcq.query.expr import compile_predicate
         for a, (src, k) in zip(q.query.aliases, q.roles, strict=True):
             st = self.sources[src]
             slot = self._slot(q, k)
             sel = q.query.selections.get(a)
             fn = compile_predicate(sel, st.columns, a, q.query.types, **self._udf_kw())
+            passed = st.passed
             for rid, row in st.stem.rows.items():
-                if fn(row):
-                    st.passed[rid] = st.passed.get(rid, 0) | slot
-                else:
-                    st.passed[rid] = st.passed.get(rid, 0) & ~slot
+                try:
+                    ok = fn(row)
+                except Exception as e:  # noqa: BLE001 - a UDF may raise anything
+                    return (f"{q.handle}: {sel.sql()} raised {type(e).__name__}: {e} "
+                            f"on a row of {src} ({st.stem.times[rid] * self.time_unit:g} s "
+                            f"of event time) held when it registered with start='window'")
+                passed[rid] = passed[rid] | slot if ok else passed[rid] & ~slot
+        for src, k in q.roles:
             self._hold_for_window(q, src, k)
             if self.mode == "retract":
                 self._schedule_window_deletions(q, src, k)
+        return None
 
     # ----- derived structures -------------------------------------------------------------
     def _refresh(self) -> None:
@@ -523,6 +538,7 @@ class Eddy:
         was_unbounded = {n for n, st in self.sources.items() if st.unbounded}
         for st in self.sources.values():
             st.keep_rows, st.keep_time, st.unbounded, st.roles = 0, None, False, 1
+            st.range_seen = []
             w = self.retain.get(st.name)
             if w is not None:
                 st.keep_time = w
@@ -536,7 +552,14 @@ class Eddy:
                     st.keep_rows = max(st.keep_rows, size)
                 else:
                     st.keep_time = size if st.keep_time is None else max(st.keep_time, size)
+                    # (for ``_needed``: a row is needed by the windows that may see it)
+                    st.range_seen.append((size, q.seq))
+        now = self._done_until()
         for st in self.sources.values():
+            st.range_seen.sort(reverse=True)   # widest first
+            if st.name in was_unbounded and not st.unbounded:
+                # First: its rows were held by none while it was read unbounded.
+                self._bound_rows(st)
             # The widest [ROWS n] shrank (or went with its last query): its count hold
             # lets go now of the rows beyond the new one (``process`` only trims while
             # some query has a count window, and at the source's next arrival).
@@ -544,11 +567,7 @@ class Eddy:
             while len(recent) > st.keep_rows:
                 old = recent.popleft()
                 if old is not None:
-                    self._release(st, old, 2)
-        for name in was_unbounded:
-            st = self.sources[name]
-            if not st.unbounded:
-                self._bound_rows(st)
+                    self._release(st, old, 2, now, due=False)
         self.vsources.clear()
         self._visible_cache = {}
         self._range_masks: dict[tuple, int] = {}
@@ -569,18 +588,16 @@ class Eddy:
 
     def _bound_rows(self, st: SourceState) -> None:
         """The last query reading ``st`` unbounded left: its rows get the retention the
-        remaining windows ask for (they were held by none)."""
-        recent = set(st.recent)
-        st.until.clear()   # (the retention below covers the running window queries)
+        remaining windows (and ``retain``) ask for, from now (``_needed``); the others
+        leave. Holds recorded before are dropped: while the source was unbounded no hold
+        let go (``_release``), so they no longer match the pending events; a stale event
+        firing later only makes ``_release`` check the row's need again."""
+        now = self._done_until()
+        st.holds.clear()
+        st.until.clear()   # (``_needed`` covers the running window queries' windows)
         for rid in list(st.stem.rows):
-            st.holds.pop(rid, None)
-            if st.keep_time is not None:
-                heapq.heappush(self.heap, (st.stem.times[rid] + st.keep_time,
-                                           rid * ROLE_BITS + ROLE_BITS - 1, 1, st.name, rid))
-                if st.keep_rows and rid in recent:
-                    st.holds[rid] = 3
-            elif not (st.keep_rows and rid in recent):
-                self._release(st, rid, 1)
+            if not self._needed(st, rid, now, due=False):
+                self._drop(st, rid)
 
     def vsource(self, key: frozenset) -> VirtualSource:
         """The virtual source of ``key``, created on first use (§3.3.2)."""
@@ -732,7 +749,7 @@ class Eddy:
             while len(recent) > st.keep_rows:
                 old = recent.popleft()
                 if old is not None:
-                    self._release(st, old, 2)
+                    self._release(st, old, 2, ts, due=False)
         if self._failed:
             self._remove_failed()
         if self.routing_epoch:
@@ -861,9 +878,17 @@ class Eddy:
                     holds[rid] = (holds.get(rid) or 1) | 2
                 first -= 1
 
-    def _release(self, st: SourceState, rid: int, flag: int) -> None:
+    def _release(self, st: SourceState, rid: int, flag: int, at, due: bool = True) -> None:
         """A retention hold (1: time, 2: count, 4: for a start="window" query) lets go of
-        row ``rid``. While a query reads the source unbounded, no row leaves."""
+        row ``rid`` at event time ``at`` (``due``: its heap entry of time ``at`` fired;
+        otherwise an arrival at ``at`` or a change of the query set, after which a row
+        whose window ends at ``at`` is still needed). While a query reads the source
+        unbounded, no row leaves.
+
+        The holds were set under the query set of the row's arrival, which may have
+        changed since (a query read the source unbounded and left, a wider window came):
+        so a row whose last hold lets go leaves only if no running query's window, nor
+        ``retain``, still needs it (``_needed``, which then gives it a hold again)."""
         if st.unbounded or rid not in st.passed:
             # Held by an unbounded query; or already gone (a hold scheduled under an
             # earlier query set: a row is only needed by queries registered before it,
@@ -878,8 +903,50 @@ class Eddy:
                     holds[rid] = h
                     return
                 del holds[rid]
+        if not self._needed(st, rid, at, due):
+            self._drop(st, rid)
+
+    def _needed(self, st: SourceState, rid: int, at, due: bool) -> bool:
+        """Whether row ``rid`` must stay after event time ``at`` (``due`` as in
+        ``_release``) for the running queries: among the last arrivals of the widest
+        [ROWS n]; within ``retain`` or a [RANGE w] window of a query that may see it
+        (registered before it, or with start="window"); or held for a start="window"
+        query (``until``). If so, the hold that will let go of it is recorded (and a
+        time hold scheduled), so that ``_release`` asks again then (cacq.txt §3.3.3: a
+        shared SteM keeps a row for the widest window over it)."""
+        holds = st.holds
+        pos = st.pos.get(rid)
+        if (st.count - pos < len(st.recent)) if pos is not None else rid in st.recent:
+            holds[rid] = holds.get(rid, 0) | 2     # its count trim comes back here
+            return True
+        u = st.until.get(rid)
+        if u is not None and (u > at or not due and u == at):
+            holds[rid] = holds.get(rid, 0) | 4     # its phase-2 entry is pending
+            return True
+        t = st.stem.times[rid]
+        wide = st.keep_time
+        if wide is None or t + wide < at or due and t + wide == at:
+            return False     # (the common case: its one hold was the widest window's)
+        wide = self.retain.get(st.name, -math.inf)
+        for size, seq in st.range_seen:
+            if size <= wide:
+                break
+            if seq < rid:
+                wide = size
+                break
+        end = t + wide
+        if end > at or not due and end == at:
+            holds[rid] = holds.get(rid, 0) | 1
+            heapq.heappush(self.heap, (end, rid * ROLE_BITS + ROLE_BITS - 1, 1, st.name, rid))
+            return True
+        return False
+
+    def _drop(self, st: SourceState, rid: int) -> None:
+        """Row ``rid`` leaves its SteM."""
         st.stem.delete(rid)
         del st.passed[rid]
+        st.holds.pop(rid, None)
+        st.until.pop(rid, None)
         if st.pos:
             st.pos.pop(rid, None)
 
@@ -888,13 +955,13 @@ class Eddy:
         t, eff, phase, src, payload = entry
         st = self.sources[src]
         if phase == 1:
-            self._release(st, payload, 1)
+            self._release(st, payload, 1, t)
             return
         if phase == 2:
             # A start="window" hold ends, unless a later window query extended it since.
             if st.until.get(payload) == t:
                 del st.until[payload]
-                self._release(st, payload, 4)
+                self._release(st, payload, 4, t)
             return
         rid, k, size, release = payload
         row = st.stem.rows.get(rid)
@@ -918,7 +985,7 @@ class Eddy:
             self._delete(src, k, rid, row, qmask, t)
             cur[2] = False
         if release:
-            self._release(st, rid, 1)
+            self._release(st, rid, 1, t)
 
     def _count_deletions(self, st: SourceState, k: int, ts) -> None:
         """Retract: the arrival pushes row ``count - n`` out of each [ROWS n] window on
@@ -1282,6 +1349,7 @@ class Eddy:
                             "holds": dict(st.holds), "until": dict(st.until)}
                         for n, st in self.sources.items()},
             "heap": list(self.heap), "rid": self.rid, "now": self.now,
+            "advanced": self._advanced,
             "queries": [(q.handle, q.query.sql, q.bit, q.seq, q.start, q.emitted, q.since)
                         for q in self.queries.values()],
             "op_keys": dict(self.op_keys), "counts": dict(self._counts),
@@ -1299,7 +1367,8 @@ class Eddy:
         ``parse``: SQL -> LogicalQuery; ``emits``: each query's output callback)."""
         ed = cls(schemas, policy, mode=state["mode"], time_unit=state["time_unit"],
                  capacity=state["capacity"], udfs=udfs, routing_epoch=state["routing_epoch"])
-        ed.retain = dict(state["retain"])
+        ed.retain = dict(state["retain"])   # (in engine units: not through __init__)
+        ed._refresh()   # the retention it asks for, even if no query is registered below
         ed.op_keys = dict(state["op_keys"])
         for name, s in state["sources"].items():
             st = ed.sources[name]
@@ -1319,6 +1388,8 @@ class Eddy:
         ed.heap = list(state["heap"])
         heapq.heapify(ed.heap)
         ed.rid, ed.now = state["rid"], state["now"]
+        # (a checkpoint written before the watermark was kept has none: no advance_to)
+        ed._advanced = state.get("advanced", -math.inf)
         ed._counts = dict(state["counts"])
         ed._orders, ed._epoch_left = dict(state["orders"]), state["epoch_left"]
         ed._n_in[:len(state["n_in"])] = state["n_in"]

@@ -190,6 +190,10 @@ class Engine:
                             ("retain", retain)):
             if value is not None and not isinstance(value, Mapping):
                 raise OptionError(f"{what} must be a dict, got {type(value).__name__}")
+        if routing_options and "seed" in routing_options:
+            # make_routing takes the seed once, from seed= (the CLI: from --seed).
+            raise OptionError(f"routing_options={{'seed': {routing_options['seed']!r}}}: "
+                              "give the seed with the seed= option, not as a routing option")
         if capacity is not None and (not is_int(capacity) or capacity < 1):
             raise OptionError(f"capacity (queries at once) must be a whole number >= 1, got "
                               f"{capacity!r}")
