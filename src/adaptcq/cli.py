@@ -923,6 +923,8 @@ def summary_table(result):
             value = [describe_measured(m) for m in value]
         if value is None:
             value = "—"
+        elif isinstance(value, bool):  # (before int: a bool is one, and printed 1/0)
+            value = "yes" if value else "no"
         elif isinstance(value, list):
             value = "\n".join(map(str, value)) or "none"
         elif isinstance(value, dict):
