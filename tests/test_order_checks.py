@@ -238,3 +238,14 @@ def test_restore_with_the_snapshots_own_settings_continues_exactly(executor, bui
     got += again.process(streams[20:], None, ts[20:], rows[20:])
     assert sorted(map(repr, got)) == sorted(map(repr, want)) and want
     assert again.executor.plan_state() == first.executor.plan_state()
+
+
+def test_restore_takes_the_constructors_not_given_defaults():
+    """``orders=None`` / ``nested_loop=None`` are what the constructor takes for "not
+    given": restoring with them asks for nothing and is not refused."""
+    q = parse_query("SELECT R.a FROM R, S, T WHERE R.a = S.a AND S.a = T.a")
+    cq = ContinuousQuery(q, "mjoin", "append")
+    cq.process([0, 1, 2], None, [1.0, 2.0, 3.0], [(1,), (1,), (1,)])
+    blob = cq.snapshot()
+    back = ContinuousQuery.restore(q, blob, "append", orders=None, nested_loop=None)
+    assert back.process([0], None, [4.0], [(1,)]) == cq.process([0], None, [4.0], [(1,)])

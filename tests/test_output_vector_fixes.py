@@ -174,10 +174,6 @@ def _split_run(q, mode, streams, signs, ts, rows, cuts, step_limit, range_update
     assert [got[p] for p in order] == want
 
 
-common = settings(max_examples=examples(150), deadline=None,
-                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
 @common
 @given(data=st.data(), mode=st.sampled_from(["append", "retract"]), seed=st.integers(0, 10**6),
        step_limit=st.integers(1, 12), range_updates=st.integers(1, 40))

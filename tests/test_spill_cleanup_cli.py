@@ -362,3 +362,35 @@ def test_a_refusal_while_the_run_is_set_up_removes_the_spill_folder_it_made(tmp_
                     spill={"strategy": "bottom-up", "memory": "4kB",
                            "directory": str(tmp_path / "x" / "y")})
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("to_stdout", [True, False])
+def test_an_output_failing_after_a_cleanup_off_run_keeps_or_drops_its_spill_files(
+        tmp_path, monkeypatch, to_stdout):
+    """``--cleanup off``, the run finished, then the rejected rows' output fails: results
+    already on stdout stay delivered, so the spill files of their late results stay for
+    ``adaptcq cleanup``; a file output is removed, and its spill files with it."""
+    import io
+    import sys
+
+    from adaptcq import cli
+    for s, t in tables().items():
+        pq.write_table(t, tmp_path / f"{s}.parquet")
+    spill = tmp_path / "spill"
+
+    def fail(self, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+    monkeypatch.setattr(cli.RejectedOutput, "close", fail)
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BytesIO(), write_through=True))
+    with pytest.raises(OSError, match="No space left"):
+        cli.main(["run", "--no-progress", "--sql", SQL, "--input",
+                  f"A={tmp_path / 'A.parquet'}", "--input", f"B={tmp_path / 'B.parquet'}",
+                  "--timestamp", "ts", "--executor", "tree", "--spill", "global-penalty",
+                  "--memory", "10kB", "--cleanup", "off", "--spill-dir", str(spill),
+                  "--output", "-" if to_stdout else str(tmp_path / "o.csv")])
+    left = sorted(p.name for p in spill.iterdir()) if spill.exists() else []
+    if to_stdout:
+        assert "manifest.json" in left and any(n.startswith("spill-") for n in left)
+    else:
+        assert not any(n.startswith("spill-") for n in left)
+        assert not (tmp_path / "o.csv").exists()

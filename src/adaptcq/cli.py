@@ -599,12 +599,12 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
     fmt = format_of(args.output, args.format)
     if args.output is None and args.format is not None:
         raise AdaptcqError("--format needs --output (a file, or - for stdout)")
-    # (the spill folder too: a file written there, or the folder made where the output
-    # goes, would destroy the other)
-    spill_dir = [("--spill-dir", args.spill_dir)] if getattr(args, "spill_dir", None) else []
     if args.output not in (None, "-"):
-        check_output_path(args.output, inputs, others=spill_dir)
-    rejected = RejectedOutput(args.rejected, args.output, inputs, args.format, spill_dir)
+        check_output_path(args.output, inputs)
+        _refuse_spill_dir_clash(args.spill_dir, args.output, "--output")
+    if args.rejected not in (None, "-"):
+        _refuse_spill_dir_clash(args.spill_dir, args.rejected, "--rejected")
+    rejected = RejectedOutput(args.rejected, args.output, inputs, args.format)
     # Ctrl-C and SIGTERM stop the run between two updates; while it is set up (its spill
     # folder is made then) they stop at once: nothing is left.
     with _StopSignals() as signals:
@@ -620,6 +620,7 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
             return signals.code
         signals.stop = run.stop
         sink = None
+        began = False
         try:
             sink = FileSink(args.output, run.schema, fmt) if args.output is not None else None
             rejected.start()
@@ -627,6 +628,7 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
                 with _progress(args, console, run) as update:
                     run.progress = update
                     run.sink = sink  # results are written as they leave the engine
+                    began = True
                     for _ in run:
                         pass
             except OutputClosed:  # `adaptcq run --output - | head`: the reader has its rows
@@ -642,7 +644,11 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
             if sink is not None:
                 sink.abort()
             rejected.abort()
-            if run.spill is not None:  # (a spill folder the run made goes too)
+            if run.spill is not None and (not began or args.output != "-"):
+                # A run that failed before it began leaves no spill folder it made; one
+                # whose output is removed (above) none of its spill files either. Results
+                # already on stdout stay delivered: so do the spill files of their late
+                # results (``adaptcq cleanup``). (LocalRun closes its store itself.)
                 run.spill.close(False)
             _failed_summary(args, lambda: _summary_doc(run), run.stopped, exc, signals)
             if signals.forced:
@@ -665,6 +671,20 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
         raise AdaptcqError(f"stopped: {run.stopped} ({_where(run.stats)}); the output holds "
                            "the results so far")
     return 0
+
+
+def _refuse_spill_dir_clash(spill_dir: str | None, path: str, what: str) -> None:
+    """An output that is the spill folder, holds it, or is inside it under a name the spill
+    store writes or clears (``state.spill_store.owns``) is refused before any work: one
+    would destroy the other (``--spill-dir o.parquet --output o.parquet`` failed at the
+    end, leaving an empty folder). Other files beside the spill files are fine."""
+    if not spill_dir:
+        return
+    from adaptcq.state.spill_store import owns
+    out, folder = Path(path).absolute(), Path(spill_dir).absolute()
+    if out == folder or out in folder.parents or (out.parent == folder and owns(out.name)):
+        raise AdaptcqError(f"{what} {path!r} is --spill-dir {spill_dir!r}, holds it or is a "
+                           "file the spill store writes there; give each a place of its own")
 
 
 _SIGNALS = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM"}  # the signals that stop a run
@@ -786,7 +806,7 @@ class RejectedOutput:
     before any work."""
 
     def __init__(self, given: str | None, output: str | None, inputs: list[Path],
-                 fmt: str | None = None, others: list[tuple[str, str]] = ()):
+                 fmt: str | None = None):
         from adaptcq.runtime.output import check_output_path
         if given == "-":  # (its rows would interleave with the results or the summary)
             raise AdaptcqError("--rejected -: stdout carries the results (--output -) or the "
@@ -798,8 +818,7 @@ class RejectedOutput:
             # (the default too: start() removes a stale one, and an input of its name was
             # deleted)
             check_output_path(self.path, inputs,
-                              "--rejected" if given is not None else "--rejected's default",
-                              others)
+                              "--rejected" if given is not None else "--rejected's default")
         if given is not None and output not in (None, "-") and \
                 Path(given).resolve() == Path(output).resolve():
             raise AdaptcqError("--rejected and --output name the same file")

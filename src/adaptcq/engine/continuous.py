@@ -671,6 +671,8 @@ class ContinuousQuery:
         carried = {**state["plan"], "time_unit": state.get("time_unit", 1.0),
                    "explicit_deletions": explicit}
         for name, given in options.items():
+            if given is None:  # (the constructor's own "not given": nothing asked for)
+                continue
             if name in carried and not _same_setting(state["executor"], name, given,
                                                      carried[name]):
                 raise OptionError(

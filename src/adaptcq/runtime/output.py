@@ -33,6 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from adaptcq.errors import AdaptcqError
+from adaptcq.paths import make_folders
 
 FORMATS = ("parquet", "csv", "jsonl")
 
@@ -185,19 +186,7 @@ MADE_FOLDERS: list[Path] = []
 def make_folder(folder: Path) -> None:
     """``folder`` and its missing parents, each one created recorded in
     :data:`MADE_FOLDERS`. Raises OSError."""
-    missing = []
-    p = Path(folder).absolute()  # (recorded so: removed where it was made, whatever the cwd)
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir()
-        except FileExistsError:  # (made meanwhile, or NAME/.. of a folder just made)
-            if not d.is_dir():
-                raise
-            continue
-        MADE_FOLDERS.append(d)
+    make_folders(folder, MADE_FOLDERS)
 
 
 def remove_made_folders() -> None:

@@ -44,6 +44,7 @@ from pyarrow import ipc
 from adaptcq.checks import is_int
 from adaptcq.collector import pausing
 from adaptcq.errors import AdaptcqError
+from adaptcq.paths import make_folders
 from adaptcq.stream.arrays import engine_values
 
 MANIFEST = "manifest.json"
@@ -175,19 +176,7 @@ class SpillStore:
 
     def _make_folder(self) -> None:
         """``directory`` and its missing parents, each one made recorded in ``made``."""
-        missing = []
-        p = self.directory.absolute()
-        while not p.exists() and p != p.parent:
-            missing.append(p)
-            p = p.parent
-        for d in reversed(missing):
-            try:
-                d.mkdir()
-            except FileExistsError:  # (made meanwhile)
-                if not d.is_dir():
-                    raise
-                continue
-            self.made.append(d)
+        make_folders(self.directory, self.made)
         if not self.directory.is_dir():  # (a file of that name: mkdir would say so)
             self.directory.mkdir(exist_ok=True)
 
@@ -581,7 +570,7 @@ class SpillStore:
                 continue
             if p.is_dir() and p.name.startswith("cleanup-"):
                 shutil.rmtree(p, ignore_errors=True)
-            elif p.name.startswith("spill-") or p.name.startswith(MANIFEST):
+            elif owns(p.name):
                 p.unlink(missing_ok=True)
         self.events = [dict(ev) for ev in events]
         self._merged = []
@@ -629,6 +618,13 @@ def _checked_events(doc: dict, manifest: Path, durable: bool) -> list[dict]:
             raise SpillError(f"{where} ({name}) has no SHA-256 to check the file by (its "
                              f"'sha256' is {digest!r})")
     return events
+
+
+def owns(name: str) -> bool:
+    """Whether a file named ``name`` in a spill folder is one the store writes, replaces or
+    clears (spill files, the manifest and its temporary copies, a clean-up's scratch
+    folders): nothing else may be written there under such a name."""
+    return name.startswith(("spill-", MANIFEST, "cleanup-"))
 
 
 _SPILL_FILE = re.compile(r"spill-(\d{6,})\.arrow")

@@ -91,15 +91,21 @@ class HorvitzThompson:
         """A unit of the population that was not drawn (its y is estimated)."""
         self._sampled(1, 0)
 
+    def __setstate__(self, state) -> None:
+        # An estimator pickled before ``estimated`` and ``hits`` existed has neither: 0.
+        self.estimated = self.hits = 0
+        slots = state[1] if isinstance(state, tuple) else state
+        for name, value in (slots or {}).items():
+            setattr(self, name, value)
+
     def _sampled(self, units: int, hits: int) -> None:
-        # (getattr: an estimator pickled before these counters existed)
-        self.estimated = getattr(self, "estimated", 0) + units
-        self.hits = getattr(self, "hits", 0) + hits
+        self.estimated += units
+        self.hits += hits
 
     def measured(self, min_hits: int) -> bool:
         """Whether the estimate rests on counts alone, or on at least ``min_hits``
         drawn units with y > 0."""
-        return getattr(self, "estimated", 0) == 0 or getattr(self, "hits", 0) >= min_hits
+        return self.estimated == 0 or self.hits >= min_hits
 
     def get(self) -> float:
         return self.total
