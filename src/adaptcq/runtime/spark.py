@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from adaptcq.checks import is_int
+from adaptcq.checks import is_int, is_real
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery, require_equi_joins
 from adaptcq.runtime.output import check_tilde, overlaps, parquet_dictionary
@@ -83,6 +83,7 @@ __all__ = [
     "FileJob",
     "SparkRun",
     "SplitPlan",
+    "check_run_options",
     "cleanup_checkpoint",
     "continuous_query",
     "make_policies",
@@ -433,8 +434,14 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
                                             ts_kinds[-1], sign if s.alias in signed else None,
                                             order, s.source)
         parts.append(part)
+    inputs = {a: _arrow_schema(T.StructType([T.StructField(c, t) for c, t in zip(
+        query.columns[a], col_types[a], strict=True)])) for a in query.aliases}
+    # Validates executor, mode, plan options (orders, tree) and the policies' options
+    # before Spark starts work: what every group will build (and before the end-of-input
+    # folder is made).
+    _check_engine(query, executor, mode, bool(signed), spec, options, inputs)
     if end_of_input is not None:
-        ctl = spark.readStream.schema("value string").text(str(end_of_input))
+        ctl = spark.readStream.schema("value string").text(_control_folder(end_of_input))
         # A marker file says "end" (``signal_end``), "cleanup" (``signal_cleanup``) or
         # "tick" (``signal_tick``).
         value = F.trim(F.col("value"))
@@ -453,11 +460,6 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     for p in parts[1:]:
         union = union.unionByName(p, allowMissingColumns=True)
 
-    inputs = {a: _arrow_schema(T.StructType([T.StructField(c, t) for c, t in zip(
-        query.columns[a], col_types[a], strict=True)])) for a in query.aliases}
-    # Validates executor, mode, plan options (orders, tree) and the policies' options
-    # before Spark starts work: what every group will build.
-    _check_engine(query, executor, mode, bool(signed), spec, options, inputs)
     out_types = _output_types(query, col_types, inputs)
     late = [T.StructField("_late", T.BooleanType())] if late_column else []
     result_struct = T.StructType(
@@ -1003,6 +1005,29 @@ def signal_tick(folder: str | os.PathLike) -> Path:
     return _marker(folder, MARKER_TICK)
 
 
+def _control_folder(folder: str | os.PathLike) -> str:
+    """``continuous_query``'s ``end_of_input`` as Spark's file source is to read it: made if
+    absent (the source refuses a path that does not exist, and ``signal_end`` makes it only
+    once the query runs), absolute (the JVM resolves a relative path against its own
+    working folder) and escaped (the source globs it: a '[', '{' or '*' in it is a
+    pattern). A URI (``hdfs://...``) is Spark's to resolve and is passed as given."""
+    if not isinstance(folder, str | os.PathLike):
+        raise OptionError(f"end_of_input must be a folder path, got {folder!r}")
+    text = os.fsdecode(folder)
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text):
+        return text
+    path = os.path.realpath(text)
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OptionError(f"end_of_input {text!r} is a file, not a folder: give a folder "
+                          "for the end-of-input markers (signal_end)") from None
+    except OSError as e:
+        raise OptionError(f"end_of_input {text!r}: cannot make the folder "
+                          f"({e.strerror or e})") from None
+    return _hadoop_literal(path)
+
+
 def _marker(folder: str | os.PathLike, kind: str) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -1445,6 +1470,19 @@ def _shown(value) -> str:
     return "not given" if value is None else str(value)
 
 
+def check_run_options(max_files_per_trigger: int | None = None,
+                      trigger: float | None = None) -> None:
+    """Refuse a bad ``max_files_per_trigger`` or ``trigger`` of ``FileJob.run``; callers
+    (``run_files``, the CLI) check them before they start Spark, as ``run`` does again."""
+    if max_files_per_trigger is not None and (
+            not is_int(max_files_per_trigger) or max_files_per_trigger < 1):
+        raise OptionError(f"--max-files-per-trigger must be a whole number >= 1, got "
+                          f"{max_files_per_trigger!r}")
+    if trigger is not None and not (is_real(trigger) and 0 < trigger < math.inf):
+        raise OptionError(f"--trigger must be a positive number of seconds, got "
+                          f"{trigger!r}")
+
+
 @dataclass
 class FileJob:
     """A checked run of a query over files (``prepare_files``): nothing is written and no
@@ -1470,7 +1508,7 @@ class FileJob:
     output_state: str | None
     rejected_state: str | None
     shares: dict = field(default_factory=dict)  # the shares in force (label -> share)
-    rates: dict | None = None  # the rates they were chosen for (a first run)
+    rates: dict | None = None  # the rates they were chosen for (kept in the fingerprint)
 
     def commit(self) -> None:
         """Write the fingerprint (a fresh run) and claim or clear the output folders."""
@@ -1526,15 +1564,8 @@ class FileJob:
         ``trigger``: seconds between micro-batch starts (default: back to back).
         ``cleanup``: then signal a clean-up (``signal_cleanup``): the results the spills
         hold back are produced (``adaptcq cleanup CHECKPOINT``)."""
-        if max_files_per_trigger is not None and (
-                not isinstance(max_files_per_trigger, int) or max_files_per_trigger < 1):
-            raise OptionError(f"--max-files-per-trigger must be a whole number >= 1, got "
-                              f"{max_files_per_trigger!r}")
-        if trigger is not None and not 0 < trigger < math.inf:
-            raise OptionError(f"--trigger must be a positive number of seconds, got "
-                              f"{trigger!r}")
-        ctl = self.checkpoint / "end_of_input"
-        ctl.mkdir(parents=True, exist_ok=True)  # Spark's file source needs the folder
+        check_run_options(max_files_per_trigger, trigger)
+        ctl = self.checkpoint / "end_of_input"  # (continuous_query makes it)
         options = dict(self.options)
         if options.get("spill") is not None:  # spilled generations: kept with the checkpoint
             options["spill"] = {**options["spill"], "directory": str(self.checkpoint / "spill")}
@@ -1551,9 +1582,7 @@ class FileJob:
                 mode=self.mode, partitions=None if self.shares else self.partitions,
                 shares=self.shares or None,
                 allowed_lateness=self.allowed_lateness, sign=self.sign,
-                # (Spark's file source globs the folder's path, and the current folder's
-                # under a relative one: a '[' or '{' in either was a pattern)
-                end_of_input=_hadoop_literal(os.path.realpath(ctl)), side_outputs=True,
+                end_of_input=ctl, side_outputs=True, rates=self.rates,
                 timestamp_unit=self.unit,
                 adaptivity=self.adaptivity, group_keys=keys, **options)
         except AdaptcqError:
@@ -1827,15 +1856,19 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
         if sign is not None else query
     stored, fresh = _checkpoint_state(ck, ck_label, fp, output_columns(then, spilling))
     # The shares: measured at the first run (at the rows each input holds), then kept, so
-    # that a restart routes rows to the groups that hold their state.
+    # that a restart routes rows to the groups that hold their state. The rates are kept
+    # with them: the run's summary describes the split at the rates it was chosen for
+    # (given shares: at the rows the first run's inputs held).
     rates = None
-    if not shares and groups > 1:
-        if not fresh and stored.get("shares"):
-            shares = stored["shares"]
-        else:
-            rates = _input_rates(query, inputs)
-            shares = plan_split(query, groups, rates).describe()["shares"]
+    if groups > 1:
+        kept = not fresh and bool(shares or stored.get("shares"))
+        # (a checkpoint written before 2026-11-28 has no rates: equal ones, as it described)
+        rates = stored.get("rates") if kept else _input_rates(query, inputs)
+        if not shares:
+            shares = stored["shares"] if kept else \
+                plan_split(query, groups, rates).describe()["shares"]
     fp["shares"] = plan_split(query, None, None, shares).describe()["shares"] if shares else {}
+    fp["rates"] = rates
     fp["run"] = uuid.uuid4().hex if fresh else stored.get("run")
     # The groups' grouping keys: chosen at the first run (FileJob.run, for the session's
     # shuffle partitions), then kept: they name the groups' state in the checkpoint.
@@ -1892,6 +1925,7 @@ def run_files(spark, sql: str, sources: Mapping[str, str], checkpoint: str, outp
     chosen at the rows each input holds when it starts (``shares`` fixes them), kept in the
     checkpoint for restarts.
     """
+    check_run_options(max_files_per_trigger, trigger)  # (before the inputs are read)
     P = partitions if partitions is not None else \
         1 if shares else int(spark.conf.get("spark.sql.shuffle.partitions"))
     job = prepare_files(sql, sources, checkpoint, output, rejected, timestamp, executor, mode,

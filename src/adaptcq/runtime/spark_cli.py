@@ -21,7 +21,7 @@ from pathlib import Path
 
 from adaptcq.cliargs import adaptivity_spec, run_defaults
 from adaptcq.errors import AdaptcqError
-from adaptcq.runtime.spark import SparkRun, SplitWarning, prepare_files
+from adaptcq.runtime.spark import SparkRun, SplitWarning, check_run_options, prepare_files
 
 __all__ = ["cleanup_cli", "refuse_unsupported", "run_cli", "summary"]
 
@@ -101,6 +101,8 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
         raise AdaptcqError("--cleanup off on Spark leaves the held-back results in the "
                            "checkpoint for `adaptcq cleanup CHECKPOINT`: give --checkpoint "
                            "(without it the checkpoint is a temporary folder)")
+    # before Spark starts (the run checks them again), and before --shed reads --trigger
+    check_run_options(args.max_files_per_trigger, args.trigger)
     shed = options.get("shed")
     if shed is not None:  # refused here, before Spark starts (the run checks them again)
         from adaptcq.runtime.shed import spark_shed_spec
@@ -144,7 +146,9 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
                                allow_truncated_timestamps=False)
                 paths[name] = str(d)
         checkpoint = args.checkpoint or str(tmp / "checkpoint")
-        rejected = args.rejected or (f"{output}.rejected" if output else None)
+        # (as --output: a trailing '/' would be printed twice, "rej//")
+        rejected = (args.rejected.rstrip("/") or "/") if args.rejected else \
+            (f"{output}.rejected" if output else None)
         job = prepare_files(sql, paths, checkpoint, output, rejected, timestamp,
                             executor, args.mode, partitions, args.allowed_lateness,
                             args.sign, unit, adaptivity=adaptivity, shares=shares or None,

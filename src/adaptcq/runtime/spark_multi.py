@@ -77,6 +77,7 @@ from adaptcq.runtime.spark import (
     TIME_UNIT,
     _arrow_time_type,
     _check_places,
+    _control_folder,
     _given_keys,
     _group_keys,
     _hadoop_literal,
@@ -891,7 +892,7 @@ def query_set_stream(spark, sources: Mapping[str, object], controls: Sequence = 
     for k, (ctl, canonical) in enumerate(controls):
         parts.append(_control_part(ctl, len(names) + k, timestamp_unit, canonical))
     if end_of_input is not None:
-        eoi = spark.readStream.schema("value string").text(str(end_of_input))
+        eoi = spark.readStream.schema("value string").text(_control_folder(end_of_input))
         # (Clean-up and tick markers are for spilling queries, ``runtime.spark``: a query
         # set neither spills nor ends on them.)
         eoi = eoi.where(~F.trim(F.col("value")).isin(*MARKERS))
@@ -1369,7 +1370,7 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
                 timestamp_unit=timestamp_unit, mode=mode, routing=routing,
                 routing_options=routing_options, seed=seed, partitions=P,
                 partition_by=partition_by, allowed_lateness=allowed_lateness, order=order,
-                end_of_input=_hadoop_literal(os.path.realpath(eoi)), udfs=udfs,
+                end_of_input=eoi, udfs=udfs,
                 capacity=capacity,
                 routing_epoch=routing_epoch, group_keys=keys)
     except AdaptcqError:
