@@ -36,7 +36,7 @@ SPILL = {"strategy": "global-penalty", "memory": "10kB", "partitions": 20, "ever
          "cleanup": "off"}
 
 
-def tables(seed: int = 1, n: int = 400, keys: int = 20) -> dict[str, pa.Table]:
+def tables(seed: int = 1, n: int = 200, keys: int = 20) -> dict[str, pa.Table]:
     rng = np.random.default_rng(seed)
     return {s: pa.table({"ts": np.sort(rng.integers(0, 2000, n)) / 10.0,
                          "id": np.arange(n), "k": rng.integers(0, keys, n)}) for s in "AB"}
@@ -48,6 +48,19 @@ def rows(t: pa.Table) -> Counter:
 
 
 def oracle_rows(sources) -> Counter:
+    """The oracle's output (a fresh Counter): computed once per distinct input, since the
+    brute-force oracle takes seconds on these unbounded windows and most tests share one."""
+    key = tuple((name, tuple(map(tuple, t.to_pydict().values())))
+                for name, t in sorted(sources.items()))
+    if key not in _ORACLE:
+        _ORACLE[key] = _oracle_rows(sources)
+    return Counter(_ORACLE[key])
+
+
+_ORACLE: dict = {}
+
+
+def _oracle_rows(sources) -> Counter:
     p = prepare(SQL, sources, "ts")
     _, outs = Oracle(p.query, "append", 1e-9).run(p.streams.tolist(), None,
                                                   p.timestamps.tolist(), p.rows)
@@ -184,7 +197,7 @@ def _complete_until_holds(tmp: Path, sources, spill: dict) -> tuple:
 
 
 def test_complete_until_is_exclusive_a_result_at_that_time_can_come_late(tmp_path):
-    n = 600
+    n = 200
     rng = np.random.default_rng(0)
     sources = {s: pa.table({"ts": [float(i // 20) for i in range(n)],  # 20 rows a second
                             "id": [off + i for i in range(n)],
