@@ -19,7 +19,7 @@ from adaptcq.errors import OptionError
 from adaptcq.query.cql import parse_query
 from conftest import examples
 from test_eddy import check, run_eddy
-from test_eddy_window_start import RETAIN, window_expected
+from test_eddy_window_start import RETAIN, run_scenario, window_expected
 from test_engine_multi import expected, tables
 
 WINDOWS = ("", " [ROWS 1]", " [ROWS 3]", " [RANGE 0 SECONDS]", " [RANGE 2.5 SECONDS]",
@@ -117,13 +117,7 @@ def churn_then_window(draw):
 def test_retained_rows_survive_query_churn(scenario):
     data, queries, mode = scenario
     engine = adaptcq.Engine(tables(data), "ts", mode=mode, retain={"R": RETAIN, "S": RETAIN})
-    handles = []
-    for sql, start, at, end in queries:
-        h = engine.register(sql, at=at, start=start)
-        if end is not None:
-            engine.deregister(h, at=end)
-        handles.append(h)
-    engine.run()
+    handles = run_scenario(engine, queries)
     events = [t for _, _, at, end in queries for t in (at, end) if t is not None]
     for h, (sql, start, at, end) in zip(handles, queries, strict=True):
         assert h.state != "failed", h.error   # (distinct times: no tie rule applies)

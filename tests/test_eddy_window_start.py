@@ -156,13 +156,9 @@ def window_scenarios(draw):
             draw(st.sampled_from([None, 2])), retain)
 
 
-@settings(max_examples=examples(200), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(window_scenarios())
-def test_window_start_queries_equal_the_oracle(scenario):
-    data, queries, mode, epoch, retain = scenario
-    engine = adaptcq.Engine(tables(data), "ts", mode=mode, routing_epoch=epoch,
-                            retain={s: RETAIN for s in "RST"} if retain else None)
+def run_scenario(engine, queries) -> list:
+    """Register each (sql, start, at, end) of a scenario, deregister it at ``end``, run the
+    engine to the end of its input; the handles, in the scenario's order."""
     handles = []
     for sql, start, at, end in queries:
         h = engine.register(sql, at=at, start=start)
@@ -170,6 +166,17 @@ def test_window_start_queries_equal_the_oracle(scenario):
             engine.deregister(h, at=end)
         handles.append(h)
     engine.run()
+    return handles
+
+
+@settings(max_examples=examples(200), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(window_scenarios())
+def test_window_start_queries_equal_the_oracle(scenario):
+    data, queries, mode, epoch, retain = scenario
+    engine = adaptcq.Engine(tables(data), "ts", mode=mode, routing_epoch=epoch,
+                            retain={s: RETAIN for s in "RST"} if retain else None)
+    handles = run_scenario(engine, queries)
     events = [t for _, _, at, end in queries for t in (at, end) if t is not None]
     # A [ROWS n] query may stop at rows of one time (docs/cacq.md; tested elsewhere):
     # without retain, what the others hold then changes.

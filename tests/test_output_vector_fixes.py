@@ -5,7 +5,6 @@ splitting a batch so gives exactly the brute-force oracle's output, update by up
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import json
 import random
 from collections import Counter
@@ -25,7 +24,7 @@ from adaptcq.runtime.output import json_lines
 from conftest import examples
 from oracle import Oracle
 from test_engine_oracle import arrivals, as_tuples, queries
-from test_vector import INT_SCHEMA, random_cuts, schemas
+from test_vector import INT_SCHEMA, random_cuts, schemas, vector_updates
 
 # ----- JSON lines: durations ------------------------------------------------------------
 
@@ -152,26 +151,10 @@ common = settings(max_examples=examples(150), deadline=None,
 def _split_run(q, mode, streams, signs, ts, rows, cuts, step_limit, range_updates):
     """The vectorized executor's output over batches cut at ``cuts`` with the given limits,
     by update (the non-empty Counters in update order), against the brute-force oracle's."""
-    vj = VectorJoin(q, mode, schemas(q, INT_SCHEMA), explicit_deletions=signs is not None,
-                    ts_dtype=np.asarray(ts).dtype if len(ts) else np.int64)
-    vj.step_limit, vj.range_updates = step_limit, range_updates
-    got: dict[int, Counter] = {}
-    order: list[int] = []
-    for lo, hi in itertools.pairwise([0, *cuts, len(rows)]):
-        if hi <= lo:
-            continue
-        out = vj.process_batch(batch_from_rows(
-            q, vj.schemas, streams[lo:hi], None if signs is None else signs[lo:hi],
-            ts[lo:hi], rows[lo:hi]), positions=True)
-        for r in out.to_pylist():
-            p = r.pop("_pos")
-            if p not in got:
-                got[p] = Counter()
-                order.append(p)
-            got[p][tuple(r.values())] += 1
-    assert order == sorted(order), "updates out of order"
+    got, _ = vector_updates(q, mode, streams, signs, ts, rows, cuts,
+                            limits={"step_limit": step_limit, "range_updates": range_updates})
     want = [c for c in Oracle(q, mode).run(streams, signs, ts, rows)[1] if c]
-    assert [got[p] for p in order] == want
+    assert got == want
 
 
 @common

@@ -37,11 +37,15 @@ def mjoin_updates(q, mode, streams, signs, ts, rows):
     return [c for c in engine_outputs(cq.trace, out)[1] if c], cq
 
 
-def vector_updates(q, mode, streams, signs, ts, rows, cuts, rnd=None, schema=INT_SCHEMA):
+def vector_updates(q, mode, streams, signs, ts, rows, cuts, rnd=None, schema=INT_SCHEMA,
+                   limits: dict | None = None):
     """The vectorized executor's output over batches cut at ``cuts``, split by update (its
-    ``_pos``); with ``rnd``, random pipeline orders before every batch."""
+    ``_pos``); with ``rnd``, random pipeline orders before every batch; ``limits`` sets the
+    executor's own attributes first (``step_limit``, ``range_updates``)."""
     vj = VectorJoin(q, mode, schemas(q, schema), explicit_deletions=signs is not None,
                     ts_dtype=np.asarray(ts).dtype if len(ts) else np.int64)
+    for name, value in (limits or {}).items():
+        setattr(vj, name, value)
     groups: dict[int, Counter] = {}
     order: list[int] = []
     bounds = [0, *cuts, len(rows)]
