@@ -8,6 +8,7 @@ recomputed and the difference from the previous one is that update's output.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from fractions import Fraction
 
@@ -116,7 +117,7 @@ class Oracle:
             if i is None:  # a time marker (an arrival of a stream the query does not read)
                 continue
             if sign < 0:
-                match = next((x for x in live if x[0] == i and x[2] == row), None)
+                match = next((x for x in live if x[0] == i and _same_row(x[2], row)), None)
                 if match is not None:
                     live.remove(match)
                     step(i, -1, ts, row, self.mode == "retract")
@@ -134,6 +135,18 @@ class Oracle:
                 live.append((i, k, row))
                 step(i, 1, ts, row, True)
         return events, outputs
+
+
+def _same_row(a, b) -> bool:
+    """Whether a deletion's values are the row's (docs/semantics.md): equal values, lists
+    and structs by value, and NaN equal to NaN (a deletion of a row holding NaN finds it)."""
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(map(_same_row, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_row(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
 
 
 def _set_condition(p):

@@ -148,8 +148,9 @@ MIXED_SCHEMA = pa.schema([("a", pa.int64()), ("f", pa.float64()), ("s", pa.strin
 @common
 @given(data=st.data(), mode=st.sampled_from(["append", "retract"]), seed=st.integers(0, 10**6))
 def test_explicit_deletions_match_rows_as_python_does(data, mode, seed):
-    """Deletions matched over columns (_Ledger) take the row Python's equality takes: NULL
-    equals NULL, -0.0 equals 0.0, a NaN equals nothing; strings and duplicates; deletions
+    """Deletions matched over columns (_Ledger) take the row the per-tuple engine takes
+    (``row_key``): NULL equals NULL, -0.0 equals 0.0, NaN equals NaN (a deletion of a row
+    holding NaN finds it); strings and duplicates; deletions
     that find nothing are rejected; any batch cuts."""
     rnd = random.Random(seed)
     q = parse_query("SELECT R.id AS r, S.id AS i, S.s AS s FROM R, S "
@@ -164,7 +165,7 @@ def test_explicit_deletions_match_rows_as_python_does(data, mode, seed):
         old = seen.get(i)
         if old and rnd.random() < 0.4:
             # an equal row built anew, as rows read from Arrow are: a fresh NaN object
-            # (hashed by identity) never matches; 0.0 and -0.0 do
+            # matches (row_key), and so do 0.0 and -0.0
             row, sign = tuple(float(str(v)) if isinstance(v, float) else v
                               for v in rnd.choice(old)), -1
             if rnd.random() < 0.3:

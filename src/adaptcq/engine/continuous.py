@@ -164,12 +164,22 @@ def _same_setting(executor: str, name: str, given, saved) -> bool:
 def row_key(row: tuple) -> tuple:
     """A hashable key equal for equal rows: the row itself, or, when it holds lists or
     dicts (Arrow list, struct and map values), a frozen copy of it (lists -> (list, tuple),
-    dicts -> (dict, frozenset of items)). Only used to match explicit deletions."""
+    dicts -> (dict, frozenset of items)). NaN becomes ``NAN_KEY``: a deletion of a row
+    holding NaN must find that row, though NaN equals nothing (docs/semantics.md). Only
+    used to match explicit deletions."""
     try:
         hash(row)
-        return row
     except TypeError:
         return tuple(_freeze(v) for v in row)
+    for v in row:
+        if v != v:  # noqa: PLR0124 (NaN, float or decimal: the one value unequal to itself)
+            return tuple(_freeze(v) for v in row)
+    return row
+
+
+# A NaN's key: a tagged tuple as _freeze's are (no row value is a tuple), so that keys
+# pickled into a snapshot still compare equal when restored.
+NAN_KEY = (float, "nan")
 
 
 def _freeze(value):
@@ -179,6 +189,8 @@ def _freeze(value):
         return (dict, frozenset((k, _freeze(v)) for k, v in value.items()))
     if isinstance(value, set | frozenset):
         return (set, frozenset(_freeze(v) for v in value))
+    if value != value:  # noqa: PLR0124 (NaN)
+        return NAN_KEY
     return value
 
 

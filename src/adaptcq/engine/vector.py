@@ -614,8 +614,8 @@ def _ledger_types_ok(schema: pa.Schema) -> bool:
     """Whether rows of ``schema`` compare in Arrow as Python compares the per-tuple
     engine's rows (``continuous.row_key``): scalars whose equality is their value's
     (numbers, booleans, strings, bytes, times, decimals); NULL equals NULL (``None is
-    None``), -0.0 equals 0.0, NaN equals nothing (a fresh float object each time, hashed by
-    identity). Nested and dictionary values keep the per-row matching."""
+    None``), -0.0 equals 0.0, NaN equals NaN (``row_key`` makes every NaN one key). Nested
+    and dictionary values keep the per-row matching."""
     t = pa.types
     return all(t.is_integer(f.type) or t.is_floating(f.type) or t.is_boolean(f.type)
                or t.is_string(f.type) or t.is_large_string(f.type) or t.is_binary(f.type)
@@ -627,23 +627,17 @@ def _ledger_types_ok(schema: pa.Schema) -> bool:
 def _row_codes(table: pa.Table) -> np.ndarray:
     """A code per row of ``table``, equal exactly for rows equal as Python tuples (see
     ``_ledger_types_ok``): each column dictionary-encoded (NULL its own code), the codes
-    combined column by column and made dense again; a row holding a NaN gets a code of its
-    own."""
+    combined column by column and made dense again. Every NaN is one value, whatever its
+    sign and payload bits, as ``row_key`` has it."""
     import pyarrow.compute as pc
     n = table.num_rows
     code = np.zeros(n, np.int64)
-    lonely = np.zeros(n, bool)
     for col in table.columns:
         col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        if pa.types.is_floating(col.type):
-            lonely |= to_numpy(pc.is_nan(col), null=False)
-        enc = pc.dictionary_encode(_signless_zero(col))
+        enc = pc.dictionary_encode(_value_equal(col))
         c = to_numpy(enc.indices.cast(pa.int64()).fill_null(-1), null=False)
         code = code * (len(enc.dictionary) + 1) + (c + 1)
         code = np.unique(code, return_inverse=True)[1].astype(np.int64, copy=False)
-    if lonely.any():
-        top = int(code.max(initial=-1)) + 1
-        code[lonely] = top + np.arange(int(lonely.sum()), dtype=np.int64)
     return code
 
 
@@ -703,8 +697,8 @@ class _Ledger:
         if old is None:
             return np.empty(0, np.int64)
         mask = self.alive.copy()
-        for name in self.names:  # (a NaN matches nothing, found here or not)
-            col, values = _signless_zero(old.column(name)), _signless_zero(batch.column(name))
+        for name in self.names:
+            col, values = _value_equal(old.column(name)), _value_equal(batch.column(name))
             found = pc.is_in(col, value_set=values.combine_chunks()
                              if isinstance(values, pa.ChunkedArray) else values,
                              skip_nulls=False)
@@ -771,13 +765,18 @@ class _Ledger:
         return rejected, taken
 
 
-def _signless_zero(col):
-    """A float column with -0.0 made 0.0 (-0.0 + 0.0 is 0.0), as Python's equality has
-    them; other columns as they are."""
+def _value_equal(col):
+    """A column whose values Arrow's hashing finds equal exactly when ``row_key`` has them
+    equal: for floats, -0.0 made 0.0 (-0.0 + 0.0 is 0.0) and every NaN one NaN, whatever
+    its sign and payload bits (half floats widened to float32, exactly, since Arrow has no
+    arithmetic on them); other columns as they are."""
     if not pa.types.is_floating(col.type):
         return col
     import pyarrow.compute as pc
-    return pc.add(col, pa.scalar(0.0, col.type))
+    if pa.types.is_float16(col.type):
+        col = col.cast(pa.float32())
+    col = pc.add(col, pa.scalar(0.0, col.type))
+    return pc.if_else(pc.is_nan(col), pa.scalar(float("nan"), col.type), col)
 
 
 def _ranks(flag: np.ndarray, start: np.ndarray, seg: np.ndarray) -> np.ndarray:
