@@ -150,3 +150,29 @@ def test_scale_rows_take_medians_and_replication(tmp_path, capsys):
     assert "n/a" in capsys.readouterr().out
     _plot([ours, old, native], tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("bench, argv", [
+    ("spark_scale", ["--workloads", "chain", "--arrivals", "300"]),
+    ("spark_scale", ["--state-growth"]),
+    ("spark_vs_native", ["--cases", "a", "--arrivals", "300"]),
+    ("spark_vs_native", ["--cases", "a", "--arrivals", "300", "--no-jvm-archive"]),
+])
+def test_without_java_the_spark_benchmarks_stop_in_one_line(bench, argv, tmp_path,
+                                                            monkeypatch, capsys):
+    """No Java: one `adaptcq: error:` line naming the fix, as `adaptcq run --engine spark`
+    gives (it was a traceback, two with --no-jvm-archive), before any data or folder."""
+    import importlib
+
+    from adaptcq.errors import JavaMissingError
+    from adaptcq.runtime import spark_session
+
+    def missing():
+        raise JavaMissingError("the Spark runtime needs a Java runtime: install Java 17")
+    monkeypatch.setattr(spark_session, "check_java", missing)
+    main = importlib.import_module(f"adaptcq.bench.{bench}").main
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "adaptcq: error: the Spark runtime needs a Java runtime: install Java 17"
+    assert not out.exists()

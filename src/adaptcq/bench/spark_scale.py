@@ -53,6 +53,7 @@ from adaptcq.bench._args import (
     refuse_unused,
     whole_at_least,
 )
+from adaptcq.errors import AdaptcqError
 
 #: ``--arrivals``: the workloads here have three streams
 ARRIVALS = whole_at_least(3, "one arrival per stream of the three")
@@ -122,6 +123,8 @@ def prepare_jvm_archive(args) -> str:
     (``--no-jvm-archive``): the comparison stays like for like. Returns what the CSV
     records (the archive's file name, or "off")."""
     from adaptcq.runtime import jvm_archive
+    from adaptcq.runtime.spark_session import check_java
+    check_java()  # before any data is built or job started: each would fail without it
     if args.no_jvm_archive:
         os.environ[jvm_archive.ENV_SWITCH] = "off"  # (the jobs inherit it)
         return "off"
@@ -578,7 +581,13 @@ def main(argv=None) -> int:
         res["cpu_seconds"] = cpu.stop()
         print(json.dumps(res), flush=True)
         os._exit(0)  # the work is done and measured: skip the JVM's shutdown hooks
-    return state_growth(args) if args.state_growth else scale(args)
+    from adaptcq.runtime.spark_session import check_java
+    try:
+        check_java()  # before the output folder is made
+        return state_growth(args) if args.state_growth else scale(args)
+    except AdaptcqError as e:  # Java missing, say: one line, as `adaptcq run` has it
+        print(f"adaptcq: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from adaptcq.bench.spark_scale import (
     timed_job,
     write_csv,
 )
+from adaptcq.errors import AdaptcqError
 
 #: ``--arrivals``: the workloads here have three streams
 ARRIVALS = whole_at_least(3, "one arrival per stream of the three")
@@ -260,10 +261,14 @@ def main(argv=None) -> int:
         print(json.dumps(res), flush=True)
         os._exit(0)  # skip the JVM shutdown hooks' wait: the work is done and measured
 
+    try:
+        archive = prepare_jvm_archive(args)
+    except AdaptcqError as e:  # Java missing, say: one line, as `adaptcq run` has it
+        print(f"adaptcq: error: {e}", file=sys.stderr)
+        return 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, differ = [], []
-    archive = prepare_jvm_archive(args)
     for case in args.cases:
         srcs = make_data(case, args.arrivals, args.files, out / "data")
         n = 3 * SELECTIVE_ROWS if case in "cd" else args.arrivals
