@@ -28,7 +28,9 @@ machine-independent). Event time measures the rates d.
 Re-optimizer (§4.5): candidates (§4.2: the caches satisfying the prefix invariant, plus
 §6's globally-consistent ones up to the quota m with ``caches="global"``) start
 *profiled*; once each has W observations of every statistic the offline algorithm
-(``adapt.caching.select``) picks the *used* ones, the rest become *unused*. A used cache
+(``adapt.caching.select``) picks the *used* ones, the rest become *unused* (beyond the
+paper, after one interval I it runs over those that are ready, and the others stay
+profiled, keeping their Bloom filters, until they are: ``_stop_profiling``). A used cache
 whose benefit minus cost turns negative is dropped at once (§4.5 a). Every re-optimization
 interval I the unused candidates are profiled again (used ones keep being observed:
 §4.5 b), and the offline algorithm runs again only if some benefit or cost changed by more
@@ -90,6 +92,7 @@ TRIAL = 20                # intervals a change runs, and then its control, befor
 EARLY = 4                 # a trial phase can end after this many intervals when clear
 MAX_KEYS = 1 << 17        # a cache's expected keys are capped here (its buckets at 8×)
 REPROFILE_MAX = 16        # the re-profiling interval stretches to at most this many I
+PENDING_MAX = 3           # selections a candidate stays profiled past without an estimate
 QUIET_STRETCH = 8         # quiet ticks come up to this many times less often
 WATCH_STRETCH = 4         # ticks that only watch used caches with a margin (``_watch_only``)
 WATCH_MARGIN = 0.5        # ... come up to 4x less often: net benefit >= half the benefit
@@ -112,6 +115,7 @@ class CandidateState:
     fails: int = 0                          # changes of it undone by measurement
     banned_until: int = 0                   # arrivals: not used again before (an add undone)
     pinned_until: int = 0                   # arrivals: not dropped again before (a drop undone)
+    pending: int = 0                        # selections passed while not yet estimated
 
 
 class ACaching(PolicyBase):
@@ -316,13 +320,18 @@ class ACaching(PolicyBase):
                 self.next_reopt = arrivals + self.reopt_interval * self.reprofile_scale
                 again = [st for st in self.states.values()
                          if st.state == "unused" and self._may_pay(st)]
+                if again:
+                    self.profiling_since = arrivals  # a new round: its own interval I
                 ex.observe_probes([w for st in again for w in self._profile(ex, st)])
-                if not again:  # none may pay: as a re-profiling that changed no cache
+                if not again and not self._pending():
+                    # none may pay: as a re-profiling that changed no cache (candidates
+                    # still being profiled are not "none": their selection is to come)
                     self.reprofile_scale = min(REPROFILE_MAX, self.reprofile_scale * 2)
             # §4.5 step 2 waits for W observations of every statistic; a candidate whose
             # probe position is rarely reached would hold up the others for ever, so after
-            # one interval I the selection runs over the candidates that are ready (ours).
-            profiled = any(st.state == "profiled" for st in self.states.values())
+            # one interval I the selection runs over the candidates that are ready (ours),
+            # and those not yet ready stay profiled (``_reselect_with``).
+            profiled = self._pending()
             if profiled and (self._ready()
                              or arrivals - self.profiling_since >= self.reopt_interval):
                 self._reselect(ex, arrivals, ts)
@@ -953,12 +962,18 @@ class ACaching(PolicyBase):
         self._log(arrivals, ts, "candidates", f"{len(fresh)} candidates for the new orders")
 
     def _profile(self, ex, st: CandidateState) -> list:
-        """Move a candidate to *profiled*: a fresh Bloom filter to watch its probe stream
-        with (returned as the watch to give ``MJoin.observe_probes``)."""
+        """Move a candidate to *profiled*: a Bloom filter to watch its probe stream with
+        (returned as the watch to give ``MJoin.observe_probes``), a fresh one unless its
+        last is still filling (it kept counting across re-profilings: ``_stop_profiling``)."""
         if not any(x.state == "profiled" for x in self.states.values() if x is not st):
             self.profiling_since = self._arrivals
         st.state = "profiled"
-        st.bloom = BloomMissRate(self.W_d, self.alpha, self.W)
+        if st.bloom is None or st.bloom.ready:
+            st.bloom = BloomMissRate(self.W_d, self.alpha, self.W)
+        return self._watch(ex, st)
+
+    def _watch(self, ex, st: CandidateState) -> list:
+        """The watch of a profiled candidate's probe stream by its Bloom filter."""
         c = st.candidate
         prefix = [c.pipeline, *ex.orders[c.pipeline][:c.start - 1]]
         key = cache_key(ex.query, prefix, c.segment)  # c.key as the engine orders it
@@ -1042,6 +1057,10 @@ class ACaching(PolicyBase):
         return all(self.estimate(st) is not None
                    for st in self.states.values() if st.state == "profiled")
 
+    def _pending(self) -> bool:
+        """Some candidate is being profiled (§4.5: its selection is still to come)."""
+        return any(st.state == "profiled" for st in self.states.values())
+
     def operator_costs(self) -> dict:
         return {(a, j): self._operator_cost(a, j) or 0.0
                 for a, order in self.orders.items() for j in range(1, len(order) + 1)}
@@ -1067,18 +1086,54 @@ class ACaching(PolicyBase):
         before = {c for c, st in self.states.items() if st.state == "used"}
         self._reselect_with(ex, arrivals, ts, estimates, changed)
         after = {c for c, st in self.states.items() if st.state == "used"}
-        self.reprofile_scale = 1 if after != before else min(REPROFILE_MAX,
-                                                                self.reprofile_scale * 2)
+        pending = self._pending()  # (a selection on timeout: the round is not over)
+        if pending:
+            self.profiling_since = arrivals  # the next on timeout I later, not every tick
+        if after != before:
+            self.reprofile_scale = 1
+        elif not pending:
+            self.reprofile_scale = min(REPROFILE_MAX, self.reprofile_scale * 2)
+
+    def _stop_profiling(self, ex) -> None:
+        """At a selection: the profiled candidates whose estimates are ready are done
+        (unused until chosen); one still without an estimate (the selection ran on
+        timeout, ``on_interval``) stays profiled and keeps its observer and Bloom filter
+        until it has W observations of every statistic (§4.5 step 2). (Unprofiled at the
+        timeout, it was given a fresh filter at the next re-profiling: with I below the
+        W·W_d probes the filter needs, 1,000 by default, no candidate was ever estimated,
+        and none chosen.) Past ``PENDING_MAX`` selections without one (its probe position is rarely reached,
+        e.g. behind a used cache's hits) it becomes unused too, so that ticks may stretch
+        again; its unfinished filter is kept for its next re-profiling (``_profile``)."""
+        for st in self.states.values():
+            if st.state != "profiled":
+                continue
+            if self.estimate(st) is not None:
+                st.state, st.pending = "unused", 0
+            else:
+                st.pending += 1
+                if st.pending > PENDING_MAX:
+                    st.state, st.pending = "unused", 0
+        self._sync_observers(ex)
+
+    def _sync_observers(self, ex) -> None:
+        """Only the profiled candidates' probe streams are watched: the other observers
+        go (one recompilation of their pipelines, and none when none must go)."""
+        want = [st for st in self.states.values()
+                if st.state == "profiled" and st.bloom is not None]
+        live = {id(fn) for watchers in ex.observers.values() for _, fn in watchers}
+        if live <= {id(st.bloom.observe) for st in want}:
+            return
+        ex.clear_observers()
+        ex.observe_probes([w for st in want for w in self._watch(ex, st)])
 
     def _reselect_with(self, ex, arrivals, ts, estimates: dict, changed: bool) -> None:
         if not changed:  # §4.5 c: nothing moved by more than p: keep the selection
-            ex.clear_observers()
+            self._stop_profiling(ex)
             for c, st in self.states.items():
                 if c in self.chosen and st.state != "used" and st.banned_until <= arrivals \
                         and st.estimate is not None and self._credible(st.estimate):
                     self._use(ex, st, arrivals, ts)  # e.g. dropped for memory earlier
-                elif st.state == "profiled":
-                    st.state = "unused"
+            self._sync_observers(ex)  # (one re-profiled, used on its earlier estimate)
             return
         try:
             sel = select(list(estimates), estimates, self.operator_costs(), self.method,
@@ -1093,7 +1148,7 @@ class ACaching(PolicyBase):
                          rng=self.seed + self.selections)
         self.selections += 1
         self.chosen = set(sel.chosen)
-        ex.clear_observers()
+        self._stop_profiling(ex)
         for c, st in self.states.items():
             if c in sel.chosen and st.state != "used":
                 self._use(ex, st, arrivals, ts)
@@ -1102,7 +1157,8 @@ class ACaching(PolicyBase):
                     continue  # its drop was undone by measurement: it stays for now
                 if st.state == "used":
                     self._drop(ex, st, arrivals, ts, "not selected")
-                st.state = "unused"
+                if st.state != "profiled":  # (not yet estimated: stays, _stop_profiling)
+                    st.state = "unused"
         self._log(arrivals, ts, "select", f"{sel.method}: {len(sel.chosen)} chosen, "
                   f"net benefit {sel.net_benefit:.3g}")
 
@@ -1303,9 +1359,23 @@ class ACaching(PolicyBase):
     def check_executor(self, ex) -> None:
         """At attach (``ContinuousQuery.attach``): a forced selection method that cannot take
         the query's candidates under its current orders is refused now, not at the first
-        selection mid-run (``caching.check_method``)."""
+        selection mid-run (``caching.check_method``). Keeps the executor (``report``)."""
         check_method(self.method, enumerate_candidates(
             ex.query, ex.orders, self.m if self.caches == "global" else None))
+        self._ex = ex
+
+    def candidate_count(self) -> int:
+        """The query's candidate caches (§4.2, and §6's up to m with ``caches="global"``)
+        under the orders the policy follows: once a tick has made them, those it keeps
+        (``states``); before (an input that ends before the first tick, or a budget of 0
+        bytes: ``_idle``) those of the executor's orders, enumerated without profiling
+        any. 0 only when the query has nothing to cache (a pipeline of two or more joins
+        is needed)."""
+        ex = self._ex
+        if self.orders or ex is None:
+            return len(self.states)
+        return len(enumerate_candidates(ex.query, ex.orders,
+                                        self.m if self.caches == "global" else None))
 
     def report(self) -> dict:
         used = [st for st in self.states.values() if st.state == "used" and st.cache]
@@ -1313,7 +1383,7 @@ class ACaching(PolicyBase):
         return {
             "caches_used": [f"{st.candidate.name} hit rate {st.cache.hits / st.cache.probes:.1%}"
                             if st.cache.probes else st.candidate.name for st in used],
-            "cache_candidates": len(self.states),
+            "cache_candidates": self.candidate_count(),
             "cache_selections": self.selections,
             "cache_changes": self.changes,
             "cache_memory_peak_bytes": self.peak_bytes,
