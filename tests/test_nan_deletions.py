@@ -116,3 +116,17 @@ def test_row_key_makes_every_nan_one_key():
     assert row_key((1, [a, 2.0])) == row_key((1, [b, 2.0]))
     assert row_key((1, 2.0)) == (1, 2.0)          # no NaN: the row itself
     assert row_key((1, "nan")) != row_key((1, a))  # a string is no NaN
+
+
+def test_row_key_checks_only_the_positions_that_may_hold_nan():
+    """``nan_positions``: columns of kind number (or unknown) only; a row of strings is
+    its own key without a look at its values."""
+    from adaptcq.engine.continuous import nan_positions
+    from adaptcq.query.cql import parse_query
+    q = parse_query("SELECT R.s, S.f FROM R, S WHERE R.s = S.s",
+                    {"R": {"s": "string", "t": "string"}, "S": {"s": "string", "f": "number"}})
+    assert nan_positions(q, "R") == ()
+    assert [q.columns["S"][k] for k in nan_positions(q, "S")] == ["f"]
+    nan = _nan_with_bits(False)
+    assert row_key(("a", nan), (1,)) == ("a", NAN_KEY)
+    assert row_key(("a", nan), ()) == ("a", nan)  # not looked at

@@ -161,20 +161,31 @@ def _same_setting(executor: str, name: str, given, saved) -> bool:
         return False
 
 
-def row_key(row: tuple) -> tuple:
+def row_key(row: tuple, nan_at: Sequence[int] | None = None) -> tuple:
     """A hashable key equal for equal rows: the row itself, or, when it holds lists or
     dicts (Arrow list, struct and map values), a frozen copy of it (lists -> (list, tuple),
     dicts -> (dict, frozenset of items)). NaN becomes ``NAN_KEY``: a deletion of a row
-    holding NaN must find that row, though NaN equals nothing (docs/semantics.md). Only
+    holding NaN must find that row, though NaN equals nothing (docs/semantics.md).
+    ``nan_at``: the positions that may hold a NaN (``nan_positions``; None: any). Only
     used to match explicit deletions."""
     try:
         hash(row)
     except TypeError:
         return tuple(_freeze(v) for v in row)
-    for v in row:
+    for k in range(len(row)) if nan_at is None else nan_at:
+        v = row[k]
         if v != v:  # noqa: PLR0124 (NaN, float or decimal: the one value unequal to itself)
             return tuple(_freeze(v) for v in row)
     return row
+
+
+def nan_positions(query: LogicalQuery, alias: str) -> tuple[int, ...]:
+    """The positions of ``alias``'s rows (``query.columns``) that may hold a NaN: columns
+    of kind number, or of a kind not known; row_key checks only these (a row of ints and
+    strings pays for none). Lists, structs and maps are frozen whole (``_freeze``)."""
+    kinds = query.types.get(alias, {})
+    return tuple(k for k, c in enumerate(query.columns[alias])
+                 if kinds.get(c, "other") in ("number", "other"))
 
 
 # A NaN's key: a tagged tuple as _freeze's are (no row value is a tuple), so that keys
@@ -258,6 +269,7 @@ class ContinuousQuery:
         self.values: list[dict | None] = [
             {} if explicit_deletions and s.window.kind == "unbounded" else None
             for s in query.streams]
+        self.nan_at = [nan_positions(query, a) for a in query.aliases]
         self.stats = Counters()
         self.next_rid = 0
         self.now = float("-inf")
@@ -454,6 +466,7 @@ class ContinuousQuery:
         ex, st = self.executor, self.stats
         inserts, deletes = ex.inserts, ex.deletes  # per stream, replaced in place
         ranges, counts, sels, values = self.ranges, self.counts, self.selections, self.values
+        nan_at = self.nan_at
         trace, per_stream = self.trace, self.per_stream
         heap, heappush, heappop = self.clock.heap, heapq.heappush, heapq.heappop
         fifo = self.clock.fifo
@@ -497,7 +510,7 @@ class ContinuousQuery:
                 if not passed:
                     n_filtered += 1
                     if values[i] is not None:
-                        values[i].setdefault(row_key(row), []).append(None)
+                        values[i].setdefault(row_key(row, nan_at[i]), []).append(None)
                     continue
                 n_ins += 1
                 per_stream[i] += 1
@@ -513,7 +526,7 @@ class ContinuousQuery:
                     else:
                         heappush(heap, (due, rid, i, rid))
                 elif values[i] is not None:
-                    values[i].setdefault(row_key(row), []).append(rid)
+                    values[i].setdefault(row_key(row, nan_at[i]), []).append(rid)
                 if n_ins + n_del >= next_sample:
                     self._add_counts(len(rows), n_ins, n_del, n_filtered)
                     n_ins = n_del = n_filtered = 0
@@ -591,7 +604,7 @@ class ContinuousQuery:
                                  "allowed on unbounded streams only")
             raise ValueError(f"stream {alias}: an explicit deletion (sign -1), but the query "
                              "was built without ContinuousQuery(..., explicit_deletions=True)")
-        key = row_key(row)
+        key = row_key(row, self.nan_at[i])
         rids = store.get(key)
         if not rids:
             self.stats.rejected += 1
@@ -747,6 +760,7 @@ class ContinuousQuery:
         (an MJoin's SteMs are its whole state; executors holding join subresults, XJoin's
         or A-Caching's, are rebuilt instead)."""
         sels, ranges, counts, values = self.selections, self.ranges, self.counts, self.values
+        nan_at = self.nan_at
         ex = self.executor
         n_streams = len(self.query.streams)
         live: list[dict] = [{} for _ in range(n_streams)]
@@ -764,11 +778,12 @@ class ContinuousQuery:
             i, ts, row = streams[k], timestamps[k], rows[k]
             if signs is not None and signs[k] < 0:
                 store = values[i]
-                rids = store.get(row_key(row)) if store is not None else None
+                key = row_key(row, nan_at[i]) if store is not None else None
+                rids = store.get(key) if store is not None else None
                 if rids:
                     gone = rids.pop(0)
                     if not rids:
-                        del store[row_key(row)]
+                        del store[key]
                     if gone is not None:
                         gone_row(i, gone, ts)
                 continue
@@ -781,7 +796,7 @@ class ContinuousQuery:
                     gone_row(i, gone, ts)
             if not passed:
                 if values[i] is not None:
-                    values[i].setdefault(row_key(row), []).append(None)
+                    values[i].setdefault(row_key(row, nan_at[i]), []).append(None)
                 continue
             w = ranges[i]
             if w is not None:
@@ -789,7 +804,7 @@ class ContinuousQuery:
                     continue
                 clock.push((ts + w, rid, i, rid))
             elif values[i] is not None:
-                values[i].setdefault(row_key(row), []).append(rid)
+                values[i].setdefault(row_key(row, nan_at[i]), []).append(rid)
             live[i][rid] = row
             times[i][rid] = ts
         for i in range(n_streams):
