@@ -42,6 +42,22 @@ def test_choices_and_unused_options_are_refused(capsys):
 def test_comma_lists_check_each_value():
     parse = _args.comma_list(_args.positive_int, "number")
     assert parse("1, 2,4") == [1, 2, 4]
-    for bad, message in (("", "give at least one number"), ("1,0", "must be at least 1")):
+    for bad, message in (("", "give at least one number"), ("1,0", "must be at least 1"),
+                         ("1,,4", "item 2 of the comma-separated list is empty"),
+                         ("1,4,", "item 3 of the comma-separated list is empty"),
+                         (" , ", "item 1 of")):
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             parse(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="item 2 .* give a name in each"):
+        _args.choices(["a", "b"])("a,,b")
+
+
+def test_the_data_sources_rates_refuse_an_empty_item():
+    """The `adaptcq` Spark data source's nway `rates` option: an empty item is refused by
+    its position ("1,,2" was read as two rates)."""
+    from adaptcq.stream.datasource import _kwargs
+    assert _kwargs({"workload": "nway", "rates": "1, 2"}) == ("nway", {"rates": [1.0, 2.0]})
+    assert _kwargs({"workload": "nway", "rates": "R:1,S:2"})[1]["rates"] == {"R": 1.0, "S": 2.0}
+    for bad, k in (("1,,2", 2), ("1,2,", 3)):
+        with pytest.raises(ValueError, match=f"item {k} is empty"):
+            _kwargs({"workload": "nway", "rates": bad})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from collections import Counter
 
 import pytest
@@ -39,6 +40,7 @@ from adaptcq.engine.spill_tree import (
     parse_plan,
     plan_leaves,
 )
+from adaptcq.engine.xjoin import parse_tree
 from adaptcq.errors import OptionError
 from adaptcq.query.cql import parse_query
 from adaptcq.state.spill_store import SpillError, SpillStore, _write_file
@@ -393,6 +395,17 @@ def test_plan_parsing_and_the_default_plan():
     assert [o.depth for o in ops] == [2, 1, 0] and sorted(plan_leaves(default_plan(q))) == list("ABCDE")
     with pytest.raises(ValueError, match="at least two inputs"):
         parse_plan("((A), B)")
+    # A missing, doubled or trailing comma is refused at its column (each was read as
+    # ((A, B), C) before).
+    for text, why in [("((A B), C)", "expected ',' or ')' before 'B' at column 5"),
+                      ("((A,, B), C)", "got ',' at column 5"),
+                      ("((A, B), C,)", "got ')' at column 12"),
+                      ("((A, B), C))", "unexpected ')' after the tree at column 12"),
+                      ("((A, B), C", "never closed at column 11")]:
+        with pytest.raises(ValueError, match=re.escape(why)):
+            parse_plan(text)
+    with pytest.raises(ValueError, match=re.escape("XJoin tree '((A B), C)'")):
+        parse_tree("((A B), C)")
     # From Python the CLI's text is a plan, not one stream named "((A, B, C), D), E)".
     assert check_plan("(((A, B, C), D), E)") == ((("A", "B", "C"), "D"), "E")
     assert check_plan("A") == "A"

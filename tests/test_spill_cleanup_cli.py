@@ -371,7 +371,7 @@ def test_a_refusal_while_the_run_is_set_up_removes_the_spill_folder_it_made(tmp_
     r = pa.table({"ts": [float(i) for i in range(50)], "k": [i % 5 for i in range(50)]})
     with pytest.raises(AdaptcqError, match="must hold each of R, S"):
         adaptcq.run("SELECT R.k FROM R, S WHERE R.k = S.k", {"R": r, "S": r},
-                    executor="tree", tree="(R X)",
+                    executor="tree", tree="(R, X)",
                     spill={"strategy": "bottom-up", "memory": "4kB",
                            "directory": str(tmp_path / "x" / "y")})
     assert not (tmp_path / "x").exists()

@@ -78,14 +78,24 @@ def fraction(text: str) -> float:
     return value
 
 
+def _items(text: str, what: str) -> list[str]:
+    """The comma-separated items of ``text``, stripped; an empty one (``1,,4``, ``1,4,``)
+    is refused by its position, not dropped."""
+    items = [x.strip() for x in text.split(",")]
+    if items == [""]:
+        raise argparse.ArgumentTypeError(f"give at least one {what}")
+    empty = [k + 1 for k, x in enumerate(items) if not x]
+    if empty:
+        raise argparse.ArgumentTypeError(f"{text!r}: item {empty[0]} of the comma-separated "
+                                         f"list is empty; give a {what} in each")
+    return items
+
+
 def comma_list(item, what: str = "value"):
     """A comma-separated list of values, each checked by ``item`` (one of the types above),
     at least one (``--partitions 1,2,4``)."""
     def parse(text: str) -> list:
-        values = [item(x.strip()) for x in text.split(",") if x.strip()]
-        if not values:
-            raise argparse.ArgumentTypeError(f"give at least one {what}")
-        return values
+        return [item(x) for x in _items(text, what)]
     return parse
 
 
@@ -94,9 +104,7 @@ def choices(known: Iterable[str]):
     known = list(known)
 
     def parse(text: str) -> list[str]:
-        names = [x.strip() for x in text.split(",") if x.strip()]
-        if not names:
-            raise argparse.ArgumentTypeError("give at least one name")
+        names = _items(text, "name")
         bad = [x for x in names if x not in known]
         if bad:
             raise argparse.ArgumentTypeError(f"unknown {', '.join(map(repr, bad))}; choose "

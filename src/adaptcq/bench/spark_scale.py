@@ -584,10 +584,10 @@ def main(argv=None) -> int:
     from adaptcq.runtime.spark_session import check_java
     try:
         check_java()  # before the output folder is made
-        return state_growth(args) if args.state_growth else scale(args)
-    except AdaptcqError as e:  # Java missing, say: one line, as `adaptcq run` has it
+    except AdaptcqError as e:  # one line, as `adaptcq run` has it
         print(f"adaptcq: error: {e}", file=sys.stderr)
         return 1
+    return state_growth(args) if args.state_growth else scale(args)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ import heapq
 import itertools
 import math
 import random
+import re
 import sys
 import time
 from collections import deque
@@ -89,34 +90,48 @@ Tree = str | tuple  # a stream alias, or a tuple of two or more trees
 # ----- the plan --------------------------------------------------------------------------
 def parse_plan(text: str) -> Tree:
     """``"(((A, B, C), D), E)"`` -> ((("A", "B", "C"), "D"), "E"): nodes of two or more
-    inputs."""
-    tokens = text.replace("(", " ( ").replace(")", " ) ").replace(",", " ").split()
+    inputs, separated by commas. A missing or doubled comma, a trailing one, and any other
+    misplaced token is refused with its position (column, from 1): ``((A B), C)`` and
+    ``((A,, B), C)`` once read as ``((A, B), C)``."""
+    tokens = [(m.group(), m.start() + 1) for m in _PLAN_TOKEN.finditer(text)]
     pos = 0
+
+    def fail(why: str, at: int | None = None) -> ValueError:
+        where = f" at column {at}" if at is not None else ""
+        return ValueError(f"tree {text!r}: {why}{where}")
 
     def node() -> Tree:
         nonlocal pos
         if pos >= len(tokens):
-            raise ValueError(f"tree {text!r} ends early")
-        tok = tokens[pos]
+            raise fail("ends early: a stream name or '(' is missing", len(text) + 1)
+        tok, at = tokens[pos]
         pos += 1
-        if tok == ")":
-            raise ValueError(f"tree {text!r}: unexpected ')'")
+        if tok in "),":
+            raise fail(f"expected a stream name or '(', got {tok!r}", at)
         if tok != "(":
             return tok
-        kids = []
-        while pos < len(tokens) and tokens[pos] != ")":
+        kids = [node()]
+        while pos < len(tokens) and tokens[pos][0] != ")":
+            tok, at = tokens[pos]
+            if tok != ",":
+                raise fail(f"expected ',' or ')' before {tok!r}", at)
+            pos += 1
             kids.append(node())
         if pos >= len(tokens):
-            raise ValueError(f"tree {text!r}: a '(' is never closed")
+            raise fail("a '(' is never closed", len(text) + 1)
         pos += 1
         if len(kids) < 2:
-            raise ValueError(f"tree {text!r}: a join takes at least two inputs")
+            raise fail("a join takes at least two inputs", at)
         return tuple(kids)
 
     tree = node()
     if pos != len(tokens):
-        raise ValueError(f"tree {text!r}: unexpected {' '.join(tokens[pos:])!r}")
+        raise fail(f"unexpected {tokens[pos][0]!r} after the tree", tokens[pos][1])
     return tree
+
+
+# a parenthesis, a comma, or a name (a run of anything else but white space)
+_PLAN_TOKEN = re.compile(r"[(),]|[^\s(),]+")
 
 
 def plan_leaves(tree: Tree) -> list[str]:

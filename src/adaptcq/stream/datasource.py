@@ -80,7 +80,10 @@ def _kwargs(options) -> tuple[str, dict]:
             kw["n"] = int(v)
         rates = _opt(options, "rates")
         if rates:
-            parts = [p.strip() for p in str(rates).split(",") if p.strip()]
+            parts = [p.strip() for p in str(rates).split(",")]
+            if not all(parts):  # (an empty item was dropped: "1,,2" read as two rates)
+                raise ValueError(f"option rates={rates!r}: item {parts.index('') + 1} is "
+                                 "empty; give a rate in each comma-separated item")
             if all(":" in p for p in parts):
                 kw["rates"] = {k: float(x) for k, x in (p.split(":", 1) for p in parts)}
             else:
