@@ -13,7 +13,10 @@ def _stop_while_starting() -> bool:
     main() handles them: one line and exit code 128 + the signal's number, at once (nothing
     has been written yet), not a KeyboardInterrupt traceback. True if installed."""
     script = getattr(sys.modules.get("__main__"), "__file__", None) or ""
-    if os.path.basename(script) != "adaptcq":
+    # (``python -m adaptcq`` runs adaptcq/__main__.py: the same command)
+    module_run = os.path.basename(script) == "__main__.py" and \
+        os.path.basename(os.path.dirname(script)) == "adaptcq"
+    if os.path.basename(script) != "adaptcq" and not module_run:
         return False
 
     def stop(signum, frame):
@@ -63,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="adaptcq", description=(
         "Adaptive continuous queries over multi-way stream joins. "
         "With no command, runs the embedded default (same as `adaptcq run`)."))
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="print the installed version and exit")
     sub = p.add_subparsers(dest="command", parser_class=Parser)
 
     r = sub.add_parser("run", help="run a continuous query (the embedded default without --sql)")
@@ -101,8 +106,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks (write CSV/PNG, print figures)")
     b.add_argument("name", help="mjoin-xjoin")
-    b.add_argument("args", nargs=argparse.REMAINDER)
+    rest = b.add_argument("args", nargs=argparse.REMAINDER,
+                          help="the benchmark's own options")
+    # argparse counts a REMAINDER positional as required: a missing NAME was reported as
+    # "required: name, args", though the options may be left out.
+    rest.required = False
     return p
+
+
+class _Version(argparse.Action):
+    """``--version``: the version looked up when asked (importlib.metadata costs about
+    15 ms, which every other command would pay at start-up)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"adaptcq {_version()}")
+        parser.exit()
+
+
+def _version() -> str:
+    """The installed distribution's version (``adaptcq --version``)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("adaptcq")
+    except PackageNotFoundError:  # (a source tree on sys.path, not installed)
+        return "(not installed: no distribution metadata)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,8 +227,11 @@ def cmd_run(args) -> int:
     from rich.console import Console
 
     to_stdout = args.output == "-" or args.summary_json == "-"
-    # With results (or the JSON summary) on stdout, every message goes to stderr.
-    console = Console(stderr=to_stdout)
+    # With results (or the JSON summary) on stdout, every message goes to stderr. Markup
+    # and emoji codes are off: messages and tables hold the user's query text, names and
+    # paths (the Spark runtime's too, which prints through this console); styles are
+    # given as rich.text.Text (``_say``).
+    console = Console(stderr=to_stdout, markup=False, emoji=False)
     if args.executor in QUERYSET_EXECUTORS:
         return _run_queryset(args, console)
     if args.sql is not None and len(args.sql) > 1:
@@ -223,7 +253,7 @@ def cmd_run(args) -> int:
         from adaptcq.stream.workloads import default_workload
         wl = default_workload()
         sql, sources, timestamp = wl.sql, wl.tables, wl.timestamp
-        console.print(f"[bold]adaptcq[/] embedded default: {wl.name}")
+        _say(console, ("adaptcq", "bold"), f" embedded default: {wl.name}")
     else:
         sql, sources, timestamp = _sql_arg(args.sql), _inputs(args.input), args.timestamp
         if not sources:
@@ -233,7 +263,7 @@ def cmd_run(args) -> int:
     _check_output_tildes(args)
     _check_summary_json(args, _input_paths(sources, [args.sql] if args.sql else []),
                         _outputs(args, spark=args.engine == "spark"))
-    console.print(f"query: {' '.join(sql.split())}", highlight=False)
+    _say(console, f"query: {' '.join(sql.split())}")
     if args.engine == "spark":
         from adaptcq.runtime.spark_cli import run_cli
         args.master = args.master or "local[*]"
@@ -394,26 +424,28 @@ def _run_queryset(args, console) -> int:
         try:
             rejected.start()
             engine.run()  # (it removes the queries' outputs when it fails)
-            rejected.close(console, engine.stats["rejected"])
+            rejected.close()  # (failing, it removes the queries' outputs too: below)
         except BaseException as exc:
             rejected.abort()
             engine.abort_outputs()  # (the rejected rows' file failed: none looks complete)
             _failed_summary(args, lambda: dict(engine.stats), engine.stats.get("stopped"),
                             exc, signals)
             if signals.forced:
-                console.print(f"[bold]stopped at once[/] by a second {signals.name}; the "
-                              "outputs were removed")
+                _say(console, ("stopped at once", "bold"), f" by a second {signals.name}; "
+                     "the outputs were removed")
                 return signals.code
             raise
+    # Every output is complete from here: nothing below may remove one.
+    rejected.report(console, engine.stats["rejected"])
     console.print(queryset_summary(engine, args))
     for h in engine.handles.values():
-        console.print(f"query {h.id}: {h.emitted:,} result rows -> {h.output}"
-                      + (f"  [red]failed: {h.error}[/]" if h.error else ""))
+        _say(console, f"query {h.id}: {h.emitted:,} result rows -> {h.output}",
+             *((("  failed: " + str(h.error), "red"),) if h.error else ()))
     if args.summary_json:
         _write_json(args.summary_json, engine.stats)
     if engine.interrupted:
-        console.print(f"[bold]{signals.said}[/]: {_where(engine.stats)}; each query's output "
-                      "holds exactly the results of the arrivals processed")
+        _say(console, (signals.said, "bold"), f": {_where(engine.stats)}; each query's "
+             "output holds exactly the results of the arrivals processed")
         return signals.code
     return 0
 
@@ -487,19 +519,19 @@ def queryset_summary(engine, args):
     t.add_column("value", justify="right")
     routing = (args.routing or "tickets") if args.executor in ("eddy", "eddies") else \
         "none (a static plan)"  # (NiagaraCQ's plans do not route)
-    t.add_row("executor / routing / mode", f"{args.executor} / {routing} / {args.mode}")
-    t.add_row("queries", f"{len(engine.handles):,}")
-    t.add_row("input rows (arrivals)", f"{s['arrivals']:,}")
-    t.add_row("engine CPU seconds", f"{s['cpu_seconds']:.3f}")
+    _row(t, "executor / routing / mode", f"{args.executor} / {routing} / {args.mode}")
+    _row(t, "queries", f"{len(engine.handles):,}")
+    _row(t, "input rows (arrivals)", f"{s['arrivals']:,}")
+    _row(t, "engine CPU seconds", f"{s['cpu_seconds']:.3f}")
     if s["cpu_seconds"] > 0:
-        t.add_row("throughput (arrivals per CPU-second)",
-                  f"{s['arrivals'] / s['cpu_seconds']:,.0f}")
+        _row(t, "throughput (arrivals per CPU-second)",
+             f"{s['arrivals'] / s['cpu_seconds']:,.0f}")
     for key in ("results", "routings", "built", "dropped", "deletions"):
         if key in s:
-            t.add_row(key, f"{s[key]:,}")
+            _row(t, key, f"{s[key]:,}")
     if s.get("arrivals") and "routings" in s:
-        t.add_row("routings per arrival", f"{s['routings'] / s['arrivals']:.3f}")
-    t.add_row("rejected rows (late)", f"{s['rejected']:,}")
+        _row(t, "routings per arrival", f"{s['routings'] / s['arrivals']:.3f}")
+    _row(t, "rejected rows (late)", f"{s['rejected']:,}")
     _where_inputs_stopped(t, s)
     return t
 
@@ -508,11 +540,27 @@ def _where_inputs_stopped(t, s: dict) -> None:
     """The summary's rows read per input and, for a run that stopped before the end of its
     input, why and the rows processed per input."""
     if s.get("rows_read"):
-        t.add_row("input rows read", ", ".join(f"{n}: {k:,}" for n, k in s["rows_read"].items()))
+        _row(t, "input rows read", ", ".join(f"{n}: {k:,}" for n, k in s["rows_read"].items()))
     if s.get("stopped"):
-        t.add_row("stopped", s["stopped"])
-        t.add_row("input rows processed",
-                  ", ".join(f"{n}: {k:,}" for n, k in s["rows_processed"].items()))
+        _row(t, "stopped", s["stopped"])
+        _row(t, "input rows processed",
+             ", ".join(f"{n}: {k:,}" for n, k in s["rows_processed"].items()))
+
+
+def _row(table, *cells: str) -> None:
+    """A row of a summary table, its cells as plain text: they hold stream, column and
+    cache names, paths and messages, which rich would read as markup (``[range ...]``
+    eaten, ``[/]`` an error) or emoji codes (``:cat:``)."""
+    from rich.text import Text
+    table.add_row(*(Text(str(c)) for c in cells))
+
+
+def _say(console, *parts) -> None:
+    """One message: each part plain text, or (text, style); never read as rich markup
+    or emoji codes, since query text, names and paths are the user's (a ``[/]`` in a
+    path raised MarkupError, ``lo[red]x`` lost its ``[red]``)."""
+    from rich.text import Text
+    console.print(Text.assemble(*parts))
 
 
 def _run_options(args) -> dict:
@@ -616,7 +664,7 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
         except KeyboardInterrupt:
             if not signals.forced:
                 raise
-            console.print(f"[bold]stopped[/] by {signals.name} before the run began")
+            _say(console, ("stopped", "bold"), f" by {signals.name} before the run began")
             return signals.code
         signals.stop = run.stop
         sink = None
@@ -634,12 +682,10 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
             except OutputClosed:  # `adaptcq run --output - | head`: the reader has its rows
                 run.stopped = "stdout was closed by its reader"
                 sink = None
-            # (inside the try: an output failing here removes the others too)
+            # (inside the try: an output failing to close removes the others too)
             if sink is not None:
                 sink.close()
-                if args.output != "-":
-                    console.print(f"wrote {sink.rows:,} result rows to {args.output}")
-            rejected.close(console, run.rejected_count)
+            rejected.close()
         except BaseException as exc:
             if sink is not None:
                 sink.abort()
@@ -652,20 +698,25 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
                 run.spill.close(False)
             _failed_summary(args, lambda: _summary_doc(run), run.stopped, exc, signals)
             if signals.forced:
-                console.print(f"[bold]stopped at once[/] by a second {signals.name}; the "
-                              "outputs were removed")
+                _say(console, ("stopped at once", "bold"), f" by a second {signals.name}; "
+                     "the outputs were removed")
                 return signals.code
             raise
+    # Every output is complete from here: nothing below may abort one (the message once
+    # printed inside the try above, failing, had the finished output deleted).
+    if sink is not None and args.output != "-":
+        _say(console, f"wrote {sink.rows:,} result rows to {args.output}")
+    rejected.report(console, run.rejected_count)
     console.print(summary_table(run.result(None)))
     if args.summary_json:
         _write_json(args.summary_json, _summary_doc(run))
     if run.stopped == "stdout was closed by its reader":
-        console.print(f"stdout was closed by its reader after {run.stats['results']:,} "
-                      "result rows; the run stopped there")
+        _say(console, f"stdout was closed by its reader after {run.stats['results']:,} "
+             "result rows; the run stopped there")
         return 0
     if run.interrupted:
-        console.print(f"[bold]{signals.said}[/]: {_where(run.stats)}; the output holds "
-                      "exactly the results of the arrivals processed")
+        _say(console, (signals.said, "bold"), f": {_where(run.stats)}; the output holds "
+             "exactly the results of the arrivals processed")
         return signals.code
     if run.stopped:
         raise AdaptcqError(f"stopped: {run.stopped} ({_where(run.stats)}); the output holds "
@@ -767,11 +818,14 @@ def _failed_summary(args, doc, stopped: str | None, exc: BaseException, signals)
 
 def _summary_doc(run) -> dict:
     """The printed summary's figures as JSON, with its plan (``plan``: the text of the
-    summary's plan row, as a Spark group's ``plan``) and the memory samples."""
+    summary's plan row, as a Spark group's ``plan``) and the memory samples. A-Caching's
+    ``cache_history`` (its latest ``adapt.base.HISTORY_MAX`` events, from which the
+    printed "cache changes over time" are taken) is kept whole, a list of {arrival, ts,
+    event, what}: the JSON is the summary, and a script needs to see which caches were
+    used and dropped when."""
     doc = {}
     for k, v in run.stats.items():
-        if k != "cache_history":
-            doc[k] = v
+        doc[k] = [dict(h) for h in v] if k == "cache_history" else v
         if k == "mode":
             doc["plan"] = run.plan
     doc["rss_samples"] = [{"arrivals": a, "rss_bytes": b} for a, b in run.rss_samples]
@@ -851,12 +905,17 @@ class RejectedOutput:
         if self.sink is not None:
             self.sink.abort()
 
-    def close(self, console, count: int) -> None:
+    def close(self) -> None:
+        """The file is complete (inside the run's try: failing, it removes the other
+        outputs too); ``report`` says so once every output is closed."""
         if self.sink is not None:
             self.sink.close()
-            console.print(f"wrote {self.sink.rows:,} rejected rows to {self.path}")
+
+    def report(self, console, count: int) -> None:
+        if self.sink is not None:
+            _say(console, f"wrote {self.sink.rows:,} rejected rows to {self.path}")
         if count and self.path is None:
-            console.print(f"{count:,} rows were rejected; give --rejected FILE to keep them")
+            _say(console, f"{count:,} rows were rejected; give --rejected FILE to keep them")
 
 
 def _default_rejected(output: str, fmt: str | None = None) -> str:
@@ -920,19 +979,19 @@ def summary_table(result):
     t = Table(title="run summary", show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
-    t.add_row("executor / mode", f"{s['executor']} / {s['mode']}")
-    t.add_row("plan", result.plan)
-    t.add_row("input rows (arrivals)", f"{s['arrivals']:,}")
-    t.add_row("updates processed (ΔR insertions + deletions)", f"{s['updates']:,}")
-    t.add_row("rows dropped by selections", f"{s['filtered']:,}")
-    t.add_row("results", f"{s['results']:,}")
-    t.add_row("engine CPU seconds", f"{s['cpu_seconds']:.3f}")
-    t.add_row("throughput (updates per CPU-second)", f"{s['throughput']:,.0f}")
-    t.add_row("peak state (tuples)", f"{s['peak_state_tuples']:,}")
-    t.add_row("peak state (bytes)", f"{s['peak_state_bytes']:,}")
-    t.add_row("rejected rows", f"{s['rejected']:,}")
+    _row(t, "executor / mode", f"{s['executor']} / {s['mode']}")
+    _row(t, "plan", result.plan)
+    _row(t, "input rows (arrivals)", f"{s['arrivals']:,}")
+    _row(t, "updates processed (ΔR insertions + deletions)", f"{s['updates']:,}")
+    _row(t, "rows dropped by selections", f"{s['filtered']:,}")
+    _row(t, "results", f"{s['results']:,}")
+    _row(t, "engine CPU seconds", f"{s['cpu_seconds']:.3f}")
+    _row(t, "throughput (updates per CPU-second)", f"{s['throughput']:,.0f}")
+    _row(t, "peak state (tuples)", f"{s['peak_state_tuples']:,}")
+    _row(t, "peak state (bytes)", f"{s['peak_state_bytes']:,}")
+    _row(t, "rejected rows", f"{s['rejected']:,}")
     if "peak_rss_bytes" in s:
-        t.add_row("peak memory (RSS)", f"{s['peak_rss_bytes'] / 2**20:,.0f} MiB")
+        _row(t, "peak memory (RSS)", f"{s['peak_rss_bytes'] / 2**20:,.0f} MiB")
     _where_inputs_stopped(t, s)
     for key, value in s.items():  # what the adaptive policies report
         if key in _CORE or key == "cache_history":
@@ -952,11 +1011,11 @@ def summary_table(result):
             value = f"{value:,.4g}"
         elif isinstance(value, int):
             value = f"{value:,}"
-        t.add_row(key.replace("_", " "), str(value))
+        _row(t, key.replace("_", " "), str(value))
     if s.get("cache_history"):
         changes = [h for h in s["cache_history"]
                    if h["event"] in ("use", "drop", "shrink", "grow")]
-        t.add_row("cache changes over time", "\n".join(
+        _row(t, "cache changes over time", "\n".join(
             f"at arrival {h['arrival']:,}: {h['event']} {h['what']}" for h in changes[-8:])
             or "none")
     return t
@@ -1017,7 +1076,7 @@ def cmd_cleanup(args) -> int:
         from rich.console import Console
 
         from adaptcq.runtime.spark_cli import cleanup_cli
-        return cleanup_cli(args, Console())
+        return cleanup_cli(args, Console(markup=False, emoji=False))
     if args.output is None or args.master is not None:
         # Without --output (or with --master) DIR was meant as a Spark checkpoint, or
         # --output was forgotten: say what DIR is not before asking for either form's

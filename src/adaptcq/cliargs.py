@@ -58,15 +58,30 @@ def parse_inputs(items: list[str]) -> dict[str, str]:
 
 
 def parse_orders(items: list[str]) -> dict[str, list[str]]:
-    """``--order STREAM:S2,S3,...`` (repeated) as {STREAM: [S2, S3, ...]}."""
+    """``--order STREAM:S2,S3,...`` (repeated) as {STREAM: [S2, S3, ...]}. An empty item
+    beside named streams (``R:S,,T``, ``R:S,T,``, ``R:,S,T``) is refused, naming its
+    position: dropping it ran an order other than the one typed, perhaps with a stream
+    left out by mistake. Items all empty (``R:,``) are the empty order, which the engine
+    refuses naming the streams it needs (or takes, for a query of one stream)."""
     out = {}
     for item in items:
         stream, sep, rest = item.partition(":")
         if not sep or not stream or not rest:
             raise AdaptcqError(f"--order {item!r}: expected STREAM:S2,S3,..., e.g. --order R:S,T")
+        names = [s.strip() for s in rest.split(",")]
+        empty = [k for k, s in enumerate(names, 1) if not s]
+        if len(empty) == len(names):
+            names = []
+        elif empty:
+            where = ", ".join(map(str, empty))
+            raise AdaptcqError(f"--order {item!r}: item{'s' if len(empty) > 1 else ''} "
+                               f"{where} of the list after '{stream}:' "
+                               f"{'are' if len(empty) > 1 else 'is'} empty; expected "
+                               "STREAM:S2,S3,... with a stream between every two commas, "
+                               "e.g. --order R:S,T")
         if stream in out:
             raise AdaptcqError(f"--order {stream}:... is given twice; give each pipeline once")
-        out[stream] = [s.strip() for s in rest.split(",") if s.strip()]
+        out[stream] = names
     return out
 
 

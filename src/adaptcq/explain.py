@@ -146,7 +146,10 @@ candidates all become inf, into finding no order)."""
 
 def load_stats(path: str) -> object:
     """The parsed JSON of the statistics file ``path``; a missing, unreadable or invalid
-    file, or a folder, is an ``AdaptcqError`` naming it."""
+    file, or a folder, is an ``AdaptcqError`` naming it. A key given twice in one object
+    (a rate, ``"R,S"``, a whole section) is refused, naming it and where: JSON readers
+    keep one of the values silently (Python's the last), as ``"R,S"`` with ``"S,R"`` is
+    refused in ``_other_stats``."""
     p = Path(path)
     if not p.exists():
         raise AdaptcqError(f"statistics file {str(p)!r} does not exist")
@@ -161,16 +164,58 @@ def load_stats(path: str) -> object:
         raise AdaptcqError(f"cannot read statistics file {str(p)!r}: {e.strerror or e}") \
             from None
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_Pairs)
     except json.JSONDecodeError as e:
         raise AdaptcqError(f"statistics file {str(p)!r} is not valid JSON: {e.msg} "
                            f"(line {e.lineno}, column {e.colno})") from None
     except ValueError as e:  # NaN, Infinity (not JSON, though Python's reader takes them)
         raise AdaptcqError(f"statistics file {str(p)!r} is not valid JSON: {e}") from None
+    twice = _given_twice(data, "")
+    if twice is not None:
+        where, key, values = twice
+        shown = ", then ".join(json.dumps(v) for v in values)
+        times = "twice" if len(values) == 2 else f"{len(values)} times"
+        raise AdaptcqError(f"statistics file {str(p)!r}: {where}{json.dumps(key)} is given "
+                           f"{times} ({shown}); give it once")
+    return data
 
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
+
+
+class _Pairs(dict):
+    """A JSON object (``object_pairs_hook``) that remembers the keys given more than once,
+    with every value given, in order (``twice``); as a dict it holds the last, as
+    ``json.loads`` would."""
+
+    def __init__(self, pairs):
+        super().__init__(pairs)
+        seen: dict = {}
+        for k, v in pairs:
+            seen.setdefault(k, []).append(v)
+        self.twice = {k: vs for k, vs in seen.items() if len(vs) > 1}
+
+
+def _given_twice(data, where: str) -> tuple[str, str, list] | None:
+    """The first key given twice in ``data`` (parsed with ``_Pairs``), depth first in
+    file order: (where, e.g. ``"in rates: "``, key, its values), or None."""
+    if isinstance(data, list):
+        for k, item in enumerate(data):
+            got = _given_twice(item, f"{where.removesuffix(': ')}[{k}]: ".lstrip())
+            if got is not None:
+                return got
+        return None
+    if not isinstance(data, dict):
+        return None
+    twice = getattr(data, "twice", {})
+    for key, value in data.items():
+        if key in twice:
+            return (f"in {where}" if where else ""), key, twice[key]
+        got = _given_twice(value, f"{where.removesuffix(': ')}{'.' if where else ''}{key}: ")
+        if got is not None:
+            return got
+    return None
 
 
 def _number(where: str, value, *, low: str = "positive", at_most_one: bool = False) -> float:
@@ -360,10 +405,19 @@ def _check_split_range(rates: dict, groups: int) -> None:
 def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | None = None,
             rejected: list | None = None, **reading):
     """Run the query over at most ``prefix`` input rows with the Profiler attached and
-    return (query, join graph from the measured statistics, profiler, rows used). The
-    inputs are read as ``adaptcq run`` reads them (``reading``: ``sign``,
+    return (query, join graph from the measured statistics, ``PrefixStats``, rows used).
+    The inputs are read as ``adaptcq run`` reads them (``reading``: ``sign``,
     ``allowed_lateness``, ``timestamp_unit``); the rows it rejects are appended to
-    ``rejected`` (dicts with ``stream`` and ``reason``)."""
+    ``rejected`` (dicts with ``stream`` and ``reason``).
+
+    The statistics cover the whole prefix, as the report says ("measured over the first
+    N input rows"): λ is each stream's insertions (past its selection) over the prefix's
+    event-time span, and σ averages every profiled tuple of the prefix (the Profiler's W
+    is the prefix). A running policy's Profiler averages its W = 10 latest (a-caching.txt
+    Table 1, §7.1) to follow change; here that was the last ~5% of the prefix, and a
+    stream whose rows ended before the others' got λ = 1e-09. The state sizes are those
+    at the end of the prefix: an average over it would count the windows while they
+    filled from empty (an unbounded stream's state at half its size)."""
     from adaptcq.adapt.graph import join_graph_from_stats
     from adaptcq.stats.profiler import Profiler
 
@@ -372,8 +426,9 @@ def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | Non
     if n == 0:
         raise AdaptcqError("no input rows to measure statistics on"
                            + (f" ({len(rejected):,} rejected)" if rejected else ""))
-    # Profile about 2,000 tuples whatever the prefix (at least 1 in 50).
-    profiler = Profiler(p=p if p is not None else min(1.0, max(0.02, 2000 / n)),
+    # Profile about 2,000 tuples whatever the prefix (at least 1 in 50); W = n holds
+    # every profiled tuple and every tick (at most one per arrival).
+    profiler = Profiler(W=n, p=p if p is not None else min(1.0, max(0.02, 2000 / n)),
                         interval=max(1, n // 200))
     cq = _replay(prepared, n, profiler, rejected)
     starved = [a for a, k in profiler.observations_at_start().items() if k == 0]
@@ -382,10 +437,49 @@ def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | Non
     if profiler.query is None:
         raise AdaptcqError(f"too few profiled tuples to measure statistics in the first "
                            f"{n:,} input rows; give a larger --prefix or --stats FILE")
-    if not any(r.get() > 0 for r in profiler.rates.values()):
+    times = prepared.timestamps[:n]
+    start, end = (float(t) * prepared.time_unit for t in (times.min(), times.max()))
+    if not end > start:
         raise AdaptcqError("cannot measure stream rates: the input's timestamps do not "
                            "advance over the prefix; give --stats FILE")
-    return prepared.query, join_graph_from_stats(prepared.query, profiler), profiler, n
+    aliases = prepared.query.aliases
+    stats = PrefixStats(profiler, dict(zip(aliases, cq.per_stream, strict=True)), start, end,
+                        {a: len(stem) for a, stem in zip(aliases, cq.executor.stems,
+                                                         strict=True)})
+    return prepared.query, join_graph_from_stats(prepared.query, stats), stats, n
+
+
+class PrefixStats:
+    """The statistics of a whole prefix (``measure``), as ``adapt.graph
+    .join_graph_from_stats`` reads a Profiler: ``rate`` is a stream's insertions over the
+    prefix's event-time span [``start``, ``end``] (seconds); ``state_size`` its state at
+    the end of the prefix (``sizes``); σ and its floor are the Profiler's, whose W covers
+    the prefix."""
+
+    def __init__(self, profiler, inserted: dict[str, int], start: float, end: float,
+                 sizes: dict[str, int]):
+        self.profiler, self.inserted, self.sizes = profiler, inserted, sizes
+        self.start, self.end = start, end
+        self.profiled = sum(p.observations for p in profiler.pipelines.values())
+
+    def rate(self, s: str) -> float:
+        return self.inserted[s] / (self.end - self.start)
+
+    def state_size(self, s: str) -> float:
+        return float(self.sizes[s])
+
+    def selectivity(self, a: str, b: str) -> float | None:
+        return self.profiler.selectivity(a, b)
+
+    def sigma_floor(self, a: str, b: str) -> float:
+        return self.profiler.sigma_floor(a, b)
+
+    def describe(self, n: int) -> str:
+        """The report's "statistics" line."""
+        return (f"measured over the first {n:,} input rows (event time {self.start:g} to "
+                f"{self.end:g} s; {self.profiled:,} profiled tuples): λ is each stream's "
+                "insertions over that span, σ is averaged over the whole prefix, the state "
+                "sizes are those at its end")
 
 
 @contextlib.contextmanager
@@ -534,16 +628,15 @@ def _print(report: dict, query, source: str) -> None:
     from rich.table import Table
 
     console = _console(width=None if _console().is_terminal else 140)
-    console.print(f"[bold]query[/]: {' '.join(query.sql.split())}")
-    console.print(f"[bold]statistics[/]: {source}")
+    _head(console, "query", f": {' '.join(query.sql.split())}")
+    _head(console, "statistics", f": {source}")
     if report.get("rejected"):
-        console.print(f"[bold]rejected[/]: {_rejected_text(report['rejected'])}",
-                      highlight=False)
+        _head(console, "rejected", f": {_rejected_text(report['rejected'])}")
     shape = report["shape"]
     if not report["connected"]:
         shape = ("disconnected (pipelines take cartesian products between its "
                  "components)")
-    console.print(f"[bold]join graph shape[/]: {shape}; window W = {report['window']:g}")
+    _head(console, "join graph shape", f": {shape}; window W = {report['window']:g}")
     t = Table()
     t.add_column("stream")
     t.add_column("λ (tuples/s)", justify="right")
@@ -563,7 +656,7 @@ def _print(report: dict, query, source: str) -> None:
             title += f" ({info['ratio']:.3f} × optimum)"
         if name == "qaware":
             title += f" — Q-Aware chose {report['qaware_chose']}"
-        console.print(f"[bold]{title}[/]")
+        _head(console, title)
         p = Table()
         p.add_column("ΔS")
         p.add_column("pipeline")
@@ -571,14 +664,14 @@ def _print(report: dict, query, source: str) -> None:
         for s, order in info["plan"].items():
             p.add_row(s, " ⋈ ".join([s, *order]), f"{info['pipeline_costs'][s]:,.6g}")
         console.print(p)
-    console.print(f"[bold]Q-Aware chose[/]: {report['qaware_chose']} "
-                  f"({'cyclic' if report['has_cycle'] else 'acyclic'} join graph, §6)")
+    _head(console, "Q-Aware chose", f": {report['qaware_chose']} "
+          f"({'cyclic' if report['has_cycle'] else 'acyclic'} join graph, §6)")
     if report["optimum"] is not None:
-        console.print(f"[bold]optimum[/] (DMJoin): {report['optimum']:,.6g}")
+        _head(console, "optimum", f" (DMJoin): {report['optimum']:,.6g}")
     else:
         from adaptcq.optimizer import DMJOIN_MAX_STREAMS
-        console.print(f"[bold]optimum[/]: not computed (DMJoin is exponential; more than "
-                      f"{DMJOIN_MAX_STREAMS} streams)")
+        _head(console, "optimum", f": not computed (DMJoin is exponential; more than "
+              f"{DMJOIN_MAX_STREAMS} streams)")
 
 
 def main(args) -> int:
@@ -596,11 +689,20 @@ def main(args) -> int:
 
 def _console(**kwargs):
     """A rich Console whose write to a closed stdout raises ``BrokenPipeError`` (for
-    ``main``), where rich's own handler would exit with status 1."""
+    ``main``), where rich's own handler would exit with status 1. Markup and emoji codes
+    are off: what explain prints holds the user's query text, names, paths and values
+    (``[range 2 seconds]`` was eaten as a tag, a ``[/]`` raised MarkupError, ``:cat:``
+    became an emoji); styling is given as ``rich.text.Text`` (``_head``)."""
     from rich.console import Console
-    console = Console(**kwargs)
+    console = Console(markup=False, emoji=False, **kwargs)
     console.on_broken_pipe = _broken_pipe
     return console
+
+
+def _head(console, label: str, rest: str = "", **kwargs) -> None:
+    """One line: ``label`` in bold, then ``rest``, both plain text."""
+    from rich.text import Text
+    console.print(Text.assemble((label, "bold"), rest), **kwargs)
 
 
 def _broken_pipe() -> None:
@@ -647,11 +749,9 @@ def _main(args) -> int:
         if _prefix(args) < 1:
             raise AdaptcqError(f"--prefix must be at least 1, got {_prefix(args)}")
         rows: list[dict] = []
-        query, graph, profiler, n = measure(sql, parse_inputs(args.input), _timestamp(args),
+        query, graph, measured, n = measure(sql, parse_inputs(args.input), _timestamp(args),
                                             _prefix(args), rejected=rows, **_reading(args))
-        seen = sum(p.observations for p in profiler.pipelines.values())
-        source = (f"measured over the first {n:,} input rows "
-                  f"({seen:,} profiled tuples, W = {profiler.W})")
+        source = measured.describe(n)
         rejected = rejected_summary(rows)
     else:
         raise AdaptcqError("explain needs statistics: --stats FILE, or --input NAME=PATH for "
@@ -1043,11 +1143,10 @@ def explain_eddy(args) -> int:
         return 0
     from rich.table import Table
     console = _console()
-    console.print(f"[bold]eddy[/] over the first {engine.stats['arrivals']:,} arrivals "
-                  f"({args.routing or 'tickets'} routing)")
+    _head(console, "eddy", f" over the first {engine.stats['arrivals']:,} arrivals "
+          f"({args.routing or 'tickets'} routing)")
     if report["rejected"]:
-        console.print(f"[bold]rejected[/]: {_rejected_text(report['rejected'])}",
-                      highlight=False)
+        _head(console, "rejected", f": {_rejected_text(report['rejected'])}")
     t = Table(title="shared operators")
     for col in ("id", "operator", "predicates / rows", "tickets"):
         t.add_column(col)
@@ -1075,8 +1174,8 @@ def explain_eddy(args) -> int:
                   f"{q['emitted']:,}")
     console.print(t)
     for name, source in report.get("routes", {}).items():
-        console.print(f"[bold]compiled route of {name}[/] (this epoch's routing table)")
-        console.print(source, highlight=False, markup=False)
+        _head(console, f"compiled route of {name}", " (this epoch's routing table)")
+        console.print(source, highlight=False)
     return 0
 
 

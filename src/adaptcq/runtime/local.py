@@ -27,6 +27,7 @@ import numbers
 import os
 import resource
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from adaptcq import collector
-from adaptcq.checks import is_int
+from adaptcq.checks import whole
 from adaptcq.engine.continuous import ContinuousQuery
 from adaptcq.errors import AdaptcqError, InputError, OptionError, QueryError
 from adaptcq.query.logical import LogicalQuery
@@ -48,7 +49,7 @@ from adaptcq.stream.eventtime import (
     lateness_ns,
     output_time_type,
 )
-from adaptcq.stream.merge import ArrivalMerger, Arrivals
+from adaptcq.stream.merge import ArrivalMerger, Arrivals, _Feed
 from adaptcq.stream.sources import CHUNK_ROWS, Source, open_source, schema_kinds, value_type
 
 TIME_UNIT = 1e-9  # the engine runs on int64 nanoseconds: exact window boundaries
@@ -122,6 +123,7 @@ class LocalRun:
                              f"{type(sql).__name__}")
         if not isinstance(sources, Mapping) or not sources:
             raise InputError("no inputs: give a source for each stream of the query")
+        check_sign_column(sign, timestamp)
         self.sources = open_sources(sources, timestamp, timestamp_unit, chunk_rows)
         try:  # a set-up error closes the inputs opened (not a later garbage collection)
             if isinstance(sql, LogicalQuery):
@@ -147,12 +149,18 @@ class LocalRun:
             self.ts_type = self.schema.field("_ts").type
             self.spill = None  # runtime.spill.SpillSetup of the operator tree
             self.vector = self.executor_name == "vector"
+            if self.executor_name != "tree" and options.pop("spill", None) is not None:
+                # (for every executor: the vectorized one dropped it, unsaid)
+                raise OptionError("spill options (--spill, --memory) need the operator "
+                                  f"tree (--executor tree); this run uses {self.executor_name}")
             self.batch_rows, self.batch_seconds = batch_options(
                 self.executor_name, options.pop("batch_rows", None),
                 options.pop("batch_seconds", None))
             seed = options.pop("seed", None)
-            if seed is not None and not is_int(seed):
-                raise OptionError(f"seed must be a whole number, got {seed!r}")
+            if seed is not None:
+                if whole(seed) is None:
+                    raise OptionError(f"seed must be a whole number, got {seed!r}")
+                seed = whole(seed)  # (random.Random refuses NumPy's integers)
             if self.vector:
                 if seed is not None:
                     raise OptionError(
@@ -202,13 +210,11 @@ class LocalRun:
                                             {n: schema_kinds(src.schema)
                                              for n, src in self.sources.items()})
                     options.update(self.spill.engine_options())
-                elif options.pop("spill", None) is not None:
-                    raise OptionError("spill options (--spill, --memory) need the operator "
-                                      f"tree (--executor tree); this run uses {self.executor_name}")
                 _check_fixed_orders(options)
                 self.cq = self._engine(self.executor_name, mode, options)
                 if self.executor_name == "tree":  # a batch clean-up's late results as Arrow
-                    self.cq.executor.emit_table = self._emit_late_table
+                    # (weakly: the engine holding the run closed a cycle that kept it alive)
+                    self.cq.executor.emit_table = _weakly(self._emit_late_table)
             # The merger numbers the arrivals: a rejected deletion (with a sign column) is
             # reported by its input row, and a stop says where each input stopped.
             self.merger = _NumberedMerger(query, self.sources, timestamp, timestamp_unit,
@@ -247,6 +253,10 @@ class LocalRun:
             self._at: tuple | None = None     # (arrivals, end of the last slice processed)
             self._lo = 0                      # and its start
             self.batches = 0  # batches the vectorized executor processed
+            # A run dropped without being iterated (or before its end) closes its inputs
+            # and removes its spill folder when its last reference goes, not at a garbage
+            # collection; a run that ends does both itself and detaches this.
+            self._finalizer = weakref.finalize(self, _abandon, self.merger, self.spill)
         except BaseException:
             for src in self.sources.values():
                 src.close()
@@ -265,6 +275,8 @@ class LocalRun:
                                      f"{', '.join(names)})")
 
     def _check_sign(self, sign: str | None) -> str | None:
+        """The sign column (``--sign``), checked against the inputs (the clash with the
+        timestamp column is refused before they are opened: ``check_sign_column``)."""
         if sign is None:
             return None
         having = [n for n, s in self.sources.items() if sign in s.schema.names]
@@ -467,6 +479,7 @@ class LocalRun:
         """The run is over: its input files are closed now (a stopped run's stayed open as
         long as the run object lived), and the engine lets go of this run's methods (a
         reference cycle that only a garbage collection freed)."""
+        self._finalizer.detach()  # (the spill folder's fate was settled by the run)
         close_inputs(self.merger)
         ex = self.cq
         if self.vector:
@@ -860,47 +873,67 @@ class _NoColumns(tuple):
     __slots__ = ()
 
 
+class _Numbers:
+    """What the numbered feeds record for their merger: the row numbers of each alias's
+    arrivals in the last release, and each source's first row of a chunk that failed."""
+
+    __slots__ = ("released", "signed", "unread")
+
+    def __init__(self, signed: bool):
+        self.released: dict[int, np.ndarray] = {}
+        self.unread: dict[str, int] = {}
+        self.signed = signed
+
+
+class _NumberedFeed(_Feed):
+    """A feed that records its released arrivals' row numbers and the first row of a
+    chunk that failed in ``numbers`` (shared with its merger). A subclass, not closures
+    wrapping the feed's methods stored on the feed: those closed a reference cycle (feed,
+    closure, merger) that kept the input files open after the run was dropped, until a
+    garbage collection."""
+
+    numbers: _Numbers
+
+    def release(self, frontier, columnar: bool = False):
+        parts = super().release(frontier, columnar)
+        if not parts:
+            return parts
+        out = []
+        for i, ts, pos, signs, rows in parts:
+            self.numbers.released[i] = pos
+            if self.numbers.signed and not columnar and rows and len(rows[0]) == 0:
+                rows = [_NoColumns() for _ in rows]
+            out.append((i, ts, pos, signs, rows))
+        return out
+
+    def pull(self, rejected) -> None:
+        start = self.next_row  # (a chunk that fails may have counted its rows read)
+        try:
+            super().pull(rejected)
+        except BaseException:
+            self.numbers.unread.setdefault(self.src.name, start)
+            raise
+
+
 class _NumberedMerger(ArrivalMerger):
     """The merger, also keeping each released arrival's row number in its source's input
     (``row_numbers``, parallel to the last arrivals yielded): a rejected deletion is
     reported by its input row, as a late row is, and a stop knows each input's first row
     not processed (``first_unprocessed``), which late rows it reached (``due_rejected``)."""
 
+    feed_type = _NumberedFeed
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.row_numbers = np.empty(0, np.int64)
-        self._released: dict[int, np.ndarray] = {}
-        self.unread: dict[str, int] = {}  # source -> first row of a chunk that failed
+        self._numbers = _Numbers(self.signed)
+        self._released = self._numbers.released  # alias -> row numbers, last release
+        self.unread = self._numbers.unread  # source -> first row of a chunk that failed
         for f in self.feeds:  # a feed's release has the numbers; the merged order drops them
-            f.release = self._numbered(f.release)
-            f.pull = self._pulling(f, f.pull)
-
-    def _numbered(self, release):
-        def numbered(frontier, columnar=False):
-            parts = release(frontier, columnar)
-            if not parts:
-                return parts
-            out = []
-            for i, ts, pos, signs, rows in parts:
-                self._released[i] = pos
-                if self.signed and not columnar and rows and len(rows[0]) == 0:
-                    rows = [_NoColumns() for _ in rows]
-                out.append((i, ts, pos, signs, rows))
-            return out
-        return numbered
-
-    def _pulling(self, feed, pull):
-        def pulling(rejected):
-            start = feed.next_row  # (a chunk that fails may have counted its rows read)
-            try:
-                pull(rejected)
-            except BaseException:
-                self.unread.setdefault(feed.src.name, start)
-                raise
-        return pulling
+            f.numbers = self._numbers
 
     def _release(self, frontier):
-        self._released = {}
+        self._released.clear()
         merged = super()._release(frontier)
         if merged is not None:
             streams = np.asarray(merged.streams)
@@ -939,6 +972,27 @@ class _NumberedMerger(ArrivalMerger):
         elif due:
             rows[:] = [r for r in rows if r["row"] >= first[r["stream"]]]
         return due
+
+
+def _weakly(method):
+    """``method`` called through a weak reference to its object: an engine's callback into
+    the run that does not keep the run alive (the run holds the engine)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args, **kwargs):
+        return ref()(*args, **kwargs)
+    return call
+
+
+def _abandon(merger: ArrivalMerger, spill) -> None:
+    """A run dropped before it ended (``LocalRun._finalizer``): its inputs closed and its
+    spill folder removed (what it spilled cannot be cleaned up: the groups in memory are
+    gone; ``SpillSetup.close``)."""
+    try:
+        close_inputs(merger)
+    finally:
+        if spill is not None:
+            spill.close(False)
 
 
 def close_inputs(merger: ArrivalMerger) -> None:
@@ -1209,7 +1263,7 @@ def open_sources(sources: Mapping[str, object], timestamp: str, unit: str | None
     """The inputs of a run (``LocalRun``) or of a query set (``runtime.multi.Engine``),
     opened (``stream.sources.open_source``): each named by a string, as FROM names it, and
     read ``chunk_rows`` (a positive whole number) at a time."""
-    _positive(chunk_rows, "chunk_rows")
+    chunk_rows = _positive(chunk_rows, "chunk_rows")
     if chunk_rows > CHUNK_ROWS_MAX:  # (pyarrow's readers raised a raw OverflowError)
         raise OptionError(f"chunk_rows must be at most {CHUNK_ROWS_MAX:,} (2**63 - 1: Arrow "
                           f"counts rows in int64), got {chunk_rows!r}")
@@ -1228,12 +1282,26 @@ def open_sources(sources: Mapping[str, object], timestamp: str, unit: str | None
     return opened
 
 
+def check_sign_column(sign, timestamp) -> None:
+    """The sign column is no column of the stream (docs/semantics.md): it cannot also be
+    the timestamp column, whose times were read as signs (a row at time 1 an insertion, at
+    -1 a deletion, any other time refused as a bad sign)."""
+    if sign is not None and sign == timestamp:
+        raise OptionError(f"--sign {sign!r} (sign=) names the timestamp column (--timestamp, "
+                          "timestamp=): the sign column marks each row an insertion (+1) or a "
+                          "deletion (-1) and is no column of the stream; give the signs a "
+                          "column of their own")
+
+
 def _positive(value, name: str, allow_none: bool = False):
+    """``value`` as a Python int >= 1 (NumPy's integers too, as the options that take
+    seconds take NumPy's floats; never a bool or a float), or an OptionError naming it."""
     if value is None and allow_none:
         return None
-    if not is_int(value) or value < 1:
+    n = whole(value)
+    if n is None or n < 1:
         raise OptionError(f"{name} must be a positive whole number, got {value!r}")
-    return value
+    return n
 
 
 def _total(sources) -> int | None:

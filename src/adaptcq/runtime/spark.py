@@ -331,10 +331,11 @@ def continuous_query(spark, sql: str, streams: Mapping[str, object], timestamp: 
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from adaptcq.runtime.local import parse_signed, require_inputs
+    from adaptcq.runtime.local import check_sign_column, parse_signed, require_inputs
 
     if not isinstance(sql, str):
         raise QueryError("the Spark runtime takes the query as CQL text")
+    check_sign_column(sign, timestamp)
     et.check_unit(timestamp_unit)
     tz = spark.conf.get("spark.sql.session.timeZone")
     time_types = {}
@@ -1777,13 +1778,19 @@ def prepare_files(sql: str, sources: Mapping[str, str], checkpoint: str | os.Pat
     checkpoint (its fingerprint must be this query's) and the output folders; choose the
     shares (``shares``, those of the checkpoint, or at the inputs' row counts)."""
     from adaptcq.query.cql import parse_query
-    from adaptcq.runtime.local import output_schema, parse_signed, require_inputs
+    from adaptcq.runtime.local import (
+        check_sign_column,
+        output_schema,
+        parse_signed,
+        require_inputs,
+    )
     from adaptcq.stream.sources import schema_kinds
 
     if not is_int(partitions) or partitions < 1:
         raise AdaptcqError(f"--partitions must be a whole number >= 1, got {partitions!r}")
     if not isinstance(sql, str):
         raise QueryError("the Spark runtime takes the query as CQL text")
+    check_sign_column(sign, timestamp)
     et.check_unit(timestamp_unit)
     late = lateness_ns(allowed_lateness)
     inputs = {name: _resolve_input(name, path, timestamp, timestamp_unit)

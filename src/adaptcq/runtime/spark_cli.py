@@ -19,8 +19,11 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
+from rich.text import Text
+
 from adaptcq.cliargs import adaptivity_spec, run_defaults
 from adaptcq.errors import AdaptcqError
+from adaptcq.runtime.local import check_sign_column
 from adaptcq.runtime.spark import SparkRun, SplitWarning, check_run_options, prepare_files
 
 __all__ = ["cleanup_cli", "refuse_unsupported", "run_cli", "summary"]
@@ -103,6 +106,7 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
                            "(without it the checkpoint is a temporary folder)")
     # before Spark starts (the run checks them again), and before --shed reads --trigger
     check_run_options(args.max_files_per_trigger, args.trigger)
+    check_sign_column(args.sign, timestamp)
     shed = options.get("shed")
     if shed is not None:  # refused here, before Spark starts (the run checks them again)
         from adaptcq.runtime.shed import spark_shed_spec
@@ -160,7 +164,7 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
                           trigger=args.trigger)
         for w in caught:
             if issubclass(w.category, SplitWarning):
-                console.print(f"[yellow]warning:[/] {w.message}")
+                console.print(Text.assemble(("warning:", "yellow"), f" {w.message}"))
     if output:
         console.print(f"wrote {run.results:,} result rows to {output}/ (Parquet)",
                       highlight=False)

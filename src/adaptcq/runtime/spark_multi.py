@@ -1441,6 +1441,8 @@ def run_cli_multi(args, console) -> int:
     Spark, each query's results in ``out/query_id=<id>/`` (``--sql`` queries are q1, q2,
     ... and registered before any data, as on the local engine), a summary, and one line
     per query with its state and rows."""
+    from rich.text import Text
+
     from adaptcq.cliargs import parse_inputs, routing_options, run_defaults, sql_arg
     from adaptcq.runtime.spark_session import check_master, get_spark, local_cores
 
@@ -1507,15 +1509,16 @@ def run_cli_multi(args, console) -> int:
             py4j_log.setLevel(level)
     for w in caught:
         if issubclass(w.category, SplitWarning | PartitionWarning):
-            console.print(f"[yellow]warning:[/] {w.message}", highlight=False)
+            console.print(Text.assemble(("warning:", "yellow"), f" {w.message}"),
+                          highlight=False)
     console.print(summary_table(run, args, master))
     for qid, q in run.queries.items():
-        line = f"query {qid}: {q['state']}, {q['rows']:,} result rows -> {run.path(qid)}"
+        line = Text(f"query {qid}: {q['state']}, {q['rows']:,} result rows -> {run.path(qid)}")
         if q.get("error"):
-            line += f"  [red]{q['state']}: {q['error']}[/]"
+            line.append(f"  {q['state']}: {q['error']}", "red")
         console.print(line, highlight=False)
     for err in run.control_errors:
-        console.print(f"[red]control stream:[/] {err}", highlight=False)
+        console.print(Text.assemble(("control stream:", "red"), f" {err}"), highlight=False)
     if run.rejected:
         console.print(f"wrote {run.rejected:,} rejected rows to {rejected}/ (Parquet)",
                       highlight=False)

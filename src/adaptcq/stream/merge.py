@@ -391,6 +391,8 @@ class ArrivalMerger:
     each source has been read (for the summary of an interrupted run).
     """
 
+    feed_type = _Feed  # what reads each source (a subclass may record more as it reads)
+
     def __init__(self, query: LogicalQuery, sources: Mapping[str, Source], timestamp: str,
                  unit: str | None = None, lateness: int = 0, sign: str | None = None,
                  columnar: bool = False):
@@ -404,8 +406,9 @@ class ArrivalMerger:
                        if s.source == name]
             if not aliases:
                 continue
-            self.feeds.append(_Feed(src, aliases, timestamp, unit, lateness,
-                                    sign if sign in src.schema.names else None, columnar))
+            self.feeds.append(self.feed_type(src, aliases, timestamp, unit, lateness,
+                                             sign if sign in src.schema.names else None,
+                                             columnar))
 
     def positions(self) -> dict[str, int]:
         """Rows read so far from each source."""

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import datetime as dt
 import glob as globlib
 import itertools
+import numbers
 import os
 import re
 import sys
@@ -887,7 +889,9 @@ def _dict_chunks(name: str, box: list, it: Iterator, chunk_rows: int, start: int
 def _from_dicts(name: str, rows: list, schema: pa.Schema | None, start: int) -> pa.RecordBatch:
     """A chunk of dicts as a batch of ``schema`` (None: the types its values give). The
     values' own types are inferred, then fitted to ``schema`` (``fit``): given the schema,
-    pyarrow cut a later 1.5 to 1 in an int64 column, and a datetime to its date."""
+    pyarrow cut a later 1.5 to 1 in an int64 column, and a datetime to its date. Inferring
+    one type for the chunk converts a few kinds into others silently (a datetime after a
+    date to a date): those are refused, in any chunk (``_check_mixed``)."""
     for k, r in enumerate(rows):
         if not isinstance(r, Mapping):
             raise InputError(f"stream {name}: row {start + k} is {type(r).__name__}; an "
@@ -911,7 +915,15 @@ def _from_dicts(name: str, rows: list, schema: pa.Schema | None, start: int) -> 
         head = f"stream {name}: rows {start}..{end}" if schema is None else (
             f"stream {name}: rows {start}..{end} do not fit the types of the first rows "
             f"({_describe(schema)})")
-        raise _dicts_error(name, head, rows, columns, start, e) from None
+        raise _dicts_error(name, head, rows, columns, start, e, schema) from None
+    mixed = _check_mixed(name, rows, columns, start, batch.schema)
+    if mixed is not None:
+        c, error = mixed
+        if schema is not None:  # a later chunk: its first value that misfits the column
+            head = (f"stream {name}: rows {start}..{end} do not fit the types of the first "
+                    f"rows ({_describe(schema)})")
+            error = _first_misfit(head, c, [r.get(c) for r in rows], schema, start) or error
+        raise error
     if schema is None:
         return batch
     cols, fields = [], []
@@ -926,11 +938,16 @@ def _from_dicts(name: str, rows: list, schema: pa.Schema | None, start: int) -> 
                 try:
                     col = fit(col, f.type, values=True)
                 except Misfit as e:
+                    if e.row() is None and col.null_count < len(col):
+                        # another type throughout: its first value is the one at fault
+                        k = next(k for k in range(len(col)) if col[k].is_valid)
+                        what = f"row {start + k} has {_shown(col, k)} ({col.type}: {e.why})"
+                    else:
+                        what = e.describe(start)
                     raise InputError(
                         f"stream {name}: rows {start}..{end} do not fit the types of the "
                         f"first rows: column {f.name!r} is {f.type} there, and "
-                        f"{e.describe(start)}; give the column one type in all of its "
-                        "rows") from None
+                        f"{what}; give the column one type in all of its rows") from None
         cols.append(col)
         fields.append(f)
     return pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields))
@@ -940,11 +957,14 @@ _INT64 = (-2**63, 2**63 - 1)
 
 
 def _dicts_error(name: str, head: str, rows: list, columns, start: int,
-                 e: Exception) -> InputError:
+                 e: Exception, schema: pa.Schema | None = None) -> InputError:
     """Why pyarrow could not read a chunk of dicts, naming the column and the row (its own
     message names neither: "Python int too large to convert to C long"). The column: the
     first whose values alone fail; the row: the first integer beyond int64 (pyarrow reads a
-    Python int as int64), else the shortest failing run of rows (an error's cost only)."""
+    Python int as int64), else, in a later chunk (``schema``: the column's type known), the
+    first value that alone does not fit that type, else the shortest failing run of rows
+    (an error's cost only). (The shortest failing run named the value after a bad first
+    one: '12' then 13 fail as one type at 13, the int.)"""
     for c in columns:
         vals = [r.get(c) for r in rows]
         if _pylist_error(vals) is None:
@@ -958,6 +978,9 @@ def _dicts_error(name: str, head: str, rows: list, columns, start: int,
                     "int is read as; give such values as decimal.Decimal (the column is "
                     "then a decimal), or yield pyarrow RecordBatches whose column has the "
                     "type (e.g. uint64)")
+        misfit = _first_misfit(head, c, vals, schema, start)
+        if misfit is not None:
+            return misfit
         lo, hi = 0, len(vals) - 1  # the first k whose rows 0..k fail
         while lo < hi:
             mid = (lo + hi) // 2
@@ -969,6 +992,161 @@ def _dicts_error(name: str, head: str, rows: list, columns, start: int,
         return InputError(f"{head}: column {c!r} cannot be one Arrow type: row {start + lo} "
                           f"has {_brief(vals[lo])} ({why})")
     return InputError(f"{head}: {e}")
+
+
+def _first_misfit(head: str, c: str, vals: list, schema: pa.Schema | None,
+                  start: int) -> InputError | None:
+    """In a later chunk (``schema``: the types of the first rows), the error naming the
+    first of column ``c``'s values that alone does not fit its type; None if none (or the
+    type is not known yet)."""
+    known = None if schema is None or c not in schema.names else schema.field(c).type
+    if known is None or pa.types.is_null(known):
+        return None
+    for k, v in enumerate(vals):
+        why = _misfit(v, known)
+        if why is not None:
+            return InputError(f"{head}: column {c!r} is {known} there, and row {start + k} "
+                              f"has {_brief(v)} ({why}); give the column one type in all "
+                              "of its rows")
+    return None
+
+
+def _misfit(v, target: pa.DataType) -> str | None:
+    """Why the Python value ``v`` alone does not fit ``target`` (as a later chunk's values
+    are fitted, ``fit``), or None."""
+    if v is None:
+        return None
+    try:
+        arr = pa.array([v])
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        return str(e)
+    try:
+        fit(arr, target, values=True)
+    except Misfit as e:
+        return f"{arr.type}: {e.why}"
+    return None
+
+
+# Kinds of Python values that pyarrow, inferring one type for a chunk's values, converts
+# silently into another kind's type: ``[1.5, True]`` became double (True as 1.0),
+# ``["a", b"b"]`` binary, ``[date, datetime]`` a date (the time of day dropped). A later
+# chunk's values are refused for these (``fit``); within one chunk they are refused too.
+_MIXES = (("number", "bool", "a bool, which is not a number"),
+          ("bool", "number", "a number, which is not a bool"),
+          ("str", "bytes", "bytes, which are not a string"),
+          ("bytes", "str", "a string, which is not bytes"))
+
+
+def _value_kind(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "bool"
+    if isinstance(v, numbers.Number):
+        return "number"
+    if isinstance(v, dt.datetime):
+        return "datetime"
+    if isinstance(v, dt.date):
+        return "date"
+    if isinstance(v, str):
+        return "str"
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return "bytes"
+    return "other"
+
+
+def _not_a_date(v: dt.datetime) -> bool:
+    """A datetime that a date does not hold: a time of day, or an instant not at UTC
+    midnight (a datetime at midnight is its date, docs/semantics.md §5)."""
+    off = v.utcoffset()
+    return (v.hour, v.minute, v.second, v.microsecond) != (0, 0, 0, 0) or bool(off)
+
+
+def _kinds(v, path: str, row: int, first: dict, timed: dict) -> None:
+    """Record, per place within a column's values (``path``: "" for the value, "[]" for a
+    list's items, ".k" for a dict's field k), the first row of each kind of value there
+    (``first``: path -> kind -> (row, value)) and the first datetime a date does not
+    hold (``timed``: path -> (row, value))."""
+    if v is None:
+        return
+    if isinstance(v, Mapping):
+        for k, x in v.items():
+            _kinds(x, f"{path}.{k}", row, first, timed)
+        return
+    if isinstance(v, np.ndarray) and v.dtype != object:  # one dtype: no mix of kinds
+        return
+    if isinstance(v, (list, tuple, np.ndarray)):
+        for x in v:
+            _kinds(x, f"{path}[]", row, first, timed)
+        return
+    kind = _value_kind(v)
+    first.setdefault(path, {}).setdefault(kind, (row, v))
+    if kind == "datetime" and path not in timed and _not_a_date(v):
+        timed[path] = (row, v)
+
+
+_KIND_NAMES = {"number": "a number", "bool": "a bool", "str": "a string",
+               "bytes": "bytes", "date": "a date"}
+_SIMPLE = {int, float, str, bytes, bool, dt.date, dt.datetime}
+
+
+def _may_convert(t: pa.DataType) -> bool:
+    """Whether pyarrow's inference may have turned one kind of value into another in a
+    column inferred as ``t``: its leaves hold a float (a bool after a number), binary (a
+    string beside bytes) or a date (a datetime after a date)."""
+    if pa.types.is_floating(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
+            or pa.types.is_date(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_may_convert(t.field(k).type) for k in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _may_convert(t.key_type) or _may_convert(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _may_convert(t.value_type)
+    return False
+
+
+def _check_mixed(name: str, rows: list, columns, start: int,
+                 inferred: pa.Schema) -> tuple | None:
+    """(column, the InputError to raise) for a value that pyarrow converted to another
+    kind's type within one chunk of dicts (``_MIXES``; a datetime with a time of day after
+    a date, which became a date), else None: such a value is refused wherever it sits, as
+    it is when a later chunk holds it (docs/semantics.md §5). Only a column whose inferred
+    type (``inferred``) has a floating, binary or date leaf can hold such a value (pyarrow
+    refuses the other mixes itself), and one whose values are of one plain Python type is
+    exact: neither is walked."""
+    end = start + len(rows) - 1
+    for c in columns:
+        if not _may_convert(inferred.field(c).type):
+            continue
+        vals = [r.get(c) for r in rows]
+        types = set(map(type, vals)) - {type(None)}
+        if len(types) <= 1 and types <= _SIMPLE:
+            continue
+        if not any(issubclass(t, (Mapping, list, tuple, np.ndarray)) for t in types):
+            # scalars of several types: only a mix of kinds above can lose a value
+            kinds = {_value_kind(next(v for v in vals if type(v) is t)) for t in types}
+            if not ({"date", "datetime"} <= kinds or any(
+                    {held, bad} <= kinds for held, bad, _ in _MIXES)):
+                continue
+        first: dict = {}
+        timed: dict = {}
+        for k, v in enumerate(vals):
+            _kinds(v, "", k, first, timed)
+        found = []  # (row, value, what the column holds, its first row, why)
+        for path, kinds in first.items():
+            for held, bad, why in _MIXES:
+                if held in kinds and bad in kinds and kinds[held][0] <= kinds[bad][0]:
+                    found.append((kinds[bad], path, held, kinds[held][0], why))
+            if "date" in kinds and path in timed:
+                found.append((timed[path], path, "date", kinds["date"][0],
+                              "a time of day, which a date does not hold"))
+        if found:
+            (k, v), path, held, k0, why = min(found, key=lambda f: f[0][0])
+            where = f"column {c!r}" + (f" (within its values, at {c}{path})" if path else "")
+            return c, InputError(
+                f"stream {name}: rows {start}..{end}: {where} holds {_KIND_NAMES[held]} in "
+                f"row {start + k0}, and row {start + k} has {_brief(v)} ({why}); give the "
+                "column one type in all of its rows")
+    return None
 
 
 def _pylist_error(vals: list) -> str | None:
