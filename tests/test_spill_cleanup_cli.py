@@ -365,6 +365,25 @@ def test_a_spill_dir_that_is_the_output_is_refused_before_any_work(tmp_path, cap
     assert not out.exists()
 
 
+def test_an_output_reached_through_a_link_into_the_spill_dir_is_refused(tmp_path, capsys):
+    """A link to the spill folder is the spill folder: an output named through it as a
+    file the store owns is refused, as the same path written directly is."""
+    r = pa.table({"ts": [float(i) for i in range(50)], "k": [i % 5 for i in range(50)]})
+    for n in "RS":
+        pq.write_table(r, tmp_path / f"{n}.parquet")
+    (tmp_path / "sd").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "sd", target_is_directory=True)
+    code = main(["run", "--sql", "SELECT R.k FROM R, S WHERE R.k = S.k",
+                 "--input", f"R={tmp_path / 'R.parquet'}", "--input",
+                 f"S={tmp_path / 'S.parquet'}", "--spill", "bottom-up", "--memory", "1kB",
+                 "--spill-dir", str(tmp_path / "sd"), "--output",
+                 str(tmp_path / "link" / "manifest.json"), "--format", "jsonl",
+                 "--no-progress"])
+    assert code != 0
+    assert "is --spill-dir" in capsys.readouterr().err
+    assert list((tmp_path / "sd").iterdir()) == []
+
+
 def test_a_refusal_while_the_run_is_set_up_removes_the_spill_folder_it_made(tmp_path):
     """A tree the query cannot take is refused after the spill store was made: the
     folders it made go with it."""

@@ -728,11 +728,12 @@ def _refuse_spill_dir_clash(spill_dir: str | None, path: str, what: str) -> None
     """An output that is the spill folder, holds it, or is inside it under a name the spill
     store writes or clears (``state.spill_store.owns``) is refused before any work: one
     would destroy the other (``--spill-dir o.parquet --output o.parquet`` failed at the
-    end, leaving an empty folder). Other files beside the spill files are fine."""
+    end, leaving an empty folder). Other files beside the spill files are fine. Links are
+    followed: an output reached through a link into the spill folder is the same file."""
     if not spill_dir:
         return
     from adaptcq.state.spill_store import owns
-    out, folder = Path(path).absolute(), Path(spill_dir).absolute()
+    out, folder = Path(path).resolve(), Path(spill_dir).resolve()
     if out == folder or out in folder.parents or (out.parent == folder and owns(out.name)):
         raise AdaptcqError(f"{what} {path!r} is --spill-dir {spill_dir!r}, holds it or is a "
                            "file the spill store writes there; give each a place of its own")
