@@ -10,6 +10,7 @@ arrival. Each processed update gets the next global sequence number.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import heapq
 import math
 import pickle
@@ -124,6 +125,63 @@ def make_executor(query: LogicalQuery, executor: str, mode: str, out: list, **op
         return ex
     from adaptcq.engine.xjoin import XJoin
     return XJoin(query, mode, tree=options.get("tree"), out=out)
+
+
+# Executors whose state a snapshot does not hold, and what it would miss.
+_NO_SNAPSHOT = {
+    "shed": "its basic windows, buffers and shedding controller (docs/shedding.md)",
+    "tree": "its spilled generations and operator state (docs/spill.md)",
+}
+_SNAPSHOT_KEYS = ("executor", "plan", "rows", "heap", "counts", "values", "next_rid", "now",
+                  "next_sample", "stats")
+
+
+def _query_fingerprint(query: LogicalQuery) -> tuple:
+    """What a snapshot's state depends on: each stream's alias, source and window, the
+    rows' layouts, the predicates, selections and outputs (their SQL)."""
+    def sql(e):
+        return None if e is None else e.sql()
+    return (tuple((s.alias, s.source, s.window.kind, s.window.size) for s in query.streams),
+            tuple(sorted((a, tuple(c)) for a, c in query.columns.items())),
+            tuple(sorted((str(p.left), str(p.right)) for p in query.predicates)),
+            tuple(sorted((a, sql(e)) for a, e in query.selections.items())),
+            tuple((o.name, sql(o.expr)) for o in query.outputs))
+
+
+# A snapshot: this tag, the SHA-256 of the pickled state, the pickled state (a byte
+# flipped on disk may still unpickle, into other rows).
+_SNAPSHOT_TAG = b"adaptcq-snapshot-1\n"
+
+
+def _dump_snapshot(state: dict) -> bytes:
+    payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    return _SNAPSHOT_TAG + hashlib.sha256(payload).digest() + payload
+
+
+def _load_snapshot(blob) -> dict:
+    """A snapshot's state, or a ValueError saying the blob is none (truncated, damaged or
+    another object's: pickle's own errors say neither what nor where). A blob without the
+    tag is a snapshot from before it (the pickled state alone)."""
+    payload = bytes(blob)
+    if payload.startswith(_SNAPSHOT_TAG):
+        digest, payload = payload[len(_SNAPSHOT_TAG):][:32], payload[len(_SNAPSHOT_TAG) + 32:]
+        if hashlib.sha256(payload).digest() != digest:
+            raise ValueError("restore: the snapshot is damaged or truncated (its SHA-256 does "
+                             "not match its contents)")
+    try:
+        state = pickle.loads(payload)
+    except Exception as e:  # noqa: BLE001 (a damaged blob raises anything pickle can)
+        raise ValueError(f"restore: not a ContinuousQuery snapshot (it does not unpickle: "
+                         f"{type(e).__name__}: {e})") from None
+    if not isinstance(state, dict):
+        raise ValueError(  # noqa: TRY004 (one exception type for every bad blob)
+            f"restore: not a ContinuousQuery snapshot (a {type(state).__name__})")
+    if state.get("version") != 1:
+        raise ValueError(f"restore: unknown snapshot version {state.get('version')!r}")
+    missing = [k for k in _SNAPSHOT_KEYS if k not in state]
+    if missing:
+        raise ValueError(f"restore: not a whole ContinuousQuery snapshot (no {missing[0]!r})")
+    return state
 
 
 # What to do instead of passing a setting to ``ContinuousQuery.restore`` (for its message).
@@ -458,7 +516,11 @@ class ContinuousQuery:
     # ----- the update loop -------------------------------------------------------------
     def process(self, streams: Sequence[int], signs: Sequence[int] | None,
                 timestamps: Sequence[float], rows: Sequence[tuple]) -> list:
-        """The arrivals in order; returns the output rows (class docstring)."""
+        """The arrivals in order; returns the output rows (class docstring). A join key
+        that is NaN equals nothing because each row read from Arrow holds its own float
+        object and NaN is unequal to itself; rows built by hand must do the same: one NaN
+        object shared by two rows' join columns matches itself (Python's hash lookup tries
+        identity first), and would not after a snapshot's round trip."""
         return self._clocked(self._process, streams, signs, timestamps, rows)
 
     def _process(self, streams: Sequence[int], signs: Sequence[int] | None,
@@ -659,9 +721,18 @@ class ContinuousQuery:
         """Everything needed to continue exactly where this query is: the window contents
         (SteM rows under their row ids), pending time-window deletions, count windows,
         the rows explicit deletions can match, counters, and the executor's plan. The
-        logical query is not included: ``restore`` is given it again."""
+        logical query is not included: ``restore`` is given it again, and refuses another
+        (its fingerprint, ``_query_fingerprint``, is kept). The load-shedding join and the
+        operator tree keep state a snapshot does not hold (basic windows and their
+        controller; spilled generations): their snapshot is refused, not taken without it."""
+        if self.executor.name in _NO_SNAPSHOT:
+            raise OptionError(f"snapshot: the {self.executor.name} executor's state is not in "
+                              f"a snapshot ({_NO_SNAPSHOT[self.executor.name]}); snapshots "
+                              "cover mjoin (with its policies) and xjoin")
         state = {
             "version": 1,
+            "query": _query_fingerprint(self.query),
+            "mode": self.mode,
             "executor": self.executor.name,
             "plan": self.executor.plan_state(),
             "rows": [stem.rows for stem in self.executor.stems],
@@ -676,20 +747,35 @@ class ContinuousQuery:
             "time_unit": self.time_unit,
             "stats": dataclasses.asdict(self.stats),
         }
-        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        return _dump_snapshot(state)
 
     @classmethod
-    def restore(cls, query: LogicalQuery, blob: bytes, mode: str = "append",
+    def restore(cls, query: LogicalQuery, blob: bytes, mode: str | None = None,
                 **options) -> ContinuousQuery:
         """Rebuild a query from ``snapshot()``; it then behaves exactly as the original
-        would have (same outputs for the same further input). The plan (``orders`` and
-        ``nested_loop``, or ``tree``), ``time_unit`` and ``explicit_deletions`` come from
-        the snapshot: one of them in ``options`` that differs from the snapshot's is
-        refused (an OptionError naming it), not silently replaced; re-order after
-        restoring with ``executor.set_order``."""
-        state = pickle.loads(blob)
-        if state.get("version") != 1:
-            raise ValueError(f"unknown checkpoint version {state.get('version')!r}")
+        would have (same outputs for the same further input). ``query`` must be the one
+        snapshotted (streams, windows, columns, predicates, selections, outputs; another
+        is refused: its rows would land in other streams' windows). The mode, the
+        executor, the plan (``orders`` and ``nested_loop``, or ``tree``), ``time_unit``
+        and ``explicit_deletions`` come from the snapshot: one of them given that differs
+        from the snapshot's is refused (an OptionError naming it), not silently replaced;
+        re-order after restoring with ``executor.set_order``. A blob that is not a
+        snapshot (truncated, damaged, another object's) is a ValueError saying so."""
+        state = _load_snapshot(blob)
+        if "executor" in options:
+            raise OptionError("restore: executor= is not taken; the snapshot carries its "
+                              f"executor ({state['executor']})")
+        saved = state.get("query")
+        if saved is not None and saved != _query_fingerprint(query):
+            raise OptionError("restore: the query differs from the one snapshotted (its "
+                              "streams, windows, columns, predicates, selections or outputs); "
+                              "restore a snapshot with its own query")
+        saved_mode = state.get("mode")
+        if mode is not None and saved_mode is not None and mode != saved_mode:
+            raise OptionError(f"restore: mode={mode!r} differs from the snapshot's "
+                              f"mode={saved_mode!r}; the snapshot carries its mode and is "
+                              "restored with it (leave mode out)")
+        mode = mode or saved_mode or "append"
         explicit = state.get("explicit_deletions")
         if explicit is None:  # a snapshot from before the flag: the map was always kept
             explicit = any(v is not None for v in state["values"])
