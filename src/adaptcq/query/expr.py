@@ -387,7 +387,19 @@ class _Compiler:
         against = self._context([node.this, node.expression])
         left = self.value(node.this, against)
         right = self.value(node.expression, against)
-        return _compare(left, _COMPARISONS[type(node)], right, want)
+        op = _COMPARISONS[type(node)]
+        guard = self._nan_guard([(node.this, left), (node.expression, right)]) \
+            if op not in ("==", "!=") else []
+        return _compare(left, op, right, want, guard)
+
+    def _nan_guard(self, operands) -> list[str]:
+        """The float operands of an ordering beside a decimal one: Python's Decimal raises
+        InvalidOperation when ordered against a NaN float, where NaN is neither less nor
+        greater; the test then holds only for a float that is no NaN (``v == v``)."""
+        kinds = [self._kind(n) for n, _ in operands]
+        if "decimal" not in kinds:
+            return []
+        return [v.src for (_, v), k in zip(operands, kinds, strict=True) if k == "number"]
 
     def _between(self, node: exp.Between, want: bool) -> str:
         self._check_comparable(node, [node.this, node.args["low"], node.args["high"]])
@@ -402,6 +414,10 @@ class _Compiler:
         if x.null or low.null or high.null:
             return "False"
         test = f"{low.src} <= {x.src} <= {high.src}"
+        guard = self._nan_guard([(node.this, x), (node.args["low"], low),
+                                 (node.args["high"], high)])
+        if guard:
+            test = " and ".join([*(f"{g} == {g}" for g in guard), f"({test})"])
         return _Val("", _merge(x, low, high)).not_null(test)
 
     def _in(self, node: exp.In, want: bool) -> str:
@@ -761,11 +777,14 @@ def _literal_of(node: exp.Expression) -> exp.Literal:
     return literal
 
 
-def _compare(left: _Val, op: str, right: _Val, want: bool) -> str:
-    """T (``want``) or F of ``left op right``: UNKNOWN when either side is NULL."""
+def _compare(left: _Val, op: str, right: _Val, want: bool, nan_guard=()) -> str:
+    """T (``want``) or F of ``left op right``: UNKNOWN when either side is NULL; with
+    ``nan_guard`` (sources that may be a NaN float beside a decimal) false where one is."""
     if left.null or right.null:
         return "False"
     test = f"{left.src} {op} {right.src}"
+    if nan_guard:
+        test = "(" + " and ".join([*(f"{g} == {g}" for g in nan_guard), test]) + ")"
     return _Val("", _merge(left, right)).not_null(test if want else f"not {test}")
 
 

@@ -568,7 +568,9 @@ class LocalRun:
         buf = nums = None
         span = None if self.batch_seconds is None else round(self.batch_seconds / TIME_UNIT)
         # Sources of unknown length (iterators, generators: possibly live) close a batch at
-        # every release, so their results leave as soon as the per-tuple executors' would.
+        # every release, so their results leave as soon as the per-tuple executors' would:
+        # the release's last part is not held for a whole batch (with batch_seconds too; a
+        # paused live feed held it back for as long as it paused).
         live = any(s.num_rows is None for s in self.sources.values())
         for arr in self.merger:
             buf = arr if buf is None else ArrivalBatch.concat([buf, arr])
@@ -576,11 +578,6 @@ class LocalRun:
             nums = got if nums is None else np.concatenate([nums, got])
             self._at, self._rest_numbers = (buf, 0), nums  # (none of it processed yet)
             self._flush_rejected(buf.streams, nums)
-            if live and len(buf) < self.batch_rows and span is None:
-                self._numbers = self._rest_numbers = nums
-                yield buf, buf
-                buf = nums = None
-                continue
             while buf is not None:
                 cut = min(len(buf), self.batch_rows)
                 if span is not None:
@@ -589,7 +586,7 @@ class LocalRun:
                     if end <= NS_MAX:
                         cut = min(cut, max(1, int(np.searchsorted(
                             buf.timestamps, np.int64(end), "left"))))
-                if cut == len(buf) < self.batch_rows:
+                if cut == len(buf) < self.batch_rows and not live:
                     break  # not a whole batch yet: wait for more arrivals
                 self._numbers, self._rest_numbers = nums[:cut], nums
                 yield buf.slice(0, cut), buf
