@@ -748,6 +748,10 @@ class LocalRun:
             self._flush_rejected(np.asarray(arr.streams)[lo:], self._rest_numbers[lo:])
         if self.vector:  # each one's arrival in the batch processed
             at = cq.rejected_at
+            # (found stream by stream: reported in arrival order, as MJoin does)
+            order = sorted(range(len(at)), key=at.__getitem__)
+            rows[:] = [rows[j] for j in order]
+            at[:] = [at[j] for j in order]
         else:
             arr, hi = self._at
             at = _arrivals_of(rows, arr, self._lo, hi)
