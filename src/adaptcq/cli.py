@@ -54,6 +54,7 @@ from adaptcq.cliargs import (
     sql_arg,
 )
 from adaptcq.errors import AdaptcqError
+from adaptcq.plain import row, say
 
 # Shared with ``adaptcq explain`` and the Spark driver (adaptcq.cliargs); the old private
 # names stay for callers that used them.
@@ -230,7 +231,7 @@ def cmd_run(args) -> int:
     # With results (or the JSON summary) on stdout, every message goes to stderr. Markup
     # and emoji codes are off: messages and tables hold the user's query text, names and
     # paths (the Spark runtime's too, which prints through this console); styles are
-    # given as rich.text.Text (``_say``).
+    # given as rich.text.Text (``plain.say``).
     console = Console(stderr=to_stdout, markup=False, emoji=False)
     if args.executor in QUERYSET_EXECUTORS:
         return _run_queryset(args, console)
@@ -253,7 +254,7 @@ def cmd_run(args) -> int:
         from adaptcq.stream.workloads import default_workload
         wl = default_workload()
         sql, sources, timestamp = wl.sql, wl.tables, wl.timestamp
-        _say(console, ("adaptcq", "bold"), f" embedded default: {wl.name}")
+        say(console, ("adaptcq", "bold"), f" embedded default: {wl.name}")
     else:
         sql, sources, timestamp = _sql_arg(args.sql), _inputs(args.input), args.timestamp
         if not sources:
@@ -263,7 +264,7 @@ def cmd_run(args) -> int:
     _check_output_tildes(args)
     _check_summary_json(args, _input_paths(sources, [args.sql] if args.sql else []),
                         _outputs(args, spark=args.engine == "spark"))
-    _say(console, f"query: {' '.join(sql.split())}")
+    say(console, f"query: {' '.join(sql.split())}")
     if args.engine == "spark":
         from adaptcq.runtime.spark_cli import run_cli
         args.master = args.master or "local[*]"
@@ -431,7 +432,7 @@ def _run_queryset(args, console) -> int:
             _failed_summary(args, lambda: dict(engine.stats), engine.stats.get("stopped"),
                             exc, signals)
             if signals.forced:
-                _say(console, ("stopped at once", "bold"), f" by a second {signals.name}; "
+                say(console, ("stopped at once", "bold"), f" by a second {signals.name}; "
                      "the outputs were removed")
                 return signals.code
             raise
@@ -439,12 +440,12 @@ def _run_queryset(args, console) -> int:
     rejected.report(console, engine.stats["rejected"])
     console.print(queryset_summary(engine, args))
     for h in engine.handles.values():
-        _say(console, f"query {h.id}: {h.emitted:,} result rows -> {h.output}",
+        say(console, f"query {h.id}: {h.emitted:,} result rows -> {h.output}",
              *((("  failed: " + str(h.error), "red"),) if h.error else ()))
     if args.summary_json:
         _write_json(args.summary_json, engine.stats)
     if engine.interrupted:
-        _say(console, (signals.said, "bold"), f": {_where(engine.stats)}; each query's "
+        say(console, (signals.said, "bold"), f": {_where(engine.stats)}; each query's "
              "output holds exactly the results of the arrivals processed")
         return signals.code
     return 0
@@ -519,19 +520,19 @@ def queryset_summary(engine, args):
     t.add_column("value", justify="right")
     routing = (args.routing or "tickets") if args.executor in ("eddy", "eddies") else \
         "none (a static plan)"  # (NiagaraCQ's plans do not route)
-    _row(t, "executor / routing / mode", f"{args.executor} / {routing} / {args.mode}")
-    _row(t, "queries", f"{len(engine.handles):,}")
-    _row(t, "input rows (arrivals)", f"{s['arrivals']:,}")
-    _row(t, "engine CPU seconds", f"{s['cpu_seconds']:.3f}")
+    row(t, "executor / routing / mode", f"{args.executor} / {routing} / {args.mode}")
+    row(t, "queries", f"{len(engine.handles):,}")
+    row(t, "input rows (arrivals)", f"{s['arrivals']:,}")
+    row(t, "engine CPU seconds", f"{s['cpu_seconds']:.3f}")
     if s["cpu_seconds"] > 0:
-        _row(t, "throughput (arrivals per CPU-second)",
+        row(t, "throughput (arrivals per CPU-second)",
              f"{s['arrivals'] / s['cpu_seconds']:,.0f}")
     for key in ("results", "routings", "built", "dropped", "deletions"):
         if key in s:
-            _row(t, key, f"{s[key]:,}")
+            row(t, key, f"{s[key]:,}")
     if s.get("arrivals") and "routings" in s:
-        _row(t, "routings per arrival", f"{s['routings'] / s['arrivals']:.3f}")
-    _row(t, "rejected rows (late)", f"{s['rejected']:,}")
+        row(t, "routings per arrival", f"{s['routings'] / s['arrivals']:.3f}")
+    row(t, "rejected rows (late)", f"{s['rejected']:,}")
     _where_inputs_stopped(t, s)
     return t
 
@@ -540,27 +541,11 @@ def _where_inputs_stopped(t, s: dict) -> None:
     """The summary's rows read per input and, for a run that stopped before the end of its
     input, why and the rows processed per input."""
     if s.get("rows_read"):
-        _row(t, "input rows read", ", ".join(f"{n}: {k:,}" for n, k in s["rows_read"].items()))
+        row(t, "input rows read", ", ".join(f"{n}: {k:,}" for n, k in s["rows_read"].items()))
     if s.get("stopped"):
-        _row(t, "stopped", s["stopped"])
-        _row(t, "input rows processed",
+        row(t, "stopped", s["stopped"])
+        row(t, "input rows processed",
              ", ".join(f"{n}: {k:,}" for n, k in s["rows_processed"].items()))
-
-
-def _row(table, *cells: str) -> None:
-    """A row of a summary table, its cells as plain text: they hold stream, column and
-    cache names, paths and messages, which rich would read as markup (``[range ...]``
-    eaten, ``[/]`` an error) or emoji codes (``:cat:``)."""
-    from rich.text import Text
-    table.add_row(*(Text(str(c)) for c in cells))
-
-
-def _say(console, *parts) -> None:
-    """One message: each part plain text, or (text, style); never read as rich markup
-    or emoji codes, since query text, names and paths are the user's (a ``[/]`` in a
-    path raised MarkupError, ``lo[red]x`` lost its ``[red]``)."""
-    from rich.text import Text
-    console.print(Text.assemble(*parts))
 
 
 def _run_options(args) -> dict:
@@ -664,7 +649,7 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
         except KeyboardInterrupt:
             if not signals.forced:
                 raise
-            _say(console, ("stopped", "bold"), f" by {signals.name} before the run began")
+            say(console, ("stopped", "bold"), f" by {signals.name} before the run began")
             return signals.code
         signals.stop = run.stop
         sink = None
@@ -698,24 +683,24 @@ def _run_local(args, sql, sources, timestamp, options, console) -> int:
                 run.spill.close(False)
             _failed_summary(args, lambda: _summary_doc(run), run.stopped, exc, signals)
             if signals.forced:
-                _say(console, ("stopped at once", "bold"), f" by a second {signals.name}; "
+                say(console, ("stopped at once", "bold"), f" by a second {signals.name}; "
                      "the outputs were removed")
                 return signals.code
             raise
     # Every output is complete from here: nothing below may abort one (the message once
     # printed inside the try above, failing, had the finished output deleted).
     if sink is not None and args.output != "-":
-        _say(console, f"wrote {sink.rows:,} result rows to {args.output}")
+        say(console, f"wrote {sink.rows:,} result rows to {args.output}")
     rejected.report(console, run.rejected_count)
     console.print(summary_table(run.result(None)))
     if args.summary_json:
         _write_json(args.summary_json, _summary_doc(run))
     if run.stopped == "stdout was closed by its reader":
-        _say(console, f"stdout was closed by its reader after {run.stats['results']:,} "
+        say(console, f"stdout was closed by its reader after {run.stats['results']:,} "
              "result rows; the run stopped there")
         return 0
     if run.interrupted:
-        _say(console, (signals.said, "bold"), f": {_where(run.stats)}; the output holds "
+        say(console, (signals.said, "bold"), f": {_where(run.stats)}; the output holds "
              "exactly the results of the arrivals processed")
         return signals.code
     if run.stopped:
@@ -914,9 +899,9 @@ class RejectedOutput:
 
     def report(self, console, count: int) -> None:
         if self.sink is not None:
-            _say(console, f"wrote {self.sink.rows:,} rejected rows to {self.path}")
+            say(console, f"wrote {self.sink.rows:,} rejected rows to {self.path}")
         if count and self.path is None:
-            _say(console, f"{count:,} rows were rejected; give --rejected FILE to keep them")
+            say(console, f"{count:,} rows were rejected; give --rejected FILE to keep them")
 
 
 def _default_rejected(output: str, fmt: str | None = None) -> str:
@@ -980,19 +965,19 @@ def summary_table(result):
     t = Table(title="run summary", show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
-    _row(t, "executor / mode", f"{s['executor']} / {s['mode']}")
-    _row(t, "plan", result.plan)
-    _row(t, "input rows (arrivals)", f"{s['arrivals']:,}")
-    _row(t, "updates processed (ΔR insertions + deletions)", f"{s['updates']:,}")
-    _row(t, "rows dropped by selections", f"{s['filtered']:,}")
-    _row(t, "results", f"{s['results']:,}")
-    _row(t, "engine CPU seconds", f"{s['cpu_seconds']:.3f}")
-    _row(t, "throughput (updates per CPU-second)", f"{s['throughput']:,.0f}")
-    _row(t, "peak state (tuples)", f"{s['peak_state_tuples']:,}")
-    _row(t, "peak state (bytes)", f"{s['peak_state_bytes']:,}")
-    _row(t, "rejected rows", f"{s['rejected']:,}")
+    row(t, "executor / mode", f"{s['executor']} / {s['mode']}")
+    row(t, "plan", result.plan)
+    row(t, "input rows (arrivals)", f"{s['arrivals']:,}")
+    row(t, "updates processed (ΔR insertions + deletions)", f"{s['updates']:,}")
+    row(t, "rows dropped by selections", f"{s['filtered']:,}")
+    row(t, "results", f"{s['results']:,}")
+    row(t, "engine CPU seconds", f"{s['cpu_seconds']:.3f}")
+    row(t, "throughput (updates per CPU-second)", f"{s['throughput']:,.0f}")
+    row(t, "peak state (tuples)", f"{s['peak_state_tuples']:,}")
+    row(t, "peak state (bytes)", f"{s['peak_state_bytes']:,}")
+    row(t, "rejected rows", f"{s['rejected']:,}")
     if "peak_rss_bytes" in s:
-        _row(t, "peak memory (RSS)", f"{s['peak_rss_bytes'] / 2**20:,.0f} MiB")
+        row(t, "peak memory (RSS)", f"{s['peak_rss_bytes'] / 2**20:,.0f} MiB")
     _where_inputs_stopped(t, s)
     for key, value in s.items():  # what the adaptive policies report
         if key in _CORE or key == "cache_history":
@@ -1012,11 +997,11 @@ def summary_table(result):
             value = f"{value:,.4g}"
         elif isinstance(value, int):
             value = f"{value:,}"
-        _row(t, key.replace("_", " "), str(value))
+        row(t, key.replace("_", " "), str(value))
     if s.get("cache_history"):
         changes = [h for h in s["cache_history"]
                    if h["event"] in ("use", "drop", "shrink", "grow")]
-        _row(t, "cache changes over time", "\n".join(
+        row(t, "cache changes over time", "\n".join(
             f"at arrival {h['arrival']:,}: {h['event']} {h['what']}" for h in changes[-8:])
             or "none")
     return t

@@ -53,6 +53,7 @@ from pathlib import Path
 
 from adaptcq.cliargs import add_input_argument, parse_inputs, parse_orders, sql_arg
 from adaptcq.errors import AdaptcqError
+from adaptcq.plain import say
 
 DEFAULT_TIMESTAMP = "ts"
 DEFAULT_PREFIX = 200_000
@@ -628,15 +629,15 @@ def _print(report: dict, query, source: str) -> None:
     from rich.table import Table
 
     console = _console(width=None if _console().is_terminal else 140)
-    _head(console, "query", f": {' '.join(query.sql.split())}")
-    _head(console, "statistics", f": {source}")
+    say(console, ("query", "bold"), f": {' '.join(query.sql.split())}")
+    say(console, ("statistics", "bold"), f": {source}")
     if report.get("rejected"):
-        _head(console, "rejected", f": {_rejected_text(report['rejected'])}")
+        say(console, ("rejected", "bold"), f": {_rejected_text(report['rejected'])}")
     shape = report["shape"]
     if not report["connected"]:
         shape = ("disconnected (pipelines take cartesian products between its "
                  "components)")
-    _head(console, "join graph shape", f": {shape}; window W = {report['window']:g}")
+    say(console, ("join graph shape", "bold"), f": {shape}; window W = {report['window']:g}")
     t = Table()
     t.add_column("stream")
     t.add_column("λ (tuples/s)", justify="right")
@@ -656,7 +657,7 @@ def _print(report: dict, query, source: str) -> None:
             title += f" ({info['ratio']:.3f} × optimum)"
         if name == "qaware":
             title += f" — Q-Aware chose {report['qaware_chose']}"
-        _head(console, title)
+        say(console, (title, "bold"))
         p = Table()
         p.add_column("ΔS")
         p.add_column("pipeline")
@@ -664,13 +665,13 @@ def _print(report: dict, query, source: str) -> None:
         for s, order in info["plan"].items():
             p.add_row(s, " ⋈ ".join([s, *order]), f"{info['pipeline_costs'][s]:,.6g}")
         console.print(p)
-    _head(console, "Q-Aware chose", f": {report['qaware_chose']} "
+    say(console, ("Q-Aware chose", "bold"), f": {report['qaware_chose']} "
           f"({'cyclic' if report['has_cycle'] else 'acyclic'} join graph, §6)")
     if report["optimum"] is not None:
-        _head(console, "optimum", f" (DMJoin): {report['optimum']:,.6g}")
+        say(console, ("optimum", "bold"), f" (DMJoin): {report['optimum']:,.6g}")
     else:
         from adaptcq.optimizer import DMJOIN_MAX_STREAMS
-        _head(console, "optimum", f": not computed (DMJoin is exponential; more than "
+        say(console, ("optimum", "bold"), f": not computed (DMJoin is exponential; more than "
               f"{DMJOIN_MAX_STREAMS} streams)")
 
 
@@ -692,17 +693,11 @@ def _console(**kwargs):
     ``main``), where rich's own handler would exit with status 1. Markup and emoji codes
     are off: what explain prints holds the user's query text, names, paths and values
     (``[range 2 seconds]`` was eaten as a tag, a ``[/]`` raised MarkupError, ``:cat:``
-    became an emoji); styling is given as ``rich.text.Text`` (``_head``)."""
+    became an emoji); styles are given as parts (``plain.say``)."""
     from rich.console import Console
     console = Console(markup=False, emoji=False, **kwargs)
     console.on_broken_pipe = _broken_pipe
     return console
-
-
-def _head(console, label: str, rest: str = "", **kwargs) -> None:
-    """One line: ``label`` in bold, then ``rest``, both plain text."""
-    from rich.text import Text
-    console.print(Text.assemble((label, "bold"), rest), **kwargs)
 
 
 def _broken_pipe() -> None:
@@ -1143,10 +1138,10 @@ def explain_eddy(args) -> int:
         return 0
     from rich.table import Table
     console = _console()
-    _head(console, "eddy", f" over the first {engine.stats['arrivals']:,} arrivals "
+    say(console, ("eddy", "bold"), f" over the first {engine.stats['arrivals']:,} arrivals "
           f"({args.routing or 'tickets'} routing)")
     if report["rejected"]:
-        _head(console, "rejected", f": {_rejected_text(report['rejected'])}")
+        say(console, ("rejected", "bold"), f": {_rejected_text(report['rejected'])}")
     t = Table(title="shared operators")
     for col in ("id", "operator", "predicates / rows", "tickets"):
         t.add_column(col)
@@ -1174,7 +1169,7 @@ def explain_eddy(args) -> int:
                   f"{q['emitted']:,}")
     console.print(t)
     for name, source in report.get("routes", {}).items():
-        _head(console, f"compiled route of {name}", " (this epoch's routing table)")
+        say(console, (f"compiled route of {name}", "bold"), " (this epoch's routing table)")
         console.print(source, highlight=False)
     return 0
 

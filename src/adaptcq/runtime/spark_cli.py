@@ -19,10 +19,9 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-from rich.text import Text
-
 from adaptcq.cliargs import adaptivity_spec, run_defaults
 from adaptcq.errors import AdaptcqError
+from adaptcq.plain import say
 from adaptcq.runtime.local import check_sign_column
 from adaptcq.runtime.spark import SparkRun, SplitWarning, check_run_options, prepare_files
 
@@ -164,7 +163,7 @@ def run_cli(args, sql: str, sources: Mapping[str, object], timestamp: str, optio
                           trigger=args.trigger)
         for w in caught:
             if issubclass(w.category, SplitWarning):
-                console.print(Text.assemble(("warning:", "yellow"), f" {w.message}"))
+                say(console, ("warning:", "yellow"), f" {w.message}")
     if output:
         console.print(f"wrote {run.results:,} result rows to {output}/ (Parquet)",
                       highlight=False)

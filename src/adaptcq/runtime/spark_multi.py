@@ -1441,9 +1441,8 @@ def run_cli_multi(args, console) -> int:
     Spark, each query's results in ``out/query_id=<id>/`` (``--sql`` queries are q1, q2,
     ... and registered before any data, as on the local engine), a summary, and one line
     per query with its state and rows."""
-    from rich.text import Text
-
     from adaptcq.cliargs import parse_inputs, routing_options, run_defaults, sql_arg
+    from adaptcq.plain import say
     from adaptcq.runtime.spark_session import check_master, get_spark, local_cores
 
     if args.executor != "eddy":
@@ -1509,16 +1508,14 @@ def run_cli_multi(args, console) -> int:
             py4j_log.setLevel(level)
     for w in caught:
         if issubclass(w.category, SplitWarning | PartitionWarning):
-            console.print(Text.assemble(("warning:", "yellow"), f" {w.message}"),
-                          highlight=False)
+            say(console, ("warning:", "yellow"), f" {w.message}", highlight=False)
     console.print(summary_table(run, args, master))
     for qid, q in run.queries.items():
-        line = Text(f"query {qid}: {q['state']}, {q['rows']:,} result rows -> {run.path(qid)}")
-        if q.get("error"):
-            line.append(f"  {q['state']}: {q['error']}", "red")
-        console.print(line, highlight=False)
+        say(console, f"query {qid}: {q['state']}, {q['rows']:,} result rows -> {run.path(qid)}",
+            *((f"  {q['state']}: {q['error']}", "red"),) if q.get("error") else (),
+            highlight=False)
     for err in run.control_errors:
-        console.print(Text.assemble(("control stream:", "red"), f" {err}"), highlight=False)
+        say(console, ("control stream:", "red"), f" {err}", highlight=False)
     if run.rejected:
         console.print(f"wrote {run.rejected:,} rejected rows to {rejected}/ (Parquet)",
                       highlight=False)
