@@ -1412,10 +1412,13 @@ def _read_stream(spark, inp: _Input, max_files: int | None):
     # Spark's default); ``_read_failure`` names its file and row. Spark counts a row's
     # fields only without CSV column pruning (else it pads a short row with NULLs when the
     # query leaves out its last columns); a streaming query keeps the session's conf as it
-    # was when it starts (docs/spark.md, "CSV tokens").
+    # was when it starts (docs/spark.md, "CSV tokens"). multiLine: a quoted field may hold
+    # line breaks, as the local runtime reads it (sources.csv_parse_options); Spark then
+    # reads each file whole, in one task, so a row's block start is 0 and its index in the
+    # block its row number in the file (``_project``).
     spark.conf.set("spark.sql.csv.parser.columnPruning.enabled", "false")
     return (reader.schema(from_arrow_schema(inp.schema)).option("header", True)
-            .option("mode", "FAILFAST").csv(inp.path))
+            .option("mode", "FAILFAST").option("multiLine", True).csv(inp.path))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -76,7 +76,20 @@ def csv_convert_options(column_types: Mapping | None = None):
     return pacsv.ConvertOptions(column_types=column_types, **CSV_NULLS, **CSV_BOOLS)
 
 
-CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz", ".csv.bz2", ".gz")
+def csv_parse_options(**options):
+    """The pyarrow ``ParseOptions`` of every CSV file adaptcq reads: a quoted field may hold
+    line breaks (RFC 4180; adaptcq's CSV output writes such fields). Without
+    ``newlines_in_values`` pyarrow cuts a file into blocks at line breaks, and a block
+    boundary inside a quoted field made a valid file fail (a wrong "fields" count, or
+    pyarrow's "out of sync" error), depending on where its 4 MB blocks fell. Measured at
+    no CPU cost on a 3M-row file (pyarrow 26). ``options``: more ``ParseOptions``."""
+    import pyarrow.csv as pacsv
+    return pacsv.ParseOptions(newlines_in_values=True, **options)
+
+
+# A bare ".gz" is not CSV: adaptcq's own ".jsonl.gz" output (or any gzip file) in an input
+# folder was read as CSV; such files are skipped in a folder, as other files are.
+CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz", ".csv.bz2")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
@@ -98,6 +111,8 @@ class Source:
     # Files opened at set-up and not read yet (a CSV file's first block gives its types):
     # closed by ``close`` even when no row was read.
     opened: list = field(default_factory=list)
+    # CSV: the file whose first block gave the column types (for messages).
+    inferred: Path | None = None
 
     def close(self) -> None:
         """Close the files the source holds open, now: the one its chunks are being read
@@ -177,11 +192,65 @@ def open_source(name: str, source, timestamp: str, unit: str | None = None,
         if timestamp not in names:
             raise InputError(f"stream {name}: no timestamp column {timestamp!r} in "
                              f"{src.what} (its columns: {', '.join(names)})")
-        check_time_type(name, timestamp, src.schema.field(timestamp).type, unit)
+        try:
+            check_time_type(name, timestamp, src.schema.field(timestamp).type, unit)
+        except InputError as e:
+            odd = _csv_time_misfit(src, timestamp)
+            if odd is None:
+                raise
+            raise InputError(f"{e}: {odd}") from None
     except BaseException:
         src.close()  # (its file: closed now, not when the error is collected)
         raise
     return src
+
+
+def _csv_time_misfit(src: Source, column: str) -> str | None:
+    """Why a CSV source's timestamp ``column`` was inferred as text, naming the row: the
+    first value of its first block that the first value's kind (a time with or without a
+    zone offset, or a number) does not hold; None if not found (or not such a source)."""
+    path = src.inferred
+    if path is None or not pa.types.is_string(src.schema.field(column).type):
+        return None
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+    try:
+        with pa.input_stream(str(path), compression="detect") as stream:
+            reader = pacsv.open_csv(
+                stream, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK),
+                parse_options=csv_parse_options(),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=[column], column_types={column: pa.string()},
+                    **CSV_NULLS, **CSV_BOOLS))
+            text = next(iter(reader)).column(0)
+        row0 = int(np.flatnonzero(~null_mask(text))[0])
+        value0 = text[row0].as_py()
+        quoted = '"' + value0.replace('"', '""') + '"\n'
+        kind = pacsv.read_csv(pa.py_buffer(("c\n" + quoted).encode()),
+                              parse_options=csv_parse_options(),
+                              convert_options=csv_convert_options()).schema.field(0).type
+    except (pa.ArrowInvalid, OSError, StopIteration, IndexError):
+        return None
+
+    def where(row: int) -> str:
+        return f"row {row} of {str(path)!r}"
+    if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+        # (any unit: pyarrow infers the finest its values need)
+        target = pa.timestamp("ns", getattr(kind, "tz", None))
+        what = f"a time {'with' if target.tz else 'without'} a zone offset"
+    elif pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        target, what = pa.float64(), "a number"
+    else:
+        return (f"{where(row0)} has {value0!r}, which is neither a time nor a number "
+                "(CSV types are inferred from the first rows)")
+    try:
+        pc.utf8_trim_whitespace(text).cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        row = _first_failing(text, lambda a: pc.utf8_trim_whitespace(a).cast(target))
+        return (f"{where(row0)} has {value0!r}, {what}, and {where(row)} has "
+                f"{text[row].as_py()!r}, which is not (CSV types are inferred from the first "
+                "rows); give the column one type in all of its rows")
+    return None
 
 
 def _open(name: str, source, chunk_rows: int) -> Source:
@@ -248,8 +317,9 @@ def _open_path(name: str, source, chunk_rows: int) -> Source:
     kinds = {_kind(p) for p in paths}
     if None in kinds:
         bad = next(p for p in paths if _kind(p) is None)
-        raise InputError(f"stream {name}: {str(bad)!r} is neither Parquet nor CSV "
-                         "(use a .parquet or .csv file)")
+        raise InputError(f"stream {name}: {str(bad)!r} is neither Parquet nor CSV: an "
+                         f"input file's name ends in {_suffixes(PARQUET_SUFFIXES)} (Parquet)"
+                         f" or {_suffixes(CSV_SUFFIXES)} (CSV), in any case")
     if len(kinds) > 1:
         raise InputError(f"stream {name}: {what} mixes Parquet and CSV files")
     kind = kinds.pop()
@@ -308,9 +378,13 @@ def _open_path(name: str, source, chunk_rows: int) -> Source:
         files = []
         chunks = _csv_chunks(name, read, chunk_rows, first, schema, files)
         return Source(name, schema, what if len(paths) > 1 else repr(str(paths[0])),
-                      chunks, total, paths, files=files, opened=[first[0]])
+                      chunks, total, paths, files=files, opened=[first[0]], inferred=p)
     return Source(name, schema, what if len(paths) > 1 else repr(str(paths[0])), chunks,
                   total, paths, files=files)
+
+
+def _suffixes(suffixes: tuple[str, ...]) -> str:
+    return ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
 
 
 def _kind(path: Path) -> str | None:
@@ -359,9 +433,20 @@ def _folder_files(name: str, root: Path) -> list[Path]:
                         "and over (Spark's file source reads them again at every level); "
                         "remove the link")
                 stack.append((p, (*chain, real)))
-            elif p.is_file() and _kind(p) is not None:
-                out.append(p)
+            elif p.is_file():
+                if _kind(p) is not None:
+                    out.append(p)
+            elif p.is_symlink():
+                _dangling(name, p)
     return out
+
+
+def _dangling(name: str, link: Path) -> None:
+    """Refuse a link whose target does not exist, in a folder or matched by a glob (it was
+    skipped silently, where a broken link given as the input is refused): whether it stood
+    for a file or a folder of the input cannot be told."""
+    raise InputError(f"stream {name}: {str(link)!r} is a link to {os.readlink(link)!r}, which "
+                     "does not exist; restore its target or remove the link")
 
 
 def _glob_files(name: str, text: str) -> list[Path]:
@@ -377,8 +462,12 @@ def _glob_files(name: str, text: str) -> list[Path]:
         p = Path(m)
         if p.is_dir():
             files.update(_folder_files(name, p))
-        elif p.is_file() and not hidden_name(p.name):
+        elif hidden_name(p.name):
+            continue
+        elif p.is_file():
             files.add(p)
+        elif p.is_symlink():
+            _dangling(name, p)
     if not files:
         if not matches:
             raise InputError(f"stream {name}: no file matches {text!r}")
@@ -544,10 +633,99 @@ def _csv(name: str, path: Path, skip_empty: bool = False):
                              "types of a CSV file's columns are read from its rows")
         # A column empty in all of the first block is text, as Spark and DuckDB read a CSV
         # column with no value (it was refused, even when the query never reads it).
-        schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f
-                            for f in schema])
+        schema = _first_block_types(name, path, pa.schema(
+            [f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in schema]))
         return schema, _csv_open(name, path, schema)
+    fixed = _first_block_types(name, path, schema)
+    if fixed is not schema:
+        stream.close()
+        return fixed, _csv_open(name, path, fixed)
     return schema, (stream, reader)
+
+
+WHOLE_TYPE = pa.decimal128(38, 0)
+"""The type of a CSV column of whole numbers not all within int64 (Spark: DecimalType(38, 0))."""
+
+_WHOLE = r"^\s*[+-]?\d+\s*$"
+_WIDE = r"^\s*[+-]?0*[1-9]\d{38,}\s*$"  # more than 38 digits
+
+
+def _first_block_types(name: str, path: Path, schema: pa.Schema) -> pa.Schema:
+    """``schema``, inferred by pyarrow from the first block of CSV file ``path``, with what
+    pyarrow's inference gets wrong put right, from the block's text (read again, only when
+    there is a float64 or binary column). A float64 column whose values are all whole
+    numbers (sign, digits) holds one beyond int64 (pyarrow falls back to double, so distinct
+    ids joined as equal): it is ``WHOLE_TYPE``, exact, or, with a value of more than 38
+    digits, refused. A binary column holds text that is not UTF-8: refused (Spark reads the
+    file as UTF-8, replacing such bytes). Both name the file, row and column."""
+    import pyarrow.compute as pc
+    floats = [f.name for f in schema if pa.types.is_float64(f.type)]
+    if floats:
+        # The first 64 KB first (most float columns show a fraction there): the whole block
+        # is read again only for the columns still all whole numbers (the block took about
+        # 85 ms of CPU for three float columns, 4 MB).
+        with contextlib.suppress(pa.ArrowInvalid, OSError, StopIteration):  # (then: all)
+            head = _block_text(path, floats, 1 << 16)
+            floats = [c for c in floats if pc.all(pc.match_substring_regex(
+                head.column(c).cast(pa.string()), _WHOLE)).as_py() is not False]
+    look = floats + [f.name for f in schema if pa.types.is_binary(f.type)]
+    if not look:
+        return schema
+    try:
+        batch = _block_text(path, look, CSV_BLOCK)
+    except (pa.ArrowInvalid, OSError, StopIteration) as e:
+        raise InputError(f"stream {name}: cannot read {str(path)!r}: {e}") from None
+    for k, f in enumerate(schema):
+        if f.name not in look:
+            continue
+        raw = batch.column(f.name)
+        if pa.types.is_binary(f.type):
+            row = _first_failing(raw, lambda a: a.cast(pa.string()))
+            raise InputError(
+                f"stream {name}: row {row} of {str(path)!r} has {raw[row].as_py()!r} in "
+                f"column {f.name!r}, which is not UTF-8 text; a CSV file is read as UTF-8 (by "
+                "Spark too, which would replace such bytes): convert the file to UTF-8 (e.g. "
+                "iconv -f latin1 -t utf-8), or use Parquet")
+        text = raw.cast(pa.string())
+        if not pc.all(pc.match_substring_regex(text, _WHOLE)).as_py():
+            continue
+        row = pc.index(pc.match_substring_regex(text, _WIDE), True).as_py()
+        if row >= 0:
+            raise InputError(
+                f"stream {name}: row {row} of {str(path)!r} has {text[row].as_py()!r} in "
+                f"column {f.name!r}, a whole number of more than 38 digits: a CSV column of "
+                f"whole numbers is read as int64, or as {WHOLE_TYPE} when one is beyond int64,"
+                " and neither holds it; use Parquet (a string or decimal256 column)")
+        schema = schema.set(k, f.with_type(WHOLE_TYPE))
+    return schema
+
+
+def _block_text(path: Path, columns: list[str], block: int) -> pa.RecordBatch:
+    """The first block (of ``block`` bytes) of CSV file ``path``: its ``columns``, as bytes."""
+    import pyarrow.csv as pacsv
+    with pa.input_stream(str(path), compression="detect") as stream:
+        reader = pacsv.open_csv(
+            stream, read_options=pacsv.ReadOptions(block_size=block),
+            parse_options=csv_parse_options(),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=columns, column_types=dict.fromkeys(columns, pa.binary()),
+                **CSV_NULLS, **CSV_BOOLS))
+        return next(iter(reader))
+
+
+def _first_failing(values: pa.Array, convert) -> int:
+    """The first position of ``values`` whose value ``convert`` (on an array) refuses, given
+    that it refuses ``values``: found by halving (a few conversions, no Python loop)."""
+    lo, hi = 0, len(values)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            convert(values.slice(lo, mid - lo))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            hi = mid
+        else:
+            lo = mid
+    return lo
 
 
 def _csv_open(name: str, path: Path, schema: pa.Schema | None = None,
@@ -561,7 +739,8 @@ def _csv_open(name: str, path: Path, schema: pa.Schema | None = None,
     try:
         stream = pa.input_stream(str(path), compression="detect")
         return stream, pacsv.open_csv(stream, convert_options=convert,
-                                      read_options=pacsv.ReadOptions(block_size=CSV_BLOCK))
+                                      read_options=pacsv.ReadOptions(block_size=CSV_BLOCK),
+                                      parse_options=csv_parse_options())
     except (pa.ArrowInvalid, OSError) as e:
         if stream is not None:
             stream.close()
@@ -598,7 +777,8 @@ def _csv_header(name: str, path: Path, skip_empty: bool = False) -> list[str] | 
                 head += piece
         line = head[:head.index(b"\n") + 1] if b"\n" in head else head
         if line.count(b'"') % 2 == 0:  # else a quoted name holds a line break
-            return pacsv.read_csv(pa.py_buffer(line)).column_names
+            return pacsv.read_csv(pa.py_buffer(line),
+                                  parse_options=csv_parse_options()).column_names
     except (pa.ArrowInvalid, OSError) as e:
         if "Empty CSV file" in str(e):
             if skip_empty:
@@ -651,8 +831,19 @@ def csv_file_error(name: str, path, schema: pa.Schema, first=None) -> InputError
     return None
 
 
-_CONVERSION = re.compile(r"In CSV column #(\d+): CSV conversion error to [^:]+: invalid value "
-                         r"'(.*)'", re.DOTALL)
+_CONVERSION = re.compile(r"In CSV column #(\d+): ")
+# pyarrow's conversion errors that quote the value (its text is then found by _find_text):
+# a value its column's type cannot hold, a time with a zone offset in a column without one
+# or the other way round, and a decimal's digits beyond its precision or not a number.
+_QUOTED_VALUE = re.compile(
+    r"CSV conversion error to .*?: (?:invalid value '(?P<a>.*)'"
+    r"|expected (?P<zone>a|no) zone offset in '(?P<b>.*?)'(?:\. If these timestamps |\Z))"
+    r"|Error converting '(?P<c>.*)' to [^']*: precision not supported"
+    r"|The string '(?P<d>.*)' is not a valid \w+ number", re.DOTALL)
+# ... and those that quote none (the row is found by converting the column again,
+# _find_misfit): text that is not UTF-8, a decimal's fraction beyond its scale.
+_UNQUOTED_VALUE = re.compile(r"CSV conversion error to string: invalid UTF8 data"
+                             r"|Rescaling Decimal value would cause data loss")
 
 
 def _csv_error(name: str, path: Path, e: Exception, schema: pa.Schema | None,
@@ -660,7 +851,8 @@ def _csv_error(name: str, path: Path, e: Exception, schema: pa.Schema | None,
     """The error of a CSV reader. A value that does not fit its column's type (inferred
     from the first rows of the source's first file) names the file, the row and the
     column; ``start``: rows of the stream before this file. A row with too few or too many
-    fields names the file and the row (pyarrow's message quotes the row, not its number)."""
+    fields names the file and the row (pyarrow's message quotes the row, not its number).
+    Rows are records, counted from 0 after the header (a quoted field may span lines)."""
     ragged = _RAGGED.search(str(e))
     found = _ragged_row(path) if ragged is not None else None
     if found is not None:
@@ -671,25 +863,85 @@ def _csv_error(name: str, path: Path, e: Exception, schema: pa.Schema | None,
                           f"{expected} columns: {_brief(text)}; give every row one field per "
                           "column (quote a field that holds the delimiter)")
     m = _CONVERSION.search(str(e))
+    generic = InputError(f"stream {name}: cannot read {str(path)!r}: {e}")
     if m is None or schema is None or int(m[1]) >= len(schema):
-        return InputError(f"stream {name}: cannot read {str(path)!r}: {e}")
-    col, value = schema.field(int(m[1])), m[2]
-    row = _find_text(path, col.name, value)
+        return generic
+    col, rest = schema.field(int(m[1])), str(e)[m.end():]
+    quoted = _QUOTED_VALUE.match(rest)
+    if quoted is not None:
+        value = next(v for v in quoted.group("a", "b", "c", "d") if v is not None)
+        row = _find_text(path, col.name, value)
+    elif _UNQUOTED_VALUE.match(rest):
+        found = _find_misfit(path, col)
+        if found is None:
+            return generic
+        row, value = found
+    else:
+        return generic
     if row is None:
         where = f"a row of {str(path)!r}"
     elif files > 1:
         where = f"row {start + row} (row {row} of {str(path)!r})"
     else:
         where = f"row {row} of {str(path)!r}"
+    if isinstance(value, bytes):
+        return InputError(f"stream {name}: {where} has {value!r} in column {col.name!r}, which "
+                          "is not UTF-8 text; a CSV file is read as UTF-8: convert the file to "
+                          "UTF-8 (e.g. iconv -f latin1 -t utf-8), or use Parquet")
     origin = ("its first rows" if first is None or first == path
               else f"the first rows, in {str(first)!r}")
     hint = "give the column one type in all of its rows"
     if pa.types.is_integer(col.type) and _is_float(value):
         hint += (" (if it holds fractions, write its whole numbers as 1.0, not 1, in the "
                  "first rows)")
+    elif col.type == WHOLE_TYPE:
+        hint += (f" (a CSV column of whole numbers, one beyond int64, is read as {col.type},"
+                 " which holds no fraction and at most 38 digits)")
+    elif quoted is not None and quoted["zone"] is not None:
+        hint += (" (every time with a zone offset, such as Z or +01:00, or every time "
+                 "without one)")
     return InputError(f"stream {name}: {where} has {value!r} in column {col.name!r}, which is "
                       f"{col.type}, the type of {origin}; {hint}, or use Parquet (CSV types "
                       "are inferred from the first rows of the first file)")
+
+
+def _find_misfit(path: Path, column: pa.Field) -> tuple[int, str | bytes] | None:
+    """The first row of a CSV file whose ``column`` text its type does not hold, and that
+    text (bytes if it is not UTF-8), for a pyarrow error that quotes no value; None: not
+    found, or the file cannot be read again. Each block is converted again, and halved
+    down to the value (``_first_failing``) in the one that fails."""
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    def convert(raw: pa.Array):
+        text = raw.cast(pa.string())
+        if pa.types.is_string(column.type):
+            return text
+        # (pyarrow's CSV reader takes a number between spaces, its cast does not)
+        return pc.utf8_trim_whitespace(text).cast(column.type)
+    try:
+        with pa.input_stream(str(path), compression="detect") as stream:
+            reader = pacsv.open_csv(
+                stream, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK),
+                parse_options=csv_parse_options(),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=[column.name], column_types={column.name: pa.binary()},
+                    **CSV_NULLS, **CSV_BOOLS))
+            seen = 0
+            for batch in reader:
+                raw = batch.column(0)
+                try:
+                    convert(raw)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    k = _first_failing(raw, convert)
+                    value = raw[k].as_py()
+                    with contextlib.suppress(UnicodeDecodeError):
+                        value = value.decode()
+                    return seen + k, value
+                seen += batch.num_rows
+    except (pa.ArrowInvalid, OSError):
+        return None
+    return None
 
 
 _RAGGED = re.compile(r"Expected \d+ columns, got \d+")
@@ -712,7 +964,7 @@ def _ragged_row(path: Path) -> tuple[int, int, int, str] | None:
             reader = pacsv.open_csv(
                 stream, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK, use_threads=False,
                                                        autogenerate_column_names=True),
-                parse_options=pacsv.ParseOptions(invalid_row_handler=handler),
+                parse_options=csv_parse_options(invalid_row_handler=handler),
                 convert_options=pacsv.ConvertOptions(include_columns=["f0"],
                                                      column_types={"f0": pa.string()}))
             for _ in reader:
@@ -733,6 +985,7 @@ def _find_text(path: Path, column: str, value: str) -> int | None:
     try:
         with pa.input_stream(str(path), compression="detect") as stream:
             reader = pacsv.open_csv(stream, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK),
+                                    parse_options=csv_parse_options(),
                                     convert_options=pacsv.ConvertOptions(
                                         include_columns=[column],
                                         column_types={column: pa.string()}))
