@@ -843,6 +843,7 @@ class SpillTree:
         sent = _SentUp(self, self._handover_limit())
         merged = list(self.store.events) if self.store is not None else []
         spilled = self.store.groups() if self.store is not None else {}
+        self._check_spilled(spilled)
         back = None if final or keep is None else \
             _WriteBack(self, now, keep, self._writeback_limit(), spilled)
         waiting = {op.id: sum(not isinstance(c, str) for c in op.children) for op in self.ops}
@@ -893,11 +894,36 @@ class SpillTree:
             c.writeback_bytes += int(back.written)
         if back is not None and back.failed is not None:
             failed = failed or back.failed
+        if sent.failed is not None and failed is None:
+            failed = SpillError(
+                f"a clean-up could not write its hand-over of missing subresults to disk "
+                f"({sent.failed}); it held them in memory instead and finished: every late "
+                "result was produced once and the spilled generations were merged")
         if failed is not None:
             # The clean-up is complete and consistent (groups the disk refused to take
             # back are in memory, over ``keep``); now say the disk failed.
             raise failed
         return late
+
+    def _check_spilled(self, spilled: dict) -> None:
+        """Every spilled group (``SpillStore.groups``) must be of an operator of this plan
+        and a pid below its partition count: a spill folder whose files were written under
+        another plan (its manifest edited by hand) is refused naming a file, before any
+        result is produced."""
+        n = len(self.ops)
+        for oid, pids in spilled.items():
+            if not 1 <= oid <= n:
+                where, why = next(iter(pids.values()))[0][0], \
+                    f"operator {oid}, and the plan {plan_str(self.tree)} has {n}"
+            else:
+                pid = max(pids)
+                if pid < self.partitions:
+                    continue
+                where, why = pids[pid][0][0], (f"partition id {pid} of operator {oid}, and "
+                                               f"there are {self.partitions} partitions")
+            raise SpillError(f"spill file {self.store.directory / where} holds a partition "
+                             f"group of {why}: it was not spilled under this plan; the "
+                             "spilled results cannot be produced")
 
     def _handover_limit(self) -> float:
         """Model bytes of missing subresults a clean-up holds in memory before writing them
@@ -938,7 +964,7 @@ class SpillTree:
             if self.store is not None else {}
         late = 0
         for pids, slices in _runs_of(self.store, [by_block[b] for b in sorted(by_block)],
-                                     disk, from_below):
+                                     disk, from_below, len(op.children)):
             # A run: its pids and, per batch of a spill event, the slice holding them.
             by_file: dict[str, list] = {}
             for ref, rows in slices.items():
@@ -1471,6 +1497,10 @@ class _SentUp:
         self.bytes = 0.0
         self.store = None
         self.flushes = 0
+        # The first write of a hand-over the disk refused: from then on this clean-up holds
+        # its hand-over in memory, over the limit (the clean-up finishes exactly, then
+        # raises it, as ``_WriteBack.failed``).
+        self.failed: Exception | None = None
 
     def codec(self):
         """The spill store that encodes hand-overs (the hand-over store, made on first
@@ -1524,9 +1554,18 @@ class _SentUp:
             self.flush()
 
     def flush(self) -> None:
-        """Every subresult held in memory, written as one event of the hand-over store."""
-        store = self.codec()
+        """Every subresult held in memory, written as one event of the hand-over store.
+        A write the disk refuses leaves them all in memory (nothing is half taken) and
+        stops the flushing (``failed``)."""
+        if self.failed is not None:
+            return
+        try:
+            store = self.codec()
+        except (OSError, AdaptcqError) as e:  # (no room even for the scratch folder)
+            self.failed = e
+            return
         parts = []
+        written = []  # parents whose Python subresults are in ``parts``
         kept = 0.0
         for oid, box in self.items.items():
             if box:
@@ -1544,16 +1583,23 @@ class _SentUp:
                     kept += sum(op.unit[k] * len(v) for per in box.values()
                                 for k, v in per.items())
                     continue
-                self.items[oid] = {}
+                written.append(oid)
         for oid, tables in self.tables.items():
             for t in tables:
                 parts += _block_parts(oid, t, lambda _pid, _n: (0.0, INF))
-            self.tables[oid] = []
         if parts:
             # A pid may be in several batches of one event (a part per add); each is a
             # part of the same hand-over, which the parent reads whole.
-            store.write_batches(parts, self.tree.now)
+            try:
+                store.write_batches(parts, self.tree.now)
+            except SpillError as e:  # (a full disk): all of it stays where it was
+                self.failed = e
+                return
             self.flushes += 1
+        for oid in written:
+            self.items[oid] = {}
+        for oid in self.tables:
+            self.tables[oid] = []
         self.bytes = kept
 
     def take(self, oid: int) -> _Handed:
@@ -1671,11 +1717,13 @@ def _one_batch(t: pa.Table) -> pa.RecordBatch:
 DECODE_ROWS = 262_144  # spilled rows a clean-up takes at once (a run of partition groups)
 
 
-def _runs_of(store, blocks: list[list[int]], disk: dict, handed: dict):
+def _runs_of(store, blocks: list[list[int]], disk: dict, handed: dict, children: int):
     """The pids of ``blocks`` (each a block's pids, ascending) cut into runs holding
     about ``DECODE_ROWS`` rows each, spilled or handed over (``handed``: pid -> rows; one
     pid alone may hold more): yields (pids, {batch ref: the slice of that batch holding
-    them}). A block's batches are read once, when the cut reaches it."""
+    them}). A block's batches are read once, when the cut reaches it, and checked against
+    their file's group index and the operator's ``children`` (a file rewritten by hand is
+    refused naming it)."""
     pids: list[int] = []
     cut: dict[tuple, list] = {}      # ref -> [first row, end row]
     held: dict[tuple, object] = {}   # ref -> batch, for the run being cut
@@ -1687,11 +1735,24 @@ def _runs_of(store, blocks: list[list[int]], disk: dict, handed: dict):
     for block in blocks:
         refs = {ref for pid in block for ref in disk.get(pid, ())}
         batches = {ref: store.batch(ref) for ref in refs}
+        for ref, b in batches.items():
+            if ref[0] in store.written or not b.num_rows:
+                continue  # (this process wrote it: no check on the clean-ups' hot path)
+            child = b.column("child")
+            c = child.to_numpy(zero_copy_only=False)
+            if child.null_count or c.min() < 0 or c.max() >= children:
+                raise _damaged(store, ref, f"rows of no input of the operator (its 'child' "
+                                           f"column is outside 0..{children - 1})")
         ranges = {ref: store.pid_ranges(b) for ref, b in batches.items()}
         for pid in block:
             mine = disk.get(pid, ())
-            n = sum(ranges[ref][pid][1] - ranges[ref][pid][0] for ref in mine) + \
-                handed.get(pid, 0)
+            try:
+                n = sum(ranges[ref][pid][1] - ranges[ref][pid][0] for ref in mine) + \
+                    handed.get(pid, 0)
+            except KeyError:
+                ref = next(r for r in mine if pid not in ranges[r])
+                raise _damaged(store, ref, f"no rows of partition id {pid}, which its group "
+                                           "index lists") from None
             if pids and rows + n > DECODE_ROWS:
                 yield run()
                 pids, cut, held, rows = [], {}, {}, 0
@@ -1707,6 +1768,11 @@ def _runs_of(store, blocks: list[list[int]], disk: dict, handed: dict):
                     c[1] = hi
     if pids:
         yield run()
+
+
+def _damaged(store, ref: tuple[str, int], what: str) -> SpillError:
+    return SpillError(f"spill file {store.directory / ref[0]} is damaged: its batch {ref[1]} "
+                      f"holds {what}; the spilled results cannot be produced")
 
 
 def _scratch(where) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import numbers
 import os
 from collections.abc import Mapping
@@ -184,6 +185,21 @@ def spark_spill_spec(spill: dict, groups: int) -> dict:
     return out
 
 
+# What a spill manifest's fingerprint covers: everything ``adaptcq cleanup`` rebuilds the
+# operator tree and the output from (``SpillSetup.finish``).
+_FINGERPRINTED = ("sql", "tree", "partitions", "time_unit", "timestamp_unit", "kinds",
+                  "types", "output_schema")
+
+
+def manifest_fingerprint(meta: dict) -> str:
+    """The fingerprint of a spill manifest's ``meta`` (the query, plan, partitions, time
+    units and schemas): a SHA-256 of their canonical JSON, checked by ``adaptcq cleanup``
+    so that a manifest edited to another valid query or plan is refused, not cleaned up
+    into wrong results."""
+    doc = json.dumps({k: meta.get(k) for k in _FINGERPRINTED}, sort_keys=True)
+    return "meta-sha256:" + hashlib.sha256(doc.encode()).hexdigest()
+
+
 def _plan_text(tree) -> str:
     """A plan as ``parse_plan`` reads it back."""
     return tree if isinstance(tree, str) else "(" + ", ".join(map(_plan_text, tree)) + ")"
@@ -254,10 +270,14 @@ class SpillSetup:
                       for a, t in self.types.items()},
             "output_schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
         }
+        self.store.fingerprint = manifest_fingerprint(self.store.meta)
         groups = [(op.id, pid) for op in ex.ops for pid in op.parts]
+        spills = ex.counters.spills
         if groups:
             ex.spill(groups)
-        else:
+        if ex.counters.spills == spills:
+            # No last spill event (nothing in memory, or only groups whose inputs all
+            # ended): the manifest still needs the query, or `adaptcq cleanup` refuses it.
             self.store._save()
 
     def close(self, finished: bool = True) -> None:
@@ -346,6 +366,19 @@ def cleanup_folder(directory: str, output: str, fmt: str | None = None) -> dict:
     schema, ex = _cleanup_tree(folder / MANIFEST, meta,
                                lambda q, types: SpillStore(folder, q.columns, types, hold=True))
     store = ex.store
+    # (A folder written before manifests had a fingerprint records "": not checked.)
+    if probe.fingerprint and probe.fingerprint != manifest_fingerprint(meta):
+        raise SpillError(f"spill manifest {folder / MANIFEST} is damaged: its 'meta' (the "
+                         "query, plan, partitions or schemas) is not the one its fingerprint "
+                         "records; the spilled results cannot be produced")
+    unlisted = store.unlisted()
+    if unlisted:
+        raise SpillError(
+            f"spill folder {directory} holds spill files its manifest does not list "
+            f"({', '.join(unlisted[:5])}{' ...' if len(unlisted) > 5 else ''}): the manifest "
+            "was edited, so the spilled results cannot be produced exactly (if an earlier "
+            "`adaptcq cleanup` of this folder wrote its output and stopped before removing "
+            "them, remove them)")
     sink = FileSink(output, schema, form)
     rows: list = []
     written = 0

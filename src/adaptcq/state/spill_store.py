@@ -144,6 +144,9 @@ class SpillStore:
         self.options = ipc.IpcWriteOptions(compression=compression, use_threads=WRITE_THREADS)
         self.events: list[dict] = []
         self._verified: set[str] = set()
+        # The spill files this store wrote: a clean-up checks the batches of the others
+        # (left by an earlier process) against its plan (``spill_tree._runs_of``).
+        self.written: set[str] = set()
         self._readers: dict[str, ipc.RecordBatchFileReader] = {}
         self._index: dict[str, tuple[list, int]] = {}  # file -> (group index, blocks)
         # (latest window end, model bytes) of every spilled group, the earliest end first,
@@ -173,6 +176,10 @@ class SpillStore:
                     f"spill folder {self.directory} holds the spilled state of an earlier "
                     f"run ({len(self.events)} spill events): produce its results with "
                     f"`adaptcq cleanup {self.directory}`, or give an empty folder")
+            if fresh:
+                # An emptied folder's query is not this run's: kept, a crash of this run
+                # would leave its spill files under the earlier query for `adaptcq cleanup`.
+                self.meta, self.fingerprint = dict(meta or {}), fingerprint
 
     def _make_folder(self) -> None:
         """``directory`` and its missing parents, each one made recorded in ``made``."""
@@ -192,9 +199,16 @@ class SpillStore:
         if doc.get("version") != VERSION:
             raise SpillError(f"spill manifest {manifest}: unknown version "
                              f"{doc.get('version')!r}")
-        if self.fingerprint and doc.get("fingerprint") != self.fingerprint:
+        recorded = doc.get("fingerprint", "")
+        if not isinstance(recorded, str):
+            raise SpillError(f"spill manifest {manifest} is damaged: its 'fingerprint' is "
+                             f"{type(recorded).__name__}, not a string")
+        if self.fingerprint and recorded != self.fingerprint:
             raise SpillError(f"spill folder {self.directory} holds the spilled state of "
                              "another query or plan; give an empty folder")
+        # A store opened without one keeps the folder's (its manifest rewritten with it):
+        # ``adaptcq cleanup`` checks it against the recorded query (runtime.spill).
+        self.fingerprint = self.fingerprint or recorded
         self.events = _checked_events(doc, manifest, self.durable)
         self._next = _next_number(self.events)
         meta = doc.get("meta", {})
@@ -328,22 +342,55 @@ class SpillStore:
                     p.unlink()
                 except OSError:
                     pass
-            raise SpillError(f"cannot write spill file {path}: {e.strerror or e} (no "
-                             "partition group was dropped from memory)") from None
+            # (a clean-up's hand-over, not durable, says what it kept: ``_SentUp``)
+            raise SpillError(f"cannot write spill file {path}: {e.strerror or e}" + (
+                " (no partition group was dropped from memory)" if self.durable else "")) \
+                from None
         self._next += 1
         self._index[name] = (index, blocks)
+        self.written.add(name)
         if self._live is not None:
             self._track(index)
         return Event(name, len(data), index)
 
     # ----- reading -----------------------------------------------------------------------
     def _group_index(self, name: str) -> tuple[list, int]:
+        """A spill file's group index (``write_batches``) and block count, read from its
+        schema metadata once and checked (a file rewritten by hand with its SHA-256
+        updated is refused naming it, not met as a raw KeyError later); whether its
+        operators and pids fit the plan is the tree's check (``SpillTree._cleanup``)."""
         got = self._index.get(name)
         if got is None:
-            md = self._reader(name).schema.metadata or {}
-            got = self._index[name] = (json.loads(md[b"adaptcq.groups"]),
-                                       int(md[b"adaptcq.blocks"]))
+            r = self._reader(name)
+            md = r.schema.metadata or {}
+            where = f"spill file {self.directory / name}"
+            try:
+                index = json.loads(md[b"adaptcq.groups"])
+                blocks = int(md[b"adaptcq.blocks"])
+            except KeyError as e:
+                raise SpillError(f"{where} has no group index (its schema metadata has no "
+                                 f"{e.args[0].decode()!r}): the spilled results cannot be "
+                                 "produced") from None
+            except (ValueError, TypeError) as e:
+                raise SpillError(f"{where} has a damaged group index ({e}): the spilled "
+                                 "results cannot be produced") from None
+            bad = None if name in self.written else \
+                _bad_index(index, blocks, r.num_record_batches)
+            if bad is not None:
+                raise SpillError(f"{where} has a damaged group index ({bad}): the spilled "
+                                 "results cannot be produced")
+            got = self._index[name] = (index, blocks)
         return got
+
+    def unlisted(self) -> list[str]:
+        """The spill files in the folder that no event of the manifest names (a manifest
+        edited by hand, or the files of a clean-up that stopped before removing them)."""
+        listed = {ev["file"] for ev in self.events}
+        try:
+            names = [p.name for p in self.directory.iterdir()]
+        except OSError:
+            return []
+        return sorted(n for n in names if _SPILL_FILE.fullmatch(n) and n not in listed)
 
     def groups(self) -> dict[int, dict[int, list[tuple[str, int]]]]:
         """{operator id: {pid: [(file, batch), ...] in spill order}}."""
@@ -381,6 +428,18 @@ class SpillStore:
                 self._verified.add(name)
             r = ipc.open_file(pa.memory_map(str(path)),  # pages are read as batches are
                               options=ipc.IpcReadOptions(use_threads=READ_THREADS))
+            # Every column of the spill format for this query's streams, in a file this
+            # store did not write (one of another query would otherwise fail later as a
+            # raw KeyError, or decode wrongly).
+            if name not in self.written:
+                have = set(r.schema.names)
+                missing = [n for n in self._format_names() if n not in have]
+                if missing:
+                    raise SpillError(
+                        f"spill file {path} does not hold this query's columns (no "
+                        f"{', '.join(map(repr, missing[:3]))}"
+                        f"{' ...' if len(missing) > 3 else ''}): it is not this query's "
+                        "spilled state")
         except OSError as e:
             raise SpillError(f"spill file {path} cannot be read ({e.strerror or e}): the "
                              "spilled results cannot be produced") from None
@@ -388,6 +447,11 @@ class SpillStore:
             raise SpillError(f"spill file {path} is not a readable Arrow file: {e}") from None
         self._readers[name] = r
         return r
+
+    def _format_names(self) -> list[str]:
+        """The spill format's columns (``rows_batch``)."""
+        return ["pid", "child"] + [n for a, cols in self.columns.items() for n in (
+            f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in cols))]
 
     def batch(self, ref: tuple[str, int]) -> pa.RecordBatch:
         """One batch of a spill event as Arrow (its rows in pid order: ``pid_ranges``)."""
@@ -498,6 +562,7 @@ class SpillStore:
         if not gone:
             return
         self.events = [ev for ev in self.events if ev["file"] not in merged]
+        self.written -= merged  # (never read again: the set stays as small as the events)
         self._forget_files()
         # Merged: they are no longer this store's events, whatever the disk says. Their
         # files go once a manifest without them is written (now, or at the next save).
@@ -574,6 +639,7 @@ class SpillStore:
                 p.unlink(missing_ok=True)
         self.events = [dict(ev) for ev in events]
         self._merged = []
+        self.written.clear()
         self._next = _next_number(self.events)
         self._forget_files()
         self._save()
@@ -618,6 +684,28 @@ def _checked_events(doc: dict, manifest: Path, durable: bool) -> list[dict]:
             raise SpillError(f"{where} ({name}) has no SHA-256 to check the file by (its "
                              f"'sha256' is {digest!r})")
     return events
+
+
+def _bad_index(index, blocks: int, batches: int) -> str | None:
+    """What is wrong with a spill file's group index (rows of operator id, pid, batch,
+    model bytes, latest window end or null, inputs), or None."""
+    if blocks < 1:
+        return f"{blocks} blocks"
+    if not isinstance(index, list):
+        return f"{type(index).__name__}, not a list"
+    for i, row in enumerate(index):
+        if not isinstance(row, list) or len(row) != 6:
+            return f"row {i + 1} is {row!r}, not 6 fields"
+        oid, pid, b, size, top, n = row
+        if not (is_int(oid) and oid >= 1 and is_int(pid) and pid >= 0 and is_int(n) and
+                n >= 0 and is_int(b) and 0 <= b < batches and _number(size) and
+                (top is None or _number(top))):
+            return f"row {i + 1} is {row!r}"
+    return None
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def owns(name: str) -> bool:
