@@ -293,6 +293,10 @@ def test_seed_as_a_routing_option_is_refused(routing):
     with pytest.raises(OptionError, match=r"routing_options=\{'seed': 3\}: give the seed "
                                           r"with the seed= option"):
         adaptcq.Engine({"S": S}, "ts", routing=routing, routing_options={"seed": 3})
+    if routing == "fixed":  # (it draws nothing at random: seed= is refused too)
+        with pytest.raises(OptionError, match="draws nothing at random"):
+            adaptcq.Engine({"S": S}, "ts", routing=routing, seed=3)
+        return
     e = adaptcq.Engine({"S": S}, "ts", routing=routing, seed=3)   # the way to give it
     h = e.register("SELECT S.a FROM S")
     e.run()

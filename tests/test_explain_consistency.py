@@ -73,20 +73,29 @@ def test_split_refuses_an_input_that_is_not_a_stream_of_the_query(d, capsys):
     assert json.loads(capsys.readouterr().out)["rates_from"] == "row counts of the inputs"
 
 
+def statistics_line(capsys, *argv) -> str:
+    """The report's statistics (explain --json ...), which it printed with exit 0."""
+    assert main([*argv, "--json"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)["statistics"]
+
+
 def test_a_selection_that_passes_no_row_is_named_not_a_larger_prefix(d, capsys):
+    """adaptcq run runs such a query: explain reports its plans (it refused them), noting
+    which σ's are not measured and why."""
     sql = SQL3 + " AND T.id < 0"
     for prefix in ([], ["--prefix", str(10 * ROWS)]):  # the whole input is read
-        err = one_error(capsys, "explain", "--sql", sql, *inputs(d), *prefix)
+        note = statistics_line(capsys, "explain", "--sql", sql, *inputs(d), *prefix)
+        assert "the σ's of the joins of T are not measured (taken as 1" in note
         assert (f"T's selection passed none of its {ROWS:,} rows in the whole input "
-                f"({3 * ROWS:,} rows)") in err
-        assert "larger --prefix" not in err and err.endswith("give --stats FILE")
+                f"({3 * ROWS:,} rows)") in note
+        assert "larger --prefix" not in note and note.endswith("give --stats FILE to set them")
     # part of the input read: a larger --prefix may help, and says so
-    err = one_error(capsys, "explain", "--sql", sql, *inputs(d), "--prefix", "90")
-    assert "T's selection passed none of its" in err and "in the first 90 input rows" in err
-    assert err.endswith("give a larger --prefix or --stats FILE")
+    note = statistics_line(capsys, "explain", "--sql", sql, *inputs(d), "--prefix", "90")
+    assert "T's selection passed none of its" in note and "in the first 90 input rows" in note
+    assert note.endswith("a larger --prefix may measure them, or give --stats FILE")
     # a selection that passes rows measures
-    assert main(["explain", "--sql", SQL3 + " AND T.id >= 0", *inputs(d)]) == 0
-    capsys.readouterr()
+    assert "not measured" not in statistics_line(
+        capsys, "explain", "--sql", SQL3 + " AND T.id >= 0", *inputs(d))
 
 
 def test_a_stream_with_no_row_in_the_prefix_is_named(d, tmp_path, capsys):
@@ -95,9 +104,9 @@ def test_a_stream_with_no_row_in_the_prefix_is_named(d, tmp_path, capsys):
     pq.write_table(late, tmp_path / "T.parquet")
     argv = ["explain", "--sql", SQL3, *inputs(d, "RS"), "--input",
             f"T={tmp_path / 'T.parquet'}", "--prefix", str(2 * ROWS)]
-    err = one_error(capsys, *argv)
-    assert f"T has no row in the first {2 * ROWS} input rows" in err
-    assert err.endswith("give a larger --prefix or --stats FILE")
+    note = statistics_line(capsys, *argv)
+    assert f"T has no row in the first {2 * ROWS} input rows" in note
+    assert note.endswith("a larger --prefix may measure them, or give --stats FILE")
 
 
 @pytest.mark.parametrize("executor", ["mjoin", "xjoin"])

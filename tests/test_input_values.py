@@ -64,8 +64,9 @@ def test_decimal_times_round_to_the_nanosecond_ties_to_even():
     for t in (pa.decimal128(21, 10), pa.decimal256(40, 10)):
         got = to_nanoseconds(pa.array(d, t), None, "R", "ts").tolist()
         assert got == [1_000_000_000, 1_000_000_002, 0, -2, 1]
-    assert to_nanoseconds(pa.array([Decimal("2.5"), Decimal("3.5")], pa.decimal32(5, 1)),
-                          "ns", "R", "ts").tolist() == [2, 4]
+    if hasattr(pa, "decimal32"):  # (pyarrow 19)
+        assert to_nanoseconds(pa.array([Decimal("2.5"), Decimal("3.5")], pa.decimal32(5, 1)),
+                              "ns", "R", "ts").tolist() == [2, 4]
     assert to_nanoseconds(pa.array([Decimal("17E3")], pa.decimal128(5, -3)), "s", "R",
                           "ts").tolist() == [17_000 * 10**9]
     # 2**63 - 0.5 ns rounds (to even) to 2**63: out of range, named with its row and value

@@ -52,6 +52,7 @@ from adaptcq.cliargs import (
     shed_options,
     spill_options,
     sql_arg,
+    sql_where,
 )
 from adaptcq.errors import AdaptcqError
 from adaptcq.plain import row, say
@@ -345,15 +346,14 @@ def _run_queryset(args, console) -> int:
     """``adaptcq run --executor eddy --sql @q1.sql --sql @q2.sql [--queries FILE]``: many
     queries on one engine; each query's results go to OUTPUT/query_id=ID/part-0.parquet
     (a folder partitioned by query_id, readable with pyarrow.dataset or Spark)."""
-    from adaptcq.runtime.multi import ROUTING_EPOCH
+    from adaptcq.runtime.multi import ROUTING_EPOCH, unused_seed
     if args.routing_epoch is not None and args.routing_epoch < 0:
         raise AdaptcqError(f"--routing-epoch must be 0 or a positive number of arrivals, "
                            f"got {args.routing_epoch}")
-    if args.seed is not None and args.routing == "fixed" and \
-            args.executor in ("eddy", "eddies"):
-        raise AdaptcqError(f"--seed {args.seed}: --routing fixed routes in a priority order "
-                           "and draws nothing at random; give --routing tickets, lottery or "
-                           "random to seed")
+    refusal = unused_seed(args.routing, args.seed, cli=True) \
+        if args.seed is not None and args.executor in ("eddy", "eddies") else None
+    if refusal:  # (Engine(routing="fixed", seed=3) is refused by the same check)
+        raise AdaptcqError(refusal)
     from adaptcq.runtime.output import file_suffix
     suffix = file_suffix(args.output) if args.output not in (None, "-") else None
     if suffix:
@@ -387,7 +387,7 @@ def _run_queryset(args, console) -> int:
         raise AdaptcqError(f"--executor {args.executor} writes one output per query: give "
                            "--output FOLDER")
     from adaptcq.runtime.local import source_paths
-    from adaptcq.runtime.multi import Engine
+    from adaptcq.runtime.multi import Engine, named_errors
     from adaptcq.runtime.output import make_folder, overlaps
     out = Path(args.output)  # (as written, as the inputs: _check_output_tildes)
     for p in source_paths(sources):
@@ -407,8 +407,10 @@ def _run_queryset(args, console) -> int:
                     routing_epoch=ROUTING_EPOCH if args.routing_epoch is None
                     else args.routing_epoch or None, on_rejected=rejected)
     for k, text in enumerate(args.sql or [], 1):
-        engine.register(_sql_arg(text), query_id=f"q{k}",
-                        output=str(out / f"query_id=q{k}" / "part-0.parquet"))
+        sql = _sql_arg(text)
+        with named_errors(sql_where(k, text)):  # (which of many --sql is wrong)
+            engine.register(sql, query_id=f"q{k}",
+                            output=str(out / f"query_id=q{k}" / "part-0.parquet"))
     if args.queries:
         engine.load_control(args.queries)
         for h in engine.handles.values():

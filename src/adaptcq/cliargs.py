@@ -15,7 +15,7 @@ from adaptcq.errors import AdaptcqError
 __all__ = ["Parser", "adaptivity_spec", "add_input_argument", "add_run_arguments",
            "check_partitions", "given_flags", "parse_inputs", "parse_orders", "query_files",
            "queryset_misfits", "run_defaults", "seed_refusal", "shed_options",
-           "spill_options", "sql_arg"]
+           "spill_options", "sql_arg", "sql_where"]
 
 
 def sql_arg(text: str) -> str:
@@ -596,3 +596,10 @@ def seed_refusal(args) -> str | None:
     return (f"--seed {args.seed}: nothing random in this run uses it ({why}); it seeds "
             "eddy routing, the adaptive policies' profiling samples, --shed random, partial "
             "and selective, and --spill bottom-up, global-output and global-penalty")
+
+
+def sql_where(k: int, text: str) -> str:
+    """The ``k``-th ``--sql`` of a query set (query ``qk``), with its file for ``@FILE``, as an
+    error about that query names it: ``--sql #3 (query q3, file bad.sql)``."""
+    file = f", file {text[1:]}" if text.startswith("@") else ""
+    return f"--sql #{k} (query q{k}{file})"

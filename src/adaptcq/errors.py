@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
+
 
 class AdaptcqError(Exception):
     """Base class of every error adaptcq raises on purpose."""
@@ -26,15 +29,42 @@ class QueryError(AdaptcqError):
     def _render(self) -> str:
         if self.sql is None or self.position is None:
             return self.message
-        # Show only the line that holds the position, with a caret under it.
-        start = self.sql.rfind("\n", 0, self.position) + 1
-        end = self.sql.find("\n", self.position)
-        end = len(self.sql) if end < 0 else end
-        line = self.sql[start:end]
-        lineno = self.sql.count("\n", 0, self.position) + 1
-        col = self.position - start
-        caret = " " * col + "^" * min(self.length, max(1, len(line) - col))
+        # Show only the line that holds the position, with a caret under it. A line ends at
+        # "\n", "\r\n" or a lone "\r" (an old Mac file: the terminal would overprint it).
+        sql, pos = self.sql, self.position
+        lineno, start = 1, 0
+        for brk in _BREAK.finditer(sql):
+            if brk.end() > pos:   # (at the "\n" of a "\r\n": the end of this line)
+                break
+            lineno, start = lineno + 1, brk.end()
+        brk = _BREAK.search(sql, start)
+        line = sql[start:brk.start() if brk else len(sql)]
+        col = pos - start
+        # The column counts characters; the caret is padded by display width (a tab is
+        # kept as a tab, so it lines up at any tab stop) so that it stands under the part.
+        caret = (_pad(line[:col])
+                 + "^" * max(1, len(_pad(line[col:col + self.length]).expandtabs(1))))
         return f"{self.message} (line {lineno}, column {col + 1})\n  {line}\n  {caret}"
+
+
+_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _pad(text: str) -> str:
+    """Blank space as wide on a terminal as ``text``: tabs kept, East Asian wide and
+    full-width characters two columns, combining marks and format characters (a zero-width
+    joiner, a BOM) none, any other character one."""
+    out = []
+    for ch in text:
+        if ch == "\t":
+            out.append("\t")
+        elif unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+            continue
+        elif unicodedata.east_asian_width(ch) in ("W", "F"):
+            out.append("  ")
+        else:
+            out.append(" ")
+    return "".join(out)
 
 
 class InputError(AdaptcqError):

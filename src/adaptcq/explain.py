@@ -51,7 +51,7 @@ import os
 import sys
 from pathlib import Path
 
-from adaptcq.cliargs import add_input_argument, parse_inputs, parse_orders, sql_arg
+from adaptcq.cliargs import add_input_argument, parse_inputs, parse_orders, sql_arg, sql_where
 from adaptcq.errors import AdaptcqError
 from adaptcq.plain import say
 
@@ -432,9 +432,11 @@ def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | Non
     profiler = Profiler(W=n, p=p if p is not None else min(1.0, max(0.02, 2000 / n)),
                         interval=max(1, n // 200))
     cq = _replay(prepared, n, profiler, rejected)
+    # A stream none of whose rows were profiled (none arrived, or its selection passed
+    # none) is reported, not refused, as adaptcq run runs the query: its λ is what was
+    # measured (0: no state) and its σ's are not measured (join_graph_from_stats takes 1).
     starved = [a for a, k in profiler.observations_at_start().items() if k == 0]
-    if starved:
-        raise AdaptcqError(_starved(prepared, cq, n, prefix, starved))
+    unmeasured = _starved(prepared, cq, n, prefix, starved) if starved else ""
     if profiler.query is None:
         raise AdaptcqError(f"too few profiled tuples to measure statistics in the first "
                            f"{n:,} input rows; give a larger --prefix or --stats FILE")
@@ -446,7 +448,7 @@ def measure(sql: str, sources: dict, timestamp: str, prefix: int, p: float | Non
     aliases = prepared.query.aliases
     stats = PrefixStats(profiler, dict(zip(aliases, cq.per_stream, strict=True)), start, end,
                         {a: len(stem) for a, stem in zip(aliases, cq.executor.stems,
-                                                         strict=True)})
+                                                         strict=True)}, unmeasured)
     return prepared.query, join_graph_from_stats(prepared.query, stats), stats, n
 
 
@@ -455,12 +457,14 @@ class PrefixStats:
     .join_graph_from_stats`` reads a Profiler: ``rate`` is a stream's insertions over the
     prefix's event-time span [``start``, ``end``] (seconds); ``state_size`` its state at
     the end of the prefix (``sizes``); σ and its floor are the Profiler's, whose W covers
-    the prefix."""
+    the prefix. ``unmeasured``: why some streams' σ's were not measured (``_starved``), or
+    empty."""
 
     def __init__(self, profiler, inserted: dict[str, int], start: float, end: float,
-                 sizes: dict[str, int]):
+                 sizes: dict[str, int], unmeasured: str = ""):
         self.profiler, self.inserted, self.sizes = profiler, inserted, sizes
         self.start, self.end = start, end
+        self.unmeasured = unmeasured
         self.profiled = sum(p.observations for p in profiler.pipelines.values())
 
     def rate(self, s: str) -> float:
@@ -480,7 +484,8 @@ class PrefixStats:
         return (f"measured over the first {n:,} input rows (event time {self.start:g} to "
                 f"{self.end:g} s; {self.profiled:,} profiled tuples): λ is each stream's "
                 "insertions over that span, σ is averaged over the whole prefix, the state "
-                "sizes are those at its end")
+                "sizes are those at its end" + (f"; {self.unmeasured}" if self.unmeasured
+                                                 else ""))
 
 
 @contextlib.contextmanager
@@ -501,10 +506,12 @@ def _star_needs_input(advice: str = "give --input NAME=PATH for each stream"):
 
 
 def _starved(prepared, cq, n: int, prefix: int, starved: list[str]) -> str:
-    """Why the streams ``starved`` had no profiled tuple at the start of their pipelines
-    in the first ``n`` rows of ``prepared`` (run by ``cq``): no row of the stream, or its
-    selection passed none, and whether the whole input was read (then a larger --prefix
-    cannot help)."""
+    """The report's note on the streams ``starved``, which had no profiled tuple at the
+    start of their pipelines in the first ``n`` rows of ``prepared`` (run by ``cq``): the
+    σ's of their joins are not measured (the plans take 1, join_graph_from_stats), and why:
+    no row of the stream, or its selection passed none, and whether the whole input was
+    read (then a larger --prefix cannot help). (It was an error; adaptcq run runs such a
+    query, so explain shows its plans.)"""
     query = prepared.query
     ended = len(prepared.rows) < prefix  # prepare stopped before the prefix: input ended
     streams, rows, signs = prepared.streams, prepared.rows, prepared.signs
@@ -525,10 +532,12 @@ def _starved(prepared, cq, n: int, prefix: int, starved: list[str]) -> str:
             sampled = True
             causes.append(f"too few of {alias}'s {passed:,} selected rows in {read} "
                           f"({n:,} rows) were profiled")
-    advice = ("give --stats FILE" if ended and not sampled
-              else "give --stats FILE (the whole input was read)" if ended
-              else "give a larger --prefix or --stats FILE")
-    return "cannot measure statistics: " + "; ".join(causes) + f"; {advice}"
+    advice = ("give --stats FILE to set them" if ended and not sampled
+              else "give --stats FILE to set them (the whole input was read)" if ended
+              else "a larger --prefix may measure them, or give --stats FILE")
+    names = ", ".join(starved)
+    return (f"the σ's of the joins of {names} are not measured (taken as 1, the pessimistic "
+            f"value): " + "; ".join(causes) + f"; {advice}")
 
 
 def _prepared(sql: str, sources: dict, timestamp: str, reading: dict, rejected: list | None,
@@ -729,7 +738,7 @@ def _main(args) -> int:
         refuse_unused(args, "code")
         with _star_needs_input():
             code_text = pipeline_code(sql, **code)
-        return _print_code(code_text, getattr(args, "json", False))
+        return _print_code(code_text, getattr(args, "json", False), UNCHECKED)
     if args.stats and args.input:
         raise AdaptcqError("give either --stats FILE or --input NAME=PATH ..., not both")
     if args.stats:
@@ -764,6 +773,8 @@ def _main(args) -> int:
                                        timestamp=_timestamp(args),
                                        timestamp_unit=reading["timestamp_unit"],
                                        sign=reading["sign"])
+        if not args.input:  # (--stats: the query was read without the inputs' schemas)
+            report["note"] = UNCHECKED
     if getattr(args, "json", False):
         print(json.dumps({"statistics": source, **report}, indent=2, default=str))
     else:
@@ -771,7 +782,7 @@ def _main(args) -> int:
         if "caches" in report:
             _print_caches(report["caches"])
         if code is not None:
-            _print_code(report["code"], False)
+            _print_code(report["code"], False, report.get("note"))
     return 0
 
 
@@ -1007,10 +1018,19 @@ def pipeline_code(sql: str, orders: dict | None = None, nested_loop=(), mode: st
     return dict(cq.executor.pipeline_sources())
 
 
-def _print_code(code: dict[str, str], as_json: bool) -> int:
+# Without --input the query is parsed without schemas (cql.parse_query): nothing knows its
+# streams' columns or their types, so a query adaptcq run refuses may still get code.
+UNCHECKED = ("columns and types not checked (no --input): the code is for the query as "
+             "written; adaptcq run checks it against its inputs and may refuse it")
+
+
+def _print_code(code: dict[str, str], as_json: bool, note: str | None = None) -> int:
     if as_json:
-        print(json.dumps({"code": code}, indent=2))
+        print(json.dumps({**({"note": note} if note else {}), "code": code}, indent=2))
         return 0
+    if note:
+        print(f"# {note}")
+        print()
     for name, source in code.items():
         print(f"# {name}")
         print(source.rstrip("\n"))
@@ -1112,7 +1132,7 @@ def explain_eddy(args) -> int:
     """Run the queries in one eddy over the first ``--prefix`` input rows and show what
     they share: operators (grouped filters, SteMs) with their tickets, the virtual sources
     created so far, and each query's bit and masks (``Eddy.describe``)."""
-    from adaptcq.runtime.multi import Engine
+    from adaptcq.runtime.multi import Engine, named_errors
     if not args.input:
         raise AdaptcqError("--executor eddy runs the queries: give --input NAME=PATH for "
                            "each source")
@@ -1127,7 +1147,9 @@ def explain_eddy(args) -> int:
                     allowed_lateness=reading["allowed_lateness"],
                     on_rejected=lambda batch: rows.extend(batch.to_pylist()))
     for k, text in enumerate(args.sql, 1):
-        engine.register(sql_arg(text), query_id=f"q{k}", output=lambda batch: None)
+        sql = sql_arg(text)
+        with named_errors(sql_where(k, text)):  # (which of many --sql is wrong, as run says)
+            engine.register(sql, query_id=f"q{k}", output=lambda batch: None)
     engine.run(max_arrivals=_prefix(args))
     report = engine.explain()
     report["rejected"] = rejected_summary(rows)

@@ -71,6 +71,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from adaptcq.engine.eddy_routes import nan_checks
 from adaptcq.errors import OptionError, QueryError
 from adaptcq.query.logical import ColumnRef, LogicalQuery, require_equi_joins
 from adaptcq.stream.eventtime import to_units
@@ -167,6 +168,13 @@ class SourceState:
     range_seen: list = field(default_factory=list)    # [(w, query seq)], widest first
 
 
+def _has_nan(key, at: tuple[int, ...], single: bool) -> bool:
+    """Whether a probe key is NaN (``single``) or holds one at the positions ``at``."""
+    if single:
+        return key != key  # noqa: PLR0124 (NaN: the one value unequal to itself)
+    return any(key[i] != key[i] for i in at)
+
+
 @dataclass
 class Group:
     """Queries that probe one SteM access with the same equalities: one index probe."""
@@ -176,6 +184,7 @@ class Group:
     mask: int                                   # the queries of the group
     windows: list = field(default_factory=list)  # (kind, size, mask)
     index: dict | None = None
+    nan: tuple[int, ...] = ()                   # probe elements that may be NaN (nan_checks)
 
 
 @dataclass
@@ -644,6 +653,7 @@ class Eddy:
                     ("SteM", src, k), f"SteM {src}" + (f" (role {k})" if k else ""))
             for g in groups.values():
                 g.index = self.sources[src].stem.index(g.positions)
+                g.nan = nan_checks(self, g.probe)
                 g.windows = [tuple(w) for w in g.windows]
             targets.append(Target(tid, src, k, needs, list(groups.values())))
         vs = VirtualSource(len(self.vsources), key, queries, complete, targets)
@@ -1274,6 +1284,8 @@ class Eddy:
             bucket = g.index.get(key)
             if not bucket:
                 continue
+            if g.nan and _has_nan(key, g.nan, len(probe) == 1):
+                continue   # a NaN found its own stored object, by identity (nan_checks)
             work += len(bucket)
             windows = g.windows
             single = windows[0] if len(windows) == 1 else None

@@ -29,6 +29,25 @@ class TooLarge(Exception):
     """The route would inline more than MAX_BLOCKS blocks."""
 
 
+# Column kinds that may hold a NaN: the rule of ``engine.continuous.nan_positions`` ("number"
+# holds floats, "other" is not known); a decimal, string, ... key pays no NaN test.
+NAN_KINDS = ("number", "other")
+
+
+def nan_checks(eddy, probe) -> tuple[int, ...]:
+    """The elements of a group's probe key (``Group.probe``: per column (component,
+    position)) that may be NaN. A NaN key joins nothing (docs/semantics.md), but a dict
+    lookup matches the very NaN object stored in the index by identity: in a self-join a
+    row's probe key *is* its own stored key. The probes (compiled here, interpreted in
+    ``Eddy._probe``) test only these elements, only after a hit (a miss pays nothing)."""
+    out = []
+    for i, ((src, _role), p) in enumerate(probe):
+        column = eddy.sources[src].columns[p]
+        if eddy.schemas.get(src, {}).get(column, "other") in NAN_KINDS:
+            out.append(i)
+    return tuple(out)
+
+
 def route_source(eddy, start: tuple[str, int], deletion: bool, orders: dict
                  ) -> tuple[str, dict]:
     """Python source of the route of singletons of ``start`` and its namespace.
@@ -130,13 +149,16 @@ class _Gen:
                 (comp, p), = g.probe
                 e(d, f"key = {comps[comp]}[{p}]")
                 e(d, "if key is not None:")
+                nans = "".join(" and key == key" for _ in g.nan)   # (not NaN)
             else:
                 parts = "".join(f"{comps[comp]}[{p}], " for comp, p in g.probe)
                 e(d, f"key = ({parts})")
                 e(d, "if None not in key:")
+                nans = "".join(f" and key[{i}] == key[{i}]" for i in g.nan)
             idx = self.const(g.index, "IDX")
             e(d + 1, f"b = {idx}.get(key)")
-            e(d + 1, "if b:")
+            # A NaN key finds only its own stored object (nan_checks): tested on a hit.
+            e(d + 1, f"if b{nans}:")
             d += 2
             e(d, f"for {r}, {c} in b.items():")
             d += 1

@@ -159,7 +159,7 @@ class _Translator:
             if isinstance(_strip(node.this), (exp.Not, exp.And, exp.Or, exp.Predicate)):
                 raise _Unsupported
             x = self.value(node.this, temporal_ok=True)
-            return lambda t: pc.is_null(x(t))
+            return lambda t: is_null(x(t))
         raise _Unsupported
 
     def temporal_in(self, node: exp.In):
@@ -243,6 +243,36 @@ class _Translator:
 _ARITHMETIC = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply"}
 
 
+def is_null(col):
+    """SQL's ``col IS NULL`` over a column. A union's value is NULL when its selected child's
+    is: a union has no validity bitmap of its own, and before pyarrow 26 ``pc.is_null`` was
+    false at every row of one (the vectorized executor lost the rows MJoin returned)."""
+    if not pa.types.is_union(col.type):
+        return pc.is_null(col)
+    if isinstance(col, pa.ChunkedArray):
+        return pa.chunked_array([_union_nulls(c) for c in col.chunks], pa.bool_())
+    return _union_nulls(col)
+
+
+def _union_nulls(arr: pa.UnionArray) -> pa.Array:
+    """Which values of a union array are NULL: each child's nulls at the rows that select
+    it (a sparse union's children are as long as the union, a dense one's are indexed by
+    its offsets). The type-id and offset buffers are read at the array's own offset:
+    ``type_codes`` and ``offsets`` ignore a slice's."""
+    n, at, buffers = len(arr), arr.offset, arr.buffers()
+    codes = np.frombuffer(buffers[1], dtype=np.int8)[at:at + n]
+    out = np.zeros(n, dtype=bool)
+    dense = arr.type.mode == "dense"
+    offsets = np.frombuffer(buffers[2], dtype=np.int32)[at:at + n] if dense else None
+    for i, code in enumerate(arr.type.type_codes):
+        rows = codes == code
+        if not rows.any():
+            continue
+        nulls = np.asarray(is_null(arr.field(i)).to_numpy(zero_copy_only=False), dtype=bool)
+        out[rows] = nulls[offsets[rows]] if dense else nulls[rows]
+    return pa.array(out, pa.bool_())
+
+
 def _is_in(col, value_set: pa.Array):
     """SQL's ``col IN (list of non-NULL values)``: NULL where ``col`` is NULL (a decimal
     column with float values: row by row, ``_check_exact``)."""
@@ -251,7 +281,7 @@ def _is_in(col, value_set: pa.Array):
         # is_in tells -0.0 from 0.0 (it compares bits); Python's == and Arrow's
         # comparisons do not. Adding 0.0 makes every zero +0.0 and changes nothing else.
         col, value_set = _plus_zero(col), _plus_zero(value_set)
-    return pc.if_else(pc.is_null(col), pa.scalar(None, pa.bool_()),
+    return pc.if_else(is_null(col), pa.scalar(None, pa.bool_()),
                       pc.is_in(col, value_set=value_set))
 
 

@@ -350,6 +350,16 @@ def _expect_end(sql: str, words: list[tuple[str, int]], count: int) -> None:
 
 
 # ----- the parser --------------------------------------------------------------------------
+# Tokens no list item starts with, and those no item ends with: a comma after or before one
+# is stray (``_Parser.check_lists``). (LEFT, FULL, NATURAL and WINDOW are left out: sqlglot
+# takes them for names there.)
+_LIST_CLOSERS = frozenset({
+    TokenType.COMMA, TokenType.R_PAREN, TokenType.SEMICOLON, TokenType.FROM, TokenType.WHERE,
+    TokenType.JOIN, TokenType.HAVING, TokenType.QUALIFY, TokenType.UNION,
+    TokenType.INTERSECT, TokenType.EXCEPT})
+_LIST_OPENERS = frozenset({TokenType.L_PAREN, TokenType.SELECT})
+
+
 class _Parser:
     """One parse: the original text, the text with windows blanked, and its tokens."""
 
@@ -379,6 +389,7 @@ class _Parser:
     # ----- top level ----------------------------------------------------------------------
     def parse(self) -> LogicalQuery:
         select = self.parse_select()
+        self.check_lists()
         self.check_supported(select)
         self.streams = self.collect_streams(select)
         self.item_texts = {id(item): item.sql() for item in select.expressions}
@@ -422,6 +433,30 @@ class _Parser:
         self.anchor_placeholders(tree)
         return tree
 
+    def check_lists(self) -> None:
+        """Refuse what sqlglot's lists let pass silently (its ``_parse_csv`` drops a comma
+        after which no item parses): a comma with no item before it (``SELECT , R.k``,
+        ``IN (,1)``) or after it (``SELECT R.k, FROM``, ``FROM R, S, WHERE``, ``IN (1,)``,
+        ``a,, b``, a comma ending the query), and an empty ``IN ()``, which standard SQL,
+        Spark and DuckDB refuse too. A stray comma is most often an item deleted by
+        mistake."""
+        tokens = self.tokens
+        for i, t in enumerate(tokens):
+            before = tokens[i - 1].token_type if i else None
+            after = tokens[i + 1] if i + 1 < len(tokens) else None
+            if t.token_type == TokenType.COMMA:
+                if before in _LIST_OPENERS:
+                    raise self.error("unexpected ',': no item before it (remove the comma)",
+                                     t.start)
+                if after is None or after.token_type in _LIST_CLOSERS:
+                    what = "the end of the query" if after is None else repr(after.text)
+                    raise self.error(f"unexpected ',' before {what}: no item after it "
+                                     "(remove the comma)", t.start)
+            elif (t.token_type == TokenType.L_PAREN and before == TokenType.IN
+                  and after is not None and after.token_type == TokenType.R_PAREN):
+                raise QueryError("IN () lists no value: give at least one", self.sql,
+                                 t.start, after.end - t.start + 1)
+
     def anchor_placeholders(self, tree: exp.Expression) -> None:
         """sqlglot gives ``?``, ``:name`` and ``@name`` nodes no position in the text: take
         them from their tokens, pairing both in text order, so that their refusal points
@@ -447,7 +482,8 @@ class _Parser:
         line, col = info.get("line"), info.get("col")
         if line is None or col is None:
             return QueryError(f"syntax error: {message}", self.sql, None)
-        starts = [0] + [m.end() for m in re.finditer("\n", self.sql)]
+        # sqlglot's lines end at "\n", "\r\n" or a lone "\r", as QueryError's do
+        starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", self.sql)]
         end = starts[min(line, len(starts)) - 1] + col - 1
         highlight = info.get("highlight") or ""
         position = max(0, min(len(self.sql) - 1, end - len(highlight) + 1))
@@ -955,15 +991,21 @@ class _Parser:
         out: list[OutputColumn] = []
         seen: dict[str, exp.Expression] = {}
         for item in select.expressions:
+            # AS cannot rename a column a * gives: list the columns, then rename
+            star = _is_star(item)
             for column in self.output_items(item):
                 key = column.name.lower()
                 if key in RESERVED_OUTPUTS:
+                    hint = ("list the columns in place of the * and rename it with AS" if star
+                            else "use AS to give it another name")
                     raise self.error(f"output column name {column.name!r} is reserved: the "
                                      "names _sign and _ts are reserved for the output's sign "
-                                     "and time (use AS to give it another name)", item)
+                                     f"and time ({hint})", item)
                 if key in seen:
-                    raise self.error(f"duplicate output column name {column.name!r} (use AS "
-                                     "to rename one)", item)
+                    hint = ("list the columns in place of the * and rename one with AS" if star
+                            else "use AS to rename one")
+                    raise self.error(f"duplicate output column name {column.name!r} "
+                                     f"({hint})", item)
                 seen[key] = item
                 out.append(column)
         return out

@@ -60,7 +60,7 @@ from adaptcq.stream.eventtime import (
     lateness_ns,
     to_nanoseconds,
 )
-from adaptcq.stream.sources import CHUNK_ROWS, csv_convert_options, schema_kinds
+from adaptcq.stream.sources import CHUNK_ROWS, csv_convert_options, csv_parse_options, schema_kinds
 
 OUT_CHUNK = 65_536          # result rows per output batch, per query
 STOP_EVERY = 256            # arrivals between two looks for a stop (``Engine.stop``)
@@ -174,6 +174,9 @@ class Engine:
             raise OptionError(f"{', '.join(k + '=' for k in misfits)}: not for "
                               f"executor={executor!r} (a query set; {why}; see docs/cacq.md "
                               "for its options)")
+        refusal = unused_seed(routing, seed) if given["seed"] else None
+        if refusal:  # (as the CLI refuses --routing fixed --seed N)
+            raise OptionError(refusal)
         if routing_epoch is not None and (not is_int(routing_epoch) or routing_epoch < 1):
             # (the eddy's own check took True as 1)
             raise OptionError(f"routing_epoch must be a positive number of arrivals or None "
@@ -344,16 +347,9 @@ class Engine:
             if action == "register":
                 if not row.get("sql"):
                     raise InputError(f"{where}: register needs the query's sql")
-                try:
+                with named_errors(f"{where} (query {qid})"):  # (a bad start: the row named)
                     self.register(row["sql"], row["ts"], query_id=str(qid),
                                   start=row.get("start") or "now")
-                except QueryError as e:
-                    raise QueryError(f"{where} (query {qid}): {e.message}", e.sql,
-                                     e.position) from None
-                except InputError as e:
-                    raise InputError(f"{where} (query {qid}): {e}") from None
-                except OptionError as e:  # (a bad start: the row named)
-                    raise OptionError(f"{where} (query {qid}): {e}") from None
             else:
                 if str(qid) not in self.handles:
                     raise InputError(f"{where}: deregisters {qid!r}, which no earlier row "
@@ -730,6 +726,41 @@ def _check_output(qid: str, output) -> None:
     check_file_name(str(output), f"query {qid}: output", error=OptionError)
 
 
+#: Routing policies that draw nothing at random, and why: a seed for one is refused
+#: (``Engine(seed=)``, ``--seed``), not ignored (cacq.txt §4.1: a fixed plan is static).
+NO_DRAWS = {"fixed": "routes in a priority order and draws nothing at random"}
+
+
+def unused_seed(routing, seed, *, cli: bool = False) -> str | None:
+    """The refusal of ``seed`` when the ``routing`` policy never draws at random (fixed), in
+    the Engine's words or, with ``cli``, the command line's; None when the policy draws.
+    The one check behind ``Engine(routing="fixed", seed=3)`` and ``--routing fixed
+    --seed 3``."""
+    why = NO_DRAWS.get(routing) if isinstance(routing, str) else None
+    if why is None:
+        return None
+    if cli:
+        return (f"--seed {seed}: --routing {routing} {why}; give --routing tickets, lottery "
+                "or random to seed")
+    return (f"seed={seed!r}: routing={routing!r} {why}; give routing='tickets', 'lottery' "
+            "or 'random' to seed")
+
+
+@contextlib.contextmanager
+def named_errors(where: str):
+    """Re-raise a query's registration error prefixed with ``where`` (a control row, a
+    ``--sql`` option: which of many queries is wrong), of the same class; a
+    ``QueryError`` keeps its SQL and position, so its caret still shows."""
+    try:
+        yield
+    except QueryError as e:
+        raise QueryError(f"{where}: {e.message}", e.sql, e.position, e.length) from None
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    except OptionError as e:
+        raise OptionError(f"{where}: {e}") from None
+
+
 def check_query_id(qid: str) -> None:
     """A query id names its output folder (``query_id=<id>``, locally and on Spark): one
     that could leave the folder or hide in it (a '/' or '\\', a leading '.' or '_') is
@@ -846,7 +877,8 @@ def _read_table(source) -> pa.Table:
             # As the inputs are read (nulls, booleans), but the text columns as text: a
             # query id 007 or true was read as a number or a boolean and renamed 7, True.
             text = {c: pa.string() for c in ("action", "query_id", "sql", "start")}
-            return pacsv.read_csv(path, convert_options=csv_convert_options(text))
+            return pacsv.read_csv(path, convert_options=csv_convert_options(text),
+                                  parse_options=csv_parse_options())
         import pyarrow.parquet as pq
         return pq.read_table(path)
     except (pa.ArrowException, OSError) as e:

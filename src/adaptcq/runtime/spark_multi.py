@@ -54,7 +54,7 @@ import shutil
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -1112,11 +1112,13 @@ def _arrow_schemas(spark, sources: Mapping[str, object]) -> dict:
 
 def _reference(schemas: Mapping, queries, control, timestamp: str, unit: str | None,
                mode: str, routing: str, routing_options: Mapping | None, seed: int,
-               udfs, capacity, routing_epoch, allowed_lateness: float):
+               udfs, capacity, routing_epoch, allowed_lateness: float,
+               labels: Mapping[str, str] | None = None):
     """A local ``runtime.multi.Engine`` over empty inputs of the sources' schemas, holding
     the queries and the static control events: the local runtime's own checks, query ids,
-    time conversion and event order, and each query's output schema."""
-    from adaptcq.runtime.multi import Engine
+    time conversion and event order, and each query's output schema. ``labels`` names a
+    query in its errors (query id -> where it was given: the CLI's ``--sql #k``)."""
+    from adaptcq.runtime.multi import Engine, named_errors
     ref = Engine({n: s.empty_table() for n, s in schemas.items()}, timestamp, mode=mode,
                  executor="eddy", routing=routing, routing_options=routing_options,
                  seed=seed, timestamp_unit=unit, allowed_lateness=allowed_lateness,
@@ -1125,7 +1127,9 @@ def _reference(schemas: Mapping, queries, control, timestamp: str, unit: str | N
         queries = [queries]
     if isinstance(queries, Mapping):
         for qid, sql in queries.items():
-            ref.register(sql, query_id=str(qid))
+            where = (labels or {}).get(qid)
+            with named_errors(where) if where else contextlib.nullcontext():
+                ref.register(sql, query_id=str(qid))
     else:
         for sql in queries or ():
             ref.register(sql)
@@ -1196,10 +1200,11 @@ def _checkpoint(ck: Path, fp: dict) -> tuple[bool, dict | None]:
     return False, stored
 
 
-def _prepare_output(out: Path | None, fresh: bool, run_id: str, label: str = "output"
-                    ) -> None:
+def _prepare_output(out: Path | None, fresh: bool, run_id: str, label: str = "output",
+                    check_only: bool = False) -> None:
     """A fresh run takes an absent or empty folder, or an earlier query-set output (whose
-    query folders it removes); a restart appends to its own output only."""
+    query folders it removes, unless ``check_only``); a restart appends to its own output
+    only."""
     if out is None:
         return
     if out.exists() and not out.is_dir():
@@ -1229,6 +1234,8 @@ def _prepare_output(out: Path | None, fresh: bool, run_id: str, label: str = "ou
     if foreign:
         raise AdaptcqError(f"{label} {out} holds files adaptcq did not write "
                            f"({', '.join(foreign[:3])}); give a new or empty folder")
+    if check_only:
+        return
     for p in ours:
         if p.is_dir():
             shutil.rmtree(p)
@@ -1240,6 +1247,45 @@ def _mark(folder: Path, run: QuerySetRun) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     _write_text(folder / OUTPUT_MARKER, json.dumps(
         {"run": run.run_id, "checkpoint": run.checkpoint}, indent=1) + "\n")
+
+
+def _checked(schemas: Mapping, queries, control, is_stream: bool, partitions: Callable, *,
+             checkpoint, output, rejected, timestamp: str, timestamp_unit: str | None,
+             mode: str, routing: str, routing_options: Mapping | None, seed: int,
+             partition_by: Mapping | None, allowed_lateness: float, udfs, capacity,
+             routing_epoch, fingerprint: Mapping | None, labels: Mapping | None = None):
+    """What ``run_queries`` checks and plans before it touches Spark's job: the queries
+    and a static control (the local Engine's checks, ``_reference``), P (``partitions()``:
+    called after them, so a bad query is named first), the partition plan and the
+    checkpoint's fingerprint. Returns (reference engine, plan, P, checkpoint path, static
+    control table or None, fingerprint, fresh, stored fingerprint)."""
+    ref = _reference(schemas, queries, None if is_stream else control, timestamp,
+                     timestamp_unit, mode, routing, routing_options, seed, udfs, capacity,
+                     routing_epoch, allowed_lateness, labels)
+    P = partitions()
+    if not is_int(P) or P < 1:
+        raise OptionError(f"partitions must be a whole number >= 1, got {P!r}")
+    known = {qid: h.query for qid, h in ref.handles.items()}
+    plan = plan_partitions(known, {n: list(s.names) for n, s in schemas.items()}, P,
+                           partition_by, timestamp)
+    ck = Path(str(checkpoint))  # (as written, as every path: docs/spark.md)
+    static = _static_control_table(ref) if ref.control else None
+    fp = {
+        "version": FINGERPRINT_VERSION, "kind": "queryset",
+        "queries": [[e.ts if not math.isinf(e.ts) else str(e.ts), e.action, e.query_id,
+                     normalize_sql(e.sql) if e.sql else None] for e in ref.control],
+        "control_stream": bool(is_stream), "timestamp": timestamp,
+        "timestamp_unit": timestamp_unit, "mode": mode, "routing": routing,
+        "routing_options": json.loads(json.dumps(dict(routing_options or {}), default=repr)),
+        "seed": seed, "groups": plan.groups, "partition": plan.columns,
+        "allowed_lateness_ns": lateness_ns(allowed_lateness), "capacity": capacity,
+        "routing_epoch": routing_epoch, "udfs": sorted(udfs or {}),
+        "sources": {n: [f"{f.name}: {f.type}" for f in s] for n, s in schemas.items()},
+        "output": os.path.realpath(output) if output else None,
+        "rejected": os.path.realpath(rejected) if rejected else None,
+        "checkpoint": os.path.realpath(ck), **dict(fingerprint or {})}
+    fresh, stored = _checkpoint(ck, fp)
+    return ref, plan, P, ck, static, fp, fresh, stored
 
 
 def run_queries(spark, sources: Mapping[str, object], queries=None, control=None, *,
@@ -1279,32 +1325,15 @@ def run_queries(spark, sources: Mapping[str, object], queries=None, control=None
     if not queries and control is None:
         raise OptionError("no queries: give queries=[SQL, ...] and/or a control stream")
     schemas = dict(schemas) if schemas is not None else _arrow_schemas(spark, sources)
-    ref = _reference(schemas, queries, None if is_stream else control, timestamp,
-                     timestamp_unit, mode, routing, routing_options, seed, udfs, capacity,
-                     routing_epoch, allowed_lateness)
-    P = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
-    if not is_int(P) or P < 1:
-        raise OptionError(f"partitions must be a whole number >= 1, got {partitions!r}")
+    ref, plan, P, ck, static, fp, fresh, stored = _checked(
+        schemas, queries, control, is_stream,
+        lambda: partitions or int(spark.conf.get("spark.sql.shuffle.partitions")),
+        checkpoint=checkpoint, output=output, rejected=rejected, timestamp=timestamp,
+        timestamp_unit=timestamp_unit, mode=mode, routing=routing,
+        routing_options=routing_options, seed=seed, partition_by=partition_by,
+        allowed_lateness=allowed_lateness, udfs=udfs, capacity=capacity,
+        routing_epoch=routing_epoch, fingerprint=_fingerprint)
     known = {qid: h.query for qid, h in ref.handles.items()}
-    plan = plan_partitions(known, {n: list(s.names) for n, s in schemas.items()}, P,
-                           partition_by, timestamp)
-    ck = Path(str(checkpoint))  # (as written, as every path: docs/spark.md)
-    static = _static_control_table(ref) if ref.control else None
-    fp = {
-        "version": FINGERPRINT_VERSION, "kind": "queryset",
-        "queries": [[e.ts if not math.isinf(e.ts) else str(e.ts), e.action, e.query_id,
-                     normalize_sql(e.sql) if e.sql else None] for e in ref.control],
-        "control_stream": bool(is_stream), "timestamp": timestamp,
-        "timestamp_unit": timestamp_unit, "mode": mode, "routing": routing,
-        "routing_options": json.loads(json.dumps(dict(routing_options or {}), default=repr)),
-        "seed": seed, "groups": plan.groups, "partition": plan.columns,
-        "allowed_lateness_ns": lateness_ns(allowed_lateness), "capacity": capacity,
-        "routing_epoch": routing_epoch, "udfs": sorted(udfs or {}),
-        "sources": {n: [f"{f.name}: {f.type}" for f in s] for n, s in schemas.items()},
-        "output": os.path.realpath(output) if output else None,
-        "rejected": os.path.realpath(rejected) if rejected else None,
-        "checkpoint": os.path.realpath(ck), **dict(_fingerprint or {})}
-    fresh, stored = _checkpoint(ck, fp)
     fp["run"] = uuid.uuid4().hex if fresh else stored["run"]
     # The groups' grouping keys name their state: chosen at the first run (for the
     # session's shuffle partitions), kept in the fingerprint, reused by every restart
@@ -1411,18 +1440,62 @@ def run_query_files(spark, sources: Mapping[str, str], queries=None, control=Non
     and checked as the local runtime reads them, with their own Arrow schemas for the
     output types); ``max_files_per_trigger`` cuts them into micro-batches. An output inside
     an input or the checkpoint is refused."""
+    inputs = _file_inputs(sources, output, rejected, checkpoint, timestamp, timestamp_unit)
+    streams = {n: _read_stream(spark, inp, max_files_per_trigger) for n, inp in inputs.items()}
+    return run_queries(spark, streams, queries, control, checkpoint=checkpoint, output=output,
+                       rejected=rejected, timestamp=timestamp, timestamp_unit=timestamp_unit,
+                       schemas={n: i.schema for n, i in inputs.items()},
+                       _fingerprint=_inputs_fingerprint(inputs), _inputs=inputs,
+                       **options)
+
+
+def _file_inputs(sources: Mapping[str, str], output, rejected, checkpoint, timestamp: str,
+                 timestamp_unit: str | None) -> dict:
+    """The sources' files, read and checked as the local runtime reads them (no Spark); an
+    output inside an input or the checkpoint is refused."""
     inputs = {name: _resolve_input(name, path, timestamp, timestamp_unit)
               for name, path in sources.items()}
     _check_places(inputs, str(output) if output else None,
                   str(rejected) if rejected else None, str(checkpoint))
-    streams = {n: _read_stream(spark, inp, max_files_per_trigger) for n, inp in inputs.items()}
-    fp = {"inputs": {n: i.pattern or os.path.realpath(i.given)
-                     for n, i in inputs.items()}}
-    return run_queries(spark, streams, queries, control, checkpoint=checkpoint, output=output,
-                       rejected=rejected, timestamp=timestamp, timestamp_unit=timestamp_unit,
-                       schemas={n: i.schema for n, i in inputs.items()}, _fingerprint=fp,
-                       _inputs=inputs,
-                       **options)
+    return inputs
+
+
+def _inputs_fingerprint(inputs: Mapping) -> dict:
+    return {"inputs": {n: i.pattern or os.path.realpath(i.given) for n, i in inputs.items()}}
+
+
+def check_query_files(sources: Mapping[str, str], queries=None, control=None, *,
+                      checkpoint: str | os.PathLike, output: str | os.PathLike | None,
+                      partitions: int, rejected: str | os.PathLike | None = None,
+                      timestamp: str = "ts", timestamp_unit: str | None = None,
+                      mode: str = "append", routing: str = "tickets",
+                      routing_options: Mapping | None = None, seed: int = 0,
+                      partition_by: Mapping[str, str] | None = None,
+                      allowed_lateness: float = 0.0, udfs: Mapping | None = None,
+                      capacity: int | None = None, routing_epoch: int | None = None,
+                      labels: Mapping[str, str] | None = None) -> None:
+    """Everything ``run_query_files`` checks that needs no Spark, before Spark starts (the
+    JVM takes seconds): the inputs and places, the queries and a static control with the
+    local Engine's checks and messages, P and the partition plan, the checkpoint's
+    fingerprint and the output folders. ``labels`` names a query in its errors (the CLI's
+    ``--sql #k``). ``run_query_files`` then checks all of it again, in the same code."""
+    if not queries and control is None:
+        raise OptionError("no queries: give queries=[SQL, ...] and/or a control stream")
+    inputs = _file_inputs(sources, output, rejected, checkpoint, timestamp, timestamp_unit)
+    is_stream = control is not None and getattr(control, "isStreaming", False)
+    *_, fresh, stored = _checked(
+        {n: i.schema for n, i in inputs.items()}, queries, control, is_stream,
+        lambda: partitions, checkpoint=checkpoint, output=output, rejected=rejected,
+        timestamp=timestamp, timestamp_unit=timestamp_unit, mode=mode, routing=routing,
+        routing_options=routing_options, seed=seed, partition_by=partition_by,
+        allowed_lateness=allowed_lateness, udfs=udfs, capacity=capacity,
+        routing_epoch=routing_epoch, fingerprint=_inputs_fingerprint(inputs), labels=labels)
+    run_id = None if fresh else stored["run"]
+    if output:
+        _prepare_output(Path(output), fresh, run_id, check_only=True)
+    if rejected:
+        _prepare_output(Path(rejected), fresh, run_id, "rejected-rows folder",
+                        check_only=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1441,7 +1514,7 @@ def run_cli_multi(args, console) -> int:
     Spark, each query's results in ``out/query_id=<id>/`` (``--sql`` queries are q1, q2,
     ... and registered before any data, as on the local engine), a summary, and one line
     per query with its state and rows."""
-    from adaptcq.cliargs import parse_inputs, routing_options, run_defaults, sql_arg
+    from adaptcq.cliargs import parse_inputs, routing_options, run_defaults, sql_arg, sql_where
     from adaptcq.plain import say
     from adaptcq.runtime.spark_session import check_master, get_spark, local_cores
 
@@ -1483,8 +1556,19 @@ def run_cli_multi(args, console) -> int:
     partitions = partitions or local_cores(master)
     output = args.output.rstrip("/") or "/"
     rejected = args.rejected or f"{output}.rejected"
+    options = {"timestamp": args.timestamp,
+               "timestamp_unit": getattr(args, "timestamp_unit", None), "mode": args.mode,
+               "routing": args.routing or "tickets",
+               "routing_options": routing_options(args.routing_option or []),
+               "seed": args.seed, "allowed_lateness": args.allowed_lateness}
     with _temporary_folder() as tmp:
         checkpoint = args.checkpoint or str(tmp / "checkpoint")
+        # Checked before Spark starts (its JVM takes seconds): a bad query or control row is
+        # named at once, with the local Engine's messages (docs/cacq-spark.md, "Errors").
+        check_query_files(sources, queries, args.queries, checkpoint=checkpoint,
+                          output=output, rejected=rejected, partitions=partitions,
+                          labels={f"q{k}": sql_where(k, text)
+                                  for k, text in enumerate(args.sql or [], 1)}, **options)
         spark = get_spark(master, "adaptcq run")
         import logging
         spark.sparkContext.setLogLevel("OFF")
@@ -1497,12 +1581,7 @@ def run_cli_multi(args, console) -> int:
                 warnings.simplefilter("always", PartitionWarning)
                 run = run_query_files(
                     spark, sources, queries, args.queries, checkpoint=checkpoint,
-                    output=output, rejected=rejected, timestamp=args.timestamp,
-                    timestamp_unit=getattr(args, "timestamp_unit", None), mode=args.mode,
-                    routing=args.routing or "tickets",
-                    routing_options=routing_options(args.routing_option or []),
-                    seed=args.seed, partitions=partitions,
-                    allowed_lateness=args.allowed_lateness)
+                    output=output, rejected=rejected, partitions=partitions, **options)
         finally:
             spark.sparkContext.setLogLevel("ERROR")
             py4j_log.setLevel(level)
