@@ -216,13 +216,7 @@ def _csv_time_misfit(src: Source, column: str) -> str | None:
     import pyarrow.csv as pacsv
     try:
         with pa.input_stream(str(path), compression="detect") as stream:
-            reader = pacsv.open_csv(
-                stream, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK),
-                parse_options=csv_parse_options(),
-                convert_options=pacsv.ConvertOptions(
-                    include_columns=[column], column_types={column: pa.string()},
-                    **CSV_NULLS, **CSV_BOOLS))
-            text = next(iter(reader)).column(0)
+            text = next(iter(_columns_reader(stream, [column], pa.string()))).column(0)
         row0 = int(np.flatnonzero(~null_mask(text))[0])
         value0 = text[row0].as_py()
         quoted = '"' + value0.replace('"', '""') + '"\n'
@@ -702,15 +696,20 @@ def _first_block_types(name: str, path: Path, schema: pa.Schema) -> pa.Schema:
 
 def _block_text(path: Path, columns: list[str], block: int) -> pa.RecordBatch:
     """The first block (of ``block`` bytes) of CSV file ``path``: its ``columns``, as bytes."""
-    import pyarrow.csv as pacsv
     with pa.input_stream(str(path), compression="detect") as stream:
-        reader = pacsv.open_csv(
-            stream, read_options=pacsv.ReadOptions(block_size=block),
-            parse_options=csv_parse_options(),
-            convert_options=pacsv.ConvertOptions(
-                include_columns=columns, column_types=dict.fromkeys(columns, pa.binary()),
-                **CSV_NULLS, **CSV_BOOLS))
-        return next(iter(reader))
+        return next(iter(_columns_reader(stream, columns, pa.binary(), block)))
+
+
+def _columns_reader(stream, columns: list[str], type_: pa.DataType, block: int = CSV_BLOCK):
+    """A CSV reader on ``stream`` of ``columns`` alone, all read as ``type_`` (text or
+    bytes: no value can fail to convert), parsed as the inputs are (nulls, line breaks)."""
+    import pyarrow.csv as pacsv
+    return pacsv.open_csv(
+        stream, read_options=pacsv.ReadOptions(block_size=block),
+        parse_options=csv_parse_options(),
+        convert_options=pacsv.ConvertOptions(
+            include_columns=columns, column_types=dict.fromkeys(columns, type_),
+            **CSV_NULLS, **CSV_BOOLS))
 
 
 def _first_failing(values: pa.Array, convert) -> int:
@@ -911,7 +910,6 @@ def _find_misfit(path: Path, column: pa.Field) -> tuple[int, str | bytes] | None
     found, or the file cannot be read again. Each block is converted again, and halved
     down to the value (``_first_failing``) in the one that fails."""
     import pyarrow.compute as pc
-    import pyarrow.csv as pacsv
 
     def convert(raw: pa.Array):
         text = raw.cast(pa.string())
@@ -921,12 +919,7 @@ def _find_misfit(path: Path, column: pa.Field) -> tuple[int, str | bytes] | None
         return pc.utf8_trim_whitespace(text).cast(column.type)
     try:
         with pa.input_stream(str(path), compression="detect") as stream:
-            reader = pacsv.open_csv(
-                stream, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK),
-                parse_options=csv_parse_options(),
-                convert_options=pacsv.ConvertOptions(
-                    include_columns=[column.name], column_types={column.name: pa.binary()},
-                    **CSV_NULLS, **CSV_BOOLS))
+            reader = _columns_reader(stream, [column.name], pa.binary())
             seen = 0
             for batch in reader:
                 raw = batch.column(0)
