@@ -266,7 +266,8 @@ def test_is_null_on_a_union_is_its_selected_childs(rows, dense, data):
                                               pa.array([b for _, _, b in rows], pa.string())])
     lo = data.draw(st.integers(0, len(rows) - 1))
     u = u.slice(lo, data.draw(st.integers(0, len(rows) - lo)))
-    want = [v is None for v in u.to_pylist()]
+    # (copied: before pyarrow 25 a sliced sparse union's values ignored the slice's offset)
+    want = [v is None for v in pa.concat_arrays([u]).to_pylist()]
     assert is_null(u).to_pylist() == want
     assert is_null(pa.chunked_array([u, u])).to_pylist() == want + want
     n = len(u)

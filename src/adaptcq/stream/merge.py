@@ -239,12 +239,21 @@ class _Feed:
                 out.append((i, ts, pos, signs, part.select(cols)))
                 continue
             if cols:
-                values = [part.column(c).to_pylist() for c in cols]
+                values = [py_values(part.column(c)) for c in cols]
                 rows = list(zip(*values, strict=True))
             else:
                 rows = [()] * k
             out.append((i, ts, pos, signs, rows))
         return out
+
+
+def py_values(col: pa.ChunkedArray) -> list:
+    """``col.to_pylist()``; a sliced sparse union is copied first: before pyarrow 25 its
+    values were read from its children without the slice's offset."""
+    if pa.types.is_union(col.type) and col.type.mode == "sparse":
+        col = pa.chunked_array([pa.concat_arrays([c]) if c.offset else c for c in col.chunks],
+                               col.type)
+    return col.to_pylist()
 
 
 _DAY = 86_400

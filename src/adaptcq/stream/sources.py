@@ -841,8 +841,9 @@ _QUOTED_VALUE = re.compile(
     r"|The string '(?P<d>.*)' is not a valid \w+ number", re.DOTALL)
 # ... and those that quote none (the row is found by converting the column again,
 # _find_misfit): text that is not UTF-8, a decimal's fraction beyond its scale.
+# (pyarrow before 21 says "Rescaling Decimal128 value")
 _UNQUOTED_VALUE = re.compile(r"CSV conversion error to string: invalid UTF8 data"
-                             r"|Rescaling Decimal value would cause data loss")
+                             r"|Rescaling Decimal(?:128|256)? value would cause data loss")
 
 
 def _csv_error(name: str, path: Path, e: Exception, schema: pa.Schema | None,
