@@ -74,7 +74,9 @@ def test_the_spark_runtime_is_given_the_same_decimal_type(tmp_path):
     ("1\n2\n", pa.int64()),                     # int64, as before
     ("1.5\n2\n", pa.float64()),                 # fractions: float, as before
     ("1e3\n2\n", pa.float64()),                 # not written as a whole number
-    ("+5\n-3\n\n7\n", pa.decimal128(38, 0)),    # pyarrow's int64 takes no '+': exact now
+    ("+5\n-3\n\n7\n", pa.float64()),            # pyarrow's int64 takes no '+': a double holds it
+    ("+5\n" + "9" * 15 + "\n", pa.float64()),    # 15 digits: exact as a double
+    ("+5\n" + "9" * 16 + "\n", pa.decimal128(38, 0)),  # 16 digits: a double may round it
     (f"{BIG}\n\n-00{BIG}\n", pa.decimal128(38, 0)),
     ("9" * 38 + "\n", pa.decimal128(38, 0)),
 ])
@@ -286,3 +288,15 @@ def test_spark_reads_csv_with_line_breaks_in_quoted_fields_and_the_decimal_type(
     _read_stream(spark, _resolve_input("R", str(path), "ts", None), None)
     assert spark.seen["multiLine"] is True and spark.seen["mode"] == "FAILFAST"
     assert spark.given["id"].dataType == T.DecimalType(38, 0)
+
+
+def test_a_later_whole_number_beyond_int64_says_how_to_read_it_exactly(tmp_path):
+    """The hint for an int64 column must not be "write 1.0": a float column rounds such ids
+    (distinct ones joined as equal)."""
+    write(tmp_path / "R" / "a.csv", "ts,id\n1,5\n2,6\n")
+    write(tmp_path / "R" / "b.csv", f"ts,id\n3,{BIG}\n")
+    msg = error_of(tmp_path / "R")
+    assert f"has '{BIG}' in column 'id', which is int64" in msg
+    assert ("a whole number beyond int64: put a row holding one in the first rows of the first "
+            "file (the column is then decimal128(38, 0))") in msg
+    assert "1.0" not in msg

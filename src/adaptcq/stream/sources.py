@@ -642,15 +642,19 @@ WHOLE_TYPE = pa.decimal128(38, 0)
 
 _WHOLE = r"^\s*[+-]?\d+\s*$"
 _WIDE = r"^\s*[+-]?0*[1-9]\d{38,}\s*$"  # more than 38 digits
+# 16 digits or more: a double may round it (every whole number of up to 15 digits is exact)
+_INEXACT = r"^\s*[+-]?0*[1-9]\d{15,}\s*$"
 
 
 def _first_block_types(name: str, path: Path, schema: pa.Schema) -> pa.Schema:
     """``schema``, inferred by pyarrow from the first block of CSV file ``path``, with what
     pyarrow's inference gets wrong put right, from the block's text (read again, only when
     there is a float64 or binary column). A float64 column whose values are all whole
-    numbers (sign, digits) holds one beyond int64 (pyarrow falls back to double, so distinct
-    ids joined as equal): it is ``WHOLE_TYPE``, exact, or, with a value of more than 38
-    digits, refused. A binary column holds text that is not UTF-8: refused (Spark reads the
+    numbers (sign, digits), one of 16 digits or more, holds one beyond int64 (pyarrow falls
+    back to double, so distinct ids joined as equal): it is ``WHOLE_TYPE``, exact, or, with
+    a value of more than 38 digits, refused. (Whole numbers of up to 15 digits are float64
+    only when written with a '+', which pyarrow's int64 refuses: a double holds them
+    exactly, and they stay float64.) A binary column holds text that is not UTF-8: refused (Spark reads the
     file as UTF-8, replacing such bytes). Both name the file, row and column."""
     import pyarrow.compute as pc
     floats = [f.name for f in schema if pa.types.is_float64(f.type)]
@@ -681,7 +685,8 @@ def _first_block_types(name: str, path: Path, schema: pa.Schema) -> pa.Schema:
                 "Spark too, which would replace such bytes): convert the file to UTF-8 (e.g. "
                 "iconv -f latin1 -t utf-8), or use Parquet")
         text = raw.cast(pa.string())
-        if not pc.all(pc.match_substring_regex(text, _WHOLE)).as_py():
+        if not pc.all(pc.match_substring_regex(text, _WHOLE)).as_py() \
+                or not pc.any(pc.match_substring_regex(text, _INEXACT)).as_py():
             continue
         row = pc.index(pc.match_substring_regex(text, _WIDE), True).as_py()
         if row >= 0:
@@ -891,7 +896,11 @@ def _csv_error(name: str, path: Path, e: Exception, schema: pa.Schema | None,
     origin = ("its first rows" if first is None or first == path
               else f"the first rows, in {str(first)!r}")
     hint = "give the column one type in all of its rows"
-    if pa.types.is_integer(col.type) and _is_float(value):
+    if pa.types.is_integer(col.type) and re.fullmatch(_WHOLE, value):
+        # (not "write 1.0": a float column would round such ids and join distinct ones)
+        hint = ("a whole number beyond int64: put a row holding one in the first rows of "
+                f"the first file (the column is then {WHOLE_TYPE})")
+    elif pa.types.is_integer(col.type) and _is_float(value):
         hint += (" (if it holds fractions, write its whole numbers as 1.0, not 1, in the "
                  "first rows)")
     elif col.type == WHOLE_TYPE:
