@@ -33,11 +33,11 @@ class QueryError(AdaptcqError):
         # "\n", "\r\n" or a lone "\r" (an old Mac file: the terminal would overprint it).
         sql, pos = self.sql, self.position
         lineno, start = 1, 0
-        for brk in _BREAK.finditer(sql):
+        for brk in LINE_BREAK.finditer(sql):
             if brk.end() > pos:   # (at the "\n" of a "\r\n": the end of this line)
                 break
             lineno, start = lineno + 1, brk.end()
-        brk = _BREAK.search(sql, start)
+        brk = LINE_BREAK.search(sql, start)
         line = sql[start:brk.start() if brk else len(sql)]
         col = pos - start
         # The column counts characters; the caret is padded by display width (a tab is
@@ -47,7 +47,8 @@ class QueryError(AdaptcqError):
         return f"{self.message} (line {lineno}, column {col + 1})\n  {line}\n  {caret}"
 
 
-_BREAK = re.compile(r"\r\n|\r|\n")
+# Where a line of query text ends (sqlglot counts lines so too: ``cql`` maps its positions)
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def _pad(text: str) -> str:

@@ -237,13 +237,18 @@ def row_key(row: tuple, nan_at: Sequence[int] | None = None) -> tuple:
     return row
 
 
+# Column kinds that may hold a NaN: "number" holds floats, "other" is not known (a decimal,
+# string, ... column holds none). Shared by ``nan_positions`` and the eddy's probes.
+NAN_KINDS = ("number", "other")
+
+
 def nan_positions(query: LogicalQuery, alias: str) -> tuple[int, ...]:
     """The positions of ``alias``'s rows (``query.columns``) that may hold a NaN: columns
     of kind number, or of a kind not known; row_key checks only these (a row of ints and
     strings pays for none). Lists, structs and maps are frozen whole (``_freeze``)."""
     kinds = query.types.get(alias, {})
     return tuple(k for k, c in enumerate(query.columns[alias])
-                 if kinds.get(c, "other") in ("number", "other"))
+                 if kinds.get(c, "other") in NAN_KINDS)
 
 
 # A NaN's key: a tagged tuple as _freeze's are (no row value is a tuple), so that keys

@@ -22,6 +22,8 @@ Generated code is deterministic (names from positions), shown by
 
 from __future__ import annotations
 
+from adaptcq.engine.continuous import NAN_KINDS  # (a decimal, string, ... key pays no NaN test)
+
 MAX_BLOCKS = 256   # inline blocks per route; beyond, the eddy interprets (a wide query set)
 
 
@@ -29,9 +31,6 @@ class TooLarge(Exception):
     """The route would inline more than MAX_BLOCKS blocks."""
 
 
-# Column kinds that may hold a NaN: the rule of ``engine.continuous.nan_positions`` ("number"
-# holds floats, "other" is not known); a decimal, string, ... key pays no NaN test.
-NAN_KINDS = ("number", "other")
 
 
 def nan_checks(eddy, probe) -> tuple[int, ...]:

@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from adaptcq.state.spill_store import stream_names
 from adaptcq.stream.arrays import engine_values
 
 INF = math.inf
@@ -67,8 +68,7 @@ class Shape:
 
     def names(self, k: int) -> list[str]:
         """Child k's spill-format columns."""
-        return [n for a in self.layouts[k]
-                for n in (f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in self.columns[a]))]
+        return [n for a in self.layouts[k] for n in stream_names(a, self.columns[a])]
 
 
 def shape_of(op, query, windows: dict) -> Shape:

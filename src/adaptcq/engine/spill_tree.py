@@ -67,7 +67,7 @@ from adaptcq.engine import eq3_batch as eq3
 from adaptcq.engine.codegen import compile_source, projection_source
 from adaptcq.errors import AdaptcqError, OptionError
 from adaptcq.query.logical import ColumnRef, LogicalQuery
-from adaptcq.state.spill_store import BLOCKS, SpillError, block_of
+from adaptcq.state.spill_store import BLOCKS, SpillError, block_of, stream_names
 from adaptcq.stats.partitions import PartitionStatistics, partition_ids, partition_of
 
 INF = math.inf
@@ -1674,8 +1674,7 @@ def _spill_format(t: pa.Table, columns: dict) -> pa.Table:
     in the spill format's order, NULL where absent (rows in their order: ``_block_parts``
     sorts what goes to disk)."""
     n = t.num_rows
-    names = ["pid", "child"] + [f for a, cols in columns.items()
-                                for f in (f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in cols))]
+    names = ["pid", "child"] + [f for a, cols in columns.items() for f in stream_names(a, cols)]
     have = set(t.column_names)
     return pa.table([t[f] if f in have else pa.nulls(n) for f in names], names=names)
 

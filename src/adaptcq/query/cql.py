@@ -34,7 +34,7 @@ import sqlglot.expressions as exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, Tokenizer, TokenType
 
-from adaptcq.errors import QueryError
+from adaptcq.errors import LINE_BREAK, QueryError
 from adaptcq.query import expr as sqlexpr
 from adaptcq.query import udf as udfmod
 from adaptcq.query.logical import (
@@ -483,7 +483,7 @@ class _Parser:
         if line is None or col is None:
             return QueryError(f"syntax error: {message}", self.sql, None)
         # sqlglot's lines end at "\n", "\r\n" or a lone "\r", as QueryError's do
-        starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", self.sql)]
+        starts = [0] + [m.end() for m in LINE_BREAK.finditer(self.sql)]
         end = starts[min(line, len(starts)) - 1] + col - 1
         highlight = info.get("highlight") or ""
         position = max(0, min(len(self.sql) - 1, end - len(highlight) + 1))

@@ -57,6 +57,11 @@ BLOCKS = 16  # record batches per operator in a spill event: a clean-up decodes 
 WRITE_THREADS = READ_THREADS = False
 
 
+def stream_names(alias: str, columns) -> list[str]:
+    """A stream's columns in the spill format: its row id, event time and columns."""
+    return [f"{alias}#rid", f"{alias}#t", *(f"{alias}.{c}" for c in columns)]
+
+
 def block_of(pid: int, blocks: int) -> int:
     return pid % blocks
 
@@ -450,8 +455,8 @@ class SpillStore:
 
     def _format_names(self) -> list[str]:
         """The spill format's columns (``rows_batch``)."""
-        return ["pid", "child"] + [n for a, cols in self.columns.items() for n in (
-            f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in cols))]
+        return ["pid", "child"] + [n for a, cols in self.columns.items()
+                                   for n in stream_names(a, cols)]
 
     def batch(self, ref: tuple[str, int]) -> pa.RecordBatch:
         """One batch of a spill event as Arrow (its rows in pid order: ``pid_ranges``)."""
@@ -480,8 +485,8 @@ class SpillStore:
         child at a time, the columns gathered and zipped (C loops, not a Python loop per
         value); only the columns of the streams in ``layouts`` are read."""
         used = {a for lay in layouts for a in lay}
-        names = ["pid", "child"] + [n for a in self.columns if a in used for n in (
-            f"{a}#rid", f"{a}#t", *(f"{a}.{c}" for c in self.columns[a]))]
+        names = ["pid", "child"] + [n for a in self.columns if a in used
+                                    for n in stream_names(a, self.columns[a])]
         cols = {n: engine_values(batch.column(n)) for n in names}
         pids, child = cols["pid"], cols["child"]
         out: dict[int, list[list[tuple]]] = {}
